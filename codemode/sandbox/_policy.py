@@ -1,0 +1,66 @@
+"""Sandbox policy as plain data; enforcement lives elsewhere."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+
+class SandboxMode(enum.StrEnum):
+    """How much a command or file tool may change.
+
+    * ``read-only``: nothing is writable but ``/dev/null`` and similar devices.
+    * ``workspace-write``: the writable roots and a private temp dir are writable,
+      everything else readable and executable (the default).
+    * ``full-access``: no confinement; only on explicit request.
+    """
+
+    READ_ONLY = "read-only"
+    WORKSPACE_WRITE = "workspace-write"
+    FULL_ACCESS = "full-access"
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """What commands and file tools of one host may do.
+
+    Attributes:
+        mode: The sandbox mode.
+        writable_roots: Directories (resolved, absolute) writable in ``workspace-write``.
+        network: Whether TCP connect/bind are allowed for confined commands.
+        temp_dir: The private per-session temp dir (``TMPDIR``), writable in
+            ``workspace-write``; ``None`` until the host creates it.
+        protected: Directories never writable from inside the sandbox (the state dir).
+    """
+
+    mode: SandboxMode = SandboxMode.WORKSPACE_WRITE
+    writable_roots: tuple[Path, ...] = ()
+    network: bool = True
+    temp_dir: Path | None = None
+    protected: tuple[Path, ...] = field(default=())
+
+    @property
+    def confined(self) -> bool:
+        """True unless the mode is ``full-access``."""
+        return self.mode is not SandboxMode.FULL_ACCESS
+
+    def with_root(self, root: Path) -> SandboxPolicy:
+        """Return a copy with one more writable root."""
+        resolved = root.resolve()
+        if resolved in self.writable_roots:
+            return self
+        return replace(self, writable_roots=(*self.writable_roots, resolved))
+
+    def with_mode(self, mode: SandboxMode) -> SandboxPolicy:
+        """Return a copy in another mode."""
+        return replace(self, mode=mode)
+
+    def all_writable(self) -> tuple[Path, ...]:
+        """Every directory writable under this policy (empty for ``read-only``)."""
+        if self.mode is SandboxMode.READ_ONLY:
+            return ()
+        roots = list(self.writable_roots)
+        if self.temp_dir is not None:
+            roots.append(self.temp_dir)
+        return tuple(roots)

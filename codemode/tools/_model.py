@@ -1,0 +1,234 @@
+"""The tool contract: what a tool is, what it gets, what it returns."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, get_type_hints
+
+import jsonschema
+import pydantic
+
+from codemode.errors import UserError
+from codemode.sandbox import SandboxPolicy
+
+if TYPE_CHECKING:
+    from codemode.archive import Archive
+
+
+class TextContent(pydantic.BaseModel):
+    """One block of text content (MCP-shaped)."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ToolResult(pydantic.BaseModel):
+    """What a tool returns: MCP-shaped content plus optional structured data.
+
+    ``structured_content`` is the producer data a Code Mode program receives; when it is
+    ``None`` the program receives the text.
+    """
+
+    content: list[TextContent] = pydantic.Field(default_factory=list)
+    structured_content: Any = None
+    is_error: bool = False
+
+    @property
+    def text(self) -> str:
+        """All text blocks joined by newlines."""
+        return "\n".join(block.text for block in self.content)
+
+    @classmethod
+    def from_text(cls, text: str, structured: Any = None, *, is_error: bool = False) -> ToolResult:
+        """Build a result from one text block and optional structured data."""
+        return cls(content=[TextContent(text=text)], structured_content=structured, is_error=is_error)
+
+    def producer_data(self) -> Any:
+        """The value a program's ``await tools.x()`` resolves with."""
+        return self.text if self.structured_content is None else self.structured_content
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What the host hands a tool handler that asks for it (a parameter typed ``ToolContext``).
+
+    Attributes:
+        session_id: The calling session; process ids and ``store`` are scoped to it.
+        workspace: The workspace root; relative paths resolve against it.
+        policy: The sandbox policy in force for this call.
+        archive: The durable archive (logs, overflow text, records).
+        call_id: Id of the surrounding ``run_code`` or direct call, when there is one.
+    """
+
+    session_id: str
+    workspace: Path
+    policy: SandboxPolicy
+    archive: Archive
+    call_id: str | None = None
+
+
+Handler = Callable[..., Any]
+
+
+@dataclass
+class Tool:
+    """A registered tool.
+
+    Attributes:
+        name: Identifier used as ``tools.<name>`` (letters, digits, ``_``).
+        description: What it does, for the model.
+        input_model: Pydantic model of the arguments; its JSON Schema is the contract.
+        handler: ``(args, [ctx]) -> ToolResult | str | JSON``; sync handlers run in a worker
+            thread.
+        output_schema: Optional JSON Schema of ``structured_content``.
+        extension: Name of the extension that registered it, if any.
+    """
+
+    name: str
+    description: str
+    input_model: type[pydantic.BaseModel]
+    handler: Handler
+    output_schema: dict[str, Any] | None = None
+    extension: str | None = None
+    wants_context: bool = False
+    is_async: bool = True
+
+    @functools.cached_property
+    def input_schema(self) -> dict[str, Any]:
+        """JSON Schema of the arguments, derived from ``input_model``."""
+        schema = self.input_model.model_json_schema()
+        schema.pop("title", None)
+        return schema
+
+    @functools.cached_property
+    def validator(self) -> Any:
+        """A compiled jsonschema validator for the arguments."""
+        cls = jsonschema.validators.validator_for(self.input_schema)
+        cls.check_schema(self.input_schema)
+        return cls(self.input_schema)
+
+
+@dataclass
+class Extension:
+    """A named group of tools plus the guidance text they add to the run_code description.
+
+    Disabling an extension removes its tools and its guidance.
+    """
+
+    name: str
+    tools: Sequence[Tool] = ()
+    guidance: str = ""
+    on_close: Callable[[], Awaitable[None]] | None = None
+
+
+def _model_from_signature(fn: Handler, name: str) -> tuple[type[pydantic.BaseModel], bool]:
+    """Derive the input model from a handler's signature.
+
+    A handler either takes one parameter typed with a pydantic model (the arguments), or
+    plain keyword parameters that become the model's fields. A parameter typed
+    ``ToolContext`` receives the context and is not part of the schema.
+    """
+    hints = get_type_hints(fn)
+    params = list(inspect.signature(fn).parameters.values())
+    wants_context = any(hints.get(p.name) is ToolContext for p in params)
+    fields = [p for p in params if hints.get(p.name) is not ToolContext]
+    if len(fields) == 1:
+        hinted = hints.get(fields[0].name)
+        if inspect.isclass(hinted) and issubclass(hinted, pydantic.BaseModel):
+            return hinted, wants_context
+    definitions: dict[str, Any] = {}
+    for p in fields:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise UserError(f"tool {name!r}: *args/**kwargs cannot describe arguments; name each one")
+        annotation = hints.get(p.name, Any)
+        default = ... if p.default is p.empty else p.default
+        definitions[p.name] = (annotation, default)
+    model = pydantic.create_model(f"{name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **definitions)
+    return model, wants_context
+
+
+def _first_paragraph(doc: str | None) -> str:
+    if not doc:
+        return ""
+    return inspect.cleandoc(doc).split("\n\n", 1)[0].replace("\n", " ").strip()
+
+
+def make_tool(
+    fn: Handler,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    input_model: type[pydantic.BaseModel] | None = None,
+    output_schema: dict[str, Any] | None = None,
+    extension: str | None = None,
+) -> Tool:
+    """Build a `Tool` from a handler function.
+
+    Raises:
+        UserError: The name is not a valid identifier or the signature cannot be described.
+    """
+    tool_name = name or fn.__name__
+    if not tool_name.isidentifier():
+        raise UserError(f"tool name {tool_name!r} must be a valid identifier (letters, digits, _)")
+    if input_model is None:
+        input_model, wants_context = _model_from_signature(fn, tool_name)
+    else:
+        hints = get_type_hints(fn)
+        wants_context = any(v is ToolContext for v in hints.values())
+    target = fn.__call__ if not inspect.isfunction(fn) and callable(fn) and not inspect.ismethod(fn) else fn
+    return Tool(
+        name=tool_name,
+        description=description if description is not None else _first_paragraph(fn.__doc__),
+        input_model=input_model,
+        handler=fn,
+        output_schema=output_schema,
+        extension=extension,
+        wants_context=wants_context,
+        is_async=inspect.iscoroutinefunction(target),
+    )
+
+
+def tool(
+    name: str | None = None,
+    *,
+    description: str | None = None,
+    input_model: type[pydantic.BaseModel] | None = None,
+    output_schema: dict[str, Any] | None = None,
+) -> Callable[[Handler], Tool]:
+    """Decorator that turns a function into a `Tool`.
+
+    Example:
+        ```python
+        @tool()
+        async def add(a: int, b: int) -> int:
+            "Add two integers."
+            return a + b
+        ```
+    """
+
+    def decorate(fn: Handler) -> Tool:
+        return make_tool(
+            fn, name=name, description=description, input_model=input_model, output_schema=output_schema
+        )
+
+    return decorate
+
+
+def to_tool_result(value: Any) -> ToolResult:
+    """Normalise what a handler returned into a `ToolResult`."""
+    if isinstance(value, ToolResult):
+        return value
+    if isinstance(value, str):
+        return ToolResult.from_text(value)
+    if isinstance(value, pydantic.BaseModel):
+        data = value.model_dump(mode="json")
+        return ToolResult.from_text(json.dumps(data, ensure_ascii=False), data)
+    if value is None:
+        return ToolResult.from_text("", None)
+    data = pydantic.TypeAdapter(Any).dump_python(value, mode="json")
+    return ToolResult.from_text(json.dumps(data, ensure_ascii=False), data)

@@ -1,0 +1,915 @@
+"""File tools: read_file (paged), edit_file (exact replacement), write_file (whole file).
+
+Decisions worth knowing:
+
+* Lines are separated by ``\\n``; a ``\\r\\n`` pair is one line ending (a lone ``\\r`` is text).
+* read_file pages by lines: at most `MAX_LINES` lines and `MAX_PAGE_BYTES` bytes of raw file
+  per page, whichever comes first. A single line longer than the byte cap is cut at a character
+  boundary; the page then says how to read the rest of that line with bash, and the next page
+  starts at the following line. Total lines are counted (and UTF-8 validity checked) for files
+  up to `SCAN_LIMIT` bytes; beyond that ``total_lines`` is ``None`` and pages are decoded on
+  their own (invalid bytes shown as U+FFFD and flagged).
+* Text is UTF-8, UTF-8 with BOM, or (when not valid UTF-8) Latin-1, which round-trips every
+  byte. NUL bytes in the first 8 KiB, or a UTF-16/32 BOM, mean binary: refused.
+* edit_file keeps the encoding, BOM, line endings (a CRLF file is matched and written in LF form
+  and converted back) and a missing final newline. write_file writes ``content`` as UTF-8,
+  exactly as given.
+* Writes are atomic: a temp file in the same directory, fsync, ``os.replace``, fsync of the
+  directory. The directory is opened once and checked to still be the checked real path, and the
+  temp file and rename go through that descriptor, so a symlink swapped in after the sandbox check
+  cannot redirect the write. An existing file keeps its mode; new files get 0644 minus umask.
+  Replacing the file gives it a new inode, so a hard link to it elsewhere keeps the old content.
+"""
+
+from __future__ import annotations
+
+import codecs
+import difflib
+import errno
+import io
+import os
+import secrets
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pydantic
+
+from codemode.errors import ToolError
+from codemode.sandbox._paths import check_readable, check_writable
+from codemode.tools._model import Tool, ToolContext, ToolResult, make_tool
+
+__all__ = [
+    "EDIT_MAX_BYTES",
+    "MAX_LINES",
+    "MAX_PAGE_BYTES",
+    "OVERWRITE_THRESHOLD",
+    "SCAN_LIMIT",
+    "EditFileArgs",
+    "ReadFileArgs",
+    "WriteFileArgs",
+    "file_tools",
+]
+
+MAX_LINES = 2000
+MAX_PAGE_BYTES = 256 * 1024
+SCAN_LIMIT = 64 * 1024 * 1024
+EDIT_MAX_BYTES = 64 * 1024 * 1024
+OVERWRITE_THRESHOLD = 32 * 1024
+SNIFF_BYTES = 8192
+DIFF_TEXT_MAX_LINES = 300
+DIFF_MAX_CHARS = 1024 * 1024
+_CHUNK = 1024 * 1024
+NEAR_MISS_CANDIDATES = 40
+NEAR_MISS_FUZZY_CHARS = 8 * 1024 * 1024
+
+
+# ---------------------------------------------------------------------------- argument models
+
+
+class ReadFileArgs(pydantic.BaseModel):
+    """Arguments of read_file."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    path: str = pydantic.Field(description="File path, absolute or relative to the workspace root.")
+    offset: int = pydantic.Field(default=1, ge=1, description="1-based number of the first line to show.")
+    limit: int = pydantic.Field(
+        default=MAX_LINES, ge=1, description=f"Maximum number of lines to show (at most {MAX_LINES})."
+    )
+
+
+class EditFileArgs(pydantic.BaseModel):
+    """Arguments of edit_file."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    path: str = pydantic.Field(description="File path, absolute or relative to the workspace root.")
+    old_text: str = pydantic.Field(description="Exact text to replace, including indentation.")
+    new_text: str = pydantic.Field(description="Replacement text.")
+    replace_all: bool = pydantic.Field(
+        default=False, description="Replace every occurrence instead of requiring exactly one."
+    )
+
+
+class WriteFileArgs(pydantic.BaseModel):
+    """Arguments of write_file."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    path: str = pydantic.Field(description="File path, absolute or relative to the workspace root.")
+    content: str = pydantic.Field(description="The whole new content of the file (written as UTF-8).")
+    create_only: bool = pydantic.Field(default=False, description="Fail if the file already exists.")
+    overwrite: bool = pydantic.Field(
+        default=False,
+        description=f"Required to replace an existing file larger than {OVERWRITE_THRESHOLD // 1024} KiB.",
+    )
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _display(ctx: ToolContext, real: Path) -> str:
+    """The path as a model reads it best: relative to the workspace when inside it."""
+    try:
+        workspace = Path(os.path.realpath(ctx.workspace))
+        return str(real.relative_to(workspace))
+    except ValueError:
+        return str(real)
+
+
+def _fmt_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} bytes"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} KiB ({n:,} bytes)"
+    return f"{n / (1024 * 1024):.1f} MiB ({n:,} bytes)"
+
+
+def _os_error(exc: OSError, action: str, path: str) -> ToolError:
+    """A clear message for a file-system error the model can act on."""
+    code = exc.errno
+    if code in (errno.EACCES, errno.EPERM):
+        what = "permission denied by the file system (not by codemode's sandbox)"
+    elif code == errno.ENOSPC:
+        what = "no space left on the device"
+    elif code == errno.EROFS:
+        what = "the file system is read-only"
+    elif code == errno.EFBIG:
+        what = "the file is larger than the file system or process allows"
+    elif code == errno.ENOTDIR:
+        what = "a component of the path is a file, not a directory"
+    else:
+        what = exc.strerror or str(exc)
+    return ToolError(
+        f"cannot {action} {path}: {what}.",
+        {"path": path, "errno": errno.errorcode.get(code or 0, str(code)), "error": str(exc)},
+    )
+
+
+def _close_names(real: Path) -> list[str]:
+    try:
+        names = os.listdir(real.parent)
+    except OSError:
+        return []
+    return difflib.get_close_matches(real.name, names, n=5, cutoff=0.5)
+
+
+def _missing(real: Path, shown: str, *, hint: str) -> ToolError:
+    if not real.parent.is_dir():
+        ancestor = real.parent
+        while not ancestor.is_dir() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        return ToolError(
+            f"{shown} does not exist: directory {real.parent} does not exist "
+            f"(deepest existing directory: {ancestor}). {hint}",
+            {"path": str(real), "missing_dir": str(real.parent), "existing_ancestor": str(ancestor)},
+        )
+    close = _close_names(real)
+    suggestion = f" Did you mean: {', '.join(close)}?" if close else ""
+    return ToolError(
+        f"{shown} does not exist.{suggestion} {hint}",
+        {"path": str(real), "similar": [str(real.parent / name) for name in close]},
+    )
+
+
+def _stat_regular(real: Path, shown: str, *, hint: str) -> os.stat_result:
+    """Stat a path that must be an existing regular file."""
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        raise _missing(real, shown, hint=hint) from None
+    except OSError as exc:
+        raise _os_error(exc, "read", shown) from exc
+    if stat.S_ISDIR(st.st_mode):
+        raise ToolError(
+            f"{shown} is a directory, not a file. List it with bash (ls {shown}).",
+            {"path": str(real), "kind": "directory"},
+        )
+    if not stat.S_ISREG(st.st_mode):
+        raise ToolError(
+            f"{shown} is not a regular file (a device, FIFO or socket); the file tools only handle "
+            "regular files. Use bash for it.",
+            {"path": str(real), "kind": "special"},
+        )
+    return st
+
+
+def _binary_error(shown: str, size: int, why: str) -> ToolError:
+    return ToolError(
+        f"{shown} is a binary file ({_fmt_bytes(size)}; {why}); read_file shows text only. "
+        f"Inspect it with bash, e.g. `file {shown}` or `xxd {shown} | head`.",
+        {"path": shown, "bytes": size, "binary": True, "reason": why},
+    )
+
+
+_UTF16_32_BOMS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+
+
+def _sniff(head: bytes, shown: str, size: int) -> str:
+    """Refuse binary content; return ``"utf-8-sig"`` when the head carries a UTF-8 BOM, else ``""``."""
+    if head.startswith(codecs.BOM_UTF8):
+        bom = "utf-8-sig"
+    elif head.startswith(_UTF16_32_BOMS):
+        raise ToolError(
+            f"{shown} is UTF-16/UTF-32 text ({_fmt_bytes(size)}); the file tools handle UTF-8 and "
+            f"Latin-1 only. Convert it with bash, e.g. `iconv -f UTF-16 -t UTF-8 {shown}`.",
+            {"path": shown, "bytes": size, "encoding": "utf-16/32"},
+        )
+    else:
+        bom = ""
+    if b"\x00" in head:
+        raise _binary_error(shown, size, "it contains NUL bytes")
+    return bom
+
+
+def _line_ending(sample: bytes) -> str:
+    crlf = sample.count(b"\r\n")
+    lf = sample.count(b"\n") - crlf
+    if crlf and lf:
+        return "mixed"
+    if crlf:
+        return "crlf"
+    return "lf" if lf else "none"
+
+
+def _looks_like_text(data: bytes) -> bool:
+    """For the Latin-1 fallback: refuse data dense in C0 control bytes (other than whitespace/ESC)."""
+    controls = sum(data.count(bytes([b])) for b in (*range(1, 8), *range(14, 27), *range(28, 32)))
+    return controls <= max(1, len(data) // 100)
+
+
+@dataclass
+class _Scan:
+    total_lines: int | None
+    utf8_valid: bool | None  # None: not scanned (file beyond SCAN_LIMIT)
+
+
+def _scan(fh: io.BufferedReader, size: int) -> _Scan:
+    """Count lines and check UTF-8 validity, streaming, for files up to SCAN_LIMIT."""
+    if size > SCAN_LIMIT:
+        return _Scan(None, None)
+    fh.seek(0)
+    newlines = 0
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    valid = True
+    last = b""
+    while chunk := fh.read(_CHUNK):
+        newlines += chunk.count(b"\n")
+        last = chunk[-1:]
+        if valid and not chunk.isascii():
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError:
+                valid = False
+    if valid:
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            valid = False
+    total = newlines + (1 if last and last != b"\n" else 0)
+    return _Scan(total, valid)
+
+
+def _skip_lines(fh: io.BufferedReader, count: int) -> int:
+    """Advance past ``count`` lines; return how many were actually skipped (fewer at EOF)."""
+    skipped = 0
+    while skipped < count:
+        start = fh.tell()
+        chunk = fh.read(_CHUNK)
+        if not chunk:
+            return skipped
+        n = chunk.count(b"\n")
+        if skipped + n < count:
+            skipped += n
+            if len(chunk) < _CHUNK:  # last chunk; a final line without newline counts too
+                if not chunk.endswith(b"\n"):
+                    skipped += 1
+                return skipped
+            continue
+        pos = -1
+        for _ in range(count - skipped):
+            pos = chunk.index(b"\n", pos + 1)
+        fh.seek(start + pos + 1)
+        return count
+    return skipped
+
+
+def _cut_utf8(data: bytes, limit: int) -> bytes:
+    """Cut ``data`` to at most ``limit`` bytes without splitting a UTF-8 sequence."""
+    cut = data[:limit]
+    back = 0
+    while back < 4 and back < len(cut) and (cut[-1 - back] & 0xC0) == 0x80:
+        back += 1
+    if back < len(cut) and cut[-1 - back] >= 0xC0:
+        width = 2 if cut[-1 - back] < 0xE0 else 3 if cut[-1 - back] < 0xF0 else 4
+        if width > back + 1:
+            cut = cut[: len(cut) - back - 1]
+    return cut
+
+
+def _strip_eol(line: str) -> str:
+    if line.endswith("\r\n"):
+        return line[:-2]
+    if line.endswith("\n"):
+        return line[:-1]
+    return line
+
+
+# ---------------------------------------------------------------------------- read_file
+
+
+READ_DESCRIPTION = (
+    "Read a text file, numbered like `cat -n`. Pages of at most "
+    f"{MAX_LINES} lines or {MAX_PAGE_BYTES // 1024} KiB: `offset` is the 1-based first line, `limit` the "
+    "number of lines. When more remains, the last line says the exact call to continue. Binary files "
+    "are refused (use bash). Structured result: {path, content (raw page text), start_line, end_line, "
+    "total_lines, next_offset (null at end), truncated, encoding, line_ending, bytes}."
+)
+
+
+def read_file(args: ReadFileArgs, ctx: ToolContext) -> ToolResult:
+    """Read one page of a text file."""
+    real = check_readable(ctx.policy, ctx.workspace, args.path)
+    shown = _display(ctx, real)
+    st = _stat_regular(real, shown, hint="Check the path; list the directory with bash ls.")
+    limit = min(args.limit, MAX_LINES)
+    try:
+        with open(real, "rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+            bom = _sniff(head, shown, st.st_size)
+            scan = _scan(fh, st.st_size)
+            if scan.utf8_valid is None:
+                try:
+                    head.decode("utf-8")
+                    head_utf8 = True
+                except UnicodeDecodeError as exc:
+                    head_utf8 = exc.start >= len(head) - 3  # only a sequence cut by the sniff size
+            else:
+                head_utf8 = scan.utf8_valid
+            if not head_utf8 and not _looks_like_text(head):
+                raise _binary_error(shown, st.st_size, "it is not UTF-8 and is full of control bytes")
+            encoding = (bom or "utf-8") if head_utf8 else "latin-1"
+            fh.seek(0)
+            skipped = _skip_lines(fh, args.offset - 1)
+            if skipped < args.offset - 1 or (args.offset > 1 and not fh.peek(1)):
+                total = scan.total_lines if scan.total_lines is not None else skipped
+                raise ToolError(
+                    f"offset {args.offset} is past the end of {shown}, which has {total} lines. "
+                    f"Use an offset from 1 to {max(total, 1)}.",
+                    {"path": str(real), "offset": args.offset, "total_lines": total},
+                )
+            raw_lines: list[bytes] = []
+            used = 0
+            cut_line: dict[str, int] | None = None
+            while len(raw_lines) < limit:
+                line = fh.readline(MAX_PAGE_BYTES - used + 1)
+                if not line:
+                    break
+                if used + len(line) > MAX_PAGE_BYTES:
+                    if raw_lines:
+                        fh.seek(-len(line), os.SEEK_CUR)
+                        break
+                    # A single line longer than the byte cap: cut it, skip the rest of it.
+                    line_no = args.offset
+                    shown_part = _cut_utf8(line, MAX_PAGE_BYTES)
+                    rest = len(line) - len(shown_part)
+                    while not line.endswith(b"\n"):
+                        line = fh.readline(_CHUNK)
+                        if not line:
+                            break
+                        rest += len(line)
+                    raw_lines.append(shown_part)
+                    cut_line = {
+                        "line": line_no,
+                        "shown_bytes": len(shown_part),
+                        "line_bytes": len(shown_part) + rest,
+                    }
+                    used += len(shown_part)
+                    break
+                raw_lines.append(line)
+                used += len(line)
+            more = bool(fh.peek(1))
+    except OSError as exc:
+        raise _os_error(exc, "read", shown) from exc
+
+    raw = b"".join(raw_lines)
+    if bom and args.offset == 1 and raw.startswith(codecs.BOM_UTF8):
+        raw = raw[len(codecs.BOM_UTF8) :]
+        raw_lines[0] = raw_lines[0][len(codecs.BOM_UTF8) :]
+    replaced = False
+    if encoding == "latin-1":
+        content = raw.decode("latin-1")
+    else:
+        try:
+            content = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            content = raw.decode("utf-8", errors="replace")
+            replaced = True
+    lines = _split_lf(content)
+    start = args.offset
+    end = start + len(lines) - 1
+    next_offset = end + 1 if more else None
+    truncated = more or cut_line is not None
+    body = "\n".join(f"{start + i:6d}\t{_strip_eol(line)}" for i, line in enumerate(lines))
+    notes: list[str] = []
+    if cut_line is not None:
+        n = cut_line["line"]
+        notes.append(
+            f"[line {n} is {cut_line['line_bytes']:,} bytes; showing its first {cut_line['shown_bytes']:,}. "
+            f"Read the rest with bash: sed -n '{n}p' {shown} | cut -b {cut_line['shown_bytes'] + 1}-]"
+        )
+    if replaced:
+        notes.append("[this page has bytes that are not valid UTF-8; they are shown as \ufffd]")
+    if not lines:
+        body = f"[{shown} is empty]" if st.st_size == 0 else f"[{shown}: no lines at offset {start}]"
+    elif next_offset is not None:
+        of = f"{scan.total_lines}" if scan.total_lines is not None else "an uncounted number (file too large)"
+        notes.append(
+            f'[showing lines {start}-{end} of {of}; continue with read_file({{path: "{args.path}", '
+            f"offset: {next_offset}}})]"
+        )
+    text = "\n".join([body, *notes])
+    structured: dict[str, Any] = {
+        "path": str(real),
+        "content": content,
+        "start_line": start,
+        "end_line": end,
+        "total_lines": scan.total_lines,
+        "next_offset": next_offset,
+        "truncated": truncated,
+        "encoding": encoding + (" (invalid bytes replaced)" if replaced else ""),
+        "line_ending": _line_ending(head),
+        "bytes": len(raw),
+    }
+    if cut_line is not None:
+        structured["cut_line"] = cut_line
+    return ToolResult.from_text(text, structured)
+
+
+def _split_lf(text: str) -> list[str]:
+    """Split on ``\\n`` only (``str.splitlines`` would also split on a lone ``\\r`` and others)."""
+    parts = text.split("\n")
+    lines = [part + "\n" for part in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+# ---------------------------------------------------------------------------- decoding for edits
+
+
+@dataclass
+class _Decoded:
+    text: str  # with CRLF converted to LF when crlf is True
+    encoding: str  # "utf-8", "utf-8-sig" or "latin-1"
+    crlf: bool
+
+
+def _decode_for_edit(data: bytes, shown: str) -> _Decoded:
+    bom = _sniff(data[:SNIFF_BYTES], shown, len(data))
+    if bom:
+        text = data[len(codecs.BOM_UTF8) :].decode("utf-8", errors="strict") if _is_utf8(data) else None
+        encoding = "utf-8-sig"
+    else:
+        text = data.decode("utf-8") if _is_utf8(data) else None
+        encoding = "utf-8"
+    if text is None:
+        if not _looks_like_text(data[:SNIFF_BYTES]):
+            raise _binary_error(shown, len(data), "it is not UTF-8 and is full of control bytes")
+        text = data.decode("latin-1")
+        encoding = "latin-1"
+    crlf_count = text.count("\r\n")
+    crlf = crlf_count > 0 and crlf_count == text.count("\n")
+    if crlf:
+        text = text.replace("\r\n", "\n")
+    return _Decoded(text, encoding, crlf)
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _encode(text: str, encoding: str, shown: str, what: str) -> bytes:
+    try:
+        return text.encode(encoding)
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end]
+        if any(0xD800 <= ord(ch) <= 0xDFFF for ch in bad):
+            raise ToolError(
+                f"{what} contains an unpaired surrogate ({bad.encode('unicode_escape').decode()}) at "
+                f"character {exc.start}; send complete characters (e.g. a whole emoji). "
+                f"{shown} is unchanged.",
+                {"path": shown, "position": exc.start},
+            ) from None
+        raise ToolError(
+            f"{shown} is {encoding} text and cannot hold {bad!r} (character {exc.start}). Use characters "
+            f"{encoding} can encode, or convert the file to UTF-8 first (e.g. bash: "
+            f"iconv -f latin1 -t utf-8). {shown} is unchanged.",
+            {"path": shown, "encoding": encoding, "position": exc.start},
+        ) from None
+
+
+# ---------------------------------------------------------------------------- diff
+
+
+def _diff(before: str, after: str, shown: str, *, created: bool = False) -> str:
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        fromfile="/dev/null" if created else f"a/{shown}",
+        tofile=f"b/{shown}",
+    )
+    out: list[str] = []
+    size = 0
+    for line in lines:
+        piece = line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+        if size + len(piece) > DIFF_MAX_CHARS:
+            out.append(f"[diff cut at {DIFF_MAX_CHARS:,} characters; read the file with read_file]\n")
+            break
+        out.append(piece)
+        size += len(piece)
+    return "".join(out)
+
+
+def _diff_for_text(diff: str) -> str:
+    lines = diff.splitlines()
+    if len(lines) <= DIFF_TEXT_MAX_LINES:
+        return diff.rstrip("\n")
+    kept = "\n".join(lines[:DIFF_TEXT_MAX_LINES])
+    return (
+        f"{kept}\n[diff cut after {DIFF_TEXT_MAX_LINES} of {len(lines)} lines; the whole diff is in "
+        "structured_content.diff, or read the file with read_file]"
+    )
+
+
+# ---------------------------------------------------------------------------- atomic write
+
+
+def _atomic_write(real: Path, data: bytes, shown: str) -> None:
+    """Replace ``real`` with ``data`` atomically, keeping the existing file's mode.
+
+    Raises:
+        ToolError: The write failed; the original file (if any) is intact and no temp file is left.
+    """
+    parent, name = real.parent, real.name
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as exc:
+        raise _os_error(exc, "create the directory for", shown) from exc
+    try:
+        dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _os_error(exc, "open the directory of", shown) from exc
+    tmp = f".{name[:200]}.{secrets.token_hex(4)}.codemode-tmp"
+    made_tmp = False
+    try:
+        try:
+            opened = os.readlink(f"/proc/self/fd/{dfd}")
+        except OSError:
+            opened = str(parent)  # no /proc: cannot re-check
+        if opened != str(parent):
+            raise ToolError(
+                f"{shown} changed while writing: its directory now resolves to {opened}, not {parent}. "
+                "Nothing was written.",
+                {"path": str(real), "expected": str(parent), "found": opened},
+            )
+        try:
+            old = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            old = None
+        if old is not None and not stat.S_ISREG(old.st_mode):
+            raise ToolError(
+                f"{shown} is no longer a regular file (it changed while writing). Nothing was written.",
+                {"path": str(real)},
+            )
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dfd
+        )
+        made_tmp = True
+        try:
+            if old is not None:
+                os.fchmod(fd, stat.S_IMODE(old.st_mode))
+                if (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
+                    try:
+                        os.fchown(fd, old.st_uid, old.st_gid)
+                    except PermissionError:
+                        pass  # not ours to give away; the mode is still kept
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        made_tmp = False
+        os.fsync(dfd)
+    except OSError as exc:
+        raise _os_error(exc, "write", shown) from exc
+    finally:
+        if made_tmp:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+        os.close(dfd)
+
+
+# ---------------------------------------------------------------------------- edit_file
+
+
+EDIT_DESCRIPTION = (
+    "Replace exact text in a file. `old_text` must occur exactly once (include enough surrounding lines "
+    "to make it unique) unless `replace_all` is true. No match or several matches change nothing and "
+    "report the matching line numbers or the closest near-miss. Keeps encoding, BOM, CRLF line endings "
+    "(give LF; they are converted) and a missing final newline. Returns a unified diff. Files up to "
+    f"{EDIT_MAX_BYTES // (1024 * 1024)} MiB."
+)
+
+
+def edit_file(args: EditFileArgs, ctx: ToolContext) -> ToolResult:
+    """Replace exact text in a file."""
+    real = check_writable(ctx.policy, ctx.workspace, args.path)
+    shown = _display(ctx, real)
+    if not args.old_text:
+        raise ToolError(
+            "old_text is empty. To create or replace a whole file use write_file; to insert text, "
+            "put the neighbouring existing text in old_text and the same text plus your insertion "
+            "in new_text.",
+            {"path": str(real)},
+        )
+    if args.old_text == args.new_text:
+        raise ToolError(
+            "old_text and new_text are identical, so there is nothing to change. "
+            "Give the new text in new_text.",
+            {"path": str(real)},
+        )
+    st = _stat_regular(real, shown, hint="Create new files with write_file.")
+    if st.st_size > EDIT_MAX_BYTES:
+        raise ToolError(
+            f"{shown} is {_fmt_bytes(st.st_size)}, over edit_file's {EDIT_MAX_BYTES // (1024 * 1024)} MiB "
+            "limit. Edit it with bash (e.g. sed -i).",
+            {"path": str(real), "bytes": st.st_size, "limit": EDIT_MAX_BYTES},
+        )
+    try:
+        data = real.read_bytes()
+    except OSError as exc:
+        raise _os_error(exc, "read", shown) from exc
+    decoded = _decode_for_edit(data, shown)
+    text = decoded.text
+    old, new = args.old_text, args.new_text
+    if "\r\n" not in text:
+        # CRLF files are matched in LF form (decoded.text); LF files also take CRLF input as LF.
+        old, new = old.replace("\r\n", "\n"), new.replace("\r\n", "\n")
+        if old == new:
+            raise ToolError(
+                "old_text and new_text differ only in line endings, which edit_file keeps as the file has "
+                "them; there is nothing to change.",
+                {"path": str(real)},
+            )
+    count = text.count(old)
+    if count == 0:
+        raise _no_match(text, old, shown, str(real))
+    if count > 1 and not args.replace_all:
+        raise _many_matches(text, old, count, shown, str(real))
+    updated = text.replace(old, new)
+    out_text = updated.replace("\n", "\r\n") if decoded.crlf else updated
+    payload = _encode(out_text, decoded.encoding, shown, "new_text")
+    _atomic_write(real, payload, shown)
+    diff = _diff(text, updated, shown)
+    summary = (
+        f"Edited {shown}: {count} replacement{'s' if count != 1 else ''}, "
+        f"{len(data):,} -> {len(payload):,} bytes."
+    )
+    return ToolResult.from_text(
+        f"{summary}\n{_diff_for_text(diff)}",
+        {
+            "path": str(real),
+            "replacements": count,
+            "diff": diff,
+            "bytes_before": len(data),
+            "bytes_after": len(payload),
+        },
+    )
+
+
+def _line_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _many_matches(text: str, old: str, count: int, shown: str, real: str) -> ToolError:
+    positions: list[int] = []
+    pos = text.find(old)
+    while pos != -1:
+        positions.append(pos)
+        pos = text.find(old, pos + len(old))
+    file_lines = text.split("\n")
+    matches = []
+    for p in positions[:50]:
+        line = _line_of(text, p)
+        matches.append({"line": line, "text": file_lines[line - 1][:200]})
+    listed = ", ".join(str(m["line"]) for m in matches[:20])
+    more = f" and {count - 20} more" if count > 20 else ""
+    return ToolError(
+        f"old_text occurs {count} times in {shown} (at lines {listed}{more}); nothing was changed. "
+        "Add surrounding lines to old_text so it matches once, or set replace_all: true to replace all.",
+        {"path": real, "match_count": count, "matches": matches},
+    )
+
+
+def _norm_ws(line: str) -> str:
+    return " ".join(line.split())
+
+
+def _hint(window: list[str], wanted: list[str]) -> str:
+    joined_w, joined_o = "\n".join(window), "\n".join(wanted)
+    if joined_w.lower() == joined_o.lower():
+        return "letter case differs"
+    if [line.strip() for line in window] == [line.strip() for line in wanted]:
+        w_tabs = any(line.startswith("\t") for line in window)
+        o_tabs = any(line.startswith("\t") for line in wanted)
+        if w_tabs != o_tabs:
+            return f"indentation differs: the file indents with {'tabs' if w_tabs else 'spaces'}"
+        return "indentation or trailing whitespace differs"
+    if [_norm_ws(line) for line in window] == [_norm_ws(line) for line in wanted]:
+        return "whitespace inside lines differs"
+    if [_norm_ws(line).lower() for line in window] == [_norm_ws(line).lower() for line in wanted]:
+        return "whitespace and letter case differ"
+    for i, (have, want) in enumerate(zip(window, wanted, strict=False)):
+        if have != want:
+            return f"first difference in line {i + 1} of the region: the file has {have[:160]!r}"
+    return "the region has a different number of lines"
+
+
+def _candidate_starts(file_lines: list[str], wanted: list[str], k: int) -> list[int]:
+    """Window starts worth an exact similarity check, found cheaply.
+
+    Windows are ranked by how many of their lines equal (whitespace- and case-insensitively) a
+    line of ``old_text``; when no line matches at all, by how close single file lines come to
+    the first non-blank line of ``old_text``.
+    """
+    keys = {_norm_ws(line).lower() for line in wanted if line.strip()}
+    hits = [1 if line.strip() and _norm_ws(line).lower() in keys else 0 for line in file_lines]
+    windows = max(1, len(file_lines) - k + 1)
+    score = sum(hits[:k])
+    scores = [score]
+    for start in range(1, windows):
+        score += hits[start + k - 1] - hits[start - 1]
+        scores.append(score)
+    if max(scores) > 0:
+        ranked = sorted(range(windows), key=lambda s: (-scores[s], s))
+        return ranked[:NEAR_MISS_CANDIDATES]
+    anchor_index = next((i for i, line in enumerate(wanted) if line.strip()), 0)
+    anchor = wanted[anchor_index]
+    if sum(len(line) for line in file_lines) > NEAR_MISS_FUZZY_CHARS:
+        return []
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2(anchor)
+    line_scores: list[tuple[float, int]] = []
+    for i, line in enumerate(file_lines):
+        matcher.set_seq1(line)
+        if matcher.real_quick_ratio() >= 0.5:
+            line_scores.append((matcher.quick_ratio(), i))
+    line_scores.sort(key=lambda item: (-item[0], item[1]))
+    starts: list[int] = []
+    for _, i in line_scores[:NEAR_MISS_CANDIDATES]:
+        start = min(max(0, i - anchor_index), windows - 1)
+        if start not in starts:
+            starts.append(start)
+    return starts
+
+
+def _no_match(text: str, old: str, shown: str, real: str) -> ToolError:
+    file_lines = text.split("\n")
+    wanted = old.strip("\n").split("\n")
+    k = min(len(wanted), len(file_lines))
+    best: tuple[float, int] | None = None
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2("\n".join(wanted))
+    for start in _candidate_starts(file_lines, wanted, k):
+        matcher.set_seq1("\n".join(file_lines[start : start + k]))
+        ratio = matcher.ratio()
+        if best is None or ratio > best[0]:
+            best = (ratio, start)
+    data: dict[str, Any] = {"path": real, "match_count": 0}
+    message = f"old_text was not found in {shown}; nothing was changed."
+    if "\r" in old and "\r" not in text:
+        message += " old_text contains carriage returns (\\r) but the file has none."
+    if best is not None and best[0] >= 0.5:
+        ratio, start = best
+        window = file_lines[start : start + k]
+        hint = _hint(window, wanted)
+        first, last = start + 1, start + k
+        region = "\n".join(f"{first + i:6d}\t{line}" for i, line in enumerate(window))
+        if len(region) > 4000:
+            region = region[:4000] + "\n[region cut; read it with read_file]"
+        message += (
+            f" Closest match: lines {first}-{last} (similarity {ratio:.2f}); {hint}. Those lines are:\n"
+            f"{region}\nCopy old_text exactly from the file (read_file shows it) and try again."
+        )
+        data["near_miss"] = {
+            "start_line": first,
+            "end_line": last,
+            "similarity": round(ratio, 3),
+            "hint": hint,
+            "text": "\n".join(window)[:20000],
+        }
+    else:
+        message += " No similar region either; read the file with read_file and copy old_text exactly."
+        data["near_miss"] = None
+    return ToolError(message, data)
+
+
+# ---------------------------------------------------------------------------- write_file
+
+
+WRITE_DESCRIPTION = (
+    "Write a whole file (UTF-8, exactly `content`), creating missing parent directories. "
+    "`create_only: true` fails if the file exists. Replacing an existing file larger than "
+    f"{OVERWRITE_THRESHOLD // 1024} KiB needs `overwrite: true`; for small changes use edit_file. "
+    "Atomic; keeps the file mode. Returns a unified diff."
+)
+
+
+def write_file(args: WriteFileArgs, ctx: ToolContext) -> ToolResult:
+    """Write a whole file."""
+    real = check_writable(ctx.policy, ctx.workspace, args.path)
+    shown = _display(ctx, real)
+    payload = _encode(args.content, "utf-8", shown, "content")
+    try:
+        st: os.stat_result | None = os.stat(real)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise _os_error(exc, "write", shown) from exc
+    before = ""
+    old_bytes = 0
+    binary_before = False
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise ToolError(
+                f"{shown} is a directory; give a file path.", {"path": str(real), "kind": "directory"}
+            )
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolError(
+                f"{shown} is not a regular file (a device, FIFO or socket); "
+                "write_file only writes regular files.",
+                {"path": str(real), "kind": "special"},
+            )
+        old_bytes = st.st_size
+        if args.create_only:
+            raise ToolError(
+                f"{shown} already exists ({_fmt_bytes(st.st_size)}) and create_only is set; nothing was "
+                "written. Use edit_file to change it, or drop create_only to replace it.",
+                {"path": str(real), "exists": True, "bytes": st.st_size},
+            )
+        if st.st_size > OVERWRITE_THRESHOLD and not args.overwrite:
+            raise ToolError(
+                f"{shown} exists and is {_fmt_bytes(st.st_size)}, over {OVERWRITE_THRESHOLD // 1024} KiB; "
+                "replacing it needs overwrite: true. For small changes use edit_file instead.",
+                {"path": str(real), "exists": True, "bytes": st.st_size, "threshold": OVERWRITE_THRESHOLD},
+            )
+        if st.st_size <= EDIT_MAX_BYTES:
+            try:
+                old_data = real.read_bytes()
+            except OSError as exc:
+                raise _os_error(exc, "read", shown) from exc
+            binary_before = b"\x00" in old_data[:SNIFF_BYTES]
+            before = old_data.decode("utf-8", errors="replace")
+    _atomic_write(real, payload, shown)
+    created = st is None
+    lines = args.content.count("\n") + (1 if args.content and not args.content.endswith("\n") else 0)
+    if binary_before:
+        diff = f"[binary file {shown} replaced by text]\n"
+    elif st is not None and st.st_size > EDIT_MAX_BYTES:
+        diff = f"[previous content ({_fmt_bytes(st.st_size)}) too large to diff]\n"
+    else:
+        diff = _diff(before, args.content, shown, created=created)
+    if created:
+        summary = f"Created {shown}: {len(payload):,} bytes, {lines} lines."
+    elif before == args.content:
+        summary = f"Wrote {shown}: content unchanged ({len(payload):,} bytes)."
+    else:
+        summary = f"Replaced {shown}: {old_bytes:,} -> {len(payload):,} bytes, {lines} lines."
+    text = f"{summary}\n{_diff_for_text(diff)}" if diff else summary
+    return ToolResult.from_text(
+        text, {"path": str(real), "created": created, "bytes": len(payload), "lines": lines, "diff": diff}
+    )
+
+
+# ---------------------------------------------------------------------------- registration
+
+
+def file_tools() -> list[Tool]:
+    """The three file tools: read_file, edit_file, write_file."""
+    return [
+        make_tool(read_file, name="read_file", description=READ_DESCRIPTION, input_model=ReadFileArgs),
+        make_tool(edit_file, name="edit_file", description=EDIT_DESCRIPTION, input_model=EditFileArgs),
+        make_tool(write_file, name="write_file", description=WRITE_DESCRIPTION, input_model=WriteFileArgs),
+    ]

@@ -1,47 +1,304 @@
-"""INTERFACE STUB — being implemented by the sandbox engineer. Signatures are the contract."""
+"""Landlock enforcement of a :class:`SandboxPolicy` for one child process, fail closed.
+
+How a caller starts a confined command::
+
+    with prepare_confinement(policy) as conf:       # raises SandboxUnavailable: do not run
+        env.update(conf.env)
+        subprocess.Popen(argv, env=env, preexec_fn=conf.preexec, pass_fds=conf.pass_fds)
+        # or ptyprocess.PtyProcess.spawn(argv, env=env, preexec_fn=conf.preexec,
+        #                                pass_fds=conf.pass_fds)   # pass_fds is REQUIRED here
+
+The ruleset is built in the parent; the child's ``preexec`` only sets ``no_new_privs``, calls
+``landlock_restrict_self`` and closes the ruleset fd. If that fails, the child writes one line
+starting with :data:`ENFORCEMENT_FAILED_MARKER` to fd 2 and exits with status
+:data:`ENFORCEMENT_FAILED_EXIT` before exec, so the command never runs unconfined;
+:func:`explain_denial` turns that output into a clear line.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from types import TracebackType
 
-from codemode.sandbox._policy import SandboxPolicy
+from codemode.errors import SandboxUnavailable, UserError
+from codemode.sandbox._denial import ENFORCEMENT_FAILED_MARKER, explain_denial
+from codemode.sandbox._landlock import (
+    FS_EXECUTE,
+    FS_IOCTL_DEV,
+    FS_READ_DIR,
+    FS_READ_FILE,
+    FS_RIGHTS,
+    FS_TRUNCATE,
+    FS_WRITE_FILE,
+    KNOWN_ABI,
+    NET_RIGHTS,
+    PR_SET_NO_NEW_PRIVS,
+    SCOPES,
+    SYS_RESTRICT_SELF,
+    LandlockStatus,
+    RulesetAttr,
+    add_path_rule,
+    create_ruleset,
+    landlock_status,
+    mask_for,
+    prctl_fn,
+    ruleset_attr_size,
+    syscall_fn,
+)
+from codemode.sandbox._policy import SandboxMode, SandboxPolicy
+
+__all__ = [
+    "ENFORCEMENT_FAILED_EXIT",
+    "ENFORCEMENT_FAILED_MARKER",
+    "Confinement",
+    "LandlockStatus",
+    "check_policy",
+    "explain_denial",
+    "landlock_status",
+    "prepare_confinement",
+]
+
+#: Exit status of a child whose confinement could not be enforced (it never ran the command).
+ENFORCEMENT_FAILED_EXIT = 126
+
+# Devices every confined command may write (and ioctl, so terminals keep working).
+_DEVICE_PATHS = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts")
+# POSIX shared memory and semaphores (multiprocessing locks): writable in workspace-write only.
+_WORKSPACE_EXTRA_PATHS = ("/dev/shm",)
+_DEVICE_RIGHTS = FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV
 
 
-@dataclass(frozen=True)
-class LandlockStatus:
-    """What this kernel offers (for `codemode doctor` and fail-closed checks)."""
-
-    abi: int  # 0 when Landlock is unavailable
-    fs_rights: tuple[str, ...]
-    network_rules: bool
-    reason: str | None = None  # why unavailable / simulated
-
-
-@dataclass(frozen=True)
 class Confinement:
-    """How to start one child process under a policy.
+    """How to start one child process under a policy; owns the Landlock ruleset fd.
 
-    ``preexec`` runs in the child between fork and exec (pass it as ``preexec_fn`` to
-    subprocess.Popen / ptyprocess); it does only async-signal-safe-ish syscalls (the ruleset
-    is built in the parent). ``env`` holds variables to add (TMPDIR). ``None`` preexec means
-    unconfined (full-access).
+    Use it as a context manager (or call :meth:`close`) so the ruleset fd is closed in the
+    parent once the child has been spawned; one Confinement may start several children
+    before it is closed. The fd is ``O_CLOEXEC`` and closed by the child itself after
+    ``landlock_restrict_self``, so it never reaches the command.
+
+    Attributes:
+        preexec: Pass as ``preexec_fn``; ``None`` means unconfined (full-access).
+        env: Variables to add to the child's environment (``TMPDIR``).
+        description: One line saying what is enforced (for logs and ``doctor``).
+        pass_fds: Pass as ``pass_fds``. Required with ptyprocess, which closes every other fd
+            before ``preexec_fn`` runs; harmless with subprocess.
     """
 
-    preexec: Callable[[], None] | None
-    env: dict[str, str] = field(default_factory=dict)
-    description: str = ""
+    def __init__(
+        self,
+        preexec: Callable[[], None] | None,
+        env: dict[str, str] | None = None,
+        description: str = "",
+        ruleset_fd: int | None = None,
+    ) -> None:
+        self.preexec = preexec
+        self.env: dict[str, str] = dict(env or {})
+        self.description = description
+        self._fd = ruleset_fd
+        self.closed = False
+
+    @property
+    def ruleset_fd(self) -> int | None:
+        """The Landlock ruleset fd (``None`` when unconfined or closed)."""
+        return None if self.closed else self._fd
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        """File descriptors the child needs until ``preexec`` has run."""
+        return () if self._fd is None or self.closed else (self._fd,)
+
+    def close(self) -> None:
+        """Close the ruleset fd in this (parent) process; later spawns fail closed."""
+        if not self.closed:
+            self.closed = True
+            if self._fd is not None:
+                os.close(self._fd)
+
+    def __enter__(self) -> Confinement:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except OSError:
+            pass
+
+    def __repr__(self) -> str:
+        return f"Confinement({self.description!r}, fd={self.ruleset_fd})"
 
 
-def landlock_status() -> LandlockStatus:
-    raise NotImplementedError
+def _is_within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _extra_writable(policy: SandboxPolicy) -> tuple[str, ...]:
+    return _WORKSPACE_EXTRA_PATHS if policy.mode is SandboxMode.WORKSPACE_WRITE else ()
+
+
+def check_policy(policy: SandboxPolicy) -> None:
+    """Refuse a policy that would let commands write a protected directory (the state dir).
+
+    Landlock grants by hierarchy and cannot carve a subtree out of a writable root, so a
+    protected directory at or under a writable root cannot be kept unwritable. A writable root
+    *inside* a protected directory (e.g. a per-session temp dir under the state dir) is fine.
+
+    Args:
+        policy: The policy the host is about to use.
+
+    Raises:
+        UserError: A protected directory lies at or under a writable root.
+    """
+    if not policy.confined:
+        return
+    roots = [os.path.realpath(p) for p in policy.all_writable()]
+    roots.extend(_extra_writable(policy))
+    for protected in policy.protected:
+        real = os.path.realpath(protected)
+        for root in roots:
+            if _is_within(real, root):
+                raise UserError(
+                    f"The protected directory {real} (codemode's state directory) lies inside the "
+                    f"writable root {root}, so sandboxed commands could change the archive, logs and "
+                    "database. Move the state directory outside every writable root (set "
+                    "CODEMODE_HOME) or do not make that directory writable."
+                )
+
+
+def _unavailable_message(policy: SandboxPolicy, status: LandlockStatus) -> str:
+    why = status.reason or f"this kernel has Landlock ABI {status.abi}, which lacks file truncation control"
+    return (
+        f"Sandbox mode '{policy.mode.value}' needs Linux Landlock ABI 3 or later, but {why}; the command "
+        "was not run. Use a kernel with Landlock ABI >= 3 enabled (Linux 6.2 or later, 'landlock' in the "
+        "lsm= boot parameter), or ask explicitly for sandbox mode 'full-access' (no confinement)."
+    )
+
+
+def _base_env(policy: SandboxPolicy) -> dict[str, str]:
+    return {"TMPDIR": str(policy.temp_dir)} if policy.temp_dir is not None else {}
 
 
 def prepare_confinement(policy: SandboxPolicy) -> Confinement:
-    """Raises SandboxUnavailable when a confined mode cannot be enforced (fail closed)."""
-    raise NotImplementedError
+    """Build the Landlock ruleset for ``policy`` in this process and return how to apply it.
+
+    ``full-access`` returns an unconfined Confinement (``preexec`` is ``None``). Confined modes
+    handle every filesystem right the running ABI knows, allow read and execute everywhere,
+    all rights beneath each writable root, and writes (and ioctls) on ``/dev/null``, ``/dev/zero``,
+    ``/dev/full``, ``/dev/tty``, ``/dev/ptmx`` and ``/dev/pts`` so terminals work; in
+    ``workspace-write`` also ``/dev/shm`` (POSIX semaphores, multiprocessing). ``network:
+    false`` handles TCP bind and connect with no port allowed. On ABI 6 and later the command
+    also cannot signal, or connect to abstract unix sockets of, processes outside its own
+    sandbox (it can still signal its own children).
+
+    Args:
+        policy: The sandbox policy.
+
+    Returns:
+        A Confinement; close it (or use ``with``) after spawning.
+
+    Raises:
+        SandboxUnavailable: Landlock (ABI >= 3), or its network rules (ABI >= 4) when the
+            network is off, is unavailable, or the ruleset cannot be built.
+        UserError: A protected directory lies under a writable root, or a writable root does
+            not exist.
+    """
+    env = _base_env(policy)
+    if not policy.confined:
+        return Confinement(None, env, "full-access: unconfined")
+    status = landlock_status()
+    if status.abi < 3:
+        raise SandboxUnavailable(_unavailable_message(policy, status))
+    if not policy.network and not status.network_rules:
+        raise SandboxUnavailable(
+            f"network: false needs Landlock network rules (ABI 4, Linux 6.7 or later), but this kernel has "
+            f"Landlock ABI {status.abi}; the command was not run. Use a newer kernel, or turn the network "
+            "on (network=True / --network on)."
+        )
+    check_policy(policy)
+
+    abi = min(status.abi, KNOWN_ABI)
+    fs_all = mask_for(FS_RIGHTS, abi)
+    attr = RulesetAttr(
+        handled_access_fs=fs_all,
+        handled_access_net=0 if policy.network else mask_for(NET_RIGHTS, abi),
+        scoped=mask_for(SCOPES, abi),
+    )
+    try:
+        fd = create_ruleset(attr, ruleset_attr_size(abi), 0)
+    except OSError as exc:
+        raise SandboxUnavailable(
+            f"Creating the Landlock ruleset failed ({exc.strerror}); the command was not run. "
+            "Run `codemode doctor` to see what this kernel supports, or ask explicitly for full-access."
+        ) from exc
+    writable = [str(p) for p in policy.all_writable()]
+    try:
+        add_path_rule(fd, "/", FS_READ_FILE | FS_READ_DIR | FS_EXECUTE)
+        for path in (*_DEVICE_PATHS, *_extra_writable(policy)):
+            if os.path.exists(path):
+                add_path_rule(fd, path, _DEVICE_RIGHTS if path != "/dev/shm" else fs_all)
+        for root in writable:
+            try:
+                add_path_rule(fd, root, fs_all)
+            except FileNotFoundError as exc:
+                raise UserError(
+                    f"The writable root {root} does not exist; create it or remove it from the sandbox "
+                    "policy."
+                ) from exc
+    except UserError:
+        os.close(fd)
+        raise
+    except OSError as exc:
+        os.close(fd)
+        raise SandboxUnavailable(
+            f"Adding a Landlock rule failed ({exc}); the command was not run. Check the writable roots, "
+            "or ask explicitly for full-access."
+        ) from exc
+
+    net = "on" if policy.network else "off (TCP bind/connect denied)"
+    roots = ", ".join(writable) if writable else "none"
+    description = f"landlock ABI {status.abi}, {policy.mode.value}, writable: {roots}; network {net}"
+    conf = Confinement(None, env, description, ruleset_fd=fd)
+    conf.preexec = _make_preexec(conf, fd)
+    return conf
 
 
-def explain_denial(output: str, policy: SandboxPolicy) -> str | None:
-    """One line naming what the sandbox denied, or None."""
-    raise NotImplementedError
+def _make_preexec(conf: Confinement, fd: int) -> Callable[[], None]:
+    """The child side: prctl + restrict_self + close, everything bound in the parent."""
+    prctl = prctl_fn()
+    syscall = syscall_fn()
+    get_errno = ctypes.get_errno
+    write, exit_, close = os.write, os._exit, os.close
+    args = (ctypes.c_long(SYS_RESTRICT_SELF), ctypes.c_long(fd), ctypes.c_uint32(0))
+    marker = ENFORCEMENT_FAILED_MARKER.encode()
+    tail = b"; the command was not run.\n"
+    ebadf_hint = (
+        b" (the ruleset fd was closed before preexec ran: with ptyprocess pass "
+        b"pass_fds=conf.pass_fds, and spawn before conf.close())"
+    )
+
+    def fail(what: bytes) -> None:
+        err = get_errno()
+        hint = ebadf_hint if err in (9, 77) else b""  # EBADF, EBADFD
+        write(2, marker + b" " + what + b" failed with errno " + str(err).encode() + hint + tail)
+        exit_(ENFORCEMENT_FAILED_EXIT)
+
+    def preexec() -> None:
+        if conf.closed:
+            write(2, marker + b" the confinement was closed before the command was spawned" + tail)
+            exit_(ENFORCEMENT_FAILED_EXIT)
+        if prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            fail(b"prctl(PR_SET_NO_NEW_PRIVS)")
+        if syscall(*args) != 0:
+            fail(b"landlock_restrict_self")
+        close(fd)
+
+    return preexec

@@ -1,0 +1,191 @@
+"""Recognise, in a failed command's output, that the sandbox denied something; say so in one line."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from codemode.sandbox._policy import SandboxMode, SandboxPolicy
+
+__all__ = ["ENFORCEMENT_FAILED_MARKER", "explain_denial"]
+
+#: Start of the line a child writes to fd 2 when its confinement could not be enforced.
+ENFORCEMENT_FAILED_MARKER = "codemode sandbox: enforcing the Landlock ruleset in the child:"
+
+# Errors Landlock produces for filesystem writes: EACCES, EPERM (some tools), EXDEV (rename or
+# link across directories without the REFER right), and EROFS as some tools word it.
+_FS_ERROR = re.compile(
+    r"permission denied|operation not permitted|read-only file system|invalid cross-device link"
+    r"|\bEACCES\b|\bEPERM\b|\bEROFS\b|\bEXDEV\b|errno 13\b|errno 1\b|errno 18\b|os error 13\b",
+    re.IGNORECASE,
+)
+_QUOTED = re.compile(r"""'([^'\n]+)'|"([^"\n]+)"|‘([^’\n]+)’|`([^'`\n]+)'""")
+_BARE_PATH = re.compile(r"(?:(?<=\s)|(?<=^)|(?<=[:=(]))(/[^\s:'\"`,;()]*)")
+_NETWORK_FAILURE = re.compile(
+    r"failed to connect|couldn't connect|could not connect|unable to connect|connection refused"
+    r"|network is unreachable|NewConnectionError|urlopen error|connect\(\)"
+    r"|Failed to establish a new connection|ECONNREFUSED|ENETUNREACH"
+    r"|connect: permission denied|bind: permission denied|/dev/(?:tcp|udp)/",
+    re.IGNORECASE,
+)
+_NETWORK_CONTEXT = re.compile(r"connect|\bbind\b|\.bind\(|socket|\bport\b|https?://|\bhost\b", re.IGNORECASE)
+_PATHLESS_DENIAL = re.compile(
+    r"permission denied|\berrno 13\b|\bEACCES\b|operation not permitted|os error 13\b", re.IGNORECASE
+)
+_ENDPOINTS = (
+    re.compile(r"/dev/tcp/([^/\s]+)/(\d+)"),
+    re.compile(r"(?:connect to|connecting to)\s+([\w.\-:\[\]]+?)[\s:]+port\s+(\d+)", re.IGNORECASE),
+    re.compile(r"host='([^']+)',\s*port=(\d+)"),
+    re.compile(r"\(\s*'([\w.\-:]+)'\s*,\s*(\d+)\s*\)"),
+    re.compile(r"https?://([\w.\-]+)(?::(\d+))?"),
+    re.compile(r"\b(\d{1,3}(?:\.\d{1,3}){3}):(\d+)\b"),
+)
+_KILL_DENIED = re.compile(r"kill: \(?(\d+)\)?(?: - |: )operation not permitted", re.IGNORECASE)
+_WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts")
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _candidates(line: str) -> list[str]:
+    found: list[str] = []
+    for match in _QUOTED.finditer(line):
+        found.append(next(g for g in match.groups() if g is not None))
+    for match in _BARE_PATH.finditer(line):
+        found.append(match.group(1))
+    return [c.strip() for c in found if c.strip().startswith(("/", "./", "../", "~")) or "/" in c]
+
+
+def _absolute(candidate: str, cwd: Path | None) -> str | None:
+    path = os.path.expanduser(candidate)
+    if not os.path.isabs(path):
+        if cwd is None:
+            return None
+        path = os.path.join(cwd, path)
+    if path.startswith("/proc/"):
+        # /proc/self/... would resolve in *this* process, not the command's: keep it as written.
+        return os.path.normpath(path)
+    return os.path.realpath(path)
+
+
+def _host_could_write(path: str) -> bool:
+    """Whether plain permissions (no sandbox) would let this process write ``path``."""
+    if path.startswith("/proc/"):
+        return True
+    probe = path
+    while not os.path.lexists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return False
+        probe = parent
+    return os.access(probe, os.W_OK)
+
+
+def _denied_path(output: str, policy: SandboxPolicy, cwd: Path | None) -> str | None:
+    roots = [os.path.realpath(p) for p in policy.all_writable()]
+    if policy.mode is SandboxMode.WORKSPACE_WRITE:
+        roots.append("/dev/shm")
+    roots.extend(_WRITABLE_DEVICES)
+    for line in output.splitlines():
+        if not _FS_ERROR.search(line):
+            continue
+        for candidate in _candidates(line):
+            path = _absolute(candidate, cwd)
+            if (
+                path is None
+                or path.startswith(("/dev/tcp/", "/dev/udp/"))
+                or any(_within(path, root) for root in roots)
+            ):
+                continue
+            if _host_could_write(path):
+                return path
+    return None
+
+
+def _protected(path: str, policy: SandboxPolicy) -> bool:
+    return any(_within(path, os.path.realpath(p)) for p in policy.protected)
+
+
+def _network_denial(output: str) -> str | None:
+    lines = output.splitlines()
+    hit = next((line for line in lines if _NETWORK_FAILURE.search(line)), None)
+    if hit is None and _NETWORK_CONTEXT.search(output):
+        hit = next((line for line in lines if _PATHLESS_DENIAL.search(line) and not _candidates(line)), None)
+    if hit is None:
+        return None
+    for pattern in _ENDPOINTS:
+        match = pattern.search(output)
+        if match:
+            host, port = match.group(1), match.group(2)
+            return f"a TCP connection to {host} port {port}" if port else f"a TCP connection to {host}"
+    return "a TCP connection"
+
+
+def explain_denial(output: str, policy: SandboxPolicy, cwd: Path | None = None) -> str | None:
+    """One line naming what the sandbox denied, or ``None`` when nothing points at the sandbox.
+
+    Looks for permission errors on paths outside the writable roots (extracting the path from
+    common message shapes: coreutils, shells, Python, Node, Go), refused TCP connections when
+    the network is off, signals blocked by Landlock scoping, and a child whose confinement
+    could not be enforced. Paths inside the writable roots are not blamed on the sandbox, nor
+    paths the host could not write either.
+
+    Args:
+        output: The command's cleaned output (stdout and stderr).
+        policy: The policy the command ran under.
+        cwd: The command's working directory, to resolve relative paths (optional).
+
+    Returns:
+        The line to add to the result, or ``None``.
+    """
+    for line in output.splitlines():
+        if line.startswith(ENFORCEMENT_FAILED_MARKER):
+            return (
+                "Sandbox: the Landlock confinement could not be enforced, so the command was not run "
+                f"({line[len(ENFORCEMENT_FAILED_MARKER) :].strip()}). This is a host problem, not the "
+                "command's: run `codemode doctor`."
+            )
+    if not policy.confined:
+        return None
+    mode = policy.mode.value
+    path = _denied_path(output, policy, cwd)
+    if path is not None:
+        if _protected(path, policy):
+            return (
+                f"Sandbox ({mode}) denied writing {path}: it is codemode's state directory, which "
+                "sandboxed commands can never change."
+            )
+        if policy.mode is SandboxMode.READ_ONLY:
+            return (
+                f"Sandbox (read-only) denied writing {path}: nothing is writable in read-only mode; "
+                "the user must change the sandbox mode (e.g. to workspace-write) to allow it."
+            )
+        return (
+            f"Sandbox ({mode}) denied writing {path}: it is outside the writable roots; the user must "
+            "add it (or a parent) as a writable root or change the sandbox mode to allow it."
+        )
+    if not policy.network:
+        what = _network_denial(output)
+        if what is not None:
+            return (
+                f"Sandbox denied {what}: the network is off for commands; the user must turn the network "
+                "on (network=True / --network on) to allow it."
+            )
+    for match in _KILL_DENIED.finditer(output):
+        pid = int(match.group(1))
+        if _same_user_process(pid):
+            return (
+                f"Sandbox ({mode}) denied signalling process {pid}: a command may only signal processes it "
+                'started itself; stop background processes with bash action "stop".'
+            )
+    return None
+
+
+def _same_user_process(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True

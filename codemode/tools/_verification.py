@@ -1,0 +1,851 @@
+"""Recognise test, build, lint and type-check commands and read their summaries.
+
+:func:`classify_command` looks at a shell command line (through ``cd x &&``, environment
+assignments, ``timeout``, ``python -m``, ``uv run``, ``npx`` and friends, and pipes) and says
+which kind of verification it runs and with which tool. :func:`parse_verification` reads that
+tool's own summary from the end of the output into counts, and :func:`failure_summary` turns the
+result into one line a model can read when the output itself was cut.
+
+Counts are ``None`` when the output does not say. ``ok`` is the overall verdict: the exit code
+was 0 and no failure or error was reported.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from codemode.tools._capture import OMITTED_MARKER_RE
+from codemode.tools._terminal import strip_ansi
+
+__all__ = ["Classification", "Verification", "classify_command", "failure_summary", "parse_verification"]
+
+Kind = Literal["test", "build", "lint", "typecheck"]
+
+# Only the end of the output is read: runners print their summary last.
+_TAIL_CHARS = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Classification:
+    """What a command verifies and with which tool.
+
+    Attributes:
+        kind: ``"test"``, ``"build"``, ``"lint"`` or ``"typecheck"``.
+        tool: The runner, e.g. ``"pytest"``, ``"cargo"``, ``"npm"``, ``"make"``.
+    """
+
+    kind: Kind
+    tool: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the classification as a JSON-serialisable dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Verification:
+    """A verification command's outcome, read from its own summary.
+
+    Attributes:
+        kind: As in :class:`Classification`.
+        tool: As in :class:`Classification`.
+        ok: True when the exit code was 0 and no failure or error was reported; False when
+            either says otherwise; None when the exit code is unknown and nothing failed.
+        passed: Tests that passed, or None when unknown.
+        failed: Tests that failed, or None when unknown.
+        skipped: Tests skipped, or None when unknown.
+        errors: Errors reported (test errors, compile errors, lint or type errors), or None.
+        summary_line: The runner's own summary line (several joined by ``"; "``), or None.
+    """
+
+    kind: Kind
+    tool: str
+    ok: bool | None
+    passed: int | None = None
+    failed: int | None = None
+    skipped: int | None = None
+    errors: int | None = None
+    summary_line: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the verification as a JSON-serialisable dict."""
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# Classification
+# ---------------------------------------------------------------------------------------------
+
+_ASSIGN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_PYTHON_RE = re.compile(r"^(?:python(?:\d+(?:\.\d+)?)?|pypy3?)$")
+_SEPARATOR_RE = re.compile(r"^[;&|()]+$")
+_REDIRECT_RE = re.compile(r"^[0-9]*[<>&]+$")
+_SHELL_WORDS = frozenset({"!", "if", "then", "do", "else", "elif", "while", "until", "{", "}", "time"})
+# Commands that run the rest of their arguments as a command, after their own options.
+_PASSTHROUGH = frozenset({"exec", "command", "builtin", "nohup", "sudo", "stdbuf", "xvfb-run", "chronic"})
+_SCRIPT_RUNNERS = ("npm", "pnpm", "yarn", "bun")
+_NPM_NON_SCRIPT = frozenset(
+    {"install", "i", "ci", "add", "remove", "rm", "uninstall", "update", "up", "upgrade", "init", "create",
+     "publish", "pack", "link", "outdated", "audit", "config", "info", "view", "why", "list", "ls",
+     "login", "logout", "version", "cache", "store", "prune", "dedupe", "set", "import", "global"}
+)  # fmt: skip
+_UV_VALUE_OPTS = frozenset(
+    {"--with", "--with-requirements", "--with-editable", "--python", "-p", "--package", "--extra",
+     "--group", "--env-file", "--directory", "--project", "--index", "--index-url", "--extra-index-url",
+     "--from", "-w", "--only-group", "--no-group", "--cache-dir", "--config-file"}
+)  # fmt: skip
+_MODULE_TOOLS: dict[str, Classification] = {
+    "pytest": Classification("test", "pytest"),
+    "py.test": Classification("test", "pytest"),
+    "unittest": Classification("test", "unittest"),
+    "mypy": Classification("typecheck", "mypy"),
+    "dmypy": Classification("typecheck", "mypy"),
+    "pyright": Classification("typecheck", "pyright"),
+    "basedpyright": Classification("typecheck", "pyright"),
+    "flake8": Classification("lint", "flake8"),
+    "jest": Classification("test", "jest"),
+    "vitest": Classification("test", "vitest"),
+    "mocha": Classification("test", "mocha"),
+    "_mocha": Classification("test", "mocha"),
+    "tsc": Classification("typecheck", "tsc"),
+    "vue-tsc": Classification("typecheck", "tsc"),
+    "eslint": Classification("lint", "eslint"),
+}
+
+
+def _tokens(command: str) -> list[str]:
+    """Split a shell command into words and operator tokens; never raises."""
+    text = command.replace("\n", " ; ")
+    try:
+        lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        return list(lexer)
+    except ValueError:
+        # Unbalanced quotes: a rougher split is enough to recognise the program names.
+        return re.findall(r"&&|\|\||[;|&()]|[^\s;|&()]+", text)
+
+
+def _segments(command: str) -> list[list[str]]:
+    segments: list[list[str]] = [[]]
+    skip_next = False
+    for tok in _tokens(command):
+        if skip_next:
+            skip_next = False
+            continue
+        if _SEPARATOR_RE.match(tok):
+            segments.append([])
+        elif _REDIRECT_RE.match(tok):
+            skip_next = True  # the redirection target
+        else:
+            segments[-1].append(tok)
+    return [s for s in segments if s]
+
+
+def _skip_options(words: list[str], i: int, value_opts: frozenset[str] = frozenset()) -> int:
+    while i < len(words) and words[i].startswith("-") and words[i] != "--":
+        i += 2 if words[i] in value_opts else 1
+    if i < len(words) and words[i] == "--":
+        i += 1
+    return i
+
+
+def _strip_prefix(words: list[str]) -> list[str]:
+    """Drop what only sets up the command: assignments, env, timeout, nice, shell keywords."""
+    i = 0
+    while i < len(words):
+        word = words[i]
+        base = os.path.basename(word)
+        if _ASSIGN_RE.match(word) or word in _SHELL_WORDS:
+            i += 1
+        elif base == "env":
+            i = _skip_options(words, i + 1, frozenset({"-u", "--unset", "-C", "--chdir", "-S"}))
+        elif base == "timeout":
+            i = _skip_options(words, i + 1, frozenset({"-s", "--signal", "-k", "--kill-after"}))
+            i += 1  # the duration
+        elif base == "nice":
+            i = _skip_options(words, i + 1, frozenset({"-n", "--adjustment"}))
+        elif base in _PASSTHROUGH:
+            i = _skip_options(words, i + 1, frozenset({"-u", "-g", "-o", "-e", "-i", "-n", "-s"}))
+        else:
+            break
+    return words[i:]
+
+
+def _classify_script(runner: str, name: str) -> Classification | None:
+    parts = re.split(r"[:\-_.]", name.lower())
+    if name in ("test", "t", "tst") or "test" in parts or "tests" in parts or "spec" in parts:
+        return Classification("test", runner)
+    if (
+        "typecheck" in parts
+        or "tsc" in parts
+        or "types" in parts
+        or name.lower() in ("type-check", "check-types")
+    ):
+        return Classification("typecheck", runner)
+    if "lint" in parts or "eslint" in parts:
+        return Classification("lint", runner)
+    if "build" in parts or "compile" in parts:
+        return Classification("build", runner)
+    return None
+
+
+def _classify_script_runner(runner: str, words: list[str], depth: int) -> Classification | None:
+    i = _skip_options(words, 1)
+    if i >= len(words):
+        return None
+    sub = words[i]
+    if runner == "npm" and sub in ("test", "t", "tst"):
+        return Classification("test", runner)
+    if runner != "npm" and sub in ("test", "t"):
+        return Classification("test", runner)
+    if sub in ("run", "run-script"):
+        j = _skip_options(words, i + 1)
+        return _classify_script(runner, words[j]) if j < len(words) else None
+    if sub in ("exec", "dlx", "x"):
+        return _classify_words(words[_skip_options(words, i + 1) :], depth)
+    if runner == "npm" or sub in _NPM_NON_SCRIPT:
+        return None
+    # `yarn jest`, `pnpm vitest`: a package binary or a script of that name.
+    return _classify_words(words[i:], depth) or _classify_script(runner, sub)
+
+
+def _classify_make(words: list[str]) -> Classification:
+    targets: list[str] = []
+    i = 1
+    while i < len(words):
+        w = words[i]
+        if w in ("-C", "-f", "--file", "--directory", "-I", "-o", "-W"):
+            i += 2
+            continue
+        if not w.startswith("-") and "=" not in w and not w.isdigit():
+            targets.append(w)
+        i += 1
+    kinds: list[Kind] = []
+    for t in targets:
+        parts = re.split(r"[:\-_.]", t.lower())
+        if "test" in parts or "tests" in parts or "check" in parts or "unittest" in parts:
+            kinds.append("test")
+        elif "lint" in parts:
+            kinds.append("lint")
+        elif "typecheck" in parts or "mypy" in parts or "types" in parts:
+            kinds.append("typecheck")
+        else:
+            kinds.append("build")
+    for kind in ("test", "typecheck", "lint"):
+        if kind in kinds:
+            return Classification(kind, "make")
+    return Classification("build", "make")
+
+
+def _classify_words(words: list[str], depth: int = 0) -> Classification | None:
+    words = _strip_prefix(words)
+    if not words or depth > 4:
+        return None
+    prog = os.path.basename(words[0])
+    args = words[1:]
+    if prog.endswith(".exe"):
+        prog = prog[:-4]
+
+    if _PYTHON_RE.match(prog):
+        i = 0
+        while i < len(args):
+            a = args[i]
+            if a == "-m" and i + 1 < len(args):
+                return _classify_words(args[i + 1 :], depth + 1)
+            if a.startswith("-m") and len(a) > 2:
+                return _classify_words([a[2:], *args[i + 1 :]], depth + 1)
+            if a == "-c" or not a.startswith("-"):
+                return None  # inline code or a script: not recognised
+            i += 2 if a in ("-W", "-X") else 1
+        return None
+    if prog in _MODULE_TOOLS:
+        return _MODULE_TOOLS[prog]
+    if prog in ("bash", "sh", "zsh", "dash"):
+        for j, a in enumerate(args[:-1]):
+            if a.startswith("-") and not a.startswith("--") and "c" in a:
+                return classify_command(args[j + 1], _depth=depth + 1)
+        return None
+    if prog == "uv" and args[:1] == ["run"]:
+        return _classify_words(args[_skip_options(args, 1, _UV_VALUE_OPTS) :], depth + 1)
+    if prog == "uv" and args[:2] == ["tool", "run"]:
+        return _classify_words(args[_skip_options(args, 2, _UV_VALUE_OPTS) :], depth + 1)
+    if prog in ("uvx", "bunx", "pipx") or (prog == "pipx" and args[:1] == ["run"]):
+        rest = args[1:] if args[:1] == ["run"] else args
+        return _classify_words(rest[_skip_options(rest, 0, _UV_VALUE_OPTS) :], depth + 1)
+    if prog in ("poetry", "pipenv", "pdm", "hatch", "rye", "conda", "mamba") and args[:1] == ["run"]:
+        value_opts = frozenset({"-n", "--name", "-p", "--prefix", "-e", "--env"})
+        return _classify_words(args[_skip_options(args, 1, value_opts) :], depth + 1)
+    if prog == "coverage" and args[:1] == ["run"]:
+        i = _skip_options(args, 1, frozenset({"--rcfile", "--source", "--include", "--omit", "--data-file"}))
+        rest = args[i:]
+        if rest[:1] == ["-m"]:
+            return _classify_words(rest[1:], depth + 1)
+        return None
+    if prog == "npx":
+        return _classify_words(args[_skip_options(args, 0, frozenset({"-p", "--package"})) :], depth + 1)
+    if prog in _SCRIPT_RUNNERS:
+        return _classify_script_runner(prog, words, depth + 1)
+    if prog == "node":
+        return Classification("test", "node") if "--test" in args else None
+    if prog == "ruff":
+        i = _skip_options(args, 0)
+        sub = args[i] if i < len(args) else ""
+        if sub == "check" or (sub and sub not in ("format", "version", "rule", "config", "linter",
+                                                  "clean", "server", "analyze", "help")):  # fmt: skip
+            return Classification("lint", "ruff")
+        return None
+    if prog == "go":
+        sub = args[0] if args else ""
+        return {"test": Classification("test", "go"), "build": Classification("build", "go"),
+                "vet": Classification("lint", "go")}.get(sub)  # fmt: skip
+    if prog == "cargo":
+        i = 0
+        while i < len(args) and (args[i].startswith("-") or args[i].startswith("+")):
+            i += 1
+        sub = args[i] if i < len(args) else ""
+        if sub in ("test", "t", "nextest"):
+            return Classification("test", "cargo")
+        if sub in ("build", "b", "check", "c"):
+            return Classification("build", "cargo")
+        if sub == "clippy":
+            return Classification("lint", "cargo")
+        return None
+    if prog in ("make", "gmake"):
+        return _classify_make(words)
+    if prog in ("gradle", "gradlew"):
+        tasks = [a.rsplit(":", 1)[-1] for a in args if not a.startswith("-")]
+        if any(t in ("test", "check") or t.endswith("Test") or t.endswith("Check") for t in tasks):
+            return Classification("test", "gradle")
+        return Classification("build", "gradle")
+    if prog in ("mvn", "mvnw"):
+        phases = [a for a in args if not a.startswith("-")]
+        if any(p in ("test", "verify", "integration-test") for p in phases):
+            return Classification("test", "mvn")
+        return Classification("build", "mvn")
+    return None
+
+
+def classify_command(command: str, _depth: int = 0) -> Classification | None:
+    """Say whether a shell command runs tests, a build, a linter or a type checker.
+
+    Looks through ``cd x && ...``, environment assignments, ``env``, ``timeout``, ``nice``,
+    ``python -m``, ``uv run``, ``poetry run``, ``npx``, ``pnpm exec``, ``yarn``, ``bash -c`` and
+    pipes. When several parts of the command line are recognised, the last test command wins,
+    else the last recognised one (its summary is the one at the end of the output).
+
+    Args:
+        command: The command line as given to the shell.
+
+    Returns:
+        The classification, or None when the command is not a recognised verification.
+    """
+    found: list[Classification] = []
+    for segment in _segments(command):
+        cls = _classify_words(segment, _depth)
+        if cls is not None:
+            found.append(cls)
+    tests = [c for c in found if c.kind == "test"]
+    if tests:
+        return tests[-1]
+    return found[-1] if found else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Parsed:
+    passed: int | None = None
+    failed: int | None = None
+    skipped: int | None = None
+    errors: int | None = None
+    summary_line: str | None = None
+
+
+_Parser = Callable[[list[str], bool], "_Parsed | None"]
+
+
+def _last(lines: list[str], pattern: re.Pattern[str]) -> tuple[int, re.Match[str]] | None:
+    for i in range(len(lines) - 1, -1, -1):
+        m = pattern.search(lines[i])
+        if m:
+            return i, m
+    return None
+
+
+def _squash(line: str) -> str:
+    return " ".join(line.split())
+
+
+_PYTEST_RE = re.compile(
+    r"^=*\s*((?:\d+ (?:failed|passed|skipped|deselected|xfailed|xpassed|warnings?|errors?|rerun)(?:, )?)+"
+    r"|no tests ran)\s+in\s+[\d.]+s(?:\s+\([\d:.]+\))?\s*=*$"
+)
+
+
+def _parse_pytest(lines: list[str], cut: bool) -> _Parsed | None:
+    hit = _last(lines, _PYTEST_RE)
+    if hit is None:
+        return None
+    counts = {word.rstrip("s") if word in ("errors", "warnings") else word: int(n)
+              for n, word in re.findall(r"(\d+) (\w+)", hit[1].group(1))}  # fmt: skip
+    return _Parsed(
+        passed=counts.get("passed", 0),
+        failed=counts.get("failed", 0),
+        skipped=counts.get("skipped", 0),
+        errors=counts.get("error", 0),
+        summary_line=hit[1].group(0).strip(),
+    )
+
+
+_UNITTEST_RAN_RE = re.compile(r"^Ran (\d+) tests? in [\d.]+s$")
+_UNITTEST_RESULT_RE = re.compile(r"^(OK|FAILED|NO TESTS RAN)(?: \(([^)]*)\))?$")
+
+
+def _parse_unittest(lines: list[str], cut: bool) -> _Parsed | None:
+    hit = _last(lines, _UNITTEST_RAN_RE)
+    if hit is None:
+        return None
+    index, ran_match = hit
+    ran = int(ran_match.group(1))
+    result = None
+    for line in lines[index + 1 : index + 4]:
+        result = _UNITTEST_RESULT_RE.match(line.strip())
+        if result:
+            break
+    details: dict[str, int] = {}
+    if result and result.group(2):
+        for item in result.group(2).split(","):
+            key, _, value = item.strip().partition("=")
+            if value.isdigit():
+                details[key] = int(value)
+    failures, errors, skipped = (
+        details.get("failures", 0),
+        details.get("errors", 0),
+        details.get("skipped", 0),
+    )
+    others = details.get("expected failures", 0) + details.get("unexpected successes", 0)
+    summary = ran_match.group(0) + (f"; {result.group(0)}" if result else "")
+    return _Parsed(
+        passed=max(0, ran - failures - errors - skipped - others) if result else None,
+        failed=failures if result else None,
+        skipped=skipped if result else None,
+        errors=errors if result else None,
+        summary_line=summary,
+    )
+
+
+_CARGO_RESULT_RE = re.compile(
+    r"^test result: (ok|FAILED)\. (\d+) passed; (\d+) failed; (\d+) ignored; "
+    r"(\d+) measured; (\d+) filtered out"
+)
+_CARGO_NOT_COMPILE_RE = re.compile(
+    r"^error: could not compile `[^`]+`.*?(?:due to (\d+) previous errors?)?;?"
+)
+_CARGO_FINISHED_RE = re.compile(r"^\s*Finished .*target\(s\) in ")
+_NEXTEST_RE = re.compile(r"^\s*Summary \[[^\]]*\]\s+(\d+) tests? run: (.*)$")
+
+
+def _parse_cargo(lines: list[str], cut: bool) -> _Parsed | None:
+    results = [m for m in (_CARGO_RESULT_RE.match(line.strip()) for line in lines) if m]
+    compile_errors = [m for m in (_CARGO_NOT_COMPILE_RE.match(line.strip()) for line in lines) if m]
+    errors = sum(int(m.group(1) or 1) for m in compile_errors) if compile_errors else None
+    if results:
+        failing = [m for m in results if m.group(1) == "FAILED"]
+        summary = (failing or results)[-1 if not failing else 0].group(0)
+        if len(results) > 1:
+            summary += f" ({len(results)} test binaries, {len(failing)} failed)"
+        return _Parsed(
+            passed=sum(int(m.group(2)) for m in results),
+            failed=sum(int(m.group(3)) for m in results),
+            skipped=sum(int(m.group(4)) for m in results),
+            errors=errors if errors is not None else 0,
+            summary_line=summary,
+        )
+    nextest = _last(lines, _NEXTEST_RE)
+    if nextest:
+        counts = {w: int(n) for n, w in re.findall(r"(\d+) (\w+)", nextest[1].group(2))}
+        return _Parsed(
+            passed=counts.get("passed", 0),
+            failed=counts.get("failed", 0),
+            skipped=counts.get("skipped", 0),
+            errors=errors if errors is not None else 0,
+            summary_line=nextest[1].group(0).strip(),
+        )
+    if compile_errors:
+        return _Parsed(errors=errors, summary_line=compile_errors[-1].group(0).strip())
+    finished = _last(lines, _CARGO_FINISHED_RE)
+    if finished:
+        return _Parsed(errors=0, summary_line=finished[1].string.strip())
+    return None
+
+
+_GO_OK_RE = re.compile(r"^ok\s+(\S+)\s")
+_GO_FAIL_PKG_RE = re.compile(r"^FAIL\s+(\S+)(?:\s+(.*))?$")
+_GO_TEST_RE = re.compile(r"^--- (FAIL|PASS|SKIP): ")
+_GO_ERROR_RE = re.compile(r"^(?:\S+\.go:\d+(?::\d+)?: |vet: )")
+
+
+def _parse_go_test(lines: list[str], cut: bool) -> _Parsed | None:
+    ok_pkgs: list[str] = []
+    fail_pkgs: list[str] = []
+    broken = 0
+    tests = {"FAIL": 0, "PASS": 0, "SKIP": 0}
+    for line in lines:
+        if m := _GO_OK_RE.match(line):
+            ok_pkgs.append(m.group(1))
+        elif m := _GO_FAIL_PKG_RE.match(line):
+            fail_pkgs.append(m.group(1))
+            if m.group(2) and ("[build failed]" in m.group(2) or "[setup failed]" in m.group(2)):
+                broken += 1
+        elif m := _GO_TEST_RE.match(line):
+            tests[m.group(1)] += 1
+    if not ok_pkgs and not fail_pkgs:
+        return None
+    summary = f"ok: {len(ok_pkgs)} package{'s' if len(ok_pkgs) != 1 else ''}"
+    if fail_pkgs:
+        names = ", ".join(fail_pkgs[:3]) + (", ..." if len(fail_pkgs) > 3 else "")
+        summary += f"; FAIL: {len(fail_pkgs)} ({names})"
+    unknown_failures = bool(fail_pkgs) and tests["FAIL"] == 0 and broken < len(fail_pkgs)
+    return _Parsed(
+        passed=None if cut or not tests["PASS"] else tests["PASS"],
+        failed=None if cut or unknown_failures else tests["FAIL"],
+        skipped=None if cut or not tests["SKIP"] else tests["SKIP"],
+        errors=broken,
+        summary_line=summary,
+    )
+
+
+def _count_lines(lines: list[str], pattern: re.Pattern[str], cut: bool) -> _Parsed | None:
+    matching = [line for line in lines if pattern.search(line)]
+    if not matching:
+        return None
+    return _Parsed(errors=None if cut else len(matching), summary_line=matching[0].strip())
+
+
+def _parse_go_build(lines: list[str], cut: bool) -> _Parsed | None:
+    return _count_lines(lines, _GO_ERROR_RE, cut)
+
+
+_JEST_RE = re.compile(r"^Tests:\s+(.*\d+ total)\s*$")
+_JEST_SUITES_RE = re.compile(r"^Test Suites:\s+(.*\d+ total)\s*$")
+
+
+def _parse_jest(lines: list[str], cut: bool) -> _Parsed | None:
+    tests = _last(lines, _JEST_RE)
+    suites = _last(lines, _JEST_SUITES_RE)
+    if tests is None and suites is None:
+        return None
+    suite_counts = {w: int(n) for n, w in re.findall(r"(\d+) (\w+)", suites[1].group(1))} if suites else {}
+    if tests is None:
+        return _Parsed(
+            errors=suite_counts.get("failed", 0), summary_line=_squash(suites[1].group(0)) if suites else None
+        )
+    counts = {w: int(n) for n, w in re.findall(r"(\d+) (\w+)", tests[1].group(1))}
+    # A suite that failed to run (syntax error, import error) is reported only in "Test Suites".
+    suite_errors = suite_counts.get("failed", 0) if counts.get("failed", 0) == 0 else 0
+    return _Parsed(
+        passed=counts.get("passed", 0),
+        failed=counts.get("failed", 0),
+        skipped=counts.get("skipped", 0) + counts.get("todo", 0),
+        errors=suite_errors,
+        summary_line=_squash(tests[1].group(0)),
+    )
+
+
+_VITEST_RE = re.compile(r"^\s*Tests\s+(\d+ \w+(?: \| \d+ \w+)*)\s+\((\d+)\)\s*$")
+_VITEST_ERRORS_RE = re.compile(r"^\s*Errors\s+(\d+) errors?")
+
+
+def _parse_vitest(lines: list[str], cut: bool) -> _Parsed | None:
+    hit = _last(lines, _VITEST_RE)
+    if hit is None:
+        return None
+    counts = {w: int(n) for n, w in re.findall(r"(\d+) (\w+)", hit[1].group(1))}
+    errors = _last(lines, _VITEST_ERRORS_RE)
+    return _Parsed(
+        passed=counts.get("passed", 0),
+        failed=counts.get("failed", 0),
+        skipped=counts.get("skipped", 0) + counts.get("todo", 0),
+        errors=int(errors[1].group(1)) if errors else 0,
+        summary_line=_squash(hit[1].group(0)),
+    )
+
+
+_MOCHA_RE = re.compile(r"^\s*(\d+) (passing|failing|pending)(?: \(([^)]*)\))?\s*$")
+
+
+def _parse_mocha(lines: list[str], cut: bool) -> _Parsed | None:
+    hit = _last(lines, re.compile(r"^\s*\d+ passing \("))
+    if hit is None:
+        return None
+    counts = {"passing": 0, "failing": 0, "pending": 0}
+    parts = []
+    for line in lines[hit[0] : hit[0] + 4]:
+        m = _MOCHA_RE.match(line)
+        if m:
+            counts[m.group(2)] = int(m.group(1))
+            parts.append(line.strip())
+    return _Parsed(
+        passed=counts["passing"],
+        failed=counts["failing"],
+        skipped=counts["pending"],
+        errors=0,
+        summary_line=", ".join(parts),
+    )
+
+
+_NODE_RE = re.compile(r"^(?:#|ℹ) (tests|pass|fail|cancelled|skipped|todo) (\d+)\s*$")
+
+
+def _parse_node(lines: list[str], cut: bool) -> _Parsed | None:
+    counts: dict[str, int] = {}
+    for line in lines[-40:]:
+        m = _NODE_RE.match(line.strip())
+        if m:
+            counts[m.group(1)] = int(m.group(2))
+    if "tests" not in counts:
+        return None
+    summary = ", ".join(f"{k} {v}" for k, v in counts.items())
+    return _Parsed(
+        passed=counts.get("pass"),
+        failed=counts.get("fail"),
+        skipped=counts.get("skipped", 0) + counts.get("todo", 0),
+        errors=counts.get("cancelled", 0),
+        summary_line=summary,
+    )
+
+
+_TSC_FOUND_RE = re.compile(r"^Found (\d+) errors?\b.*$")
+_TSC_ERROR_RE = re.compile(r"(?:\(\d+,\d+\): error TS\d+:|:\d+:\d+ - error TS\d+:)|^error TS\d+:")
+
+
+def _parse_tsc(lines: list[str], cut: bool) -> _Parsed | None:
+    found = _last(lines, _TSC_FOUND_RE)
+    if found:
+        return _Parsed(errors=int(found[1].group(1)), summary_line=found[1].group(0).strip())
+    return _count_lines(lines, _TSC_ERROR_RE, cut)
+
+
+_MYPY_FOUND_RE = re.compile(r"^Found (\d+) errors? in \d+ files?.*$")
+_MYPY_SUCCESS_RE = re.compile(r"^Success: no issues found.*$")
+
+
+def _parse_mypy(lines: list[str], cut: bool) -> _Parsed | None:
+    found = _last(lines, _MYPY_FOUND_RE)
+    success = _last(lines, _MYPY_SUCCESS_RE)
+    if found and (success is None or found[0] > success[0]):
+        return _Parsed(errors=int(found[1].group(1)), summary_line=found[1].group(0).strip())
+    if success:
+        return _Parsed(errors=0, summary_line=success[1].group(0).strip())
+    return None
+
+
+_PYRIGHT_RE = re.compile(r"^(\d+) errors?, (\d+) warnings?, (\d+) (?:informations?|notes?|infos?)\s*$")
+
+
+def _parse_pyright(lines: list[str], cut: bool) -> _Parsed | None:
+    hit = _last(lines, _PYRIGHT_RE)
+    if hit is None:
+        return None
+    return _Parsed(errors=int(hit[1].group(1)), summary_line=hit[1].group(0).strip())
+
+
+_RUFF_FOUND_RE = re.compile(r"^Found (\d+) errors?(?: \((\d+) fixed, (\d+) remaining\))?\.$")
+_RUFF_OK_RE = re.compile(r"^All checks passed!$")
+
+
+def _parse_ruff(lines: list[str], cut: bool) -> _Parsed | None:
+    found = _last(lines, _RUFF_FOUND_RE)
+    success = _last(lines, _RUFF_OK_RE)
+    if found and (success is None or found[0] > success[0]):
+        m = found[1]
+        return _Parsed(
+            errors=int(m.group(3) if m.group(3) is not None else m.group(1)), summary_line=m.group(0)
+        )
+    if success:
+        return _Parsed(errors=0, summary_line=success[1].group(0))
+    return None
+
+
+_ESLINT_RE = re.compile(r"^[✖✕xX] (\d+) problems? \((\d+) errors?, (\d+) warnings?\)")
+
+
+def _parse_eslint(lines: list[str], cut: bool) -> _Parsed | None:
+    hit = _last(lines, _ESLINT_RE)
+    if hit is None:
+        return None
+    return _Parsed(errors=int(hit[1].group(2)), summary_line=hit[1].string.strip())
+
+
+_FLAKE8_RE = re.compile(r"^[^\s:][^:]*:\d+:\d+: [A-Z]+\d+ ")
+
+
+def _parse_flake8(lines: list[str], cut: bool) -> _Parsed | None:
+    if lines and lines[-1].strip().isdigit():  # --count prints the total last
+        total = int(lines[-1].strip())
+        return _Parsed(errors=total, summary_line=lines[-1].strip())
+    return _count_lines(lines, _FLAKE8_RE, cut)
+
+
+_GRADLE_BUILD_RE = re.compile(r"^BUILD (SUCCESSFUL|FAILED) in .*$")
+_GRADLE_TESTS_RE = re.compile(r"^(\d+) tests? completed, (\d+) failed(?:, (\d+) skipped)?")
+
+
+def _parse_gradle(lines: list[str], cut: bool) -> _Parsed | None:
+    build = _last(lines, _GRADLE_BUILD_RE)
+    tests = _last(lines, _GRADLE_TESTS_RE)
+    if build is None and tests is None:
+        return None
+    parsed = _Parsed(summary_line=build[1].group(0).strip() if build else None)
+    if tests:
+        total, failed, skipped = (int(g or 0) for g in tests[1].groups())
+        parsed.passed, parsed.failed, parsed.skipped = total - failed - skipped, failed, skipped
+        parsed.summary_line = "; ".join(x for x in (tests[1].string.strip(), parsed.summary_line) if x)
+    return parsed
+
+
+_MVN_BUILD_RE = re.compile(r"^\[(?:INFO|ERROR)\] BUILD (SUCCESS|FAILURE)\s*$")
+_MVN_TESTS_RE = re.compile(r"Tests run: (\d+), Failures: (\d+), Errors: (\d+), Skipped: (\d+)")
+
+
+def _parse_mvn(lines: list[str], cut: bool) -> _Parsed | None:
+    build = _last(lines, _MVN_BUILD_RE)
+    tests = _last(lines, _MVN_TESTS_RE)
+    if build is None and tests is None:
+        return None
+    parsed = _Parsed(summary_line=build[1].group(0).strip() if build else None)
+    if tests:
+        run, failures, errors, skipped = (int(g) for g in tests[1].groups())
+        parsed.passed = run - failures - errors - skipped
+        parsed.failed, parsed.errors, parsed.skipped = failures, errors, skipped
+        parsed.summary_line = "; ".join(x for x in (tests[1].group(0), parsed.summary_line) if x)
+    return parsed
+
+
+_MAKE_ERROR_RE = re.compile(r"^g?make(?:\[\d+\])?: \*\*\* .*$")
+
+_TEST_PARSERS: list[_Parser] = [
+    _parse_pytest, _parse_unittest, _parse_cargo, _parse_go_test, _parse_jest, _parse_vitest, _parse_mocha,
+    _parse_node, _parse_gradle, _parse_mvn,
+]  # fmt: skip
+_CHECK_PARSERS: list[_Parser] = [
+    _parse_mypy, _parse_pyright, _parse_ruff, _parse_eslint, _parse_tsc, _parse_cargo, _parse_gradle,
+    _parse_mvn,
+]  # fmt: skip
+
+_TOOL_PARSERS: dict[tuple[str, str], list[_Parser]] = {
+    ("pytest", "test"): [_parse_pytest],
+    ("unittest", "test"): [_parse_unittest],
+    ("cargo", "test"): [_parse_cargo],
+    ("cargo", "build"): [_parse_cargo],
+    ("cargo", "lint"): [_parse_cargo],
+    ("go", "test"): [_parse_go_test, _parse_go_build],
+    ("go", "build"): [_parse_go_build],
+    ("go", "lint"): [_parse_go_build],
+    ("jest", "test"): [_parse_jest],
+    ("vitest", "test"): [_parse_vitest],
+    ("mocha", "test"): [_parse_mocha],
+    ("node", "test"): [_parse_node],
+    ("tsc", "typecheck"): [_parse_tsc],
+    ("mypy", "typecheck"): [_parse_mypy],
+    ("pyright", "typecheck"): [_parse_pyright],
+    ("ruff", "lint"): [_parse_ruff],
+    ("eslint", "lint"): [_parse_eslint],
+    ("flake8", "lint"): [_parse_flake8],
+    ("gradle", "test"): [_parse_gradle],
+    ("gradle", "build"): [_parse_gradle],
+    ("mvn", "test"): [_parse_mvn],
+    ("mvn", "build"): [_parse_mvn],
+}
+# Tools that print nothing when all is well: exit 0 and no complaint means zero errors.
+_QUIET_ON_SUCCESS = frozenset({("eslint", "lint"), ("flake8", "lint"), ("go", "build"), ("go", "lint"),
+                               ("tsc", "typecheck")})  # fmt: skip
+
+
+def parse_verification(cls: Classification, output: str, exit_code: int | None) -> Verification:
+    """Read a verification command's own summary from (the end of) its output.
+
+    Only the last 64 KiB of ``output`` are read. Output that carries a truncation marker from
+    :class:`~codemode.tools._capture.StreamCapture` still parses; counts that would come from
+    counting lines (flake8, go) are then None, since lines were cut.
+
+    Args:
+        cls: The command's classification.
+        output: The command's output (cleaned or raw; escape sequences are ignored).
+        exit_code: The exit code, or None when unknown (still running, lost).
+
+    Returns:
+        The verification; a non-zero exit code always makes ``ok`` False.
+    """
+    text = strip_ansi(output[-_TAIL_CHARS:]).replace("\r\n", "\n").replace("\r", "\n")
+    cut = bool(OMITTED_MARKER_RE.search(text)) or len(output) > _TAIL_CHARS
+    lines = [line.rstrip() for line in text.split("\n")]
+    if len(output) > _TAIL_CHARS:
+        lines = lines[1:]  # the first line is probably partial
+    parsers = _TOOL_PARSERS.get((cls.tool, cls.kind))
+    if parsers is None:
+        parsers = _TEST_PARSERS + _CHECK_PARSERS if cls.kind == "test" else _CHECK_PARSERS + _TEST_PARSERS
+    parsed: _Parsed | None = None
+    for parser in parsers:
+        parsed = parser(lines, cut)
+        if parsed is not None:
+            break
+    if parsed is None:
+        parsed = _Parsed()
+        if cls.tool == "make":
+            hit = _last(lines, _MAKE_ERROR_RE)
+            if hit:
+                parsed.summary_line = hit[1].group(0)
+        if exit_code == 0 and (cls.tool, cls.kind) in _QUIET_ON_SUCCESS:
+            parsed.errors = 0
+    problems = (parsed.failed or 0) > 0 or (parsed.errors or 0) > 0
+    ok: bool | None
+    if exit_code is None:
+        ok = False if problems else None
+    else:
+        ok = exit_code == 0 and not problems
+    return Verification(
+        kind=cls.kind,
+        tool=cls.tool,
+        ok=ok,
+        passed=parsed.passed,
+        failed=parsed.failed,
+        skipped=parsed.skipped,
+        errors=parsed.errors,
+        summary_line=parsed.summary_line,
+    )
+
+
+def failure_summary(v: Verification) -> str | None:
+    """One short line for the model when a failing run's output was cut.
+
+    For example ``"pytest: 3 failed, 10 passed — == 3 failed, 10 passed in 0.52s =="``.
+
+    Args:
+        v: The verification.
+
+    Returns:
+        The line, or None when the run did not fail (``ok`` is True or unknown with nothing
+        failed).
+    """
+    if v.ok is not False:
+        return None
+    counts = []
+    for value, one, many in (
+        (v.failed, "failed", "failed"),
+        (v.errors, "error", "errors"),
+        (v.passed, "passed", "passed"),
+        (v.skipped, "skipped", "skipped"),
+    ):
+        if value:
+            counts.append(f"{value} {one if value == 1 else many}")
+    head = f"{v.tool}: {', '.join(counts) if counts else 'failed'}"
+    return f"{head} — {v.summary_line}" if v.summary_line else head

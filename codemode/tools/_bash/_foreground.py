@@ -1,0 +1,259 @@
+"""A foreground command: spawn, read, time out or hand off, and stop its whole tree.
+
+The light path: ``bash -c`` with stdin closed and both streams piped, in a new session (so
+the whole tree can be signalled), confined before exec. One worker thread reads the pipes
+(:class:`Pump`); the event loop only waits.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from codemode.archive import Archive, ArchiveRef, LogWriter, Redactor
+from codemode.errors import ToolError
+from codemode.sandbox import SandboxPolicy, prepare_confinement
+from codemode.tools._bash._compat import classify_command
+from codemode.tools._bash._env import command_env, workspace_revision
+from codemode.tools._bash._proctree import terminate_tree
+from codemode.tools._bash._pump import Pump
+from codemode.tools._bash._shape import build_result
+from codemode.tools._capture import StreamCapture
+
+# A dirty check (``git status``) costs about 2 ms; do it only where that is noise.
+_DIRTY_CHECK_AFTER_MS = 100
+# How long a stopped tree gets between SIGTERM and SIGKILL.
+TERM_GRACE_SECONDS = 2.0
+
+
+@dataclass
+class RunSpec:
+    """One foreground ``run`` request, validated."""
+
+    command: str
+    cwd: Path
+    timeout_seconds: int
+    session_id: str
+    policy: SandboxPolicy
+    purpose: str | None = None
+    scope: str | None = None
+    lifecycle: str = "session"
+    completion_mode: str = "resume"
+    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+@dataclass(eq=False)
+class Running:
+    """A foreground command that is still running (handed over at promotion)."""
+
+    spec: RunSpec
+    marker: str
+    proc: subprocess.Popen[bytes]
+    pump: Pump
+    stdout: StreamCapture
+    stderr: StreamCapture
+    log: LogWriter
+    started: float  # time.monotonic()
+    started_wall: float  # time.time()
+
+    def terminate(self) -> None:
+        """Stop the whole tree (blocking; the root is not reaped yet, so its pgid is ours)."""
+        root = self.proc.pid if self.proc.returncode is None else None
+        terminate_tree(self.marker, pgid=root, root_pid=root, grace_seconds=TERM_GRACE_SECONDS)
+
+    def reap(self) -> tuple[int | None, str | None]:
+        """Wait for the root (already exited) and return ``(exit_code, signal name)``."""
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None, None
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return 128 - code, name
+        return code, None
+
+
+def new_marker(prefix: str) -> str:
+    """A fresh opaque process id."""
+    return f"{prefix}_{secrets.token_hex(6)}"
+
+
+def spawn(spec: RunSpec, archive: Archive, marker: str) -> Running:
+    """Start ``spec.command`` confined, with its log open.
+
+    Raises:
+        ToolError: The sandbox cannot be enforced (fail closed) or the shell cannot start.
+    """
+    from codemode.errors import SandboxUnavailable
+
+    try:
+        conf = prepare_confinement(spec.policy)
+    except SandboxUnavailable as exc:
+        raise ToolError(str(exc), {"error": "sandbox_unavailable"}) from exc
+    with conf:
+        env = command_env(spec.environ, marker, conf.env, term="dumb")
+        log = archive.open_log(kind="bash", session_id=spec.session_id, redact=True)
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                ["/bin/bash", "-c", spec.command],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=spec.cwd,
+                env=env,
+                start_new_session=True,
+                preexec_fn=conf.preexec,
+                pass_fds=conf.pass_fds,
+                bufsize=0,
+            )
+        except OSError as exc:
+            log.close()
+            raise ToolError(
+                f"could not start /bin/bash in {str(spec.cwd)!r}: {exc.strerror or exc}",
+                {"error": "spawn_failed"},
+            ) from exc
+    stdout, stderr = StreamCapture(), StreamCapture()
+    pump = Pump(proc, stdout, stderr, log)
+    return Running(spec, marker, proc, pump, stdout, stderr, log, started, time.time())
+
+
+@dataclass
+class Outcome:
+    """How a foreground run ended, ready for the model."""
+
+    text: str
+    structured: dict[str, Any]
+    is_error: bool
+
+
+def finish(
+    running: Running,
+    *,
+    redactor: Redactor,
+    timed_out: bool = False,
+    cancelled: bool = False,
+    promoted_process_id: str | None = None,
+) -> Outcome:
+    """Reap (unless promoted), close the log and shape the result (blocking; call in a thread)."""
+    spec = running.spec
+    duration_ms = int((time.monotonic() - running.started) * 1000)
+    exit_code: int | None = None
+    signal_name: str | None = None
+    log_ref: ArchiveRef | None = None
+    next_offset: int | None = None
+    if promoted_process_id is None:
+        exit_code, signal_name = running.reap()
+        running.pump.close()
+        log_ref = running.log.close()
+    else:
+        next_offset = running.pump.log_bytes
+    check_dirty = promoted_process_id is None and (
+        duration_ms >= _DIRTY_CHECK_AFTER_MS or classify_command(spec.command) is not None
+    )
+    revision = workspace_revision(spec.cwd, check_dirty=check_dirty)
+    text, structured = build_result(
+        command=spec.command,
+        cwd=spec.cwd,
+        policy=spec.policy,
+        redactor=redactor,
+        stdout=running.stdout.excerpt(),
+        stderr=running.stderr.excerpt(),
+        exit_code=exit_code,
+        signal_name=signal_name,
+        timed_out=timed_out,
+        timeout_seconds=spec.timeout_seconds,
+        duration_ms=duration_ms,
+        log=log_ref,
+        log_ref=running.log.ref,
+        revision=revision,
+        purpose=spec.purpose,
+        scope=spec.scope,
+        promoted_process_id=promoted_process_id,
+        next_offset=next_offset,
+        cancelled=cancelled,
+    )
+    is_error = timed_out or cancelled or (promoted_process_id is None and exit_code != 0)
+    return Outcome(text, structured, is_error)
+
+
+async def run_foreground(
+    spec: RunSpec,
+    *,
+    archive: Archive,
+    redactor: Redactor,
+    handoff_seconds: float | None,
+    promote: Callable[[Running], str],
+    track: Callable[[Running, bool], None] | None = None,
+) -> Outcome:
+    """Run one foreground command to its end, its timeout, or its hand-off.
+
+    Args:
+        spec: The request.
+        archive: Where the log goes.
+        redactor: Redacts the text before it is returned.
+        handoff_seconds: Hand off to the background after ``min(handoff_seconds,
+            timeout)``; None waits to the timeout and then stops the tree.
+        promote: Called (in a worker thread) with the still-running command at hand-off;
+            registers it as a background process and returns its id. From then on the
+            caller of ``promote`` owns the pump.
+        track: Told when the command starts (True) and ends or is promoted (False), so the
+            manager can stop foreground runs at shutdown.
+
+    Raises:
+        ToolError: The command could not be started.
+    """
+    running = await anyio.to_thread.run_sync(spawn, spec, archive, new_marker("f"))
+    if track is not None:
+        track(running, True)
+    timeout_at = running.started + spec.timeout_seconds
+    wait_until = timeout_at
+    if handoff_seconds is not None:
+        wait_until = min(timeout_at, running.started + handoff_seconds)
+    try:
+        status = await anyio.to_thread.run_sync(running.pump.run, wait_until, abandon_on_cancel=True)
+        if status == "finished":
+            return await anyio.to_thread.run_sync(lambda: finish(running, redactor=redactor))
+        if status == "deadline" and handoff_seconds is not None:
+            process_id = await anyio.to_thread.run_sync(promote, running)
+            return await anyio.to_thread.run_sync(
+                lambda: finish(running, redactor=redactor, promoted_process_id=process_id)
+            )
+        # Timed out (or woken at shutdown): stop the tree, then collect what it wrote.
+        timed_out = status == "deadline"
+        with anyio.CancelScope(shield=True):
+            outcome = await anyio.to_thread.run_sync(
+                lambda: _stop_and_finish(running, redactor, timed_out=timed_out, cancelled=not timed_out)
+            )
+        return outcome
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True):
+            running.pump.wake()
+            await anyio.to_thread.run_sync(lambda: _stop_and_finish(running, redactor, cancelled=True))
+        raise
+    finally:
+        if track is not None:
+            track(running, False)
+
+
+def _stop_and_finish(
+    running: Running, redactor: Redactor, *, timed_out: bool = False, cancelled: bool = False
+) -> Outcome:
+    running.terminate()
+    # Waits for a cancelled call's abandoned pump thread (woken) to let go first.
+    if running.pump.run(time.monotonic() + 5) != "finished":
+        running.pump.force_finish()
+    return finish(running, redactor=redactor, timed_out=timed_out, cancelled=cancelled)

@@ -1,0 +1,152 @@
+"""Finding and ending every process a command started, including ones that left its group.
+
+A command's processes are found three ways: its process group, the descendants of its root
+process, and the marker variable (``CODEMODE_PROCESS_ID``) every process we start carries in
+its environment. The marker finds double-forked or ``setsid`` descendants that were reparented
+to init; only a process that scrubbed its environment and left the group can escape it.
+
+Stopping freezes what it finds (SIGSTOP) before killing it, so a fork storm cannot outrun it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterable
+
+import psutil  # type: ignore[import-untyped,unused-ignore]
+
+MARKER_VAR = "CODEMODE_PROCESS_ID"
+
+# Two create_time values of the same process are computed the same way; distinct processes
+# started in distinct clock ticks (10 ms) differ by more than this.
+_CREATE_TIME_TOLERANCE = 0.005
+
+
+def create_time(pid: int) -> float | None:
+    """The start time psutil reports for ``pid``, or None when no such process exists."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
+
+
+def is_same_process(pid: int, started: float) -> bool:
+    """True when ``pid`` is alive (not a zombie) and started at ``started``."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return abs(float(proc.create_time()) - started) < _CREATE_TIME_TOLERANCE
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return False
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return True
+    # The state follows the command name, which is in parentheses and may contain spaces.
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
+
+
+def find_members(marker: str, pgid: int | None = None, root_pid: int | None = None) -> set[int]:
+    """Pids of live (non-zombie) processes that belong to one command.
+
+    Args:
+        marker: The value of ``CODEMODE_PROCESS_ID`` given to the command.
+        pgid: The command's process group, when it is known to still be ours.
+        root_pid: The command's root process, when it is known to still be ours.
+    """
+    needle = f"{MARKER_VAR}={marker}\0".encode()
+    me = os.getpid()
+    found: set[int] = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        if pid == me:
+            continue
+        try:
+            if pgid is not None and os.getpgid(pid) == pgid:
+                found.add(pid)
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in f.read():
+                    found.add(pid)
+        except OSError:
+            continue
+    if root_pid is not None:
+        try:
+            root = psutil.Process(root_pid)
+            found.add(root_pid)
+            found.update(child.pid for child in root.children(recursive=True))
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            pass
+    return {pid for pid in found if pid != me and not _is_zombie(pid)}
+
+
+def _signal_all(pids: Iterable[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def terminate_tree(
+    marker: str,
+    *,
+    pgid: int | None = None,
+    root_pid: int | None = None,
+    grace_seconds: float = 2.0,
+) -> int:
+    """Ask a command's processes to exit, then kill whatever is left, descendants included.
+
+    SIGTERM goes to the process group and to every member found; after ``grace_seconds``
+    the survivors are frozen with SIGSTOP (repeatedly, until no new process appears) and
+    then killed with SIGKILL. The caller must make sure ``pgid`` and ``root_pid`` still name
+    its own processes (identity checked, or the root not yet reaped).
+
+    Returns:
+        How many processes were still alive when SIGKILL was sent.
+    """
+    if pgid is not None:
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except OSError:
+            pass
+    members = find_members(marker, pgid, root_pid)
+    _signal_all(members, signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    delay = 0.005
+    while members and time.monotonic() < deadline:
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+        members = find_members(marker, pgid, root_pid)
+    killed = 0
+    for _ in range(200):
+        if pgid is not None:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except OSError:
+                pass
+        frozen: set[int] = set()
+        while True:
+            members = find_members(marker, pgid, root_pid) - frozen
+            if not members:
+                break
+            _signal_all(members, signal.SIGSTOP)
+            frozen |= members
+        if not frozen:
+            break
+        _signal_all(frozen, signal.SIGKILL)
+        killed += len(frozen)
+        # Let the kernel tear them down before looking again.
+        wait_deadline = time.monotonic() + 1.0
+        while time.monotonic() < wait_deadline and any(not _is_zombie(pid) for pid in frozen):
+            time.sleep(0.002)
+    return killed

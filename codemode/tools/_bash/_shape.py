@@ -1,0 +1,131 @@
+"""What the model reads (text) and what clients keep (structured) for a finished or handed-off run."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from codemode.archive import ArchiveRef, Redactor
+from codemode.sandbox import SandboxPolicy, explain_denial
+from codemode.tools._bash._compat import classify_command, failure_summary, parse_verification
+from codemode.tools._capture import Excerpt, shape_output
+
+
+def _as_dict(value: Any) -> Any:
+    if value is None:
+        return None
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return to_dict()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
+
+
+def _stream(excerpt: Excerpt, text: str) -> dict[str, Any]:
+    return {"excerpt": text, "bytes": excerpt.total_bytes, "truncated": excerpt.truncated}
+
+
+def read_archive_hint(ref: str, offset: int = 0) -> str:
+    """The call that reads an archived log."""
+    return f'read_archive({{ref: "{ref}", offset: {offset}}})'
+
+
+def build_result(
+    *,
+    command: str,
+    cwd: Path,
+    policy: SandboxPolicy,
+    redactor: Redactor,
+    stdout: Excerpt,
+    stderr: Excerpt,
+    exit_code: int | None,
+    signal_name: str | None,
+    timed_out: bool,
+    timeout_seconds: int,
+    duration_ms: int,
+    log: ArchiveRef | None,
+    log_ref: str,
+    revision: dict[str, Any] | None,
+    purpose: str | None,
+    scope: str | None,
+    promoted_process_id: str | None = None,
+    next_offset: int | None = None,
+    cancelled: bool = False,
+) -> tuple[str, dict[str, Any]]:
+    """Shape one foreground run into the model's text and the structured envelope.
+
+    The text is the terminal view (stdout then stderr, cleaned, head and tail), plus a line
+    only where it changes the next step. Both are redacted.
+
+    Returns:
+        ``(text, structured_content)``.
+    """
+    out_text = redactor.redact(stdout.text)
+    err_text = redactor.redact(stderr.text)
+    view = redactor.redact(shape_output(stdout, stderr))
+    cut = stdout.truncated or stderr.truncated
+    lines: list[str] = [view] if view else []
+
+    classification = classify_command(command)
+    verification = None
+    if classification is not None and promoted_process_id is None:
+        verification = parse_verification(classification, f"{stdout.text}\n{stderr.text}", exit_code)
+
+    if promoted_process_id is not None:
+        lines.append(
+            f"Still running after {duration_ms / 1000:.0f} s, so it was moved to the background as process "
+            f"{promoted_process_id} (same process, output kept). Read more with "
+            f'bash({{action: "read", process_id: "{promoted_process_id}", offset_bytes: {next_offset or 0}, '
+            f'wait_ms: 10000}}); stop it with bash({{action: "stop", process_id: "{promoted_process_id}"}}).'
+        )
+    elif timed_out:
+        lines.append(
+            f"Timed out after {timeout_seconds} s: the command and every process it started were stopped. "
+            "Raise timeout_seconds (max 3600) or use run_in_background for long commands."
+        )
+    elif cancelled:
+        lines.append("Cancelled: the command and every process it started were stopped.")
+    elif exit_code is None:
+        lines.append("Exit code unknown")
+    elif exit_code != 0:
+        suffix = f" (killed by {signal_name})" if signal_name else ""
+        lines.append(f"Exit code {exit_code}{suffix}")
+    if cut:
+        if verification is not None:
+            summary = failure_summary(verification)
+            if summary:
+                lines.append(summary)
+        lines.append(f"Output was cut; the full log: {read_archive_hint(log_ref)}")
+    denial = explain_denial(f"{stdout.text}\n{stderr.text}", policy, cwd)
+    if denial:
+        lines.append(denial)
+    text = "\n".join(lines)
+
+    structured: dict[str, Any] = {
+        "exit_code": -1 if promoted_process_id is not None else exit_code,
+        "timed_out": timed_out,
+        "duration_ms": duration_ms,
+        "stdout": _stream(stdout, out_text),
+        "stderr": _stream(stderr, err_text),
+        "classification": _as_dict(classification),
+        "verification": _as_dict(verification),
+        "workspace_revision": revision,
+        "log": (
+            {"ref": log.ref, "sha256": log.sha256, "bytes": log.total_bytes}
+            if log is not None
+            else {"ref": log_ref, "sha256": None, "bytes": None}
+        ),
+        "cwd": str(cwd),
+        "purpose": purpose,
+        "scope": scope,
+    }
+    if signal_name:
+        structured["signal"] = signal_name
+    if cancelled:
+        structured["cancelled"] = True
+    if promoted_process_id is not None:
+        structured["promoted_process_id"] = promoted_process_id
+        structured["next_offset"] = next_offset
+    return text, structured

@@ -1,0 +1,266 @@
+"""Foreground runs through the bash tool: real shells, real pipes, real process trees."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+
+from codemode.errors import ToolError
+from codemode.tools._bash import ProcessManager
+from codemode.tools._bash._proctree import MARKER_VAR
+from codemode.tools._model import ToolContext
+
+from .conftest import Caller
+
+pytestmark = pytest.mark.anyio
+
+
+def _survivors(token: str) -> list[int]:
+    """Live processes whose command line carries ``token``."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and token in " ".join(proc.info["cmdline"] or []):
+                found.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+async def test_success_shows_output_and_nothing_else(bash: Caller) -> None:
+    result = await bash(command="echo hello")
+    assert result.text == "hello"
+    assert not result.is_error
+    data = result.structured_content
+    assert data["exit_code"] == 0
+    assert data["timed_out"] is False
+    assert data["stdout"] == {"excerpt": "hello\n", "bytes": 6, "truncated": False}
+    assert data["log"]["bytes"] == 6
+
+
+async def test_command_not_found_shows_127(bash: Caller) -> None:
+    result = await bash(command="definitely-not-a-command-xyz")
+    assert result.is_error
+    assert "command not found" in result.text
+    assert result.text.endswith("Exit code 127")
+    assert result.structured_content["exit_code"] == 127
+
+
+async def test_missing_cwd_is_a_clear_error(bash: Caller) -> None:
+    with pytest.raises(ToolError, match="does not exist"):
+        await bash(command="pwd", cwd="no/such/dir")
+
+
+async def test_cwd_relative_to_workspace(bash: Caller, workspace: Path) -> None:
+    (workspace / "sub").mkdir()
+    result = await bash(command="pwd", cwd="sub")
+    assert result.text == str((workspace / "sub").resolve())
+
+
+@pytest.mark.parametrize("timeout", [0, 3601, -5])
+async def test_timeout_out_of_range_is_rejected_by_schema(bash: Caller, timeout: int) -> None:
+    with pytest.raises(ValueError, match=r"minimum|maximum"):
+        await bash(command="true", timeout_seconds=timeout)
+
+
+async def test_exit_3_with_stderr_only(bash: Caller) -> None:
+    result = await bash(command="echo broken >&2; exit 3")
+    assert result.text == "broken\nExit code 3"
+    data = result.structured_content
+    assert data["stdout"]["bytes"] == 0
+    assert data["stderr"]["excerpt"] == "broken\n"
+
+
+async def test_stdout_then_stderr_and_the_log_keeps_both(bash: Caller, archive: Any) -> None:
+    result = await bash(command="for i in 1 2 3; do echo out$i; echo err$i >&2; done")
+    assert result.text == "out1\nout2\nout3\nerr1\nerr2\nerr3"
+    page = archive.read(result.structured_content["log"]["ref"], 0, 1000)
+    assert sorted(page.data.decode().split()) == sorted(["out1", "out2", "out3", "err1", "err2", "err3"])
+
+
+async def test_each_call_is_a_new_shell_with_non_interactive_env(bash: Caller, monkeypatch: Any) -> None:
+    await bash(command="cd /; export FOO=1")
+    result = await bash(command='echo "$PWD|${FOO:-unset}|$PAGER|$GIT_TERMINAL_PROMPT|${GOROOT:-none}"')
+    assert result.text.split("|")[1:] == ["unset", "cat", "0", "none"]
+    assert result.text.split("|")[0] != "/"
+
+
+async def test_goroot_removed(manager: ProcessManager, bash: Caller, monkeypatch: Any) -> None:
+    manager._environ["GOROOT"] = "/usr/lib/go"
+    result = await bash(command='echo "${GOROOT:-none}"')
+    assert result.text == "none"
+
+
+async def test_stdin_is_closed(bash: Caller) -> None:
+    result = await bash(command="cat; echo done")
+    assert result.text == "done"
+
+
+async def test_large_output_keeps_head_and_tail_and_full_log(bash: Caller, archive: Any) -> None:
+    result = await bash(command="seq 1 200000")
+    data = result.structured_content
+    assert data["stdout"]["truncated"]
+    assert result.text.startswith("1\n2\n3\n")
+    assert "200000" in result.text
+    assert "omitted" in result.text
+    ref = data["log"]["ref"]
+    assert f'read_archive({{ref: "{ref}", offset: 0}})' in result.text
+    expected = subprocess.run(["seq", "1", "200000"], capture_output=True, check=True).stdout
+    assert data["log"]["bytes"] == len(expected)
+    got = bytearray()
+    offset = 0
+    while True:
+        page = archive.read(ref, offset, 1 << 20)
+        got += page.data
+        offset = page.next_offset
+        if page.eof:
+            break
+    assert bytes(got) == expected
+
+
+async def test_200mb_output_bounded_memory(bash: Caller) -> None:
+    me = psutil.Process()
+    before = me.memory_info().rss
+    result = await bash(command="yes 'a line of output for the test' | head -c 200000000")
+    growth = me.memory_info().rss - before
+    assert result.structured_content["stdout"]["bytes"] == 200_000_000
+    assert growth < 64 * 1024 * 1024
+
+
+async def test_100mb_line_without_newline(bash: Caller) -> None:
+    result = await bash(command="head -c 100000000 /dev/zero | tr '\\0' x")
+    data = result.structured_content
+    assert data["stdout"]["bytes"] == 100_000_000
+    assert data["stdout"]["truncated"]
+    assert len(result.text) < 100_000
+    assert result.text.startswith("xxxx")
+
+
+async def test_only_carriage_return_updates_collapse(bash: Caller) -> None:
+    result = await bash(command="for i in 1 2 3 4 5; do printf '\\rprogress %d%%' $((i*20)); done")
+    assert result.text == "progress 100%"
+
+
+async def test_binary_output_does_not_break_text(bash: Caller) -> None:
+    result = await bash(command="head -c 4096 /dev/urandom; printf '\\0\\xff\\xfe end'")
+    assert not result.is_error
+    assert "\x00" not in result.text
+    result.text.encode("utf-8")  # valid text
+    assert result.structured_content["stdout"]["bytes"] == 4096 + 7
+
+
+async def test_timeout_stops_a_command_that_ignores_sigterm(manager: ProcessManager, bash: Caller) -> None:
+    token = f"ignoreterm{os.getpid()}"
+    result = await bash(
+        command=f"trap '' TERM; echo started; exec -a {token} sleep 1000",
+        timeout_seconds=1,
+    )
+    data = result.structured_content
+    assert data["timed_out"] is True
+    assert result.is_error
+    assert "started" in result.text
+    assert "Timed out after 1 s" in result.text
+    assert _survivors(token) == []
+
+
+async def test_fork_storm_stopped_by_timeout_leaves_no_survivors(bash: Caller) -> None:
+    token = f"storm{os.getpid()}"
+    # Bounded: each round starts two escaping (setsid) children that keep spawning, capped by ulimit.
+    command = (
+        "ulimit -u 2000 2>/dev/null; "
+        f"spawn() {{ for i in 1 2; do setsid bash -c 'exec -a {token} sleep 1000' & done; }}; "
+        "for r in $(seq 1 40); do spawn; sleep 0.02; done; wait"
+    )
+    result = await bash(command=command, timeout_seconds=2)
+    assert result.structured_content["timed_out"] is True
+    assert _survivors(token) == []
+
+
+async def test_setsid_nohup_child_is_stopped_at_timeout(bash: Caller) -> None:
+    token = f"nohupchild{os.getpid()}"
+    result = await bash(
+        command=f"setsid nohup bash -c 'exec -a {token} sleep 1000' >/dev/null 2>&1 & sleep 1000",
+        timeout_seconds=1,
+    )
+    assert result.structured_content["timed_out"] is True
+    assert _survivors(token) == []
+
+
+async def test_leftover_background_child_does_not_block_the_result(bash: Caller) -> None:
+    token = f"leftover{os.getpid()}"
+    with anyio.fail_after(10):
+        result = await bash(command=f"bash -c 'exec -a {token} sleep 1000' & echo quick")
+    assert result.text == "quick"
+    for pid in _survivors(token):
+        os.kill(pid, 9)
+
+
+async def test_cancelling_the_caller_stops_the_command(bash: Caller) -> None:
+    token = f"cancelme{os.getpid()}"
+    with anyio.move_on_after(0.5):
+        await bash(command=f"exec -a {token} sleep 1000")
+    assert _survivors(token) == []
+
+
+async def test_commands_carry_the_marker(bash: Caller) -> None:
+    result = await bash(command=f'echo "${MARKER_VAR}"')
+    assert result.text.startswith("f_")
+
+
+async def test_redaction_of_secret_env_values(archive: Any, workspace: Path, policy: Any) -> None:
+    from codemode.archive import Redactor
+
+    secret = "s3cr3t-VALUE-" + "q" * 20
+    env = {**os.environ, "MY_API_TOKEN": secret}
+    manager = ProcessManager(archive, handoff_seconds=None, redactor=Redactor(env), environ=env)
+    caller = Caller(manager, ToolContext("s1", workspace, policy, archive))
+    result = await caller(command='echo "token=$MY_API_TOKEN"')
+    assert secret not in result.text
+    assert secret not in str(result.structured_content)
+    await manager.aclose()
+
+
+async def test_workspace_revision_in_git_tree(bash: Caller, workspace: Path) -> None:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
+    env["GIT_COMMITTER_EMAIL"] = "t@t"
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=workspace, check=True, env=env)
+    (workspace / "f").write_text("1")
+    subprocess.run(["git", "add", "f"], cwd=workspace, check=True, env=env)
+    subprocess.run(["git", "commit", "-qm", "x"], cwd=workspace, check=True, env=env)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=workspace, capture_output=True, text=True)
+    result = await bash(command="sleep 0.15; echo 2 > f")
+    rev = result.structured_content["workspace_revision"]
+    assert rev["head"] == head.stdout.strip()
+    assert rev["ref"] == "refs/heads/main"
+    assert rev["dirty"] is True
+
+
+async def test_no_revision_outside_git(bash: Caller) -> None:
+    result = await bash(command="true")
+    assert result.structured_content["workspace_revision"] is None
+
+
+async def test_sandbox_default_mode_confines_writes(bash: Caller, tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    result = await bash(command=f"echo x > {outside}")
+    assert result.is_error
+    assert not outside.exists()
+
+
+async def test_host_keeps_working_after_bad_inputs(bash: Caller) -> None:
+    for command in ["exit 1", "kill -9 $$", "definitely-not-a-command-xyz"]:
+        await bash(command=command)
+    result = await bash(command="echo still fine")
+    assert result.text == "still fine"
+
+
+async def test_killed_by_signal_reports_it(bash: Caller) -> None:
+    result = await bash(command="kill -9 $$")
+    assert result.structured_content["exit_code"] == 137
+    assert "Exit code 137 (killed by SIGKILL)" in result.text

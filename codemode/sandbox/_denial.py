@@ -41,6 +41,7 @@ _ENDPOINTS = (
     re.compile(r"https?://([\w.\-]+)(?::(\d+))?"),
     re.compile(r"\b(\d{1,3}(?:\.\d{1,3}){3}):(\d+)\b"),
 )
+_PATHLIKE = re.compile(r"[\w.~/+@%-][^\s\[\]()]*$")
 _KILL_DENIED = re.compile(r"kill: \(?(\d+)\)?(?: - |: )operation not permitted", re.IGNORECASE)
 _WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts")
 
@@ -53,9 +54,15 @@ def _candidates(line: str) -> list[str]:
     found: list[str] = []
     for match in _QUOTED.finditer(line):
         found.append(next(g for g in match.groups() if g is not None))
+    # `bash: line 1: PATH: Permission denied`, `tee: PATH: ...`: the field before the error.
+    error = _FS_ERROR.search(line)
+    if error is not None:
+        fields = line[: error.start()].rstrip().removesuffix(":").split(": ")
+        if len(fields) > 1 and _PATHLIKE.match(fields[-1].strip()):
+            found.append(fields[-1])
     for match in _BARE_PATH.finditer(line):
         found.append(match.group(1))
-    return [c.strip() for c in found if c.strip().startswith(("/", "./", "../", "~")) or "/" in c]
+    return [c.strip() for c in found if c.strip()]
 
 
 def _absolute(candidate: str, cwd: Path | None) -> str | None:
@@ -112,7 +119,14 @@ def _network_denial(output: str) -> str | None:
     lines = output.splitlines()
     hit = next((line for line in lines if _NETWORK_FAILURE.search(line)), None)
     if hit is None and _NETWORK_CONTEXT.search(output):
-        hit = next((line for line in lines if _PATHLESS_DENIAL.search(line) and not _candidates(line)), None)
+        hit = next(
+            (
+                line
+                for line in lines
+                if _PATHLESS_DENIAL.search(line) and not any(c.startswith("/") for c in _candidates(line))
+            ),
+            None,
+        )
     if hit is None:
         return None
     for pattern in _ENDPOINTS:

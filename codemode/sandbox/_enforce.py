@@ -244,7 +244,7 @@ def prepare_confinement(policy: SandboxPolicy) -> Confinement:
         add_path_rule(fd, "/", FS_READ_FILE | FS_READ_DIR | FS_EXECUTE)
         for path in (*_DEVICE_PATHS, *_extra_writable(policy)):
             if os.path.exists(path):
-                add_path_rule(fd, path, _DEVICE_RIGHTS if path != "/dev/shm" else fs_all)
+                add_path_rule(fd, path, (_DEVICE_RIGHTS if path != "/dev/shm" else fs_all) & fs_all)
         for root in writable:
             try:
                 add_path_rule(fd, root, fs_all)

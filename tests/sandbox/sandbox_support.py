@@ -1,0 +1,112 @@
+"""Helpers for the sandbox tests: real directories and confined processes started like the bash tool."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from landlock import landlock_abi_version
+
+from codemode.sandbox import SandboxMode, SandboxPolicy, prepare_confinement
+
+
+def _real_abi() -> int:
+    """The running kernel's Landlock ABI, asked directly (no codemode simulation switches)."""
+    try:
+        return int(landlock_abi_version())
+    except OSError:
+        return 0
+
+
+REAL_ABI = _real_abi()
+#: Skip a test only when the real kernel cannot enforce confined modes.
+needs_landlock = pytest.mark.skipif(
+    REAL_ABI < 3, reason=f"needs Landlock ABI >= 3; this kernel has ABI {REAL_ABI}"
+)
+
+
+@dataclass
+class Dirs:
+    """A workspace root, a private temp dir, a state dir and an outside dir, all real."""
+
+    ws: Path
+    tmp: Path
+    state: Path
+    out: Path
+
+    def policy(self, mode: SandboxMode = SandboxMode.WORKSPACE_WRITE, network: bool = True) -> SandboxPolicy:
+        return SandboxPolicy(
+            mode=mode,
+            writable_roots=(self.ws,),
+            network=network,
+            temp_dir=self.tmp,
+            protected=(self.state,),
+        )
+
+
+def run_confined(
+    policy: SandboxPolicy, argv: list[str], cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Start ``argv`` the way the bash tool does (Popen + preexec_fn), wait, return its output."""
+    env = dict(os.environ)
+    with prepare_confinement(policy) as conf:
+        env.update(conf.env)
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            preexec_fn=conf.preexec,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def bash(policy: SandboxPolicy, script: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``bash -c script`` under ``policy``."""
+    return run_confined(policy, ["bash", "-c", script], cwd=cwd)
+
+
+# A tiny probe run inside the sandbox: performs one operation, prints OK or the errno name.
+PROBE = r"""
+import errno, os, socket, sys
+op, args = sys.argv[1], sys.argv[2:]
+def do():
+    if op == "create": os.close(os.open(args[0], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    elif op == "write": os.close(os.open(args[0], os.O_WRONLY | os.O_APPEND))
+    elif op == "o_trunc": os.close(os.open(args[0], os.O_WRONLY | os.O_TRUNC))
+    elif op == "truncate": os.truncate(args[0], 0)
+    elif op == "unlink": os.unlink(args[0])
+    elif op == "mkdir": os.mkdir(args[0])
+    elif op == "rmdir": os.rmdir(args[0])
+    elif op == "mkfifo": os.mkfifo(args[0])
+    elif op == "symlink": os.symlink("/etc/hostname", args[0])
+    elif op == "rename": os.rename(args[0], args[1])
+    elif op == "link": os.link(args[0], args[1])
+    elif op == "read": open(args[0]).read()
+    elif op == "procfd":
+        fd = os.open(args[0], os.O_RDONLY)
+        os.close(os.open(f"/proc/self/fd/{fd}", os.O_WRONLY))
+    elif op == "connect": socket.create_connection(("127.0.0.1", int(args[0])), timeout=10).close()
+    elif op == "bind":
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); s.close()
+    else: raise SystemExit("unknown op " + op)
+try:
+    do()
+    print("OK")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, str(e.errno)))
+"""
+
+
+def probe(policy: SandboxPolicy, op: str, *args: str | Path) -> str:
+    """Run one operation in a confined Python child; return ``OK`` or the errno name."""
+    result = run_confined(policy, ["python3", "-c", PROBE, op, *map(str, args)])
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()

@@ -28,6 +28,7 @@ import difflib
 import errno
 import io
 import os
+import re
 import secrets
 import stat
 from dataclasses import dataclass
@@ -62,7 +63,8 @@ DIFF_TEXT_MAX_LINES = 300
 DIFF_MAX_CHARS = 1024 * 1024
 _CHUNK = 1024 * 1024
 NEAR_MISS_CANDIDATES = 40
-NEAR_MISS_FUZZY_CHARS = 8 * 1024 * 1024
+NEAR_MISS_FUZZY_CHARS = 1024 * 1024
+NEAR_MISS_MAX_LINES = 200_000
 
 
 # ---------------------------------------------------------------------------- argument models
@@ -518,17 +520,77 @@ def _encode(text: str, encoding: str, shown: str, what: str) -> bytes:
 # ---------------------------------------------------------------------------- diff
 
 
-def _diff(before: str, after: str, shown: str, *, created: bool = False) -> str:
+def _common_prefix(a: str, b: str) -> int:
+    """Length of the common prefix, by binary search over C-level slice comparisons."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _common_suffix(a: str, b: str, limit: int) -> int:
+    """Length of the common suffix, at most ``limit``."""
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[len(a) - mid :] == b[len(b) - mid :]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+_HUNK = re.compile(r"^@@ -(\d+)((?:,\d+)?) \+(\d+)((?:,\d+)?) @@")
+
+
+def _diff(before: str, after: str, shown: str, *, created: bool = False, context: int = 3) -> str:
+    """Unified diff of two texts, computed only over the region that changed.
+
+    The common prefix and suffix (snapped to whole lines) are skipped, ``context`` lines of
+    them kept, and the hunk line numbers shifted back, so a one-line edit of a large file costs
+    a few string comparisons instead of a whole-file diff.
+    """
+    if before == after:
+        return ""
+    prefix = _common_prefix(before, after)
+    start = before.rfind("\n", 0, prefix) + 1
+    suffix = _common_suffix(before, after, min(len(before), len(after)) - prefix)
+    newline = before.find("\n", len(before) - suffix)
+    end_a = newline + 1 if newline != -1 else len(before)
+    end_b = len(after) - (len(before) - end_a)
+    lead_start = start
+    for _ in range(context):
+        if lead_start == 0:
+            break
+        lead_start = before.rfind("\n", 0, lead_start - 1) + 1
+    trail_end = end_a
+    for _ in range(context):
+        if trail_end >= len(before):
+            break
+        newline = before.find("\n", trail_end)
+        trail_end = newline + 1 if newline != -1 else len(before)
+    lead = _split_lf(before[lead_start:start])
+    trail = _split_lf(before[end_a:trail_end])
+    offset = before.count("\n", 0, lead_start)
     lines = difflib.unified_diff(
-        before.splitlines(keepends=True),
-        after.splitlines(keepends=True),
+        lead + _split_lf(before[start:end_a]) + trail,
+        lead + _split_lf(after[start:end_b]) + trail,
         fromfile="/dev/null" if created else f"a/{shown}",
         tofile=f"b/{shown}",
+        n=context,
     )
     out: list[str] = []
     size = 0
     for line in lines:
         piece = line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+        if offset and piece.startswith("@@"):
+            piece = _HUNK.sub(
+                lambda m: f"@@ -{int(m[1]) + offset}{m[2]} +{int(m[3]) + offset}{m[4]} @@", piece, count=1
+            )
         if size + len(piece) > DIFF_MAX_CHARS:
             out.append(f"[diff cut at {DIFF_MAX_CHARS:,} characters; read the file with read_file]\n")
             break
@@ -750,27 +812,37 @@ def _hint(window: list[str], wanted: list[str]) -> str:
 def _candidate_starts(file_lines: list[str], wanted: list[str], k: int) -> list[int]:
     """Window starts worth an exact similarity check, found cheaply.
 
-    Windows are ranked by how many of their lines equal (whitespace- and case-insensitively) a
-    line of ``old_text``; when no line matches at all, by how close single file lines come to
+    Windows are ranked by how many of their lines equal a line of ``old_text`` (ignoring
+    whitespace and case), then by how many words they share with it. When nothing is shared
+    at all, and the file is small enough, single lines are ranked by character similarity to
     the first non-blank line of ``old_text``.
     """
     keys = {_norm_ws(line).lower() for line in wanted if line.strip()}
-    hits = [1 if line.strip() and _norm_ws(line).lower() in keys else 0 for line in file_lines]
+    words = {word for line in wanted for word in line.split()}
+    # Words of old_text weigh by rarity in the file, so a distinctive word outranks "the".
+    text = "\n".join(file_lines)
+    weight = {word: 1.0 / max(1, text.count(word)) for word in words}
+    per_line: list[float] = []
+    for line in file_lines:
+        parts = line.split()
+        score = sum(map(weight.__getitem__, words.intersection(parts)))
+        if parts and " ".join(parts).lower() in keys:
+            score += 100.0
+        per_line.append(score)
     windows = max(1, len(file_lines) - k + 1)
-    score = sum(hits[:k])
+    score = sum(per_line[:k])
     scores = [score]
     for start in range(1, windows):
-        score += hits[start + k - 1] - hits[start - 1]
+        score += per_line[start + k - 1] - per_line[start - 1]
         scores.append(score)
     if max(scores) > 0:
         ranked = sorted(range(windows), key=lambda s: (-scores[s], s))
         return ranked[:NEAR_MISS_CANDIDATES]
-    anchor_index = next((i for i, line in enumerate(wanted) if line.strip()), 0)
-    anchor = wanted[anchor_index]
     if sum(len(line) for line in file_lines) > NEAR_MISS_FUZZY_CHARS:
         return []
+    anchor_index = next((i for i, line in enumerate(wanted) if line.strip()), 0)
     matcher = difflib.SequenceMatcher(autojunk=False)
-    matcher.set_seq2(anchor)
+    matcher.set_seq2(wanted[anchor_index])
     line_scores: list[tuple[float, int]] = []
     for i, line in enumerate(file_lines):
         matcher.set_seq1(line)
@@ -792,7 +864,8 @@ def _no_match(text: str, old: str, shown: str, real: str) -> ToolError:
     best: tuple[float, int] | None = None
     matcher = difflib.SequenceMatcher(autojunk=False)
     matcher.set_seq2("\n".join(wanted))
-    for start in _candidate_starts(file_lines, wanted, k):
+    searched = len(file_lines) <= NEAR_MISS_MAX_LINES
+    for start in _candidate_starts(file_lines, wanted, k) if searched else []:
         matcher.set_seq1("\n".join(file_lines[start : start + k]))
         ratio = matcher.ratio()
         if best is None or ratio > best[0]:
@@ -820,6 +893,12 @@ def _no_match(text: str, old: str, shown: str, real: str) -> ToolError:
             "hint": hint,
             "text": "\n".join(window)[:20000],
         }
+    elif not searched:
+        message += (
+            f" The file has {len(file_lines):,} lines, too many to search for a near miss; find the "
+            "text with bash (grep -n) and copy old_text exactly."
+        )
+        data["near_miss"] = None
     else:
         message += " No similar region either; read the file with read_file and copy old_text exactly."
         data["near_miss"] = None
@@ -839,6 +918,11 @@ WRITE_DESCRIPTION = (
 
 def write_file(args: WriteFileArgs, ctx: ToolContext) -> ToolResult:
     """Write a whole file."""
+    if args.path.endswith("/"):
+        raise ToolError(
+            f"path {args.path!r} ends with '/', so it names a directory; give the file's path.",
+            {"path": args.path},
+        )
     real = check_writable(ctx.policy, ctx.workspace, args.path)
     shown = _display(ctx, real)
     payload = _encode(args.content, "utf-8", shown, "content")

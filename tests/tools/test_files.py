@@ -511,6 +511,27 @@ def test_unwritable_directory_leaves_original(env: Env) -> None:
 def test_write_directory_refused(env: Env) -> None:
     (env.workspace / "d").mkdir()
     assert "directory" in env.fails("write_file", path="d", content="x").message
+    assert "directory" in env.fails("write_file", path="newdir/", content="x").message
+    assert not (env.workspace / "newdir").exists()
+
+
+def test_diff_of_an_edit_deep_in_a_file_has_the_right_line_numbers(env: Env) -> None:
+    path = env.workspace / "long.txt"
+    path.write_text("".join(f"row {i}\n" for i in range(1, 2001)))
+    diff = env.call(
+        "edit_file", path="long.txt", old_text="row 1000\n", new_text="row M\nrow N\n"
+    ).structured_content["diff"]
+    assert diff == (
+        "--- a/long.txt\n+++ b/long.txt\n@@ -997,7 +997,8 @@\n row 997\n row 998\n row 999\n"
+        "-row 1000\n+row M\n+row N\n row 1001\n row 1002\n row 1003\n"
+    )
+
+
+def test_diff_marks_missing_final_newline(env: Env) -> None:
+    (env.workspace / "n.txt").write_text("a\nb")
+    diff = env.call("edit_file", path="n.txt", old_text="b", new_text="c").structured_content["diff"]
+    assert diff.endswith("-b\n\\ No newline at end of file\n+c\n\\ No newline at end of file\n")
+    assert (env.workspace / "n.txt").read_text() == "a\nc"
 
 
 # ---------------------------------------------------------------------------- sandbox through the tools

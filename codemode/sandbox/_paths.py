@@ -32,12 +32,21 @@ def resolve_path(workspace: Path, path: str) -> Path:
         The resolved absolute path.
 
     Raises:
-        ToolError: The path is empty, contains a NUL byte, or runs into a symlink loop.
+        ToolError: The path is empty, contains a NUL byte or an unpaired surrogate, or runs into
+            a symlink loop.
     """
     if not path:
         raise ToolError("path is empty; give a file path (relative to the workspace or absolute)")
     if "\x00" in path:
         raise ToolError(f"path {path!r} contains a NUL byte; file paths cannot contain NUL")
+    try:
+        os.fsencode(path)
+    except UnicodeEncodeError as exc:
+        raise ToolError(
+            f"path {path!r} contains an unpaired surrogate at character {exc.start}; send the path as "
+            "complete characters",
+            {"path": path.encode("utf-8", "backslashreplace").decode()},
+        ) from None
     expanded = os.path.expanduser(path)
     joined = expanded if os.path.isabs(expanded) else os.path.join(os.fspath(workspace), expanded)
     real = os.path.realpath(joined)

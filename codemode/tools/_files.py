@@ -27,9 +27,11 @@ import codecs
 import difflib
 import errno
 import io
+import json
 import os
 import re
 import secrets
+import shlex
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,7 +188,7 @@ def _stat_regular(real: Path, shown: str, *, hint: str) -> os.stat_result:
         raise _os_error(exc, "read", shown) from exc
     if stat.S_ISDIR(st.st_mode):
         raise ToolError(
-            f"{shown} is a directory, not a file. List it with bash (ls {shown}).",
+            f"{shown} is a directory, not a file. List it with bash (ls {shlex.quote(shown)}).",
             {"path": str(real), "kind": "directory"},
         )
     if not stat.S_ISREG(st.st_mode):
@@ -201,7 +203,7 @@ def _stat_regular(real: Path, shown: str, *, hint: str) -> os.stat_result:
 def _binary_error(shown: str, size: int, why: str) -> ToolError:
     return ToolError(
         f"{shown} is a binary file ({_fmt_bytes(size)}; {why}); read_file shows text only. "
-        f"Inspect it with bash, e.g. `file {shown}` or `xxd {shown} | head`.",
+        f"Inspect it with bash, e.g. `file {shlex.quote(shown)}` or `xxd {shlex.quote(shown)} | head`.",
         {"path": shown, "bytes": size, "binary": True, "reason": why},
     )
 
@@ -216,7 +218,7 @@ def _sniff(head: bytes, shown: str, size: int) -> str:
     elif head.startswith(_UTF16_32_BOMS):
         raise ToolError(
             f"{shown} is UTF-16/UTF-32 text ({_fmt_bytes(size)}); the file tools handle UTF-8 and "
-            f"Latin-1 only. Convert it with bash, e.g. `iconv -f UTF-16 -t UTF-8 {shown}`.",
+            f"Latin-1 only. Convert it with bash, e.g. `iconv -f UTF-16 -t UTF-8 {shlex.quote(shown)}`.",
             {"path": shown, "bytes": size, "encoding": "utf-16/32"},
         )
     else:
@@ -417,10 +419,10 @@ def read_file(args: ReadFileArgs, ctx: ToolContext) -> ToolResult:
     body = "\n".join(f"{start + i:6d}\t{_strip_eol(line)}" for i, line in enumerate(lines))
     notes: list[str] = []
     if cut_line is not None:
-        n = cut_line["line"]
+        n, shown_bytes = cut_line["line"], cut_line["shown_bytes"]
         notes.append(
-            f"[line {n} is {cut_line['line_bytes']:,} bytes; showing its first {cut_line['shown_bytes']:,}. "
-            f"Read the rest with bash: sed -n '{n}p' {shown} | cut -b {cut_line['shown_bytes'] + 1}-]"
+            f"[line {n} is {cut_line['line_bytes']:,} bytes; showing its first {shown_bytes:,}. "
+            f"Read the rest with bash: sed -n '{n}p' {shlex.quote(shown)} | cut -b {shown_bytes + 1}-]"
         )
     if replaced:
         notes.append("[this page has bytes that are not valid UTF-8; they are shown as \ufffd]")
@@ -428,8 +430,9 @@ def read_file(args: ReadFileArgs, ctx: ToolContext) -> ToolResult:
         body = f"[{shown} is empty]" if st.st_size == 0 else f"[{shown}: no lines at offset {start}]"
     elif next_offset is not None:
         of = f"{scan.total_lines}" if scan.total_lines is not None else "an uncounted number (file too large)"
+        quoted = json.dumps(args.path, ensure_ascii=False)
         notes.append(
-            f'[showing lines {start}-{end} of {of}; continue with read_file({{path: "{args.path}", '
+            f"[showing lines {start}-{end} of {of}; continue with read_file({{path: {quoted}, "
             f"offset: {next_offset}}})]"
         )
     text = "\n".join([body, *notes])
@@ -471,12 +474,11 @@ class _Decoded:
 
 def _decode_for_edit(data: bytes, shown: str) -> _Decoded:
     bom = _sniff(data[:SNIFF_BYTES], shown, len(data))
-    if bom:
-        text = data[len(codecs.BOM_UTF8) :].decode("utf-8", errors="strict") if _is_utf8(data) else None
-        encoding = "utf-8-sig"
-    else:
-        text = data.decode("utf-8") if _is_utf8(data) else None
-        encoding = "utf-8"
+    encoding = bom or "utf-8"
+    try:
+        text: str | None = data.decode(encoding)
+    except UnicodeDecodeError:
+        text = None
     if text is None:
         if not _looks_like_text(data[:SNIFF_BYTES]):
             raise _binary_error(shown, len(data), "it is not UTF-8 and is full of control bytes")
@@ -487,14 +489,6 @@ def _decode_for_edit(data: bytes, shown: str) -> _Decoded:
     if crlf:
         text = text.replace("\r\n", "\n")
     return _Decoded(text, encoding, crlf)
-
-
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def _encode(text: str, encoding: str, shown: str, what: str) -> bytes:

@@ -53,10 +53,10 @@ def test_symlink_in_the_middle_then_dotdot_uses_the_target(layout: tuple[Path, P
     assert resolve_path(workspace, "link/../x") == outside / "x"
 
 
-@pytest.mark.parametrize("bad", ["", "a\x00b"])
+@pytest.mark.parametrize("bad", ["", "a\x00b", "bad\ud83d.txt"])
 def test_empty_and_nul_paths_are_refused(layout: tuple[Path, Path, Path], bad: str) -> None:
     workspace, _, _ = layout
-    with pytest.raises(ToolError, match=r"empty|NUL"):
+    with pytest.raises(ToolError, match=r"empty|NUL|surrogate"):
         resolve_path(workspace, bad)
 
 

@@ -147,6 +147,12 @@ def test_continuation_line_names_the_exact_call(env: Env) -> None:
     assert result.structured_content["next_offset"] == 7
 
 
+def test_continuation_quotes_odd_paths(env: Env) -> None:
+    (env.workspace / 'my "notes" file.txt').write_text("1\n2\n")
+    text = env.call("read_file", path='my "notes" file.txt', limit=1).text
+    assert text.endswith('continue with read_file({path: "my \\"notes\\" file.txt", offset: 2})]')
+
+
 def test_limit_is_capped_at_max_lines(env: Env) -> None:
     (env.workspace / "f.txt").write_text("x\n" * (MAX_LINES + 10))
     data = env.call("read_file", path="f.txt", limit=MAX_LINES * 5).structured_content

@@ -14,6 +14,7 @@ from typing import Any, cast
 import pydantic
 import pytest
 
+import codemode.tools._files as files_module
 from codemode.errors import SandboxDenied, ToolError
 from codemode.sandbox._policy import SandboxMode, SandboxPolicy
 from codemode.tools._files import (
@@ -600,3 +601,61 @@ def test_large_file_pages_from_the_middle(env: Env, big_file: Path) -> None:
     assert data["content"] == "".join(f"{i:08d} some log text here\n" for i in (77_000, 77_001, 77_002))
     assert data["total_lines"] == 1_000_000
     assert data["next_offset"] == 777_004
+
+
+def test_beyond_scan_limit_total_is_unknown_and_pages_still_exact(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(files_module, "SCAN_LIMIT", 100)
+    original = "".join(f"entry {i}\n" for i in range(50))
+    (env.workspace / "log.txt").write_text(original)
+    pages, offset = [], 1
+    while True:
+        result = env.call("read_file", path="log.txt", offset=offset, limit=20)
+        data = result.structured_content
+        assert data["total_lines"] is None
+        pages.append(data["content"])
+        if data["next_offset"] is None:
+            break
+        assert "uncounted" in result.text
+        offset = data["next_offset"]
+    assert "".join(pages) == original
+    error = env.fails("read_file", path="log.txt", offset=60)
+    assert "past the end" in error.message and "50 lines" in error.message
+
+
+def test_near_miss_search_is_capped_on_huge_files(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(files_module, "NEAR_MISS_MAX_LINES", 10)
+    (env.workspace / "h.txt").write_text("".join(f"line {i}\n" for i in range(20)))
+    error = env.fails("edit_file", path="h.txt", old_text="line 7 x", new_text="y")
+    assert "too many to search" in error.message and "grep -n" in error.message
+    assert error.data["near_miss"] is None
+
+
+def test_control_heavy_non_utf8_is_binary(env: Env) -> None:
+    (env.workspace / "ctl.dat").write_bytes(bytes([0x80, 1, 2, 3, 4, 5, 6, 0x90, 0x11, 0x12] * 50))
+    assert "binary" in env.fails("read_file", path="ctl.dat").message
+    assert "binary" in env.fails("edit_file", path="ctl.dat", old_text="a", new_text="b").message
+
+
+def test_utf16_refused_with_conversion_hint(env: Env) -> None:
+    (env.workspace / "w.txt").write_bytes("hello\n".encode("utf-16"))
+    error = env.fails("read_file", path="w.txt")
+    assert "UTF-16" in error.message and "iconv" in error.message
+
+
+def test_mixed_line_endings_are_matched_exactly_and_kept(env: Env) -> None:
+    path = env.workspace / "mixed.txt"
+    path.write_bytes(b"a\r\nb\nc\r\n")
+    env.call("edit_file", path="mixed.txt", old_text="b", new_text="B")
+    assert path.read_bytes() == b"a\r\nB\nc\r\n"
+    env.fails("edit_file", path="mixed.txt", old_text="a\nB", new_text="x")
+    env.call("edit_file", path="mixed.txt", old_text="a\r\nB", new_text="x")
+    assert path.read_bytes() == b"x\nc\r\n"
+
+
+def test_lf_file_accepts_crlf_old_text(env: Env) -> None:
+    path = env.workspace / "unix.txt"
+    path.write_bytes(b"one\ntwo\n")
+    env.call("edit_file", path="unix.txt", old_text="one\r\ntwo", new_text="1\r\n2")
+    assert path.read_bytes() == b"1\n2\n"

@@ -1,15 +1,102 @@
-"""INTERFACE STUB — being implemented by the archive helper. Signatures are the contract."""
+"""The durable archive: archived text and command logs, store values and run records.
+
+Layout of the state directory (mode 0700)::
+
+    state.db          SQLite (WAL): archive index, store values, run records, other parts' tables
+    blobs/<file>      one file per archived entry (mode 0600)
+
+An entry's offsets are byte offsets into its *retained* text: a compacted log keeps its last
+``COMPACT_KEEP_BYTES`` bytes, ``retained_from`` says where they start, and ``total_bytes`` stays
+the size of the whole original.
+
+Connections come from a small pool, so the archive can be used from many threads at once;
+several processes can share one state directory (SQLite WAL plus a busy timeout).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import os
+import re
+import secrets
+import sqlite3
+import stat
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from codemode.archive._redact import Redactor, StreamRedactor
+from codemode.errors import StateDirError, ToolError, UnknownRefError
+
+__all__ = [
+    "COMPACT_KEEP_BYTES",
+    "EXPIRE_AFTER_SECONDS",
+    "STORE_KEY_MAX_CHARS",
+    "STORE_SESSION_MAX_BYTES",
+    "STORE_VALUE_MAX_BYTES",
+    "Archive",
+    "ArchivePage",
+    "ArchiveRef",
+    "LogWriter",
+]
+
+COMPACT_KEEP_BYTES = 8 * 1024 * 1024
+"""A finished log keeps this many bytes (its tail) after compaction."""
+EXPIRE_AFTER_SECONDS = 30 * 24 * 3600
+"""Entries and run records older than this are removed by `Archive.maintain` (unless pinned)."""
+STORE_VALUE_MAX_BYTES = 1024 * 1024
+"""Largest store value (UTF-8 bytes of its JSON text)."""
+STORE_SESSION_MAX_BYTES = 16 * 1024 * 1024
+"""Largest total of one session's store values plus keys (UTF-8 bytes)."""
+STORE_KEY_MAX_CHARS = 256
+"""Longest store key."""
+READ_MAX_LIMIT = 16 * 1024 * 1024
+
+_REF_RE = re.compile(r"ar_[A-Za-z0-9_\-]{20}")
+_BUSY_TIMEOUT_MS = 10_000
+_SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS archive_entries (
+    ref TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    session_id TEXT,
+    created REAL NOT NULL,
+    finished REAL,
+    total_bytes INTEGER NOT NULL DEFAULT 0,
+    sha256 TEXT,
+    retained_from INTEGER NOT NULL DEFAULT 0,
+    raw INTEGER NOT NULL DEFAULT 0,
+    stream INTEGER NOT NULL DEFAULT 0,
+    pinned INTEGER NOT NULL DEFAULT 0,
+    needs_compact INTEGER NOT NULL DEFAULT 0,
+    file TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS archive_entries_created ON archive_entries(created);
+CREATE INDEX IF NOT EXISTS archive_entries_compact ON archive_entries(needs_compact) WHERE needs_compact = 1;
+CREATE TABLE IF NOT EXISTS store_values (
+    session_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    updated REAL NOT NULL,
+    PRIMARY KEY (session_id, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS run_records (
+    call_id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    result TEXT NOT NULL,
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS run_records_created ON run_records(created);
+"""
 
 
 @dataclass(frozen=True)
 class ArchiveRef:
-    """A stored text: its opaque reference, size in bytes and sha256 (hex)."""
+    """A stored text: its opaque reference, size in bytes and sha256 (hex) of the stored bytes."""
 
     ref: str
     total_bytes: int
@@ -18,7 +105,19 @@ class ArchiveRef:
 
 @dataclass(frozen=True)
 class ArchivePage:
-    """A byte range of archived text."""
+    """A byte range of archived text.
+
+    Attributes:
+        ref: The entry.
+        offset: Where ``data`` starts (at least ``retained_from``).
+        data: The bytes. For an entry stored raw (``open_log(redact=False)``) this is the
+            redacted view of the stored bytes, so its length can differ from
+            ``next_offset - offset``.
+        next_offset: Offset to pass to read on.
+        total_bytes: Size of the whole entry (for a log still being written: its size now).
+        eof: ``next_offset`` has reached ``total_bytes``.
+        retained_from: Earliest byte still retained (after compaction; 0 otherwise).
+    """
 
     ref: str
     offset: int
@@ -26,33 +125,630 @@ class ArchivePage:
     next_offset: int
     total_bytes: int
     eof: bool
-    retained_from: int = 0  # earliest byte still retained (after compaction)
+    retained_from: int = 0
+
+
+def _new_ref() -> str:
+    return "ar_" + secrets.token_urlsafe(15)
+
+
+def _secure_state_dir(path: Path) -> Path:
+    """Create ``path`` (mode 0700) or check and tighten an existing one."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except FileExistsError as exc:
+        raise StateDirError(f"state directory {path} exists but is not a directory; move it away") from exc
+    except OSError as exc:
+        raise StateDirError(f"cannot create state directory {path}: {exc.strerror or exc}") from exc
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise StateDirError(f"cannot inspect state directory {path}: {exc.strerror or exc}") from exc
+    if not stat.S_ISDIR(st.st_mode):
+        raise StateDirError(f"state directory {path} is not a directory; move it away or choose another")
+    if st.st_uid != os.getuid():
+        raise StateDirError(
+            f"state directory {path} is owned by uid {st.st_uid}, not by this user (uid {os.getuid()}); "
+            "choose a directory of your own (CODEMODE_HOME)"
+        )
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        try:
+            os.chmod(path, 0o700)
+        except OSError as exc:
+            raise StateDirError(
+                f"state directory {path} has mode {stat.S_IMODE(st.st_mode):o} and cannot be set to 700: "
+                f"{exc.strerror or exc}"
+            ) from exc
+        if stat.S_IMODE(os.stat(path).st_mode) != 0o700:
+            raise StateDirError(f"state directory {path} could not be secured to mode 700")
+    return path
+
+
+def _configure(conn: sqlite3.Connection) -> sqlite3.Connection:
+    conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    return conn
 
 
 class LogWriter:
-    """Streams bytes into a new archive entry (a command log). Not thread-safe."""
+    """Streams bytes into a new archive entry (a command log). Not thread-safe.
 
-    ref: str
-    path: Path
+    Bytes reach the file at each `write` (no buffering in Python), so a reader sees them at
+    once; with redaction on, a trailing partial line is held back until its line end (at most
+    64 KiB) so that a secret split across writes is still redacted.
 
-    def write(self, data: bytes) -> None: ...
-    def close(self) -> ArchiveRef: ...
+    Attributes:
+        ref: The entry's reference, valid (readable) from the start.
+        path: The file the bytes go to.
+    """
+
+    def __init__(self, archive: Archive, ref: str, path: Path, stream: StreamRedactor | None) -> None:
+        self.ref = ref
+        self.path = path
+        self._archive = archive
+        self._stream = stream
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        self._hash = hashlib.sha256()
+        self._bytes = 0
+        self._result: ArchiveRef | None = None
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes on disk so far."""
+        return self._bytes
+
+    def write(self, data: bytes) -> None:
+        """Append ``data`` (redacted first when the log redacts).
+
+        Raises:
+            ValueError: The writer is closed.
+        """
+        if self._fd is None:
+            raise ValueError(f"log {self.ref} is closed")
+        if self._stream is not None:
+            data = self._stream.feed(data)
+        if data:
+            self._write_all(data)
+
+    def flush(self) -> None:
+        """Release bytes held back for redaction (a partial last line) to the file."""
+        if self._fd is not None and self._stream is not None:
+            data = self._stream.flush()
+            if data:
+                self._write_all(data)
+
+    def _write_all(self, data: bytes) -> None:
+        assert self._fd is not None
+        self._hash.update(data)
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+        self._bytes += len(data)
+
+    def close(self) -> ArchiveRef:
+        """Finish the entry (idempotent) and return its reference, size and sha256."""
+        if self._result is not None:
+            return self._result
+        self.flush()
+        assert self._fd is not None
+        os.close(self._fd)
+        self._fd = None
+        self._result = ArchiveRef(self.ref, self._bytes, self._hash.hexdigest())
+        self._archive._finish_log(self._result)
+        return self._result
+
+    def __enter__(self) -> LogWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class Archive:
-    def __init__(self, state_dir: Path) -> None: ...
+    """The durable archive in one state directory.
+
+    Args:
+        state_dir: Directory to use (created with mode 0700, parents too; an existing one is
+            tightened to 0700).
+        redactor: Redacts text before it is persisted and raw logs when read. Defaults to a
+            `Redactor` over ``os.environ``.
+
+    Raises:
+        StateDirError: The directory is not a directory, is not ours, cannot be secured, or
+            the database cannot be opened.
+    """
+
+    def __init__(self, state_dir: Path, redactor: Redactor | None = None) -> None:
+        self._state_dir = _secure_state_dir(Path(state_dir).expanduser().absolute())
+        self._blob_dir = self._state_dir / "blobs"
+        try:
+            self._blob_dir.mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise StateDirError(f"cannot create {self._blob_dir}: {exc.strerror or exc}") from exc
+        self._db_path = self._state_dir / "state.db"
+        self._redactor = redactor if redactor is not None else Redactor()
+        self._lock = threading.Lock()
+        self._free: list[sqlite3.Connection] = []
+        self._all: list[sqlite3.Connection] = []
+        self._closed = False
+        try:
+            conn = self._open_connection()
+            self._init_schema(conn)
+            with contextlib.suppress(OSError):
+                os.chmod(self._db_path, 0o600)
+        except sqlite3.Error as exc:
+            raise StateDirError(f"cannot open the state database {self._db_path}: {exc}") from exc
+        self._free.append(conn)
+        self._all.append(conn)
+
+    # -- plumbing ---------------------------------------------------------------------------
+
     @property
-    def state_dir(self) -> Path: ...
-    def close(self) -> None: ...
-    def put(self, data: str | bytes, *, kind: str, session_id: str | None = None) -> ArchiveRef: ...
-    def open_log(self, *, kind: str, session_id: str | None = None) -> LogWriter: ...
-    def read(self, ref: str, offset: int = 0, limit: int = 65536) -> ArchivePage: ...
-    # store
-    def store_get(self, session_id: str, key: str) -> Any: ...
-    def store_set(self, session_id: str, key: str, value_json: str) -> None: ...
-    def store_delete(self, session_id: str, key: str) -> bool: ...
-    def store_keys(self, session_id: str) -> list[str]: ...
-    # run records
-    def get_run(self, call_id: str) -> str | None: ...
-    def record_run(self, call_id: str, session_id: str, result_json: str) -> None: ...
-    def maintain(self) -> None: ...
+    def state_dir(self) -> Path:
+        """The state directory."""
+        return self._state_dir
+
+    @property
+    def db_path(self) -> Path:
+        """The SQLite database file."""
+        return self._db_path
+
+    @property
+    def redactor(self) -> Redactor:
+        """The redactor applied before text is persisted and to raw logs when read."""
+        return self._redactor
+
+    def connect(self) -> sqlite3.Connection:
+        """Open a new connection to the state database, configured like the archive's own.
+
+        WAL journal, ``synchronous=NORMAL``, a 10 s busy timeout, usable from any thread
+        (``check_same_thread=False``; serialise use yourself) and Python's default
+        transaction handling (``with conn:`` commits). The caller closes it.
+        """
+        conn = sqlite3.connect(self._db_path, timeout=_BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        return _configure(conn)
+
+    def _open_connection(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self._db_path, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+        )
+        return _configure(conn)
+
+    def _init_schema(self, conn: sqlite3.Connection) -> None:
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        if version == _SCHEMA_VERSION:
+            return
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StateDirError(f"the state database {self._db_path} cannot use WAL mode (got {mode})")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _acquire(self) -> sqlite3.Connection:
+        with self._lock:
+            if self._closed:
+                raise ValueError("the archive is closed")
+            if self._free:
+                return self._free.pop()
+        conn = self._open_connection()
+        with self._lock:
+            self._all.append(conn)
+        return conn
+
+    def _release(self, conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        with self._lock:
+            if self._closed:
+                conn.close()
+            else:
+                self._free.append(conn)
+
+    def close(self) -> None:
+        """Close every pooled connection. Idempotent; connections in use close when released."""
+        with self._lock:
+            self._closed = True
+            free, self._free = self._free, []
+        for conn in free:
+            conn.close()
+
+    # -- entries ----------------------------------------------------------------------------
+
+    def put(self, data: str | bytes, *, kind: str, session_id: str | None = None) -> ArchiveRef:
+        """Store a text (redacted first) or bytes (as given) as a new entry.
+
+        Args:
+            data: Text or bytes.
+            kind: What it is (``"output"``, ``"log"``, ...), kept in the index.
+            session_id: The owning session, if any.
+
+        Returns:
+            The new entry's reference, its size in bytes and the sha256 of the stored bytes.
+        """
+        blob = self._redactor.redact(data).encode("utf-8") if isinstance(data, str) else bytes(data)
+        ref = _new_ref()
+        path = self._blob_dir / ref
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            view = memoryview(blob)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        digest = hashlib.sha256(blob).hexdigest()
+        now = time.time()
+        self._execute(
+            "INSERT INTO archive_entries (ref, kind, session_id, created, finished, total_bytes, sha256, file)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (ref, kind, session_id, now, now, len(blob), digest, ref),
+        )
+        return ArchiveRef(ref, len(blob), digest)
+
+    def open_log(self, *, kind: str, session_id: str | None = None, redact: bool = True) -> LogWriter:
+        """Start a streamed entry (a command log); it is readable while being written.
+
+        Args:
+            kind: What it is (use ``"log"`` for command logs).
+            session_id: The owning session, if any.
+            redact: Redact before bytes reach the disk. With ``False`` raw bytes are stored
+                and `read` redacts what it returns.
+        """
+        ref = _new_ref()
+        path = self._blob_dir / ref
+        self._execute(
+            "INSERT INTO archive_entries (ref, kind, session_id, created, raw, stream, file)"
+            " VALUES (?, ?, ?, ?, ?, 1, ?)",
+            (ref, kind, session_id, time.time(), 0 if redact else 1, ref),
+        )
+        stream = StreamRedactor(self._redactor) if redact else None
+        return LogWriter(self, ref, path, stream)
+
+    def _finish_log(self, result: ArchiveRef) -> None:
+        self._execute(
+            "UPDATE archive_entries SET finished = ?, total_bytes = ?, sha256 = ?, needs_compact = ?"
+            " WHERE ref = ?",
+            (time.time(), result.total_bytes, result.sha256, int(result.total_bytes > COMPACT_KEEP_BYTES), result.ref),
+        )
+
+    def _execute(self, sql: str, params: tuple[object, ...]) -> int:
+        conn = self._acquire()
+        try:
+            return conn.execute(sql, params).rowcount
+        finally:
+            self._release(conn)
+
+    def _lookup(self, ref: str) -> tuple[str, int, int | None, int, int]:
+        """Return (file, retained_from, total_bytes if finished else None, raw, stream)."""
+        if not isinstance(ref, str) or not _REF_RE.fullmatch(ref):
+            raise UnknownRefError(
+                f"{ref!r} is not an archive reference; references look like ar_xxxxxxxxxxxxxxxxxxxx and come "
+                "from truncation notices and bash log fields",
+                {"ref": ref},
+            )
+        conn = self._acquire()
+        try:
+            row = conn.execute(
+                "SELECT file, retained_from, finished, total_bytes, raw, stream FROM archive_entries WHERE ref = ?",
+                (ref,),
+            ).fetchone()
+        finally:
+            self._release(conn)
+        if row is None:
+            raise UnknownRefError(
+                f"no archived text {ref!r} (it may have expired after 30 days); use a reference from a "
+                "truncation notice or a bash log field",
+                {"ref": ref},
+            )
+        file, retained_from, finished, total, raw, stream = row
+        return file, retained_from, (total if finished is not None else None), raw, stream
+
+    def read(self, ref: str, offset: int = 0, limit: int = 65536) -> ArchivePage:
+        """Read up to ``limit`` bytes of an entry from byte ``offset``.
+
+        Concatenating the pages of a whole read gives back the stored bytes exactly. An
+        ``offset`` before the retained part of a compacted log reads from ``retained_from``.
+
+        Raises:
+            UnknownRefError: No such entry.
+            ToolError: ``offset`` or ``limit`` is not a valid number, or ``offset`` is past the end.
+        """
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ToolError(f"offset must be an integer >= 0 (got {offset!r})", {"field": "offset"})
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= READ_MAX_LIMIT:
+            raise ToolError(
+                f"limit must be an integer from 1 to {READ_MAX_LIMIT} (got {limit!r})", {"field": "limit"}
+            )
+        for _attempt in range(3):
+            file, retained_from, total, raw, _stream = self._lookup(ref)
+            try:
+                fd = os.open(self._blob_dir / file, os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # compacted or expired between the lookup and the open: look again
+            try:
+                return self._read_fd(fd, ref, offset, limit, retained_from, total, bool(raw))
+            finally:
+                os.close(fd)
+        raise UnknownRefError(
+            f"archived text {ref!r} is no longer on disk (expired); its reference cannot be read",
+            {"ref": ref},
+        )
+
+    def _read_fd(
+        self, fd: int, ref: str, offset: int, limit: int, retained_from: int, total: int | None, raw: bool
+    ) -> ArchivePage:
+        if total is None:  # still being written: what is on disk now
+            total = retained_from + os.fstat(fd).st_size
+        if offset > total:
+            raise ToolError(
+                f"offset {offset} is past the end of {ref} ({total} bytes); read from an offset up to {total}",
+                {"field": "offset", "total_bytes": total},
+            )
+        start = max(offset, retained_from)
+        want = min(limit, total - start)
+        data = os.pread(fd, want, start - retained_from) if want > 0 else b""
+        next_offset = start + len(data)
+        if raw and data:
+            data, next_offset = self._redacted_view(fd, data, start, next_offset, total, retained_from)
+        return ArchivePage(
+            ref=ref,
+            offset=start,
+            data=data,
+            next_offset=next_offset,
+            total_bytes=total,
+            eof=next_offset >= total,
+            retained_from=retained_from,
+        )
+
+    def _redacted_view(
+        self, fd: int, data: bytes, start: int, end: int, total: int, retained_from: int
+    ) -> tuple[bytes, int]:
+        """Redact a page of a raw log, ending it where no secret can be split."""
+        if end < total:
+            if b"PRIVATE KEY" in data:
+                # Extend an open private key block to its END line (bounded).
+                extra = os.pread(fd, 64 * 1024, end - retained_from)
+                marker = extra.find(b"PRIVATE KEY-----")
+                if marker >= 0:
+                    line_end = extra.find(b"\n", marker)
+                    stop = len(extra) if line_end < 0 else line_end + 1
+                    data += extra[:stop]
+                    end += stop
+            if end < total:
+                cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+                if cut > 0:
+                    end -= len(data) - cut
+                    data = data[:cut]
+        return self._redactor.redact_bytes(data), end
+
+    def pin(self, ref: str, pinned: bool) -> None:
+        """Protect an entry from compaction and expiry (or lift the protection).
+
+        Raises:
+            UnknownRefError: No such entry.
+        """
+        if self._execute("UPDATE archive_entries SET pinned = ? WHERE ref = ?", (int(pinned), ref)) == 0:
+            raise UnknownRefError(f"no archived text {ref!r} to pin", {"ref": ref})
+
+    def entry_info(self, ref: str) -> dict[str, object]:
+        """Index data of one entry: kind, session, sizes, times, flags (for the CLI and doctor).
+
+        Raises:
+            UnknownRefError: No such entry.
+        """
+        self._lookup(ref)
+        conn = self._acquire()
+        try:
+            cursor = conn.execute("SELECT * FROM archive_entries WHERE ref = ?", (ref,))
+            names = [d[0] for d in cursor.description]
+            row = cursor.fetchone()
+        finally:
+            self._release(conn)
+        if row is None:
+            raise UnknownRefError(f"no archived text {ref!r}", {"ref": ref})
+        return dict(zip(names, row, strict=True))
+
+    # -- maintenance ------------------------------------------------------------------------
+
+    def maintain(self, now: float | None = None) -> dict[str, int]:
+        """Compact finished logs to their last 8 MiB and expire what is older than 30 days.
+
+        Pinned entries are left alone. Cheap when there is nothing to do (two indexed
+        queries). Safe to run from several processes at once.
+
+        Args:
+            now: The current time (seconds since the epoch); defaults to ``time.time()``.
+
+        Returns:
+            Counts: ``compacted``, ``expired`` (entries), ``expired_runs``.
+        """
+        now = time.time() if now is None else now
+        cutoff = now - EXPIRE_AFTER_SECONDS
+        counts = {"compacted": 0, "expired": 0, "expired_runs": 0}
+        conn = self._acquire()
+        try:
+            old = conn.execute(
+                "SELECT ref, file, finished FROM archive_entries WHERE created < ? AND pinned = 0", (cutoff,)
+            ).fetchall()
+            for ref, file, finished in old:
+                path = self._blob_dir / file
+                if finished is None:
+                    # An unfinished log may still be growing: expire it only when idle as long.
+                    with contextlib.suppress(FileNotFoundError):
+                        if path.stat().st_mtime >= cutoff:
+                            continue
+                if conn.execute("DELETE FROM archive_entries WHERE ref = ? AND pinned = 0", (ref,)).rowcount:
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+                    counts["expired"] += 1
+            counts["expired_runs"] = conn.execute("DELETE FROM run_records WHERE created < ?", (cutoff,)).rowcount
+            todo = conn.execute(
+                "SELECT ref FROM archive_entries WHERE needs_compact = 1 AND pinned = 0"
+            ).fetchall()
+            for (ref,) in todo:
+                if self._compact(conn, ref):
+                    counts["compacted"] += 1
+        finally:
+            self._release(conn)
+        return counts
+
+    def _compact(self, conn: sqlite3.Connection, ref: str) -> bool:
+        claimed = conn.execute(
+            "UPDATE archive_entries SET needs_compact = 0 WHERE ref = ? AND needs_compact = 1 AND pinned = 0",
+            (ref,),
+        ).rowcount
+        if not claimed:
+            return False  # another process took it
+        row = conn.execute("SELECT file, retained_from FROM archive_entries WHERE ref = ?", (ref,)).fetchone()
+        if row is None:
+            return False
+        file, retained_from = row
+        old_path = self._blob_dir / file
+        new_file = f"{ref}.{secrets.token_hex(4)}"
+        new_path = self._blob_dir / new_file
+        try:
+            size = old_path.stat().st_size
+            if size <= COMPACT_KEEP_BYTES:
+                return False
+            skip = size - COMPACT_KEEP_BYTES
+            with open(old_path, "rb") as src:
+                src.seek(skip)
+                fd = os.open(new_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with open(fd, "wb") as dst:
+                    while chunk := src.read(1024 * 1024):
+                        dst.write(chunk)
+        except OSError:
+            with contextlib.suppress(OSError):
+                new_path.unlink()
+            conn.execute("UPDATE archive_entries SET needs_compact = 1 WHERE ref = ?", (ref,))
+            return False
+        conn.execute(
+            "UPDATE archive_entries SET file = ?, retained_from = ? WHERE ref = ?",
+            (new_file, retained_from + skip, ref),
+        )
+        with contextlib.suppress(FileNotFoundError):
+            old_path.unlink()
+        return True
+
+    # -- store ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_key(key: str) -> None:
+        if not isinstance(key, str) or not 1 <= len(key) <= STORE_KEY_MAX_CHARS:
+            shown = key if not isinstance(key, str) else f"{len(key)} characters"
+            raise ToolError(
+                f"store key must be a string of 1 to {STORE_KEY_MAX_CHARS} characters (got {shown})",
+                {"field": "key", "limit": STORE_KEY_MAX_CHARS},
+            )
+
+    def store_get(self, session_id: str, key: str) -> str | None:
+        """Return the JSON text stored under ``key``, or ``None`` when the key is missing.
+
+        A stored JSON ``null`` comes back as the text ``"null"``, so missing and null differ.
+
+        Raises:
+            ToolError: The key is not 1 to 256 characters.
+        """
+        self._check_key(key)
+        conn = self._acquire()
+        try:
+            row = conn.execute(
+                "SELECT value FROM store_values WHERE session_id = ? AND key = ?", (session_id, key)
+            ).fetchone()
+        finally:
+            self._release(conn)
+        return None if row is None else str(row[0])
+
+    def store_set(self, session_id: str, key: str, value_json: str) -> None:
+        """Store a JSON value under ``key`` for the session (replacing any old value).
+
+        Raises:
+            ToolError: The key is not 1 to 256 characters, the text is not JSON, the value is
+                over 1 MiB, or the session's values would total over 16 MiB.
+        """
+        self._check_key(key)
+        if not isinstance(value_json, str):
+            raise ToolError("store value must be JSON text", {"field": "value"})
+        size = len(value_json.encode("utf-8"))
+        if size > STORE_VALUE_MAX_BYTES:
+            raise ToolError(
+                f"store value for {key!r} is {size} bytes of JSON; the limit is {STORE_VALUE_MAX_BYTES} bytes "
+                "(1 MiB) per value: store less, or split it over several keys",
+                {"field": "value", "limit": STORE_VALUE_MAX_BYTES, "size": size},
+            )
+        try:
+            json.loads(value_json)
+        except ValueError as exc:
+            raise ToolError(f"store value for {key!r} is not valid JSON: {exc}", {"field": "value"}) from exc
+        cost = size + len(key.encode("utf-8"))
+        conn = self._acquire()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            (used,) = conn.execute(
+                "SELECT COALESCE(SUM(size + length(CAST(key AS BLOB))), 0) FROM store_values"
+                " WHERE session_id = ? AND key != ?",
+                (session_id, key),
+            ).fetchone()
+            if used + cost > STORE_SESSION_MAX_BYTES:
+                conn.execute("ROLLBACK")
+                raise ToolError(
+                    f"store is full for this session: {used} bytes used, this value needs {cost} more, the "
+                    f"limit is {STORE_SESSION_MAX_BYTES} bytes (16 MiB) per session; delete keys you no "
+                    "longer need (store.delete)",
+                    {"limit": STORE_SESSION_MAX_BYTES, "used": used, "size": cost},
+                )
+            conn.execute(
+                "INSERT OR REPLACE INTO store_values (session_id, key, value, size, updated) VALUES (?, ?, ?, ?, ?)",
+                (session_id, key, value_json, size, time.time()),
+            )
+            conn.execute("COMMIT")
+        finally:
+            self._release(conn)
+
+    def store_delete(self, session_id: str, key: str) -> bool:
+        """Delete ``key``; return whether it existed.
+
+        Raises:
+            ToolError: The key is not 1 to 256 characters.
+        """
+        self._check_key(key)
+        return bool(
+            self._execute("DELETE FROM store_values WHERE session_id = ? AND key = ?", (session_id, key))
+        )
+
+    def store_keys(self, session_id: str) -> list[str]:
+        """The session's keys, sorted."""
+        conn = self._acquire()
+        try:
+            rows = conn.execute(
+                "SELECT key FROM store_values WHERE session_id = ? ORDER BY key", (session_id,)
+            ).fetchall()
+        finally:
+            self._release(conn)
+        return [str(row[0]) for row in rows]
+
+    # -- run records ------------------------------------------------------------------------
+
+    def get_run(self, call_id: str) -> str | None:
+        """The recorded result (JSON text) of call ``call_id``, or ``None``."""
+        conn = self._acquire()
+        try:
+            row = conn.execute("SELECT result FROM run_records WHERE call_id = ?", (call_id,)).fetchone()
+        finally:
+            self._release(conn)
+        return None if row is None else str(row[0])
+
+    def record_run(self, call_id: str, session_id: str, result_json: str) -> None:
+        """Record the result of call ``call_id``. The first record wins: a later one is ignored."""
+        self._execute(
+            "INSERT OR IGNORE INTO run_records (call_id, session_id, result, created) VALUES (?, ?, ?, ?)",
+            (call_id, session_id, result_json, time.time()),
+        )

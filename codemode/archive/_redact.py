@@ -1,10 +1,226 @@
-"""INTERFACE STUB — being implemented by the archive helper."""
+"""Secret redaction for command output, archived text and logs.
+
+Speed matters (every byte of command output passes through here), so each rule is gated by
+cheap literal substring tests (``in``) and its regular expression only runs when a gate hits.
+Ordinary output (commit hashes, UUIDs, sha256 sums, base64 blobs, paths) has no gate hit or no
+token boundary and passes through untouched.
+
+A replacement looks like ``[REDACTED:github-token]``; values of secret-named environment
+variables become ``[REDACTED:env:NAME]`` (the name is not secret, the value is). Redacting
+already-redacted text changes nothing.
+"""
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["Redactor", "StreamRedactor"]
+
+# A token starts where no other token character precedes it (so a base64 or hex blob that
+# happens to contain "AKIA" or "eyJ" in its middle is not touched). The check is written as a
+# lookbehind AFTER the literal so that the regex engine can scan for the literal prefix quickly.
+_TOKEN_CHARS = r"[A-Za-z0-9_\-+]"
+
+
+def _tok(literal: str, rest: str) -> str:
+    lit = re.escape(literal)
+    return f"{lit}(?<!{_TOKEN_CHARS}{lit}){rest}"
+
+
+# (label, gates, pattern). The pattern may define a group "pre" that is kept (for example the
+# "AccountKey=" before an Azure key, or the user part of a URL); the rest of the match is replaced.
+# Each pattern starts with a literal, so the regex engine's own prefix scan is the cheap test;
+# a rule with gates only runs its regex when one of them is present.
+_KEY_ASSIGN = r"[_\-.]?(?i:access)?[_\-.]?(?i:key)[\"']?\s*[:=]\s*[\"']?)[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+])"
+_RULES: list[tuple[str, tuple[str, ...], str]] = [
+    (
+        "private-key",
+        ("PRIVATE KEY",),
+        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|\Z)",
+    ),
+    ("aws-access-key-id", (), _tok("AKIA", r"[0-9A-Z]{16}(?![0-9A-Za-z])")),
+    ("aws-access-key-id", (), _tok("ASIA", r"[0-9A-Z]{16}(?![0-9A-Za-z])")),
+    ("aws-secret-key", (), r"(?P<pre>ecret" + _KEY_ASSIGN),
+    ("aws-secret-key", (), r"(?P<pre>ECRET" + _KEY_ASSIGN),
+    ("gcp-api-key", (), _tok("AIza", r"[0-9A-Za-z_\-]{35}(?![0-9A-Za-z_\-])")),
+    ("gcp-oauth-token", (), _tok("ya29.", r"[0-9A-Za-z_\-]{20,}")),
+    ("azure-key", (), r"(?P<pre>AccountKey=)[A-Za-z0-9+/]{40,}={0,2}"),
+    ("azure-key", (), r"(?P<pre>SharedAccessKey=)[A-Za-z0-9+/]{40,}={0,2}"),
+    ("github-token", (), _tok("gh", r"(?:[pousr]_[A-Za-z0-9]{36,}|ithub_pat_[A-Za-z0-9_]{22,})")),
+    ("gitlab-token", (), _tok("glpat-", r"[A-Za-z0-9_\-]{20,}")),
+    ("slack-token", (), _tok("xox", r"[abposr]-[A-Za-z0-9\-]{10,}")),
+    ("anthropic-key", (), _tok("sk-ant-", r"[A-Za-z0-9_\-]{20,}")),
+    ("openai-key", (), _tok("sk-", r"(?=[A-Za-z_\-]*[0-9])[A-Za-z0-9_\-]{20,}")),
+    ("stripe-key", ("k_live_", "k_test_"), r"(?<![A-Za-z0-9])[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"),
+    ("jwt", (), _tok("eyJ", r"[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
+    (
+        "bearer-token",
+        ("earer",),
+        r"(?P<pre>earer(?<=\b[Bb]earer)\s+)(?=[A-Za-z\-._~+/]*[0-9])[A-Za-z0-9\-._~+/]{8,}=*",
+    ),
+    (
+        "basic-auth",
+        ("uthorization",),
+        r"(?P<pre>uthorization[\"']?\s*[:=]\s*[\"']?[Bb]asic\s+)[A-Za-z0-9+/]{8,}={0,2}",
+    ),
+    ("url-password", (), r"(?P<pre>://[^\s:/@?#\[\]\"'<>]*:)[^\s@/?#\"'<>]{1,256}(?=@)"),
+]
+
+_SECRET_NAME = re.compile(
+    r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|"
+    r"AUTH(?!OR)|SESSION_?KEY|SIGNING_?KEY|_PAT$|_PWD$",
+    re.IGNORECASE,
+)
+_NOT_SECRET_NAME = re.compile(r"_(?:SOCK|PATH|FILE|DIR|HOST|PORT|URL|USER|USERNAME|TYPE|METHOD)$", re.IGNORECASE)
+_MIN_ENV_VALUE = 6
+
+
+@dataclass(frozen=True)
+class _Rule:
+    label: str
+    gates_s: tuple[str, ...]
+    gates_b: tuple[bytes, ...]
+    pattern_s: re.Pattern[str]
+    pattern_b: re.Pattern[bytes]
+    repl_s: str
+    repl_b: bytes
+
+
+def _compile(label: str, gates: tuple[str, ...], source: str) -> _Rule:
+    has_pre = "(?P<pre>" in source
+    marker = f"[REDACTED:{label}]"
+    repl = (r"\g<pre>" + marker) if has_pre else marker.replace("\\", "\\\\")
+    return _Rule(
+        label=label,
+        gates_s=gates,
+        gates_b=tuple(g.encode() for g in gates),
+        pattern_s=re.compile(source),
+        pattern_b=re.compile(source.encode()),
+        repl_s=repl,
+        repl_b=repl.encode(),
+    )
+
+
+_COMPILED = [_compile(label, gates, source) for label, gates, source in _RULES]
+_PEM_BEGIN = re.compile(rb"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----")
+_PEM_END = re.compile(rb"-----END[A-Z0-9 ]*PRIVATE KEY-----[^\n]*\n?")
+
+
+def _secret_env_values(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    found: dict[str, str] = {}
+    for name, value in environ.items():
+        if len(value) < _MIN_ENV_VALUE or not _SECRET_NAME.search(name) or _NOT_SECRET_NAME.search(name):
+            continue
+        stripped = value.strip()
+        # Paths, numbers and booleans are configuration, not credentials; replacing them would
+        # mangle ordinary output.
+        if stripped.startswith(("/", "~", "./")) or stripped.isdigit() or stripped.lower() in {"true", "false"}:
+            continue
+        found.setdefault(value, name)
+    # Longest first, so a value that contains another is replaced whole.
+    return sorted(((v, n) for v, n in found.items()), key=lambda item: -len(item[0]))
 
 
 class Redactor:
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None: ...
-    def redact(self, text: str) -> str: ...
+    """Replaces credentials in text with ``[REDACTED:<kind>]`` markers.
+
+    Args:
+        environ: Environment whose secret-named variables' values (name contains TOKEN,
+            SECRET, PASSWORD, API_KEY, ...; value at least 6 characters) are redacted
+            wherever they appear. Defaults to ``os.environ`` at construction time.
+    """
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        env = os.environ if environ is None else environ
+        values = _secret_env_values(env)
+        self._env_s = [(v, f"[REDACTED:env:{n}]") for v, n in values]
+        self._env_b = [(v.encode(), f"[REDACTED:env:{n}]".encode()) for v, n in values]
+
+    @property
+    def secret_env_names(self) -> list[str]:
+        """Names of the environment variables whose values are redacted."""
+        return sorted({marker[len("[REDACTED:env:") : -1] for _, marker in self._env_s})
+
+    def redact(self, text: str) -> str:
+        """Return ``text`` with every recognised secret replaced by a marker."""
+        for value, marker in self._env_s:
+            if value in text:
+                text = text.replace(value, marker)
+        for rule in _COMPILED:
+            if rule.gates_s:
+                if any(gate in text for gate in rule.gates_s):
+                    text = rule.pattern_s.sub(rule.repl_s, text)
+            elif rule.pattern_s.search(text) is not None:
+                text = rule.pattern_s.sub(rule.repl_s, text)
+        return text
+
+    def redact_bytes(self, data: bytes) -> bytes:
+        """Return ``data`` (any bytes, UTF-8 or not) with every recognised secret replaced."""
+        for value, marker in self._env_b:
+            if value in data:
+                data = data.replace(value, marker)
+        for rule in _COMPILED:
+            if rule.gates_b:
+                if any(gate in data for gate in rule.gates_b):
+                    data = rule.pattern_b.sub(rule.repl_b, data)
+            elif rule.pattern_b.search(data) is not None:
+                data = rule.pattern_b.sub(rule.repl_b, data)
+        return data
+
+
+class StreamRedactor:
+    """Redacts a byte stream that arrives in arbitrary chunks.
+
+    Bytes are released up to the last line end (``\\n`` or ``\\r``), so a secret split across
+    two chunks is still seen whole. A line longer than ``max_pending`` is released anyway, cut
+    at a space where one is near the end. A private key block that spans chunks is suppressed
+    up to its END line.
+
+    Args:
+        redactor: The rules to apply.
+        max_pending: Most bytes held back waiting for a line end.
+    """
+
+    def __init__(self, redactor: Redactor, max_pending: int = 64 * 1024) -> None:
+        self._redactor = redactor
+        self._max_pending = max_pending
+        self._pending = b""
+        self._in_private_key = False
+
+    def feed(self, data: bytes) -> bytes:
+        """Take the next chunk; return the redacted bytes that are ready."""
+        buf = self._pending + data if self._pending else data
+        cut = max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1
+        if cut == 0:
+            if len(buf) <= self._max_pending:
+                self._pending = buf
+                return b""
+            space = buf.rfind(b" ", len(buf) - 4096)
+            cut = space + 1 if space > 0 else len(buf)
+        if cut == len(buf):
+            self._pending = b""
+            return self._redact(buf)
+        self._pending = buf[cut:]
+        return self._redact(buf[:cut])
+
+    def flush(self) -> bytes:
+        """Release everything held back (at the end of the stream), redacted."""
+        buf, self._pending = self._pending, b""
+        return self._redact(buf) if buf else b""
+
+    def _redact(self, chunk: bytes) -> bytes:
+        prefix = b""
+        if self._in_private_key:
+            end = _PEM_END.search(chunk)
+            if end is None:
+                return b""
+            self._in_private_key = False
+            chunk = chunk[end.end() :]
+        if b"PRIVATE KEY" in chunk:
+            begins = list(_PEM_BEGIN.finditer(chunk))
+            if begins and _PEM_END.search(chunk, begins[-1].end()) is None:
+                self._in_private_key = True
+        return prefix + self._redactor.redact_bytes(chunk)

@@ -1,0 +1,420 @@
+"""Archive: real state directory, real SQLite file, real threads and processes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from codemode.archive import (
+    COMPACT_KEEP_BYTES,
+    EXPIRE_AFTER_SECONDS,
+    STORE_SESSION_MAX_BYTES,
+    STORE_VALUE_MAX_BYTES,
+    Archive,
+    Redactor,
+)
+from codemode.errors import StateDirError, ToolError, UnknownRefError
+
+GH = "ghp_" + "A1b2C3d4E5" * 3 + "xyz123"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> Archive:
+    arch = Archive(tmp_path / "state", Redactor(environ={}))
+    yield arch
+    arch.close()
+
+
+def read_all(archive: Archive, ref: str, limit: int) -> bytes:
+    out = b""
+    offset = 0
+    while True:
+        page = archive.read(ref, offset, limit)
+        out += page.data
+        assert page.next_offset > offset or page.eof
+        offset = page.next_offset
+        if page.eof:
+            return out
+
+
+# -- state directory -----------------------------------------------------------------------
+
+
+def test_creates_state_dir_with_parents_mode_0700(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b" / "state"
+    Archive(target).close()
+    assert stat.S_IMODE(target.stat().st_mode) == 0o700
+    assert (target / "state.db").is_file()
+    with __import__("sqlite3").connect(target / "state.db") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_tightens_loose_permissions(tmp_path: Path) -> None:
+    target = tmp_path / "state"
+    target.mkdir(mode=0o755)
+    os.chmod(target, 0o755)
+    Archive(target).close()
+    assert stat.S_IMODE(target.stat().st_mode) == 0o700
+
+
+def test_refuses_a_file_as_state_dir(tmp_path: Path) -> None:
+    target = tmp_path / "state"
+    target.write_text("not a dir")
+    with pytest.raises(StateDirError, match="not a directory"):
+        Archive(target)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to make a directory owned by another user")
+def test_refuses_a_dir_owned_by_someone_else(tmp_path: Path) -> None:
+    target = tmp_path / "state"
+    target.mkdir()
+    os.chown(target, 12345, 12345)
+    with pytest.raises(StateDirError, match="owned by uid 12345"):
+        Archive(target)
+
+
+def test_blob_files_are_private(archive: Archive) -> None:
+    ref = archive.put("hello", kind="output")
+    files = list((archive.state_dir / "blobs").iterdir())
+    assert [f.name for f in files] == [ref.ref]
+    assert stat.S_IMODE(files[0].stat().st_mode) == 0o600
+
+
+# -- put / read ------------------------------------------------------------------------------
+
+
+def test_put_and_read_exact_bytes_in_pages(archive: Archive) -> None:
+    text = "".join(f"{i} héllo wörld 数字 🎉\n" for i in range(5000))
+    ref = archive.put(text, kind="output", session_id="s1")
+    assert ref.ref.startswith("ar_") and len(ref.ref) == 23 and "/" not in ref.ref
+    data = text.encode()
+    assert ref.total_bytes == len(data)
+    assert ref.sha256 == hashlib.sha256(data).hexdigest()
+    for limit in (1, 7, 4096, 65536, len(data) + 10):
+        assert read_all(archive, ref.ref, limit) == data
+    page = archive.read(ref.ref, 10, 5)
+    assert (page.offset, page.next_offset, page.data, page.eof) == (10, 15, data[10:15], False)
+
+
+def test_put_redacts_text_but_not_bytes(archive: Archive) -> None:
+    ref = archive.put(f"token={GH}\n", kind="output")
+    assert archive.read(ref.ref).data == b"token=[REDACTED:github-token]\n"
+    raw = archive.put(f"token={GH}\n".encode(), kind="blob")
+    assert archive.read(raw.ref).data == f"token={GH}\n".encode()
+
+
+def test_read_at_end_and_past_end(archive: Archive) -> None:
+    ref = archive.put("abc", kind="output")
+    page = archive.read(ref.ref, 3)
+    assert (page.data, page.eof, page.next_offset) == (b"", True, 3)
+    with pytest.raises(ToolError, match="offset 4 is past the end") as info:
+        archive.read(ref.ref, 4)
+    assert info.value.data["field"] == "offset"
+
+
+@pytest.mark.parametrize(("offset", "limit", "field"), [(-1, 10, "offset"), (0, 0, "limit"), (0, 10**9, "limit")])
+def test_bad_offset_or_limit_names_the_field(archive: Archive, offset: int, limit: int, field: str) -> None:
+    ref = archive.put("abc", kind="output")
+    with pytest.raises(ToolError, match=field) as info:
+        archive.read(ref.ref, offset, limit)
+    assert info.value.data["field"] == field
+
+
+@pytest.mark.parametrize("ref", ["ar_" + "x" * 20, "../state.db", "/etc/passwd", ""])
+def test_unknown_ref_says_where_refs_come_from(archive: Archive, ref: str) -> None:
+    with pytest.raises(UnknownRefError) as info:
+        archive.read(ref)
+    assert "truncation notice" in info.value.message and "bash log" in info.value.message
+
+
+def test_empty_entry(archive: Archive) -> None:
+    ref = archive.put("", kind="output")
+    page = archive.read(ref.ref)
+    assert (page.data, page.eof, page.total_bytes) == (b"", True, 0)
+
+
+# -- logs --------------------------------------------------------------------------------------
+
+
+def test_log_redacts_secret_split_across_writes(archive: Archive) -> None:
+    log = archive.open_log(kind="log", session_id="s")
+    line = f"export GITHUB_TOKEN={GH}\n".encode()
+    log.write(line[:30])
+    log.write(line[30:])
+    log.write(b"second line without newline " + GH[:10].encode())
+    log.write(GH[10:].encode())
+    ref = log.close()
+    data = archive.read(log.ref).data
+    assert GH.encode() not in data
+    assert data.count(b"[REDACTED:github-token]") == 2
+    assert ref.total_bytes == len(data) and ref.sha256 == hashlib.sha256(data).hexdigest()
+    assert log.path.read_bytes() == data
+
+
+def test_log_private_key_block_across_chunks_is_suppressed(archive: Archive) -> None:
+    log = archive.open_log(kind="log")
+    log.write(b"before\n-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA1234\n")
+    log.write(b"QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo=\n")
+    log.write(b"-----END RSA PRIVATE KEY-----\nafter\n")
+    log.close()
+    data = archive.read(log.ref).data
+    assert b"MIIE" not in data and b"QUJD" not in data
+    assert data.startswith(b"before\n") and data.endswith(b"after\n")
+    assert b"[REDACTED:private-key]" in data
+
+
+def test_log_long_line_without_newline_is_flushed(archive: Archive) -> None:
+    log = archive.open_log(kind="log")
+    chunk = b"x" * 10_000
+    for _ in range(20):
+        log.write(chunk)
+    assert log.bytes_written >= 64 * 1024  # not held back in memory past 64 KiB
+    ref = log.close()
+    assert ref.total_bytes == 200_000
+
+
+def test_log_is_readable_while_written(archive: Archive) -> None:
+    log = archive.open_log(kind="log", redact=False)
+    log.write(b"line 1\n")
+    page = archive.read(log.ref)
+    assert page.data == b"line 1\n" and page.total_bytes == 7
+    log.write(b"line 2\n")
+    page = archive.read(log.ref, page.next_offset)
+    assert page.data == b"line 2\n" and page.offset == 7
+    log.close()
+
+
+def test_raw_log_is_stored_raw_and_redacted_when_read(archive: Archive) -> None:
+    log = archive.open_log(kind="log", redact=False)
+    log.write(f"key {GH}\nplain\n".encode())
+    log.close()
+    assert GH.encode() in log.path.read_bytes()
+    assert archive.read(log.ref).data == b"key [REDACTED:github-token]\nplain\n"
+
+
+def test_raw_log_pages_end_at_line_ends_so_secrets_are_not_split(archive: Archive) -> None:
+    log = archive.open_log(kind="log", redact=False)
+    body = b"".join(f"line {i} {GH}\n".encode() for i in range(50))
+    log.write(body)
+    log.close()
+    offset, pages = 0, []
+    while True:
+        page = archive.read(log.ref, offset, 100)
+        pages.append(page.data)
+        offset = page.next_offset
+        if page.eof:
+            break
+    joined = b"".join(pages)
+    assert GH.encode() not in joined and GH[:8].encode() not in joined
+    assert joined.count(b"[REDACTED:github-token]") == 50
+
+
+# -- maintain ------------------------------------------------------------------------------------
+
+
+def test_maintain_compacts_finished_logs_to_last_8_mib(archive: Archive) -> None:
+    log = archive.open_log(kind="log")
+    block = b"".join(b"%09d\n" % i for i in range(100_000))  # 1 MB
+    for _ in range(10):
+        log.write(block)
+    live = archive.open_log(kind="log")
+    live.write(block * 9)
+    ref = log.close()
+    total = ref.total_bytes
+    assert archive.maintain()["compacted"] == 1
+    assert archive.maintain()["compacted"] == 0
+    page = archive.read(log.ref, 0, 20)
+    assert page.retained_from == total - COMPACT_KEEP_BYTES
+    assert page.offset == page.retained_from and page.total_bytes == total
+    whole = block * 10
+    assert page.data == whole[page.retained_from : page.retained_from + 20]
+    assert read_all_from(archive, log.ref, page.retained_from) == whole[page.retained_from :]
+    assert archive.read(live.ref).retained_from == 0  # unfinished: untouched
+    live.close()
+
+
+def read_all_from(archive: Archive, ref: str, offset: int) -> bytes:
+    out = b""
+    while True:
+        page = archive.read(ref, offset, 1 << 20)
+        out += page.data
+        offset = page.next_offset
+        if page.eof:
+            return out
+
+
+def test_maintain_expires_old_entries_unless_pinned(archive: Archive) -> None:
+    old = archive.put("old", kind="output")
+    kept = archive.put("pinned", kind="output")
+    archive.pin(kept.ref, True)
+    archive.record_run("call-1", "s", '{"x": 1}')
+    later = time.time() + EXPIRE_AFTER_SECONDS + 60
+    counts = archive.maintain(now=later)
+    assert counts["expired"] == 1 and counts["expired_runs"] == 1
+    with pytest.raises(UnknownRefError):
+        archive.read(old.ref)
+    assert not (archive.state_dir / "blobs" / old.ref).exists()
+    assert archive.read(kept.ref).data == b"pinned"
+    assert archive.get_run("call-1") is None
+    archive.pin(kept.ref, False)
+    assert archive.maintain(now=later)["expired"] == 1
+    assert archive.maintain(now=time.time())["expired"] == 0
+
+
+def test_pinned_log_is_not_compacted_until_unpinned(archive: Archive) -> None:
+    log = archive.open_log(kind="log")
+    log.write(b"y" * (COMPACT_KEEP_BYTES + 1000))
+    log.close()
+    archive.pin(log.ref, True)
+    assert archive.maintain()["compacted"] == 0
+    archive.pin(log.ref, False)
+    assert archive.maintain()["compacted"] == 1
+    assert archive.read(log.ref).retained_from == 1000
+
+
+def test_pin_unknown_ref(archive: Archive) -> None:
+    with pytest.raises(UnknownRefError):
+        archive.pin("ar_" + "z" * 20, True)
+
+
+# -- store -------------------------------------------------------------------------------------
+
+
+def test_store_roundtrip_missing_vs_null(archive: Archive) -> None:
+    assert archive.store_get("s", "k") is None
+    archive.store_set("s", "k", "null")
+    assert archive.store_get("s", "k") == "null"
+    archive.store_set("s", "k", '{"a": [1, 2]}')
+    assert json.loads(archive.store_get("s", "k") or "") == {"a": [1, 2]}
+    assert archive.store_get("other", "k") is None
+    archive.store_set("s", "b", "1")
+    assert archive.store_keys("s") == ["b", "k"]
+    assert archive.store_delete("s", "k") is True
+    assert archive.store_delete("s", "k") is False
+    assert archive.store_keys("s") == ["b"]
+
+
+def test_store_persists_across_instances(tmp_path: Path) -> None:
+    first = Archive(tmp_path / "st")
+    first.store_set("s", "pid", '"proc_1"')
+    first.close()
+    second = Archive(tmp_path / "st")
+    assert second.store_get("s", "pid") == '"proc_1"'
+    second.close()
+
+
+def test_store_limits(archive: Archive) -> None:
+    with pytest.raises(ToolError, match="not valid JSON"):
+        archive.store_set("s", "k", "{nope")
+    with pytest.raises(ToolError, match="1 to 256 characters"):
+        archive.store_set("s", "", "1")
+    with pytest.raises(ToolError, match="1 to 256 characters"):
+        archive.store_get("s", "k" * 257)
+    big = json.dumps("x" * STORE_VALUE_MAX_BYTES)
+    with pytest.raises(ToolError, match="1 MiB") as info:
+        archive.store_set("s", "big", big)
+    assert info.value.data["limit"] == STORE_VALUE_MAX_BYTES
+    value = json.dumps("x" * (STORE_VALUE_MAX_BYTES - 2))  # exactly 1 MiB: allowed
+    fits = STORE_SESSION_MAX_BYTES // STORE_VALUE_MAX_BYTES - 1  # keys count too
+    for i in range(fits):
+        archive.store_set("s", f"k{i}", value)
+    with pytest.raises(ToolError, match="16 MiB") as info:
+        archive.store_set("s", "one-more", value)
+    assert "store is full" in info.value.message and info.value.data["limit"] == STORE_SESSION_MAX_BYTES
+    archive.store_set("s", "k0", value)  # replacing a value counts its new size only
+    archive.store_set("other", "k", value)  # the limit is per session
+
+
+def test_store_and_records_from_many_threads(archive: Archive) -> None:
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            for i in range(100):
+                archive.store_set(f"s{n % 3}", f"t{n}-{i}", json.dumps({"n": n, "i": i}))
+                assert json.loads(archive.store_get(f"s{n % 3}", f"t{n}-{i}") or "") == {"n": n, "i": i}
+                archive.record_run(f"c{n}-{i}", "s", json.dumps(i))
+                assert archive.get_run(f"c{n}-{i}") == json.dumps(i)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sum(len(archive.store_keys(f"s{k}")) for k in range(3)) == 1200
+
+
+def test_two_processes_write_at_once(tmp_path: Path) -> None:
+    state = tmp_path / "shared"
+    Archive(state).close()
+    script = (
+        "import sys, json\n"
+        "from pathlib import Path\n"
+        "from codemode.archive import Archive\n"
+        "a = Archive(Path(sys.argv[1]))\n"
+        "tag = sys.argv[2]\n"
+        "for i in range(200):\n"
+        "    a.store_set('shared', f'{tag}-{i}', json.dumps(i))\n"
+        "    a.record_run(f'{tag}-{i}', 'shared', json.dumps(tag))\n"
+        "    ref = a.put(f'{tag} {i}', kind='output')\n"
+        "    assert a.read(ref.ref).data == f'{tag} {i}'.encode()\n"
+        "a.close()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(state), tag], env=env, stderr=subprocess.PIPE)
+        for tag in ("a", "b")
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err.decode()
+    archive = Archive(state)
+    keys = archive.store_keys("shared")
+    assert len(keys) == 400
+    assert archive.get_run("a-199") == '"a"' and archive.get_run("b-0") == '"b"'
+    archive.close()
+
+
+# -- run records ---------------------------------------------------------------------------
+
+
+def test_run_record_first_wins(archive: Archive) -> None:
+    assert archive.get_run("c1") is None
+    archive.record_run("c1", "s", '{"text": "first"}')
+    archive.record_run("c1", "s", '{"text": "second"}')
+    assert archive.get_run("c1") == '{"text": "first"}'
+
+
+def test_connect_gives_a_configured_connection(archive: Archive) -> None:
+    conn = archive.connect()
+    with conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS other_part (x INTEGER)")
+        conn.execute("INSERT INTO other_part VALUES (1)")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 1000
+    conn.close()
+    other = archive.connect()
+    assert other.execute("SELECT x FROM other_part").fetchall() == [(1,)]
+    other.close()
+    assert archive.db_path == archive.state_dir / "state.db"
+
+
+def test_closed_archive_refuses(tmp_path: Path) -> None:
+    arch = Archive(tmp_path / "s")
+    arch.close()
+    arch.close()
+    with pytest.raises(ValueError, match="closed"):
+        arch.store_keys("s")

@@ -23,12 +23,12 @@ import anyio.to_thread
 from codemode.archive import Archive, ArchiveRef, LogWriter, Redactor
 from codemode.errors import ToolError
 from codemode.sandbox import SandboxPolicy, prepare_confinement
-from codemode.tools._bash._compat import classify_command
 from codemode.tools._bash._env import command_env, workspace_revision
 from codemode.tools._bash._proctree import terminate_tree
 from codemode.tools._bash._pump import Pump
 from codemode.tools._bash._shape import build_result
 from codemode.tools._capture import StreamCapture
+from codemode.tools._verification import classify_command
 
 # A dirty check (``git status``) costs about 2 ms; do it only where that is noise.
 _DIRTY_CHECK_AFTER_MS = 100
@@ -196,7 +196,7 @@ async def run_foreground(
     archive: Archive,
     redactor: Redactor,
     handoff_seconds: float | None,
-    promote: Callable[[Running], str],
+    promote: Callable[[Running], str | None],
     track: Callable[[Running, bool], None] | None = None,
 ) -> Outcome:
     """Run one foreground command to its end, its timeout, or its hand-off.
@@ -208,8 +208,8 @@ async def run_foreground(
         handoff_seconds: Hand off to the background after ``min(handoff_seconds,
             timeout)``; None waits to the timeout and then stops the tree.
         promote: Called (in a worker thread) with the still-running command at hand-off;
-            registers it as a background process and returns its id. From then on the
-            caller of ``promote`` owns the pump.
+            registers it as a background process and returns its id (from then on the
+            caller of ``promote`` owns the pump), or None to keep waiting to the timeout.
         track: Told when the command starts (True) and ends or is promoted (False), so the
             manager can stop foreground runs at shutdown.
 
@@ -229,9 +229,14 @@ async def run_foreground(
             return await anyio.to_thread.run_sync(lambda: finish(running, redactor=redactor))
         if status == "deadline" and handoff_seconds is not None:
             process_id = await anyio.to_thread.run_sync(promote, running)
-            return await anyio.to_thread.run_sync(
-                lambda: finish(running, redactor=redactor, promoted_process_id=process_id)
-            )
+            if process_id is not None:
+                return await anyio.to_thread.run_sync(
+                    lambda: finish(running, redactor=redactor, promoted_process_id=process_id)
+                )
+            # Not promoted (cap reached or shutting down): wait to the timeout instead.
+            status = await anyio.to_thread.run_sync(running.pump.run, timeout_at, abandon_on_cancel=True)
+            if status == "finished":
+                return await anyio.to_thread.run_sync(lambda: finish(running, redactor=redactor))
         # Timed out (or woken at shutdown): stop the tree, then collect what it wrote.
         timed_out = status == "deadline"
         with anyio.CancelScope(shield=True):

@@ -8,8 +8,8 @@ from typing import Any
 
 from codemode.archive import ArchiveRef, Redactor
 from codemode.sandbox import SandboxPolicy, explain_denial
-from codemode.tools._bash._compat import classify_command, failure_summary, parse_verification
 from codemode.tools._capture import Excerpt, shape_output
+from codemode.tools._verification import classify_command, failure_summary, parse_verification
 
 
 def _as_dict(value: Any) -> Any:

@@ -1,0 +1,262 @@
+"""Durable records of background processes and their completion notifications (SQLite).
+
+Standard library only: the supervisor process loads this file directly, without importing the
+``codemode`` package, to stay small and quick to start.
+
+Two tables live in the archive's database:
+
+* ``bash_processes``: one row per background (or promoted) process. ``state`` is
+  ``starting``, ``running``, ``exited``, ``stopped``, ``failed`` (never started) or ``lost``
+  (its supervisor ended without recording an exit; the exit code is unknown).
+* ``bash_notifications``: completions queued for a session; ``delivered_at`` is set when the
+  host acknowledges one, and an acknowledged one is never returned again.
+
+A completion and the state change that causes it are written in one transaction, guarded by
+the previous state, so whoever records an exit (supervisor, host, or a reconciler after a
+crash) queues exactly one notification.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS bash_processes (
+    process_id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    command TEXT NOT NULL,
+    cwd TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    marker TEXT NOT NULL,
+    lifecycle TEXT NOT NULL,
+    completion_mode TEXT NOT NULL,
+    purpose TEXT,
+    scope TEXT,
+    state TEXT NOT NULL,
+    pid INTEGER,
+    pid_started REAL,
+    supervisor_pid INTEGER,
+    supervisor_started REAL,
+    log_path TEXT NOT NULL,
+    log_ref TEXT,
+    log_base INTEGER NOT NULL DEFAULT 0,
+    input_path TEXT,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    exit_code INTEGER,
+    exit_signal TEXT,
+    stop_requested INTEGER NOT NULL DEFAULT 0,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS bash_processes_session ON bash_processes (session_id, state);
+CREATE TABLE IF NOT EXISTS bash_notifications (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    process_id TEXT NOT NULL UNIQUE,
+    command TEXT NOT NULL,
+    exit_code INTEGER,
+    text TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    delivered_at REAL
+);
+CREATE INDEX IF NOT EXISTS bash_notifications_pending ON bash_notifications (session_id, delivered_at);
+"""
+
+LIVE_STATES = ("starting", "running")
+
+
+def connect(db_path: str | Path) -> sqlite3.Connection:
+    """Open the database for this module's use (autocommit; explicit transactions)."""
+    conn = sqlite3.connect(str(db_path), timeout=30, isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA busy_timeout = 30000")
+    return conn
+
+
+def ensure_schema(conn: sqlite3.Connection) -> None:
+    """Create the tables if they do not exist."""
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.executescript(SCHEMA)
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """One row of ``bash_processes``."""
+
+    process_id: str
+    session_id: str
+    command: str
+    cwd: str
+    kind: str
+    marker: str
+    lifecycle: str
+    completion_mode: str
+    purpose: str | None
+    scope: str | None
+    state: str
+    pid: int | None
+    pid_started: float | None
+    supervisor_pid: int | None
+    supervisor_started: float | None
+    log_path: str
+    log_ref: str | None
+    log_base: int
+    input_path: str | None
+    started_at: float
+    ended_at: float | None
+    exit_code: int | None
+    exit_signal: str | None
+    stop_requested: int
+    error: str | None
+
+    @property
+    def live(self) -> bool:
+        """Whether the record says the process is (or is about to be) running."""
+        return self.state in LIVE_STATES
+
+
+def _record(row: sqlite3.Row | None) -> ProcessRecord | None:
+    return None if row is None else ProcessRecord(**dict(row))
+
+
+def insert(conn: sqlite3.Connection, **fields: Any) -> None:
+    """Insert a new process record."""
+    names = ", ".join(fields)
+    marks = ", ".join("?" for _ in fields)
+    conn.execute(f"INSERT INTO bash_processes ({names}) VALUES ({marks})", tuple(fields.values()))
+
+
+def update(conn: sqlite3.Connection, process_id: str, **fields: Any) -> None:
+    """Update fields of one process record."""
+    sets = ", ".join(f"{name} = ?" for name in fields)
+    conn.execute(f"UPDATE bash_processes SET {sets} WHERE process_id = ?", (*fields.values(), process_id))
+
+
+def get(conn: sqlite3.Connection, process_id: str) -> ProcessRecord | None:
+    """The record of one process, whatever its session."""
+    return _record(
+        conn.execute("SELECT * FROM bash_processes WHERE process_id = ?", (process_id,)).fetchone()
+    )
+
+
+def for_session(conn: sqlite3.Connection, session_id: str | None) -> list[ProcessRecord]:
+    """Records of one session (or of all sessions), oldest first."""
+    if session_id is None:
+        rows = conn.execute("SELECT * FROM bash_processes ORDER BY started_at").fetchall()
+    else:
+        rows = conn.execute(
+            "SELECT * FROM bash_processes WHERE session_id = ? ORDER BY started_at", (session_id,)
+        ).fetchall()
+    return [ProcessRecord(**dict(row)) for row in rows]
+
+
+def live_records(conn: sqlite3.Connection, session_id: str | None = None) -> list[ProcessRecord]:
+    """Records in a live state (of one session or all)."""
+    marks = ", ".join("?" for _ in LIVE_STATES)
+    if session_id is None:
+        rows = conn.execute(f"SELECT * FROM bash_processes WHERE state IN ({marks})", LIVE_STATES).fetchall()
+    else:
+        rows = conn.execute(
+            f"SELECT * FROM bash_processes WHERE session_id = ? AND state IN ({marks})",
+            (session_id, *LIVE_STATES),
+        ).fetchall()
+    return [ProcessRecord(**dict(row)) for row in rows]
+
+
+def _short(command: str, limit: int = 80) -> str:
+    command = " ".join(command.split())
+    return command if len(command) <= limit else command[: limit - 3] + "..."
+
+
+def completion_text(process_id: str, command: str, state: str, exit_code: int | None, note: str = "") -> str:
+    """The one line a session gets when a background process ends."""
+    what = f"Background process {process_id} (`{_short(command)}`)"
+    if state == "lost" or exit_code is None:
+        line = f"{what} ended; its exit code is unknown"
+    elif state == "stopped":
+        line = f"{what} was stopped (exit code {exit_code})"
+    else:
+        line = f"{what} exited with code {exit_code}"
+    return f'{line}{note}. Read its output with bash({{action: "read", process_id: "{process_id}"}}).'
+
+
+def record_end(
+    conn: sqlite3.Connection,
+    process_id: str,
+    *,
+    exit_code: int | None,
+    exit_signal: str | None,
+    state: str | None = None,
+    note: str = "",
+    error: str | None = None,
+) -> bool:
+    """Record that a live process ended and queue its completion, in one transaction.
+
+    Args:
+        conn: Connection from :func:`connect`.
+        process_id: The process.
+        exit_code: Its exit code (128+N when killed by signal N), or None when unknown.
+        exit_signal: The signal name when killed by one.
+        state: The end state; default ``stopped`` when a stop was requested, else ``exited``.
+        note: Extra words for the notification line.
+        error: Why the record ended this way (for ``lost``).
+
+    Returns:
+        False when the record was no longer live (someone else recorded the end first).
+    """
+    now = time.time()
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        row = conn.execute("SELECT * FROM bash_processes WHERE process_id = ?", (process_id,)).fetchone()
+        if row is None or row["state"] not in LIVE_STATES:
+            conn.execute("ROLLBACK")
+            return False
+        end_state = state or ("stopped" if row["stop_requested"] else "exited")
+        conn.execute(
+            "UPDATE bash_processes SET state = ?, exit_code = ?, exit_signal = ?, ended_at = ?, "
+            "error = COALESCE(?, error), input_path = NULL WHERE process_id = ?",
+            (end_state, exit_code, exit_signal, now, error, process_id),
+        )
+        if row["completion_mode"] == "resume" and not row["stop_requested"]:
+            conn.execute(
+                "INSERT OR IGNORE INTO bash_notifications "
+                "(session_id, process_id, command, exit_code, text, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    row["session_id"],
+                    process_id,
+                    row["command"],
+                    exit_code,
+                    completion_text(process_id, row["command"], end_state, exit_code, note),
+                    now,
+                ),
+            )
+        conn.execute("COMMIT")
+        return True
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def pending(conn: sqlite3.Connection, session_id: str) -> list[sqlite3.Row]:
+    """Undelivered notifications of a session, oldest first."""
+    return conn.execute(
+        "SELECT * FROM bash_notifications WHERE session_id = ? AND delivered_at IS NULL ORDER BY id",
+        (session_id,),
+    ).fetchall()
+
+
+def ack(conn: sqlite3.Connection, session_id: str, ids: list[int]) -> int:
+    """Mark notifications of a session delivered; returns how many changed."""
+    if not ids:
+        return 0
+    marks = ", ".join("?" for _ in ids)
+    cur = conn.execute(
+        f"UPDATE bash_notifications SET delivered_at = ? WHERE session_id = ? AND delivered_at IS NULL "
+        f"AND id IN ({marks})",
+        (time.time(), session_id, *ids),
+    )
+    return cur.rowcount

@@ -281,11 +281,11 @@ def _classify_words(words: list[str], depth: int = 0) -> Classification | None:
         value_opts = frozenset({"-n", "--name", "-p", "--prefix", "-e", "--env"})
         return _classify_words(args[_skip_options(args, 1, value_opts) :], depth + 1)
     if prog == "coverage" and args[:1] == ["run"]:
-        i = _skip_options(args, 1, frozenset({"--rcfile", "--source", "--include", "--omit", "--data-file"}))
-        rest = args[i:]
-        if rest[:1] == ["-m"]:
-            return _classify_words(rest[1:], depth + 1)
-        return None
+        value_opts = frozenset({"--rcfile", "--source", "--include", "--omit", "--data-file", "--context"})
+        i = 1
+        while i < len(args) and args[i].startswith("-") and args[i] != "-m":
+            i += 2 if args[i] in value_opts else 1
+        return _classify_words(args[i + 1 :], depth + 1) if args[i : i + 1] == ["-m"] else None
     if prog == "npx":
         return _classify_words(args[_skip_options(args, 0, frozenset({"-p", "--package"})) :], depth + 1)
     if prog in _SCRIPT_RUNNERS:
@@ -447,7 +447,7 @@ _CARGO_RESULT_RE = re.compile(
     r"(\d+) measured; (\d+) filtered out"
 )
 _CARGO_NOT_COMPILE_RE = re.compile(
-    r"^error: could not compile `[^`]+`.*?(?:due to (\d+) previous errors?)?;?"
+    r"^error: could not compile `[^`]+`(?:.*?due to (\d+) previous errors?)?.*$"
 )
 _CARGO_FINISHED_RE = re.compile(r"^\s*Finished .*target\(s\) in ")
 _NEXTEST_RE = re.compile(r"^\s*Summary \[[^\]]*\]\s+(\d+) tests? run: (.*)$")
@@ -487,8 +487,9 @@ def _parse_cargo(lines: list[str], cut: bool) -> _Parsed | None:
     return None
 
 
-_GO_OK_RE = re.compile(r"^ok\s+(\S+)\s")
-_GO_FAIL_PKG_RE = re.compile(r"^FAIL\s+(\S+)(?:\s+(.*))?$")
+# go prints "ok  \tpkg\t0.01s" and "FAIL\tpkg\t0.01s": the tab tells them from TAP's "ok 1 - name".
+_GO_OK_RE = re.compile(r"^ok *\t(\S+)")
+_GO_FAIL_PKG_RE = re.compile(r"^FAIL *\t(\S+)(?:\s+(.*))?$")
 _GO_TEST_RE = re.compile(r"^--- (FAIL|PASS|SKIP): ")
 _GO_ERROR_RE = re.compile(r"^(?:\S+\.go:\d+(?::\d+)?: |vet: )")
 
@@ -733,8 +734,8 @@ def _parse_mvn(lines: list[str], cut: bool) -> _Parsed | None:
 _MAKE_ERROR_RE = re.compile(r"^g?make(?:\[\d+\])?: \*\*\* .*$")
 
 _TEST_PARSERS: list[_Parser] = [
-    _parse_pytest, _parse_unittest, _parse_cargo, _parse_go_test, _parse_jest, _parse_vitest, _parse_mocha,
-    _parse_node, _parse_gradle, _parse_mvn,
+    _parse_pytest, _parse_unittest, _parse_cargo, _parse_jest, _parse_vitest, _parse_mocha, _parse_node,
+    _parse_go_test, _parse_gradle, _parse_mvn,
 ]  # fmt: skip
 _CHECK_PARSERS: list[_Parser] = [
     _parse_mypy, _parse_pyright, _parse_ruff, _parse_eslint, _parse_tsc, _parse_cargo, _parse_gradle,

@@ -6,7 +6,7 @@ import functools
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_type_hints
 
@@ -95,8 +95,16 @@ class Tool:
     handler: Handler
     output_schema: dict[str, Any] | None = None
     extension: str | None = None
-    wants_context: bool = False
+    context_param: str | None = None
+    model_param: str | None = None
     is_async: bool = True
+
+    def bind(self, args: pydantic.BaseModel, ctx: ToolContext) -> dict[str, Any]:
+        """Keyword arguments for the handler: the model (or its fields) and the context."""
+        kwargs: dict[str, Any] = {self.model_param: args} if self.model_param is not None else dict(args)
+        if self.context_param is not None:
+            kwargs[self.context_param] = ctx
+        return kwargs
 
     @functools.cached_property
     def input_schema(self) -> dict[str, Any]:
@@ -126,21 +134,34 @@ class Extension:
     on_close: Callable[[], Awaitable[None]] | None = None
 
 
-def _model_from_signature(fn: Handler, name: str) -> tuple[type[pydantic.BaseModel], bool]:
-    """Derive the input model from a handler's signature.
+def _plan_from_signature(
+    fn: Handler, name: str, input_model: type[pydantic.BaseModel] | None
+) -> tuple[type[pydantic.BaseModel], str | None, str | None]:
+    """Work out how to call a handler: its input model, context parameter and model parameter.
 
     A handler either takes one parameter typed with a pydantic model (the arguments), or
     plain keyword parameters that become the model's fields. A parameter typed
     ``ToolContext`` receives the context and is not part of the schema.
+
+    Returns:
+        ``(input_model, context_param, model_param)``; ``model_param`` is None when the
+        model's fields are passed as keyword arguments.
     """
-    hints = get_type_hints(fn)
-    params = list(inspect.signature(fn).parameters.values())
-    wants_context = any(hints.get(p.name) is ToolContext for p in params)
-    fields = [p for p in params if hints.get(p.name) is not ToolContext]
+    target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)  # noqa: B004
+    hints = get_type_hints(target)
+    params = [p for p in inspect.signature(target).parameters.values() if p.name != "self"]
+    context_param = next((p.name for p in params if hints.get(p.name) is ToolContext), None)
+    fields = [p for p in params if p.name != context_param]
     if len(fields) == 1:
         hinted = hints.get(fields[0].name)
         if inspect.isclass(hinted) and issubclass(hinted, pydantic.BaseModel):
-            return hinted, wants_context
+            if input_model is not None and input_model is not hinted:
+                raise UserError(f"tool {name!r}: input_model differs from the handler's parameter type")
+            return hinted, context_param, fields[0].name
+    if input_model is not None:
+        if len(fields) == 1:
+            return input_model, context_param, fields[0].name
+        raise UserError(f"tool {name!r}: with input_model, the handler takes one parameter for the arguments")
     definitions: dict[str, Any] = {}
     for p in fields:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
@@ -148,8 +169,10 @@ def _model_from_signature(fn: Handler, name: str) -> tuple[type[pydantic.BaseMod
         annotation = hints.get(p.name, Any)
         default = ... if p.default is p.empty else p.default
         definitions[p.name] = (annotation, default)
-    model = pydantic.create_model(f"{name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **definitions)
-    return model, wants_context
+    model = pydantic.create_model(  # type: ignore[call-overload]
+        f"{name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **definitions
+    )
+    return model, context_param, None
 
 
 def _first_paragraph(doc: str | None) -> str:
@@ -172,23 +195,20 @@ def make_tool(
     Raises:
         UserError: The name is not a valid identifier or the signature cannot be described.
     """
-    tool_name = name or fn.__name__
+    tool_name: str = name or str(getattr(fn, "__name__", ""))
     if not tool_name.isidentifier():
         raise UserError(f"tool name {tool_name!r} must be a valid identifier (letters, digits, _)")
-    if input_model is None:
-        input_model, wants_context = _model_from_signature(fn, tool_name)
-    else:
-        hints = get_type_hints(fn)
-        wants_context = any(v is ToolContext for v in hints.values())
-    target = fn.__call__ if not inspect.isfunction(fn) and callable(fn) and not inspect.ismethod(fn) else fn
+    model, context_param, model_param = _plan_from_signature(fn, tool_name, input_model)
+    target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)  # noqa: B004
     return Tool(
         name=tool_name,
         description=description if description is not None else _first_paragraph(fn.__doc__),
-        input_model=input_model,
+        input_model=model,
         handler=fn,
         output_schema=output_schema,
         extension=extension,
-        wants_context=wants_context,
+        context_param=context_param,
+        model_param=model_param,
         is_async=inspect.iscoroutinefunction(target),
     )
 
@@ -230,5 +250,10 @@ def to_tool_result(value: Any) -> ToolResult:
         return ToolResult.from_text(json.dumps(data, ensure_ascii=False), data)
     if value is None:
         return ToolResult.from_text("", None)
-    data = pydantic.TypeAdapter(Any).dump_python(value, mode="json")
+    if isinstance(value, int | float | bool):
+        return ToolResult.from_text(json.dumps(value), value)
+    data = _ANY_ADAPTER.dump_python(value, mode="json")
     return ToolResult.from_text(json.dumps(data, ensure_ascii=False), data)
+
+
+_ANY_ADAPTER: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(Any)

@@ -1,0 +1,493 @@
+"""One Code Mode program on its own thread: a fresh QuickJS context, limits, the JS side of
+the bridge, and the wait loop that feeds tool results and timers back in.
+
+Every call into the context happens on the thread that runs `ProgramThread.run`.
+The context gets no Python callables: quickjs-ng refuses calls into Python while a time
+limit is set, and without callables nothing in the sandbox can reach a Python object.
+The program queues messages; this thread drains them whenever the program is idle.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import quickjs
+
+from codemode.errors import ToolError
+from codemode.tools import Tool, ToolContext, ToolRegistry, ToolResult
+
+# The program is wrapped on its own first line so its line numbers stay the model's own.
+_PREFIX = "(async function __cm_main() {"
+_SUFFIX = "\n})"
+_FRAME = re.compile(r"^\s*at (?P<fn>[^\s(]+)?\s*\(?<input>:(?P<line>\d+):(?P<col>\d+)\)?\s*$")
+_FIRST_LOCATION = re.compile(r"<input>:(\d+):(\d+)")
+_PRELUDE_SOURCE: str | None = None
+
+_DONE = object()
+
+
+def _prelude() -> str:
+    global _PRELUDE_SOURCE
+    if _PRELUDE_SOURCE is None:
+        _PRELUDE_SOURCE = resources.files("codemode.engine").joinpath("prelude.js").read_text("utf-8")
+    return _PRELUDE_SOURCE
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """Limits of one program.
+
+    Attributes:
+        memory_bytes: QuickJS heap limit (default 256 MiB).
+        stack_bytes: QuickJS stack limit (default 1 MiB).
+        cpu_seconds: JS CPU time a program may use in all (default 30 s).
+        tool_concurrency: Tool calls of one program running at once (default 32).
+        output_bytes_in_memory: Printed text kept in memory; beyond it the engine stops
+            collecting and says so (default 256 MiB).
+    """
+
+    memory_bytes: int = 256 * 1024 * 1024
+    stack_bytes: int = 1024 * 1024
+    cpu_seconds: float = 30.0
+    tool_concurrency: int = 32
+    output_bytes_in_memory: int = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class GuestError:
+    """How a program failed, as data.
+
+    Attributes:
+        kind: ``syntax_error``, ``uncaught``, ``cpu_limit``, ``timeout``,
+            ``out_of_memory``, ``stack_overflow``, ``deadlock`` or ``internal``.
+        name: The JS error name (``TypeError``, ``ToolError``, ...).
+        message: The message.
+        line: Line in the model's source, when known.
+        column: Column in the model's source, when known.
+        stack: Stack trace mapped to the model's lines (prelude frames dropped).
+        tool: For a ``ToolError``, the tool that failed.
+    """
+
+    kind: str
+    name: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+    stack: str = ""
+    tool: str | None = None
+    data: str | None = None
+
+    def describe(self) -> str:
+        """The lines the model sees for this error."""
+        where = f" (line {self.line}:{self.column})" if self.line is not None else ""
+        head = f"{self.name}: {self.message}{where}"
+        if self.data:
+            head += f"\n  data: {self.data}"
+        if self.stack:
+            head += "\n" + self.stack
+        return head
+
+
+@dataclass
+class ProgramOutcome:
+    """What running one program produced (before budgeting)."""
+
+    output: str
+    error: GuestError | None
+    tool_calls: int
+    cancelled: list[str]
+    cpu_seconds: float
+    output_dropped_bytes: int = 0
+
+
+def map_location(line: int, col: int) -> tuple[int, int]:
+    """Map a position in the wrapped source back to the model's source."""
+    if line == 1:
+        col = max(1, col - len(_PREFIX))
+    return line, col
+
+
+def map_stack(stack: str) -> tuple[str, int | None, int | None]:
+    """Rewrite a QuickJS stack to the model's lines, dropping prelude frames.
+
+    Returns:
+        ``(stack_text, line, column)`` where line/column locate the innermost program frame.
+    """
+    frames: list[str] = []
+    first: tuple[int, int] | None = None
+    for raw in stack.splitlines():
+        m = _FRAME.match(raw)
+        if m is None:
+            continue
+        fn = m.group("fn") or "<anonymous>"
+        if fn.startswith("__cm_") and fn != "__cm_main":
+            continue
+        line, col = map_location(int(m.group("line")), int(m.group("col")))
+        if first is None:
+            first = (line, col)
+        name = "<program>" if fn in ("__cm_main", "<eval>") else fn
+        frames.append(f"    at {name} (line {line}:{col})")
+    if len(frames) > 12:
+        frames = [*frames[:6], f"    ... {len(frames) - 12} more frames ...", *frames[-6:]]
+    return "\n".join(frames), (first[0] if first else None), (first[1] if first else None)
+
+
+class _Inbox:
+    """Completions from the event loop to the JS thread (many producers, one consumer)."""
+
+    def __init__(self) -> None:
+        self._items: collections.deque[Any] = collections.deque()
+        self._signal = threading.Lock()
+        self._signal.acquire()
+
+    def put(self, item: Any) -> None:
+        self._items.append(item)
+        try:
+            self._signal.release()
+        except RuntimeError:  # already signalled
+            pass
+
+    def take(self, timeout: float | None) -> list[Any]:
+        """All items available now, waiting up to ``timeout`` seconds (None: forever) for one."""
+        if not self._items:
+            self._signal.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
+        else:
+            self._signal.acquire(blocking=False)
+        items = []
+        while self._items:
+            items.append(self._items.popleft())
+        return items
+
+
+class ToolDispatcher:
+    """How the JS thread starts tool calls on the event loop (provided by the runtime)."""
+
+    def start(self, call_id: int, tool: Tool, args: Any) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+@dataclass
+class ProgramThread:
+    """Runs one program; `run` is called on a worker thread and returns its outcome."""
+
+    source: str
+    registry: ToolRegistry
+    context: ToolContext
+    limits: EngineLimits
+    timeout_seconds: float
+    dispatcher: ToolDispatcher
+    inbox: _Inbox = field(default_factory=_Inbox)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self._output: list[str] = []
+        self._output_bytes = 0
+        self._output_dropped = 0
+        self._done: tuple[bool, str, str] | None = None
+        self._pending: dict[int, str] = {}
+        self._timers: list[tuple[float, int]] = []
+        self._live_timers: set[int] = set()
+        self._tool_calls = 0
+        self._running = 0  # calls handed to the loop and not finished
+        self._waiting: collections.deque[tuple[int, Tool, Any]] = collections.deque()
+        self._deadline = 0.0
+        self._cpu_start = 0.0
+
+    # -- the run loop ---------------------------------------------------------------------
+
+    def run(self) -> ProgramOutcome:
+        """Run the program to completion, failure, deadlock or a limit. Never raises."""
+        self._cpu_start = time.thread_time()
+        self._deadline = time.monotonic() + self.timeout_seconds
+        try:
+            error = self._run()
+        except BaseException as exc:
+            error = GuestError("internal", type(exc).__name__, f"engine fault: {exc}")
+        return ProgramOutcome(
+            output="".join(self._output),
+            error=error,
+            tool_calls=self._tool_calls,
+            cancelled=list(self._pending.values()),
+            cpu_seconds=time.thread_time() - self._cpu_start,
+            output_dropped_bytes=self._output_dropped,
+        )
+
+    def _arm(self, ctx: quickjs.Context) -> None:
+        """Give the next entry into JS whatever CPU and wall time is left."""
+        cpu_left = self.limits.cpu_seconds - (time.thread_time() - self._cpu_start)
+        wall_left = self._deadline - time.monotonic()
+        ctx.set_time_limit(max(0.001, min(cpu_left, wall_left)))
+
+    def _run(self) -> GuestError | None:
+        ctx = quickjs.Context()
+        ctx.set_memory_limit(self.limits.memory_bytes)
+        ctx.set_max_stack_size(self.limits.stack_bytes)
+        ctx.eval(_prelude())
+        names = (
+            "__cm_start",
+            "__cm_settle",
+            "__cm_fire",
+            "__cm_drain",
+            "__cm_take_output",
+            "__cm_take_chunk",
+        )
+        start, settle, fire, drain, take_output, take_chunk = (ctx.get(n) for n in names)
+        ctx.eval("".join(f"delete globalThis.{n};" for n in names))
+        self._take_output, self._take_chunk = take_output, take_chunk
+        try:
+            main = ctx.eval(_PREFIX + self.source + _SUFFIX)
+        except quickjs.JSException as exc:
+            return self._syntax_error(str(exc))
+        try:
+            self._arm(ctx)
+            start(main)
+            while True:
+                self._arm(ctx)
+                while ctx.execute_pending_job():
+                    pass
+                self._drain(ctx, drain, settle)
+                if self._done is not None:
+                    return self._finish_error()
+                if self.cancelled.is_set():
+                    return GuestError("cancelled", "Cancelled", "the run was cancelled by the host")
+                if not self._pending and not self._live_timers:
+                    if self._has_jobs(ctx):
+                        continue
+                    return GuestError(
+                        "deadlock",
+                        "Deadlock",
+                        "the program is awaiting a promise that nothing can settle (no tool call "
+                        "or timer is pending); every promise must be resolved by a tool call, a "
+                        "timer, or your own code",
+                    )
+                if not self._wait_and_deliver(ctx, settle, fire):
+                    names_waiting = sorted(set(self._pending.values()))
+                    waiting = f" while waiting for {', '.join(names_waiting)}" if names_waiting else ""
+                    return GuestError(
+                        "timeout",
+                        "Timeout",
+                        f"the program ran past its {self.timeout_seconds:g} s wall-clock limit{waiting}; "
+                        "raise timeout_seconds in the // @run_code header or do less per program",
+                    )
+        except quickjs.StackOverflow as exc:
+            self._salvage_output()
+            return self._limit_error(str(exc), "stack_overflow")
+        except quickjs.JSException as exc:
+            self._salvage_output()
+            return self._limit_error(str(exc), None)
+
+    @staticmethod
+    def _has_jobs(ctx: quickjs.Context) -> bool:
+        return bool(ctx.execute_pending_job())
+
+    def _drain(self, ctx: quickjs.Context, drain: Any, settle: Any) -> None:
+        """Handle everything the program queued since the last drain (prints, calls, ...)."""
+        self._arm(ctx)
+        raw = drain()
+        if not raw:
+            return
+        print_bytes, messages = json.loads(raw)
+        if print_bytes:
+            self._append_output(self._take_output())
+        for message in messages:
+            kind = message[0]
+            if kind == "call":
+                self._start_call(settle, message[1], message[2], message[3])
+            elif kind == "sync":
+                self._sync(settle, message[1], message[2], message[3], message[4])
+            elif kind == "timer":
+                self._live_timers.add(message[1])
+                heapq.heappush(self._timers, (time.monotonic() + message[2] / 1000.0, message[1]))
+            elif kind == "untimer":
+                self._live_timers.discard(message[1])
+            elif kind == "done":
+                self._done = (bool(message[1]), str(message[2]), str(message[3]))
+
+    def _append_output(self, text: str) -> None:
+        size = len(text)
+        if self._output_bytes + size > self.limits.output_bytes_in_memory:
+            self._output_dropped += size
+            return
+        self._output_bytes += size
+        self._output.append(text)
+
+    def _salvage_output(self) -> None:
+        """Collect printed text after a limit error, piece by piece (the heap may be full)."""
+        try:
+            while (chunk := self._take_chunk()) is not None:
+                self._append_output(str(chunk))
+        except quickjs.JSException:
+            pass
+
+    def _start_call(self, settle: Any, call_id: int, name: str, args_json: str) -> None:
+        tool = self.registry.get(name)
+        if tool is None:
+            self._reject(settle, call_id, self.registry.unknown_tool_message(name), None)
+            return
+        args = json.loads(args_json)
+        problem = self.registry.validate(tool, args)
+        if problem is not None:
+            message = self.registry.argument_error_message(tool, problem)
+            self._reject(settle, call_id, message, {"path": problem.path, "problem": problem.message})
+            return
+        self._tool_calls += 1
+        self._pending[call_id] = tool.name
+        if self._running < self.limits.tool_concurrency:
+            self._running += 1
+            self.dispatcher.start(call_id, tool, args)
+        else:
+            self._waiting.append((call_id, tool, args))
+
+    @staticmethod
+    def _reject(settle: Any, call_id: int, message: str, data: Any) -> None:
+        settle(call_id, False, json.dumps({"message": message, "data": data}, ensure_ascii=False), False)
+
+    def _sync(self, settle: Any, call_id: int, op: str, a: Any, b: Any) -> None:
+        try:
+            value = self._sync_op(op, a, b)
+        except ToolError as exc:
+            self._reject(settle, call_id, exc.message, exc.data)
+            return
+        except Exception as exc:  # a host fault in the store must not kill the program thread
+            self._reject(settle, call_id, f"{op} failed: {type(exc).__name__}: {exc}", None)
+            return
+        settle(call_id, True, json.dumps(value, ensure_ascii=False), False)
+
+    def _sync_op(self, op: str, a: Any, b: Any) -> Any:
+        archive = self.context.archive
+        session = self.context.session_id
+        if op == "searchTools":
+            limit = int(b) if isinstance(b, int | float) and b > 0 else 10
+            return self.registry.search(str(a), limit=limit)
+        if op == "describeTool":
+            return self.registry.describe(str(a))
+        if op == "store.get":
+            raw = archive.store_get(session, str(a))
+            return None if raw is None else json.loads(raw)
+        if op == "store.set":
+            archive.store_set(session, str(a), str(b))
+            return None
+        if op == "store.delete":
+            return archive.store_delete(session, str(a))
+        if op == "store.keys":
+            return archive.store_keys(session)
+        raise ToolError(f"unknown operation {op}")
+
+    def _wait_and_deliver(self, ctx: quickjs.Context, settle: Any, fire: Any) -> bool:
+        """Wait for tool results or timers and hand them to JS. False once the deadline passed."""
+        now = time.monotonic()
+        if now >= self._deadline:
+            return False
+        timeout = self._deadline - now
+        while self._timers and self._timers[0][1] not in self._live_timers:
+            heapq.heappop(self._timers)
+        if self._timers:
+            timeout = min(timeout, max(0.0, self._timers[0][0] - now))
+        items = self.inbox.take(timeout)
+        for call_id, result in items:
+            if call_id is _DONE:
+                continue
+            self._running -= 1
+            if self._waiting:
+                self._running += 1
+                self.dispatcher.start(*self._waiting.popleft())
+            if self._pending.pop(call_id, None) is None:
+                continue
+            self._arm(ctx)
+            self._deliver(settle, call_id, result)
+        now = time.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            _, tid = heapq.heappop(self._timers)
+            if tid in self._live_timers:
+                self._live_timers.discard(tid)
+                self._arm(ctx)
+                fire(tid)
+        return True
+
+    @staticmethod
+    def _deliver(settle: Any, call_id: int, result: ToolResult) -> None:
+        if result.is_error:
+            payload = json.dumps(
+                {"message": result.text, "data": result.structured_content}, ensure_ascii=False
+            )
+            settle(call_id, False, payload, False)
+            return
+        data = result.producer_data()
+        if isinstance(data, str):
+            settle(call_id, True, data, True)
+        else:
+            settle(call_id, True, json.dumps(data, ensure_ascii=False), False)
+
+    def _finish_error(self) -> GuestError | None:
+        assert self._done is not None
+        ok, value, error_json = self._done
+        if ok:
+            if error_json == "value" and value:
+                self._append_output(value if value.endswith("\n") else value + "\n")
+            return None
+        info = json.loads(error_json)
+        stack, line, col = map_stack(info.get("stack", ""))
+        name = info.get("name", "Error")
+        message = info.get("message", "")
+        if name == "InternalError" and message in ("out of memory", "interrupted"):
+            return self._limit_error(f"{name}: {message}\n{info.get('stack', '')}", None)
+        if name == "RangeError" and "call stack" in message:
+            return GuestError("stack_overflow", name, message + " (unbounded recursion?)", line, col, stack)
+        if name == "ToolError":
+            # The stack of a rejected tool call points into the host, not the program.
+            return GuestError("uncaught", name, message, tool=info.get("tool"), data=info.get("data"))
+        return GuestError("uncaught", name, message, line, col, stack)
+
+    def _syntax_error(self, text: str) -> GuestError:
+        first_line = text.splitlines()[0] if text else "SyntaxError"
+        name, _, message = first_line.partition(": ")
+        m = _FIRST_LOCATION.search(text)
+        line = col = None
+        if m:
+            line, col = map_location(int(m.group(1)), int(m.group(2)))
+        if "import" in message or "export" in message:
+            message += " (programs cannot import modules; use the tools object)"
+        return GuestError("syntax_error", name or "SyntaxError", message, line, col)
+
+    def _limit_error(self, text: str, kind: str | None) -> GuestError:
+        first_line = text.splitlines()[0] if text else "InternalError"
+        name, _, message = first_line.partition(": ")
+        stack, line, col = map_stack(text)
+        if kind == "stack_overflow" or "call stack" in message:
+            return GuestError(
+                "stack_overflow", "RangeError", f"{message} (unbounded recursion?)", line, col, stack
+            )
+        if message == "out of memory":
+            return GuestError(
+                "out_of_memory",
+                "OutOfMemory",
+                f"the program exceeded its memory limit of {self.limits.memory_bytes // (1024 * 1024)} MiB",
+                line,
+                col,
+            )
+        if message == "interrupted":
+            if time.monotonic() >= self._deadline - 0.01:
+                return GuestError(
+                    "timeout",
+                    "Timeout",
+                    f"the program ran past its {self.timeout_seconds:g} s wall-clock limit while computing",
+                    line,
+                    col,
+                )
+            return GuestError(
+                "cpu_limit",
+                "CpuLimit",
+                f"the program used its {self.limits.cpu_seconds:g} s of JS CPU time (an endless loop?) "
+                "and was interrupted",
+                line,
+                col,
+            )
+        return GuestError("uncaught", name or "Error", message, line, col, stack)

@@ -1,0 +1,328 @@
+// The JS-side API of a Code Mode program. Evaluated once per fresh context, before the
+// program. Every function here is named `__cm_*` so error stacks can drop prelude frames.
+//
+// The context has no host functions at all. The program talks to the host through a
+// message queue that the host drains whenever the program is idle (between jobs):
+//   ["call", id, name, argsJson]   start a tool call
+//   ["sync", id, op, a, b]         searchTools / describeTool / store.*
+//   ["timer", id, delayMs] / ["untimer", id]
+//   ["done", ok, valueText, errorJson]
+// and settles promises by calling back into the functions this prelude hands it.
+(function __cm_prelude(global) {
+  "use strict";
+
+  // Intrinsics captured before the program can replace them.
+  const JSONstringify = JSON.stringify;
+  const JSONparse = JSON.parse;
+  const ObjectFreeze = Object.freeze;
+  const ObjectCreate = Object.create;
+  const ObjectDefineProperty = Object.defineProperty;
+  const ObjectKeys = Object.keys;
+  const ObjectGetPrototypeOf = Object.getPrototypeOf;
+  const ObjectPrototype = Object.prototype;
+  const ArrayIsArray = Array.isArray;
+  const ArrayPrototype = Array.prototype;
+  const StringCtor = String;
+  const NumberIsFinite = Number.isFinite;
+  const PromiseCtor = Promise;
+  const MapCtor = Map;
+  const MapGet = Map.prototype.get;
+  const MapSet = Map.prototype.set;
+  const MapDelete = Map.prototype.delete;
+  const MapHas = Map.prototype.has;
+  const PromiseThen = Promise.prototype.then;
+  const SetCtor = Set;
+  const SetAdd = Set.prototype.add;
+  const SetHas = Set.prototype.has;
+  const SetDelete = Set.prototype.delete;
+  const ErrorCtor = Error;
+  const TypeErrorCtor = TypeError;
+  const ReflectApply = Reflect.apply;
+  const ArrayJoin = Array.prototype.join;
+  const ArrayPush = Array.prototype.push;
+  const FunctionToString = Function.prototype.toString;
+
+  const pending = new MapCtor();   // call id -> {resolve, reject, name}
+  let outbox = [];
+  let prints = [];
+  let printBytes = 0;
+  const timers = new MapCtor();    // timer id -> {fn, args}
+  let nextCallId = 1;
+  let nextTimerId = 1;
+
+  class __cm_ToolError extends ErrorCtor {
+    constructor(tool, message, data) {
+      super(message);
+      this.name = "ToolError";
+      this.tool = tool;
+      this.data = data === undefined ? null : data;
+    }
+  }
+
+  // ---- JSON checking: arguments must be plain JSON, with a path when they are not ----
+  function __cm_describe(value) {
+    if (typeof value === "function") return "a function";
+    if (typeof value === "bigint") return "a BigInt";
+    if (typeof value === "symbol") return "a Symbol";
+    if (value === undefined) return "undefined";
+    if (typeof value === "number") return StringCtor(value);
+    return typeof value;
+  }
+
+  function __cm_check_json(value, path, seen) {
+    const t = typeof value;
+    if (value === null || t === "string" || t === "boolean") return null;
+    if (t === "number") {
+      return NumberIsFinite(value) ? null : `${path} is ${StringCtor(value)}, which JSON cannot carry`;
+    }
+    if (t === "function" || t === "bigint" || t === "symbol" || t === "undefined") {
+      return `${path} is ${__cm_describe(value)}, which JSON cannot carry`;
+    }
+    if (ReflectApply(SetHas, seen, [value])) return `${path} refers back to itself (a cycle)`;
+    ReflectApply(SetAdd, seen, [value]);
+    try {
+      if (ArrayIsArray(value)) {
+        for (let i = 0; i < value.length; i++) {
+          const problem = __cm_check_json(value[i], `${path}[${i}]`, seen);
+          if (problem) return problem;
+        }
+        return null;
+      }
+      const proto = ObjectGetPrototypeOf(value);
+      if (proto !== ObjectPrototype && proto !== null && typeof value.toJSON !== "function") {
+        const kind = (value.constructor && value.constructor.name) || "object";
+        if (kind === "Map" || kind === "Set" || kind === "WeakMap" || kind === "WeakSet" || kind === "Promise") {
+          return `${path} is a ${kind}, which JSON cannot carry (convert it, e.g. Object.fromEntries or [...set])`;
+        }
+      }
+      for (const key of ObjectKeys(value)) {
+        const v = value[key];
+        if (v === undefined) continue; // dropped by JSON, like JSON.stringify does
+        const problem = __cm_check_json(v, `${path}.${key}`, seen);
+        if (problem) return problem;
+      }
+      return null;
+    } finally {
+      ReflectApply(SetDelete, seen, [value]);
+    }
+  }
+
+  // ---- printing ----
+  function __cm_format(value) {
+    if (typeof value === "string") return value;
+    if (value === undefined) return "undefined";
+    if (typeof value === "function") return `[Function ${value.name || "anonymous"}]`;
+    if (typeof value === "bigint") return `${StringCtor(value)}n`;
+    if (typeof value === "symbol") return StringCtor(value);
+    if (value instanceof ErrorCtor) {
+      const base = `${value.name}: ${value.message}`;
+      if (value instanceof ToolError && value.data !== null) {
+        return `${base} ${__cm_format(value.data)}`;
+      }
+      return base;
+    }
+    try {
+      const seen = new SetCtor();
+      const text = JSONstringify(value, function __cm_replacer(key, v) {
+        if (typeof v === "bigint") return `${StringCtor(v)}n`;
+        if (typeof v === "function") return `[Function ${v.name || "anonymous"}]`;
+        if (typeof v === "object" && v !== null) {
+          if (ReflectApply(SetHas, seen, [v])) return "[Circular]";
+          ReflectApply(SetAdd, seen, [v]);
+          if (v instanceof MapCtor) return { "[Map]": [...v] };
+          if (v instanceof SetCtor) return { "[Set]": [...v] };
+        }
+        return v;
+      });
+      return text === undefined ? StringCtor(value) : text;
+    } catch (e) {
+      return StringCtor(value);
+    }
+  }
+
+  function __cm_print(...args) {
+    const parts = [];
+    for (let i = 0; i < args.length; i++) ReflectApply(ArrayPush, parts, [__cm_format(args[i])]);
+    const text = ReflectApply(ArrayJoin, parts, [" "]) + "\n";
+    ReflectApply(ArrayPush, prints, [text]);
+    printBytes += text.length;
+  }
+
+  // ---- tool calls ----
+  function __cm_call_tool(name, args) {
+    return new PromiseCtor(function __cm_executor(resolve, reject) {
+      if (args === undefined) args = {};
+      const problem = __cm_check_json(args, "arguments", new SetCtor());
+      if (problem) {
+        reject(new ToolError(name, `tools.${name}: ${problem}. Arguments must be JSON: objects, arrays, strings, finite numbers, booleans, null.`, null));
+        return;
+      }
+      let argsJson;
+      try {
+        argsJson = JSONstringify(args);
+      } catch (e) {
+        reject(new ToolError(name, `tools.${name}: arguments cannot be turned into JSON: ${e.message}`, null));
+        return;
+      }
+      const id = nextCallId++;
+      ReflectApply(ArrayPush, outbox, [["call", id, StringCtor(name), argsJson]]);
+      ReflectApply(MapSet, pending, [id, { resolve, reject, name }]);
+    });
+  }
+
+  const ToolError = __cm_ToolError;
+  const toolsTarget = ObjectCreate(null);
+  const tools = new Proxy(toolsTarget, {
+    get: function __cm_tools_get(target, key) {
+      if (typeof key !== "string" || key === "then") return undefined;
+      return function __cm_tool(args) { return __cm_call_tool(key, args); };
+    },
+    set: function __cm_tools_set() { return false; },
+    defineProperty: function __cm_tools_define() { return false; },
+    deleteProperty: function __cm_tools_delete() { return false; },
+    setPrototypeOf: function __cm_tools_proto() { return false; },
+    has: function __cm_tools_has(target, key) { return typeof key === "string"; },
+  });
+
+  function __cm_sync(op, a, b) {
+    return new PromiseCtor(function __cm_sync_executor(resolve, reject) {
+      const id = nextCallId++;
+      ReflectApply(ArrayPush, outbox, [["sync", id, op, a === undefined ? null : a, b === undefined ? null : b]]);
+      ReflectApply(MapSet, pending, [id, { resolve, reject, name: op }]);
+    });
+  }
+
+  function __cm_search_tools(query, limit) {
+    return __cm_sync("searchTools", StringCtor(query === undefined ? "" : query), limit === undefined ? 10 : +limit);
+  }
+
+  function __cm_describe_tool(name) {
+    return __cm_sync("describeTool", StringCtor(name), null);
+  }
+
+  const store = ObjectFreeze({
+    get: function __cm_store_get(key) { return __cm_sync("store.get", StringCtor(key), null); },
+    set: function __cm_store_set(key, value) {
+      const problem = __cm_check_json(value, "value", new SetCtor());
+      if (problem) {
+        return PromiseCtor.reject(new TypeErrorCtor(`store.set(${JSONstringify(StringCtor(key))}): ${problem}`));
+      }
+      return __cm_sync("store.set", StringCtor(key), JSONstringify(value));
+    },
+    delete: function __cm_store_delete(key) { return __cm_sync("store.delete", StringCtor(key), null); },
+    keys: function __cm_store_keys() { return __cm_sync("store.keys", null, null); },
+  });
+
+  // ---- timers (driven by the host's wait loop) ----
+  function __cm_set_timeout(fn, delay, ...args) {
+    if (typeof fn !== "function") throw new TypeErrorCtor("setTimeout: the first argument must be a function");
+    const id = nextTimerId++;
+    ReflectApply(MapSet, timers, [id, { fn, args }]);
+    ReflectApply(ArrayPush, outbox, [["timer", id, NumberIsFinite(+delay) && +delay > 0 ? +delay : 0]]);
+    return id;
+  }
+
+  function __cm_clear_timeout(id) {
+    if (ReflectApply(MapHas, timers, [id])) {
+      ReflectApply(MapDelete, timers, [id]);
+      ReflectApply(ArrayPush, outbox, [["untimer", id]]);
+    }
+  }
+
+  const consoleObj = ObjectFreeze({
+    log: __cm_print, info: __cm_print, debug: __cm_print, warn: __cm_print, error: __cm_print,
+  });
+
+  const api = {
+    tools, store, print: __cm_print, console: consoleObj, ToolError,
+    searchTools: __cm_search_tools, describeTool: __cm_describe_tool,
+    setTimeout: __cm_set_timeout, clearTimeout: __cm_clear_timeout,
+    sleep: function __cm_sleep(ms) {
+      return new PromiseCtor(function __cm_sleep_executor(resolve) { __cm_set_timeout(resolve, ms); });
+    },
+  };
+  for (const key of ObjectKeys(api)) {
+    ObjectDefineProperty(global, key, { value: api[key], writable: false, configurable: false, enumerable: false });
+  }
+
+  // ---- host entry points, returned to Python (never reachable from the program) ----
+  function __cm_done(ok, value, errorJson) {
+    ReflectApply(ArrayPush, outbox, [["done", ok, value, errorJson]]);
+  }
+
+  function __cm_drain() {
+    if (outbox.length === 0 && printBytes === 0) return "";
+    const text = JSONstringify([printBytes, outbox]);
+    outbox = [];
+    return text;
+  }
+
+  function __cm_take_output() {
+    const text = ReflectApply(ArrayJoin, prints, [""]);
+    prints = [];
+    printBytes = 0;
+    return text;
+  }
+
+  function __cm_take_chunk() {
+    // Used after an out-of-memory error, when joining could fail: one piece at a time.
+    if (prints.length === 0) { printBytes = 0; return null; }
+    return prints.shift();
+  }
+
+  function __cm_settle(id, ok, payload, isText) {
+    const entry = ReflectApply(MapGet, pending, [id]);
+    if (entry === undefined) return;
+    ReflectApply(MapDelete, pending, [id]);
+    if (ok) {
+      entry.resolve(isText ? payload : JSONparse(payload));
+    } else {
+      const err = JSONparse(payload);
+      entry.reject(new ToolError(entry.name, err.message, err.data === undefined ? null : err.data));
+    }
+  }
+
+  function __cm_fire(id) {
+    const entry = ReflectApply(MapGet, timers, [id]);
+    if (entry === undefined) return;
+    ReflectApply(MapDelete, timers, [id]);
+    ReflectApply(entry.fn, undefined, entry.args);
+  }
+
+  function __cm_error_json(e) {
+    if (e instanceof ErrorCtor || (e && typeof e === "object" && "message" in e)) {
+      return JSONstringify({
+        name: StringCtor(e.name || "Error"),
+        message: StringCtor(e.message),
+        stack: typeof e.stack === "string" ? e.stack : "",
+        tool: e instanceof ToolError ? e.tool : null,
+        data: e instanceof ToolError ? __cm_format(e.data) : null,
+      });
+    }
+    return JSONstringify({ name: "Uncaught", message: __cm_format(e), stack: "", tool: null, data: null });
+  }
+
+  function __cm_start(main) {
+    let promise;
+    try {
+      promise = main();
+    } catch (e) {
+      __cm_done(false, "", __cm_error_json(e));
+      return;
+    }
+    ReflectApply(PromiseThen, promise, [
+      function __cm_on_value(value) {
+        __cm_done(true, value === undefined ? "" : __cm_format(value), value === undefined ? "" : "value");
+      },
+      function __cm_on_error(e) { __cm_done(false, "", __cm_error_json(e)); },
+    ]);
+  }
+
+  // Python picks these up with Context.get and then deletes them.
+  global.__cm_start = __cm_start;
+  global.__cm_settle = __cm_settle;
+  global.__cm_fire = __cm_fire;
+  global.__cm_drain = __cm_drain;
+  global.__cm_take_output = __cm_take_output;
+  global.__cm_take_chunk = __cm_take_chunk;
+})(globalThis);

@@ -1,0 +1,52 @@
+"""codemode: Code Mode for LLM agents.
+
+The model writes one JavaScript program; it runs in a QuickJS sandbox, calls the agent's
+tools as ``await tools.<name>(args)``, and only what it prints comes back, cut to a token
+budget (the rest archived behind a recovery reference).
+"""
+
+from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage
+from codemode.errors import (
+    CodemodeError,
+    HostFault,
+    ProcessNotFound,
+    SandboxDenied,
+    SandboxUnavailable,
+    StateDirError,
+    ToolError,
+    UnknownRefError,
+    UserError,
+)
+from codemode.host import Host, run_code
+from codemode.sandbox import SandboxMode, SandboxPolicy
+from codemode.tools import Extension, TextContent, Tool, ToolContext, ToolResult, make_tool, tool
+from codemode.tools._bash import Notification
+
+__all__ = [
+    "CallResult",
+    "CodemodeError",
+    "Extension",
+    "Host",
+    "HostConfig",
+    "HostFault",
+    "Notification",
+    "ProcessNotFound",
+    "RunError",
+    "RunResult",
+    "SandboxDenied",
+    "SandboxMode",
+    "SandboxPolicy",
+    "SandboxUnavailable",
+    "StateDirError",
+    "TextContent",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolResult",
+    "UnknownRefError",
+    "Usage",
+    "UserError",
+    "make_tool",
+    "run_code",
+    "tool",
+]

@@ -88,8 +88,9 @@ class GuestError:
     def describe(self) -> str:
         """The lines the model sees for this error."""
         where = f" (line {self.line}:{self.column})" if self.line is not None else ""
-        head = f"{self.name}: {self.message}{where}"
-        if self.data:
+        prefix = "Uncaught " if self.kind == "uncaught" else ""
+        head = f"{prefix}{self.name}: {self.message}{where}"
+        if self.data and self.data != "null":
             head += f"\n  data: {self.data}"
         if self.stack:
             head += "\n" + self.stack

@@ -1,0 +1,139 @@
+"""Public result and configuration types."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pydantic
+
+from codemode.sandbox import SandboxMode
+
+
+def default_state_dir() -> Path:
+    """``$CODEMODE_HOME``, else ``$XDG_STATE_HOME/codemode``, else ``~/.local/state/codemode``."""
+    explicit = os.environ.get("CODEMODE_HOME")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
+    return base / "codemode"
+
+
+class HostConfig(pydantic.BaseModel):
+    """Everything a `Host` can be configured with. All fields have working defaults.
+
+    Attributes:
+        workspace: Workspace root; relative paths resolve against it; writable by default.
+        state_dir: Where archive, logs and records live (default: `default_state_dir()`).
+        session_id: Session used when a call names none.
+        max_output_tokens: Default budget of a run's printed text.
+        max_output_tokens_limit: Highest budget a program may ask for (requests are clamped).
+        timeout_seconds: Default wall-clock limit of one program.
+        max_timeout_seconds: Highest wall-clock limit a program may ask for.
+        cpu_seconds: JS CPU time one program may use.
+        memory_mb: QuickJS heap limit of one program.
+        tool_concurrency: Tool calls of one program running at once.
+        encoding: tiktoken encoding for counting tokens.
+        sandbox: Sandbox mode for commands and file tools.
+        network: Whether confined commands may open TCP connections.
+        writable_roots: Extra writable directories besides the workspace.
+        handoff_seconds: Foreground commands still running after this long move to the
+            background (None: never; they run to their timeout).
+        max_background_per_session: Live background processes one session may have.
+        notify_in_results: End each result with one line per finished background process.
+        builtin_tools: Register bash, read_file, edit_file, write_file and read_archive.
+    """
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    workspace: Path = pydantic.Field(default_factory=Path.cwd)
+    state_dir: Path = pydantic.Field(default_factory=default_state_dir)
+    session_id: str = "default"
+    max_output_tokens: int = pydantic.Field(10_000, ge=64)
+    max_output_tokens_limit: int = pydantic.Field(50_000, ge=64)
+    timeout_seconds: float = pydantic.Field(120.0, gt=0)
+    max_timeout_seconds: float = pydantic.Field(3600.0, gt=0)
+    cpu_seconds: float = pydantic.Field(30.0, gt=0)
+    memory_mb: int = pydantic.Field(256, ge=16)
+    tool_concurrency: int = pydantic.Field(32, ge=1)
+    encoding: str = "o200k_base"
+    sandbox: SandboxMode = SandboxMode.WORKSPACE_WRITE
+    network: bool = True
+    writable_roots: tuple[Path, ...] = ()
+    handoff_seconds: float | None = 10.0
+    max_background_per_session: int = pydantic.Field(32, ge=1)
+    notify_in_results: bool = True
+    builtin_tools: bool = True
+
+
+class RunError(pydantic.BaseModel):
+    """Why a program failed (a guest outcome, not a Python exception)."""
+
+    kind: str
+    name: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+    stack: str = ""
+    tool: str | None = None
+
+
+class Usage(pydantic.BaseModel):
+    """What one run used."""
+
+    output_tokens: int
+    max_output_tokens: int
+    printed_bytes: int
+    tool_calls: int
+    cpu_ms: float
+    wall_ms: float
+
+
+class RunResult(pydantic.BaseModel):
+    """The result of one `run_code` call.
+
+    Attributes:
+        call_id: The call's id; running it again with this id replays this result.
+        session_id: The session it ran in.
+        ok: True when the program finished without an error.
+        text: What the model sees: printed output within the budget, then any error.
+        truncated: Whether the printed output was cut to fit the budget.
+        refs: Archive references holding cut text (read them with ``read_archive``).
+        error: How the program failed, when it did.
+        cancelled_calls: Tool calls still pending when the program ended.
+        notices: Host notes (a clamped budget or timeout, ...), also part of ``text``.
+        usage: Tokens, bytes, calls and time.
+    """
+
+    call_id: str
+    session_id: str
+    ok: bool
+    text: str
+    truncated: bool = False
+    refs: list[str] = pydantic.Field(default_factory=list)
+    error: RunError | None = None
+    cancelled_calls: list[str] = pydantic.Field(default_factory=list)
+    notices: list[str] = pydantic.Field(default_factory=list)
+    usage: Usage
+
+
+class CallResult(pydantic.BaseModel):
+    """The result of one direct tool call.
+
+    Attributes:
+        tool: The tool's name.
+        text: What the model sees, within the budget.
+        structured_content: The tool's structured data, when it has any.
+        is_error: Whether the call failed.
+        truncated: Whether ``text`` was cut to fit the budget.
+        refs: Archive references holding cut text.
+    """
+
+    tool: str
+    text: str
+    structured_content: Any = None
+    is_error: bool = False
+    truncated: bool = False
+    refs: list[str] = pydantic.Field(default_factory=list)

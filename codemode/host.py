@@ -1,0 +1,600 @@
+"""The Host: one registry, engine, archive, budget, sandbox policy and process manager."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import anyio
+
+from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage
+from codemode.archive import Archive, ArchiveRef
+from codemode.budget import MIN_BUDGET, TokenCounter, cut_to_budget
+from codemode.engine import Engine, EngineLimits, GuestError, HeaderError, parse_header
+from codemode.errors import UserError
+from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy
+from codemode.tools import Extension, Tool, ToolContext, ToolRegistry, ToolResult
+from codemode.tools._bash import Notification, ProcessManager
+from codemode.tools._files import file_tools
+from codemode.tools._read_archive import read_archive_tool
+
+_SIGNATURES_INLINE = 30  # above this many tools the description lists names only
+
+_API_GUIDE = """\
+Run one JavaScript program (QuickJS, ES2023, top-level await and return) that calls tools and
+computes over their results. Only what the program prints comes back to you.
+
+API inside the program:
+- await tools.NAME(args)    call a tool with a JSON object; resolves with its structured data
+                            (or its text); failures reject with ToolError {{tool, message, data}}
+- await Promise.all([...])  run up to {concurrency} tool calls at once
+- await searchTools(query)  ranked [{{name, description}}];  await describeTool(name) -> schema
+                            and a TypeScript signature
+- await store.get(key) / store.set(key, value) / store.delete(key) / store.keys()
+                            JSON values kept per session across programs (pass handles on)
+- print(...values) / console.log(...)  objects print as JSON;  a returned value prints last
+- setTimeout / clearTimeout / await sleep(ms)
+No modules, no file system, no network from JS itself: use the tools.
+
+Optional first line: // @run_code: {{"max_output_tokens": N, "timeout_seconds": N}}
+Defaults: max_output_tokens {default_tokens} (at most {max_tokens}), timeout {timeout:g} s,
+JS CPU {cpu:g} s, memory {memory} MiB. Print only what you need: filter and summarise in code.
+Output over the budget keeps its head and tail; the line between them names an archive
+reference: read the rest with tools.read_archive({{ref, offset, limit}}).
+"""
+
+
+class Host:
+    """Owns everything one agent needs for Code Mode; use as an async context manager.
+
+    Example:
+        ```python
+        async with Host(workspace=".") as host:
+            result = await host.run_code('print(await tools.read_file({path: "README.md"}))')
+        ```
+
+    Args:
+        config: A `HostConfig`; or pass its fields as keyword arguments.
+        **options: `HostConfig` fields.
+
+    Raises:
+        UserError: Invalid configuration (named in the message).
+    """
+
+    def __init__(self, config: HostConfig | None = None, **options: Any) -> None:
+        if config is not None and options:
+            raise UserError("pass either a HostConfig or keyword options, not both")
+        try:
+            self.config = config if config is not None else HostConfig(**options)
+        except Exception as exc:
+            raise UserError(f"invalid Host configuration: {exc}") from exc
+        if self.config.max_output_tokens > self.config.max_output_tokens_limit:
+            raise UserError("max_output_tokens must not exceed max_output_tokens_limit")
+        workspace = self.config.workspace.expanduser().resolve()
+        if not workspace.is_dir():
+            raise UserError(f"workspace {workspace} is not a directory")
+        self.workspace = workspace
+        self.registry = ToolRegistry()
+        self.counter = TokenCounter(self.config.encoding)
+        self._policy = SandboxPolicy(
+            mode=self.config.sandbox,
+            writable_roots=(workspace, *(Path(r).expanduser().resolve() for r in self.config.writable_roots)),
+            network=self.config.network,
+            protected=(self.config.state_dir.expanduser().resolve(),),
+        )
+        check_policy(self._policy)
+        self.engine = Engine(
+            self.registry,
+            EngineLimits(
+                memory_bytes=self.config.memory_mb * 1024 * 1024,
+                cpu_seconds=self.config.cpu_seconds,
+                tool_concurrency=self.config.tool_concurrency,
+            ),
+        )
+        self._archive: Archive | None = None
+        self._processes: ProcessManager | None = None
+        self._session_tmp: dict[str, Path] = {}
+        self._in_flight: dict[str, anyio.Event] = {}
+        self._notify_waiters: dict[str, anyio.Event] = {}
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Host:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def open(self) -> None:
+        """Open the archive and register the built-in tools (idempotent).
+
+        Raises:
+            StateDirError: The state directory cannot be created or secured.
+        """
+        if self._archive is not None:
+            return
+        self._archive = Archive(self.config.state_dir.expanduser())
+        self._archive.maintain()
+        if self.config.builtin_tools:
+            self._processes = ProcessManager(
+                self._archive,
+                handoff_seconds=self.config.handoff_seconds,
+                max_background_per_session=self.config.max_background_per_session,
+            )
+            self.registry.add_extension(Extension("files", file_tools()))
+            self.registry.add(read_archive_tool())
+            self.registry.add_extension(self._processes.extension())
+
+    async def aclose(self) -> None:
+        """Stop foreground commands and close the archive. Background processes survive."""
+        if self._processes is not None:
+            await self._processes.aclose()
+            self._processes = None
+        if self._archive is not None:
+            self._archive.close()
+            self._archive = None
+        for path in self._session_tmp.values():
+            shutil.rmtree(path, ignore_errors=True)
+        self._session_tmp.clear()
+
+    @property
+    def archive(self) -> Archive:
+        """The open archive.
+
+        Raises:
+            UserError: The host is not open.
+        """
+        if self._archive is None:
+            raise UserError("the Host is not open: use `async with Host(...) as host:` or await host.open()")
+        return self._archive
+
+    @property
+    def processes(self) -> ProcessManager:
+        """The process manager behind the bash tool.
+
+        Raises:
+            UserError: The host is not open, or was made with builtin_tools=False.
+        """
+        if self._processes is None:
+            raise UserError("no process manager: open the Host with builtin_tools=True")
+        return self._processes
+
+    # -- policy -----------------------------------------------------------------------------
+
+    @property
+    def policy(self) -> SandboxPolicy:
+        """The sandbox policy (plain data) in force for new calls."""
+        return self._policy
+
+    def set_sandbox_mode(self, mode: SandboxMode | str) -> None:
+        """Change the sandbox mode for calls made from now on."""
+        self._policy = self._policy.with_mode(SandboxMode(mode))
+
+    def add_writable_root(self, root: str | Path) -> None:
+        """Make one more directory writable for commands and file tools.
+
+        Raises:
+            UserError: The directory does not exist or would expose the state directory.
+        """
+        path = Path(root).expanduser().resolve()
+        if not path.is_dir():
+            raise UserError(f"writable root {path} is not a directory")
+        candidate = self._policy.with_root(path)
+        check_policy(candidate)
+        self._policy = candidate
+
+    def _context(self, session_id: str, call_id: str | None) -> ToolContext:
+        temp = self._session_tmp.get(session_id)
+        if temp is None:
+            temp = Path(tempfile.mkdtemp(prefix="codemode-tmp-"))
+            self._session_tmp[session_id] = temp
+        return ToolContext(
+            session_id=session_id,
+            workspace=self.workspace,
+            policy=replace(self._policy, temp_dir=temp),
+            archive=self.archive,
+            call_id=call_id,
+        )
+
+    # -- tools ------------------------------------------------------------------------------
+
+    def add_tool(self, item: Tool | Callable[..., Any], **kwargs: Any) -> Tool:
+        """Register a tool (a `Tool`, or a function; keyword args as `make_tool`).
+
+        Raises:
+            UserError: The name is taken or the function cannot be described.
+        """
+        return self.registry.add(item, **kwargs)
+
+    def tool(self, name: str | None = None, **kwargs: Any) -> Callable[[Callable[..., Any]], Tool]:
+        """Decorator form of `add_tool`."""
+
+        def decorate(fn: Callable[..., Any]) -> Tool:
+            return self.registry.add(fn, name=name, **kwargs)
+
+        return decorate
+
+    def add_extension(self, extension: Extension) -> None:
+        """Register a group of tools plus its guidance text."""
+        self.registry.add_extension(extension)
+
+    def disable_extension(self, name: str) -> None:
+        """Remove an extension's tools and guidance."""
+        self.registry.disable_extension(name)
+
+    def enable_extension(self, name: str) -> None:
+        """Bring a disabled extension back."""
+        self.registry.enable_extension(name)
+
+    def run_code_description(self) -> str:
+        """The text an agent puts in the description of its ``run_code`` tool."""
+        config = self.config
+        parts = [
+            _API_GUIDE.format(
+                concurrency=config.tool_concurrency,
+                default_tokens=config.max_output_tokens,
+                max_tokens=config.max_output_tokens_limit,
+                timeout=config.timeout_seconds,
+                cpu=config.cpu_seconds,
+                memory=config.memory_mb,
+            )
+        ]
+        tools = list(self.registry)
+        if len(tools) <= _SIGNATURES_INLINE:
+            parts.append("Tools:")
+            for t in tools:
+                parts.append(f"- {self.registry.describe(t.name)['signature']}\n    {t.description}")
+        else:
+            parts.append(
+                f"{len(tools)} tools: {', '.join(t.name for t in tools)}.\n"
+                "Use await searchTools(query) and await describeTool(name) for arguments."
+            )
+        for extension in self.registry.extensions:
+            if extension.guidance:
+                parts.append(extension.guidance.strip())
+        return "\n\n".join(parts) + "\n"
+
+    # -- run_code ---------------------------------------------------------------------------
+
+    async def run_code(
+        self,
+        source: str,
+        *,
+        session_id: str | None = None,
+        call_id: str | None = None,
+        max_output_tokens: int | None = None,
+        timeout_seconds: float | None = None,
+    ) -> RunResult:
+        """Run one program. Guest failures are in the result, never raised.
+
+        Args:
+            source: The JavaScript program (optionally starting with a ``// @run_code:`` line).
+            session_id: Session for ``store`` and processes (default: the config's).
+            call_id: Id to record the result under; a recorded id replays its result.
+            max_output_tokens: Budget when the header gives none (clamped to the limit).
+            timeout_seconds: Wall-clock limit when the header gives none (clamped).
+
+        Raises:
+            UserError: The host is not open, or not running on asyncio.
+        """
+        archive = self.archive
+        session = session_id or self.config.session_id
+        call = call_id or f"run_{uuid.uuid4().hex}"
+        replayed = await self._replay(call)
+        if replayed is not None:
+            return replayed
+        done = self._in_flight[call] = anyio.Event()
+        try:
+            result = await self._run_code(source, session, call, max_output_tokens, timeout_seconds)
+            await anyio.to_thread.run_sync(archive.record_run, call, session, result.model_dump_json())
+            return result
+        finally:
+            self._in_flight.pop(call, None)
+            done.set()
+
+    async def _replay(self, call_id: str) -> RunResult | None:
+        in_flight = self._in_flight.get(call_id)
+        if in_flight is not None:
+            await in_flight.wait()
+        recorded = self.archive.get_run(call_id)
+        return None if recorded is None else RunResult.model_validate_json(recorded)
+
+    async def _run_code(
+        self,
+        source: str,
+        session: str,
+        call: str,
+        max_output_tokens: int | None,
+        timeout_seconds: float | None,
+    ) -> RunResult:
+        started = time.perf_counter()
+        config = self.config
+        notices: list[str] = []
+        try:
+            header = parse_header(source)
+        except HeaderError as exc:
+            error = RunError(kind="options", name="OptionsError", message=f"{exc}; nothing ran")
+            return self._result(call, session, "", error, [], notices, config.max_output_tokens, 0, 0, started)
+        budget = header.max_output_tokens or max_output_tokens or config.max_output_tokens
+        if budget > config.max_output_tokens_limit:
+            notices.append(
+                f"max_output_tokens {budget} is above this host's limit; "
+                f"clamped to {config.max_output_tokens_limit}"
+            )
+            budget = config.max_output_tokens_limit
+        if budget < MIN_BUDGET:
+            notices.append(f"max_output_tokens {budget} is below the minimum; raised to {MIN_BUDGET}")
+            budget = MIN_BUDGET
+        timeout = header.timeout_seconds or timeout_seconds or config.timeout_seconds
+        if timeout > config.max_timeout_seconds:
+            notices.append(
+                f"timeout_seconds {timeout:g} is above this host's limit; clamped to {config.max_timeout_seconds:g}"
+            )
+            timeout = config.max_timeout_seconds
+        context = self._context(session, call)
+        outcome = await self.engine.run(source, context, timeout_seconds=timeout)
+        error = _run_error(outcome.error) if outcome.error is not None else None
+        if outcome.output_dropped_bytes:
+            notices.append(
+                f"{outcome.output_dropped_bytes:,} printed characters beyond the in-memory limit were "
+                "dropped; print less"
+            )
+        return self._result(
+            call,
+            session,
+            outcome.output,
+            error,
+            outcome.cancelled,
+            notices,
+            budget,
+            outcome.tool_calls,
+            outcome.cpu_seconds * 1000,
+            started,
+            guest_error=outcome.error,
+        )
+
+    def _result(
+        self,
+        call: str,
+        session: str,
+        output: str,
+        error: RunError | None,
+        cancelled: list[str],
+        notices: list[str],
+        budget: int,
+        tool_calls: int,
+        cpu_ms: float,
+        started: float,
+        guest_error: GuestError | None = None,
+    ) -> RunResult:
+        trailer_lines: list[str] = []
+        if cancelled:
+            names = ", ".join(f"tools.{n}" for n in cancelled)
+            trailer_lines.append(
+                f"[{len(cancelled)} tool call(s) still pending when the program ended were cancelled: {names}; "
+                "await every call you start]"
+            )
+        if error is not None:
+            description = guest_error.describe() if guest_error is not None else f"{error.name}: {error.message}"
+            trailer_lines.append(description)
+        trailer_lines.extend(f"[note: {n}]" for n in notices)
+        trailer_lines.extend(self._take_notifications(session))
+        trailer = "\n".join(trailer_lines)
+        cut = self._fit(output, trailer, budget, session)
+        text = cut.text
+        if trailer:
+            text = (text.rstrip("\n") + "\n" + trailer) if text else trailer
+        return RunResult(
+            call_id=call,
+            session_id=session,
+            ok=error is None,
+            text=text,
+            truncated=cut.truncated,
+            refs=[cut.ref.ref] if cut.ref is not None else [],
+            error=error,
+            cancelled_calls=cancelled,
+            notices=notices,
+            usage=Usage(
+                output_tokens=cut.tokens + (self.counter.count(trailer) if trailer else 0),
+                max_output_tokens=budget,
+                printed_bytes=cut.total_bytes,
+                tool_calls=tool_calls,
+                cpu_ms=round(cpu_ms, 3),
+                wall_ms=round((time.perf_counter() - started) * 1000, 3),
+            ),
+        )
+
+    def _fit(self, text: str, trailer: str, budget: int, session: str) -> Any:
+        """Cut ``text`` so that it plus ``trailer`` fits ``budget`` tokens."""
+        reserve = self.counter.count(trailer) + 1 if trailer else 0
+        room = max(MIN_BUDGET, budget - reserve)
+        archive = self.archive
+
+        def keep(whole: str) -> ArchiveRef:
+            return archive.put(whole, kind="output", session_id=session)
+
+        return cut_to_budget(text, room, self.counter, keep)
+
+    # -- direct calls -----------------------------------------------------------------------
+
+    async def call_tool(
+        self,
+        name: str,
+        args: dict[str, Any] | None = None,
+        *,
+        session_id: str | None = None,
+        call_id: str | None = None,
+        max_output_tokens: int | None = None,
+    ) -> CallResult:
+        """Call one tool directly, the way an agent calls a tool without Code Mode.
+
+        Unknown tools, bad arguments and handler failures come back as ``is_error``
+        results; the text is cut to the budget (the rest archived, as for ``run_code``).
+
+        Raises:
+            UserError: The host is not open.
+        """
+        session = session_id or self.config.session_id
+        context = self._context(session, call_id)
+        result: ToolResult = await self.registry.call(name, args if args is not None else {}, context)
+        budget = min(max_output_tokens or self.config.max_output_tokens, self.config.max_output_tokens_limit)
+        trailer = "\n".join(self._take_notifications(session))
+        cut = self._fit(result.text, trailer, max(budget, MIN_BUDGET), session)
+        text = cut.text if not trailer else (cut.text.rstrip("\n") + "\n" + trailer if cut.text else trailer)
+        return CallResult(
+            tool=name,
+            text=text,
+            structured_content=result.structured_content,
+            is_error=result.is_error,
+            truncated=cut.truncated,
+            refs=[cut.ref.ref] if cut.ref is not None else [],
+        )
+
+    def search_tools(self, query: str, limit: int = 10) -> list[dict[str, str]]:
+        """Ranked ``{name, description}`` for a query (what ``searchTools`` returns)."""
+        return self.registry.search(query, limit=limit)
+
+    def describe_tool(self, name: str) -> dict[str, Any]:
+        """Schema and TypeScript signature of one tool (what ``describeTool`` returns).
+
+        Raises:
+            ToolError: No such tool.
+        """
+        return self.registry.describe(name)
+
+    # -- background processes and notifications ---------------------------------------------
+
+    def pending_notifications(self, session_id: str | None = None) -> list[Notification]:
+        """Completions of background processes not yet acknowledged."""
+        if self._processes is None:
+            return []
+        return self._processes.pending_notifications(session_id or self.config.session_id)
+
+    def ack_notifications(self, ids: list[int], session_id: str | None = None) -> None:
+        """Mark notifications delivered; they are never returned again."""
+        if self._processes is not None:
+            self._processes.ack(session_id or self.config.session_id, ids)
+
+    async def notifications(
+        self, session_id: str | None = None, *, poll_seconds: float = 0.25
+    ) -> AsyncIterator[Notification]:
+        """Yield completions as they arrive (each once per host; ack them to persist that)."""
+        seen: set[int] = set()
+        while True:
+            for note in self.pending_notifications(session_id):
+                if note.id not in seen:
+                    seen.add(note.id)
+                    yield note
+            await anyio.sleep(poll_seconds)
+
+    def _take_notifications(self, session_id: str) -> list[str]:
+        if not self.config.notify_in_results or self._processes is None:
+            return []
+        notes = self._processes.pending_notifications(session_id)
+        if not notes:
+            return []
+        self._processes.ack(session_id, [n.id for n in notes])
+        return [n.text for n in notes]
+
+    async def close_session(self, session_id: str) -> None:
+        """Stop the session's ``lifecycle: session`` processes and drop its temp dir."""
+        if self._processes is not None:
+            await self._processes.close_session(session_id)
+        temp = self._session_tmp.pop(session_id, None)
+        if temp is not None:
+            shutil.rmtree(temp, ignore_errors=True)
+
+    # -- diagnostics ------------------------------------------------------------------------
+
+    def doctor(self) -> dict[str, Any]:
+        """Facts for ``codemode doctor``: engine, tokenizer, state dir, sandbox."""
+        from importlib.metadata import version
+
+        from codemode.sandbox import landlock_status
+
+        state = self.config.state_dir.expanduser()
+        status = landlock_status()
+        counter = self.counter
+        counter.count("x" * 4096)  # force the encoding to load (or fall back) now
+        return {
+            "engine": {"quickjs-ng": version("quickjs-ng"), "codemode": version("codemode")},
+            "tokenizer": {
+                "encoding": counter.encoding_name,
+                "exact": counter.exact,
+                "fallback": counter.fallback_reason,
+            },
+            "state_dir": {
+                "path": str(state),
+                "exists": state.is_dir(),
+                "mode": oct(state.stat().st_mode & 0o777) if state.is_dir() else None,
+            },
+            "sandbox": {
+                "mode": self._policy.mode.value,
+                "network": self._policy.network,
+                "writable_roots": [str(r) for r in self._policy.writable_roots],
+                "landlock_abi": status.abi,
+                "fs_rights": list(status.fs_rights),
+                "network_rules": status.network_rules,
+                "reason": status.reason,
+            },
+        }
+
+
+def _run_error(error: GuestError) -> RunError:
+    return RunError(
+        kind=error.kind,
+        name=error.name,
+        message=error.message,
+        line=error.line,
+        column=error.column,
+        stack=error.stack,
+        tool=error.tool,
+    )
+
+
+def run_code(source: str, **options: Any) -> RunResult:
+    """Run one program synchronously on a temporary `Host` (for scripts and REPLs).
+
+    Args:
+        source: The program.
+        **options: `HostConfig` fields, plus ``session_id``/``call_id``/``max_output_tokens``/
+            ``timeout_seconds`` for the run.
+
+    Raises:
+        UserError: Called inside a running event loop (use ``await host.run_code`` there).
+    """
+    try:
+        import asyncio
+
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise UserError(
+            "codemode.run_code() cannot run inside a running event loop; "
+            "use `async with Host(...) as host: await host.run_code(...)`"
+        )
+    run_keys = ("session_id", "call_id", "max_output_tokens", "timeout_seconds")
+    run_options = {k: options.pop(k) for k in run_keys if k in options}
+
+    async def main() -> RunResult:
+        async with Host(**options) as host:
+            return await host.run_code(source, **run_options)
+
+    return anyio.run(main)
+
+
+def dumps_result(result: RunResult | CallResult) -> str:
+    """The result as indented JSON (what ``--json`` prints)."""
+    return json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False)

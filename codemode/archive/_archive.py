@@ -374,7 +374,9 @@ class Archive:
         Returns:
             The new entry's reference, its size in bytes and the sha256 of the stored bytes.
         """
-        blob = self._redactor.redact(data).encode("utf-8") if isinstance(data, str) else bytes(data)
+        blob = (
+            self._redactor.redact(data).encode("utf-8", "replace") if isinstance(data, str) else bytes(data)
+        )
         ref = _new_ref()
         path = self._blob_dir / ref
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -387,7 +389,8 @@ class Archive:
         digest = hashlib.sha256(blob).hexdigest()
         now = time.time()
         self._execute(
-            "INSERT INTO archive_entries (ref, kind, session_id, created, finished, total_bytes, sha256, file)"
+            "INSERT INTO archive_entries"
+            " (ref, kind, session_id, created, finished, total_bytes, sha256, file)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (ref, kind, session_id, now, now, len(blob), digest, ref),
         )
@@ -416,7 +419,13 @@ class Archive:
         self._execute(
             "UPDATE archive_entries SET finished = ?, total_bytes = ?, sha256 = ?, needs_compact = ?"
             " WHERE ref = ?",
-            (time.time(), result.total_bytes, result.sha256, int(result.total_bytes > COMPACT_KEEP_BYTES), result.ref),
+            (
+                time.time(),
+                result.total_bytes,
+                result.sha256,
+                int(result.total_bytes > COMPACT_KEEP_BYTES),
+                result.ref,
+            ),
         )
 
     def _execute(self, sql: str, params: tuple[object, ...]) -> int:
@@ -437,7 +446,8 @@ class Archive:
         conn = self._acquire()
         try:
             row = conn.execute(
-                "SELECT file, retained_from, finished, total_bytes, raw, stream FROM archive_entries WHERE ref = ?",
+                "SELECT file, retained_from, finished, total_bytes, raw, stream"
+                " FROM archive_entries WHERE ref = ?",
                 (ref,),
             ).fetchone()
         finally:
@@ -489,7 +499,8 @@ class Archive:
             total = retained_from + os.fstat(fd).st_size
         if offset > total:
             raise ToolError(
-                f"offset {offset} is past the end of {ref} ({total} bytes); read from an offset up to {total}",
+                f"offset {offset} is past the end of {ref} ({total} bytes); "
+                f"read from an offset up to {total}",
                 {"field": "offset", "total_bytes": total},
             )
         start = max(offset, retained_from)
@@ -589,7 +600,9 @@ class Archive:
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
                     counts["expired"] += 1
-            counts["expired_runs"] = conn.execute("DELETE FROM run_records WHERE created < ?", (cutoff,)).rowcount
+            counts["expired_runs"] = conn.execute(
+                "DELETE FROM run_records WHERE created < ?", (cutoff,)
+            ).rowcount
             todo = conn.execute(
                 "SELECT ref FROM archive_entries WHERE needs_compact = 1 AND pinned = 0"
             ).fetchall()
@@ -680,8 +693,8 @@ class Archive:
         size = len(value_json.encode("utf-8"))
         if size > STORE_VALUE_MAX_BYTES:
             raise ToolError(
-                f"store value for {key!r} is {size} bytes of JSON; the limit is {STORE_VALUE_MAX_BYTES} bytes "
-                "(1 MiB) per value: store less, or split it over several keys",
+                f"store value for {key!r} is {size} bytes of JSON; the limit is "
+                f"{STORE_VALUE_MAX_BYTES} bytes (1 MiB) per value: store less, or split it over several keys",
                 {"field": "value", "limit": STORE_VALUE_MAX_BYTES, "size": size},
             )
         try:
@@ -706,7 +719,8 @@ class Archive:
                     {"limit": STORE_SESSION_MAX_BYTES, "used": used, "size": cost},
                 )
             conn.execute(
-                "INSERT OR REPLACE INTO store_values (session_id, key, value, size, updated) VALUES (?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO store_values (session_id, key, value, size, updated)"
+                " VALUES (?, ?, ?, ?, ?)",
                 (session_id, key, value_json, size, time.time()),
             )
             conn.execute("COMMIT")

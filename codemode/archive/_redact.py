@@ -49,7 +49,8 @@ _RULES: list[tuple[str, tuple[str, ...], str]] = [
     ("gcp-oauth-token", (), _tok("ya29.", r"[0-9A-Za-z_\-]{20,}")),
     ("azure-key", (), r"(?P<pre>AccountKey=)[A-Za-z0-9+/]{40,}={0,2}"),
     ("azure-key", (), r"(?P<pre>SharedAccessKey=)[A-Za-z0-9+/]{40,}={0,2}"),
-    ("github-token", (), _tok("gh", r"(?:[pousr]_[A-Za-z0-9]{36,}|ithub_pat_[A-Za-z0-9_]{22,})")),
+    ("github-token", (), _tok("gh", r"[pousr]_[A-Za-z0-9]{36,}")),
+    ("github-token", (), _tok("github_pat_", r"[A-Za-z0-9_]{22,}")),
     ("gitlab-token", (), _tok("glpat-", r"[A-Za-z0-9_\-]{20,}")),
     ("slack-token", (), _tok("xox", r"[abposr]-[A-Za-z0-9\-]{10,}")),
     ("anthropic-key", (), _tok("sk-ant-", r"[A-Za-z0-9_\-]{20,}")),
@@ -74,7 +75,9 @@ _SECRET_NAME = re.compile(
     r"AUTH(?!OR)|SESSION_?KEY|SIGNING_?KEY|_PAT$|_PWD$",
     re.IGNORECASE,
 )
-_NOT_SECRET_NAME = re.compile(r"_(?:SOCK|PATH|FILE|DIR|HOST|PORT|URL|USER|USERNAME|TYPE|METHOD)$", re.IGNORECASE)
+_NOT_SECRET_NAME = re.compile(
+    r"_(?:SOCK|PATH|FILE|DIR|HOST|PORT|URL|USER|USERNAME|TYPE|METHOD)$", re.IGNORECASE
+)
 _MIN_ENV_VALUE = 6
 
 
@@ -106,7 +109,7 @@ def _compile(label: str, gates: tuple[str, ...], source: str) -> _Rule:
 
 _COMPILED = [_compile(label, gates, source) for label, gates, source in _RULES]
 _PEM_BEGIN = re.compile(rb"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----")
-_PEM_END = re.compile(rb"-----END[A-Z0-9 ]*PRIVATE KEY-----[^\n]*\n?")
+_PEM_END = re.compile(rb"-----END[A-Z0-9 ]*PRIVATE KEY-----")
 
 
 def _secret_env_values(environ: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -117,7 +120,11 @@ def _secret_env_values(environ: Mapping[str, str]) -> list[tuple[str, str]]:
         stripped = value.strip()
         # Paths, numbers and booleans are configuration, not credentials; replacing them would
         # mangle ordinary output.
-        if stripped.startswith(("/", "~", "./")) or stripped.isdigit() or stripped.lower() in {"true", "false"}:
+        if (
+            stripped.startswith(("/", "~", "./"))
+            or stripped.isdigit()
+            or stripped.lower() in {"true", "false"}
+        ):
             continue
         found.setdefault(value, name)
     # Longest first, so a value that contains another is replaced whole.
@@ -212,7 +219,6 @@ class StreamRedactor:
         return self._redact(buf) if buf else b""
 
     def _redact(self, chunk: bytes) -> bytes:
-        prefix = b""
         if self._in_private_key:
             end = _PEM_END.search(chunk)
             if end is None:
@@ -223,4 +229,4 @@ class StreamRedactor:
             begins = list(_PEM_BEGIN.finditer(chunk))
             if begins and _PEM_END.search(chunk, begins[-1].end()) is None:
                 self._in_private_key = True
-        return prefix + self._redactor.redact_bytes(chunk)
+        return self._redactor.redact_bytes(chunk)

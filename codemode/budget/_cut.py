@@ -130,12 +130,14 @@ def _notice(ref: ArchiveRef, total: int, head: int, tail_start: int) -> str:
     if ref.total_bytes == total:
         return (
             f"[... {cut:,} of {total:,} bytes cut here; the full text is archived as {ref.ref}: "
-            f'read_archive({{ref: "{ref.ref}", offset: {head}, limit: {READ_LIMIT}}}) reads on from the cut ...]'
+            f'read_archive({{ref: "{ref.ref}", offset: {head}, limit: {READ_LIMIT}}}) '
+            "reads on from the cut ...]"
         )
     # The archive redacted the text, so its offsets differ from this text's: read from the start.
     return (
         f"[... {cut:,} of {total:,} bytes cut here; the full text ({ref.total_bytes:,} bytes as archived) is "
-        f'{ref.ref}: read_archive({{ref: "{ref.ref}", offset: 0, limit: {READ_LIMIT}}}) reads it from the start ...]'
+        f'{ref.ref}: read_archive({{ref: "{ref.ref}", offset: 0, limit: {READ_LIMIT}}}) '
+        "reads it from the start ...]"
     )
 
 

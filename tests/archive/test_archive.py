@@ -122,7 +122,9 @@ def test_read_at_end_and_past_end(archive: Archive) -> None:
     assert info.value.data["field"] == "offset"
 
 
-@pytest.mark.parametrize(("offset", "limit", "field"), [(-1, 10, "offset"), (0, 0, "limit"), (0, 10**9, "limit")])
+@pytest.mark.parametrize(
+    ("offset", "limit", "field"), [(-1, 10, "offset"), (0, 0, "limit"), (0, 10**9, "limit")]
+)
 def test_bad_offset_or_limit_names_the_field(archive: Archive, offset: int, limit: int, field: str) -> None:
     ref = archive.put("abc", kind="output")
     with pytest.raises(ToolError, match=field) as info:

@@ -1,0 +1,116 @@
+"""read_archive tool over a real archive: exact concatenation, UTF-8 boundaries, binary, hints."""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from codemode.archive import COMPACT_KEEP_BYTES, Archive, Redactor
+from codemode.errors import UnknownRefError
+from codemode.sandbox._policy import SandboxPolicy
+from codemode.tools._model import ToolContext, ToolResult
+from codemode.tools._read_archive import ReadArchiveArgs, read_archive_tool
+
+TOOL = read_archive_tool()
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> Iterator[ToolContext]:
+    archive = Archive(tmp_path / "state", Redactor(environ={}))
+    yield ToolContext(session_id="s", workspace=tmp_path, policy=SandboxPolicy(), archive=archive)
+    archive.close()
+
+
+def call(ctx: ToolContext, **args: Any) -> ToolResult:
+    TOOL.validator.validate(args)
+    result = TOOL.handler(**TOOL.bind(ReadArchiveArgs(**args), ctx))
+    assert isinstance(result, ToolResult)
+    return result
+
+
+def read_pages(ctx: ToolContext, ref: str, limit: int) -> tuple[bytes, int]:
+    out, offset, pages = b"", 0, 0
+    while True:
+        res = call(ctx, ref=ref, offset=offset, limit=limit)
+        sc = res.structured_content
+        assert sc["offset"] == offset
+        chunk = sc["text"].encode() if sc["encoding"] == "utf-8" else base64.b64decode(sc["text"])
+        out += chunk
+        assert sc["next_offset"] == offset + len(chunk)
+        offset = sc["next_offset"]
+        pages += 1
+        if sc["eof"]:
+            return out, pages
+        assert sc["next_offset"] > sc["offset"]
+
+
+def test_tool_shape() -> None:
+    assert TOOL.name == "read_archive" and TOOL.context_param == "ctx" and not TOOL.is_async
+    props = TOOL.input_schema["properties"]
+    assert set(props) == {"ref", "offset", "limit"}
+    assert props["limit"]["maximum"] == 1048576 and props["offset"]["minimum"] == 0
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 5, 7, 10, 4093, 65536])
+def test_concatenation_exact_over_cjk_and_emoji(ctx: ToolContext, limit: int) -> None:
+    text = "".join(f"{i}: 数字のテキスト 🎉👩‍👩‍👧 ünïcödé\n" for i in range(200 if limit < 100 else 3000))
+    ref = ctx.archive.put(text, kind="output")
+    data, pages = read_pages(ctx, ref.ref, limit)
+    assert data == text.encode()
+    assert pages >= len(data) // limit // 4  # a split character costs at most 3 bytes of a page
+
+
+def test_page_text_and_hint(ctx: ToolContext) -> None:
+    ref = ctx.archive.put("a" * 100 + "é" + "b" * 50, kind="output")
+    res = call(ctx, ref=ref.ref, limit=101)  # would split "é"
+    sc = res.structured_content
+    assert sc["text"] == "a" * 100 and sc["next_offset"] == 100 and not sc["eof"]
+    assert sc["total_bytes"] == 152 and sc["retained_from"] == 0
+    hint = res.text.splitlines()[-1]
+    assert hint == f'[52 more bytes: read_archive({{ref: "{ref.ref}", offset: 100, limit: 101}}) reads on]'
+    last = call(ctx, ref=ref.ref, offset=100)
+    assert last.structured_content["eof"] and last.text == "é" + "b" * 50
+
+
+def test_binary_comes_back_base64(ctx: ToolContext) -> None:
+    blob = bytes(range(256)) * 10
+    ref = ctx.archive.put(blob, kind="blob")
+    res = call(ctx, ref=ref.ref, limit=1000)
+    assert res.structured_content["encoding"] == "base64"
+    assert base64.b64decode(res.structured_content["text"]) == blob[:1000]
+    data, _ = read_pages(ctx, ref.ref, 777)
+    assert data == blob
+
+
+def test_unknown_ref_message(ctx: ToolContext) -> None:
+    with pytest.raises(UnknownRefError, match="truncation notice"):
+        call(ctx, ref="ar_" + "q" * 20)
+
+
+def test_bad_limit_rejected_by_schema() -> None:
+    import jsonschema
+
+    with pytest.raises(jsonschema.ValidationError):
+        TOOL.validator.validate({"ref": "ar_x", "limit": 0})
+    with pytest.raises(jsonschema.ValidationError):
+        TOOL.validator.validate({"ref": "ar_x", "offset": -1})
+    with pytest.raises(jsonschema.ValidationError):
+        TOOL.validator.validate({"ref": "ar_x", "extra": 1})
+
+
+def test_compacted_log_says_where_it_resumes(ctx: ToolContext) -> None:
+    log = ctx.archive.open_log(kind="log")
+    log.write(b"z" * (COMPACT_KEEP_BYTES + 5000))
+    log.close()
+    ctx.archive.maintain()
+    res = call(ctx, ref=log.ref, offset=0, limit=10)
+    sc = res.structured_content
+    assert sc["retained_from"] == 5000 and sc["offset"] == 5000 and sc["next_offset"] == 5010
+    assert re.match(
+        r"\[bytes before offset 5,000 were compacted away; showing from 5,000\]\nzzzzzzzzzz\n", res.text
+    )

@@ -4,13 +4,16 @@ How a caller starts a confined command::
 
     with prepare_confinement(policy) as conf:       # raises SandboxUnavailable: do not run
         env.update(conf.env)
-        subprocess.Popen(argv, env=env, preexec_fn=conf.preexec, pass_fds=conf.pass_fds)
-        # or ptyprocess.PtyProcess.spawn(argv, env=env, preexec_fn=conf.preexec,
-        #                                pass_fds=conf.pass_fds)   # pass_fds is REQUIRED here
+        proc = conf.popen(argv, env=env, ...)        # fast path (subprocess.Popen arguments)
+        # or: subprocess.Popen(argv, env=env, preexec_fn=conf.preexec)
+        # or: ptyprocess.PtyProcess.spawn(argv, env=env, preexec_fn=conf.preexec,
+        #                                 pass_fds=conf.pass_fds)   # pass_fds REQUIRED here
 
-The ruleset is built in the parent; the child's ``preexec`` only sets ``no_new_privs``, calls
-``landlock_restrict_self`` and closes the ruleset fd. If that fails, the child writes one line
-starting with :data:`ENFORCEMENT_FAILED_MARKER` to fd 2 and exits with status
+The ruleset is built in the parent; the child only sets ``no_new_privs``, calls
+``landlock_restrict_self`` and closes the ruleset fd — either in ``preexec`` (Python, which
+forces a full ``fork()`` of the host) or, with :meth:`Confinement.popen`, in a tiny exec helper
+started with ``vfork`` (see ``_exec_helper``). If that fails, the child writes one line starting
+with :data:`ENFORCEMENT_FAILED_MARKER` to fd 2 and exits with status
 :data:`ENFORCEMENT_FAILED_EXIT` before exec, so the command never runs unconfined;
 :func:`explain_denial` turns that output into a clear line.
 """
@@ -18,12 +21,20 @@ starting with :data:`ENFORCEMENT_FAILED_MARKER` to fd 2 and exits with status
 from __future__ import annotations
 
 import ctypes
+import errno
+import fcntl
 import os
-from collections.abc import Callable
+import shutil
+import subprocess
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from types import TracebackType
+from typing import Any
 
 from codemode.errors import SandboxUnavailable, UserError
 from codemode.sandbox._denial import ENFORCEMENT_FAILED_MARKER, explain_denial
+from codemode.sandbox._exec_helper import helper_fd
 from codemode.sandbox._landlock import (
     FS_EXECUTE,
     FS_IOCTL_DEV,
@@ -109,6 +120,48 @@ class Confinement:
         """File descriptors the child needs until ``preexec`` has run."""
         return () if self._fd is None or self.closed else (self._fd,)
 
+    def popen(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
+        """Start ``argv`` confined: ``subprocess.Popen(argv, **kwargs)`` plus this confinement.
+
+        The fast path: the command is started through the exec helper with ``vfork``, so a
+        confined start costs about what an unconfined one does. Where the helper is unavailable
+        (or ``shell``/``executable`` are given) it falls back to ``preexec_fn=self.preexec``.
+        Unconfined (full-access) it is plain ``subprocess.Popen``. ``env`` is used as given
+        (add :attr:`env` to it yourself). ``proc.args`` shows the helper's argv.
+
+        Args:
+            argv: The program and its arguments (a bare name is looked up in ``env``'s PATH).
+            **kwargs: Any ``subprocess.Popen`` argument but ``preexec_fn``.
+
+        Returns:
+            The started process.
+
+        Raises:
+            TypeError: ``preexec_fn`` was given.
+            UserError: The confinement was closed already.
+            FileNotFoundError: The program was not found (as ``subprocess.Popen`` raises).
+        """
+        if "preexec_fn" in kwargs:
+            raise TypeError("Confinement.popen sets preexec_fn itself")
+        if self.preexec is None:
+            return subprocess.Popen(argv, **kwargs)
+        if self.closed or self._fd is None:
+            raise UserError("This Confinement was closed; prepare a new one to start a command.")
+        hfd = helper_fd()
+        if hfd is None or kwargs.get("shell") or kwargs.get("executable") is not None:
+            return subprocess.Popen(argv, preexec_fn=self.preexec, **kwargs)
+        program = argv[0]
+        if "/" not in program:
+            env = kwargs.get("env")
+            search = (env if env is not None else os.environ).get("PATH", os.defpath)
+            found = _which(program, search)
+            if found is None:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+            program = found
+        pass_fds = (*kwargs.pop("pass_fds", ()), self._fd, hfd)
+        wrapped = [f"/proc/self/fd/{hfd}", str(self._fd), str(hfd), program, *argv]
+        return subprocess.Popen(wrapped, pass_fds=pass_fds, **kwargs)
+
     def close(self) -> None:
         """Close the ruleset fd in this (parent) process; later spawns fail closed."""
         if not self.closed:
@@ -135,6 +188,23 @@ class Confinement:
 
     def __repr__(self) -> str:
         return f"Confinement({self.description!r}, fd={self.ruleset_fd})"
+
+
+_which_cache: dict[tuple[str, str], str] = {}
+
+
+def _which(program: str, search: str) -> str | None:
+    """``shutil.which`` remembered per (name, PATH) while the found file stays executable."""
+    key = (program, search)
+    found = _which_cache.get(key)
+    if found is not None and os.access(found, os.X_OK):
+        return found
+    found = shutil.which(program, path=search)
+    if found is not None:
+        if len(_which_cache) > 256:
+            _which_cache.clear()
+        _which_cache[key] = found
+    return found
 
 
 def _is_within(path: str, root: str) -> bool:
@@ -223,9 +293,68 @@ def prepare_confinement(policy: SandboxPolicy) -> Confinement:
             f"Landlock ABI {status.abi}; the command was not run. Use a newer kernel, or turn the network "
             "on (network=True / --network on)."
         )
-    check_policy(policy)
+    fd = _cached_ruleset(policy, status.abi)
+    net = "on" if policy.network else "off (TCP bind/connect denied)"
+    writable = [str(p) for p in policy.all_writable()]
+    roots = ", ".join(writable) if writable else "none"
+    description = f"landlock ABI {status.abi}, {policy.mode.value}, writable: {roots}; network {net}"
+    conf = Confinement(None, env, description, ruleset_fd=fd)
+    conf.preexec = _make_preexec(conf, fd)
+    return conf
 
-    abi = min(status.abi, KNOWN_ABI)
+
+# Built rulesets, reused while every path they name still is the same inode (Landlock rules
+# bind inodes, so a root deleted and re-created needs a new ruleset). Key: (policy, ABI).
+_Stamp = tuple[tuple[str, int, int], ...]
+_cache: OrderedDict[tuple[SandboxPolicy, int], tuple[int, _Stamp]] = OrderedDict()
+_cache_lock = threading.Lock()
+_CACHE_SIZE = 16
+
+
+def _stamp(paths: Sequence[str]) -> _Stamp | None:
+    stamps = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        stamps.append((path, st.st_dev, st.st_ino))
+    return tuple(stamps)
+
+
+def _rule_paths(policy: SandboxPolicy) -> list[str]:
+    paths = [str(p) for p in (*policy.all_writable(), *policy.protected)]
+    paths.extend(p for p in (*_DEVICE_PATHS, *_extra_writable(policy)) if os.path.exists(p))
+    return paths
+
+
+def _cached_ruleset(policy: SandboxPolicy, abi: int) -> int:
+    """A private O_CLOEXEC fd of a ruleset for ``policy`` (the caller owns and closes it)."""
+    key = (policy, abi)
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            fd, stamp = hit
+            if _stamp([s[0] for s in stamp]) == stamp:
+                _cache.move_to_end(key)
+                return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 0)
+            del _cache[key]
+            os.close(fd)
+    check_policy(policy)
+    paths = _rule_paths(policy)
+    before = _stamp(paths)
+    fd = _build_ruleset(policy, abi)
+    with _cache_lock:
+        if before is not None and _stamp(paths) == before and key not in _cache:
+            _cache[key] = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 0), before)
+            while len(_cache) > _CACHE_SIZE:
+                old_fd, _ = _cache.popitem(last=False)[1]
+                os.close(old_fd)
+    return fd
+
+
+def _build_ruleset(policy: SandboxPolicy, abi: int) -> int:
+    abi = min(abi, KNOWN_ABI)
     fs_all = mask_for(FS_RIGHTS, abi)
     attr = RulesetAttr(
         handled_access_fs=fs_all,
@@ -239,15 +368,14 @@ def prepare_confinement(policy: SandboxPolicy) -> Confinement:
             f"Creating the Landlock ruleset failed ({exc.strerror}); the command was not run. "
             "Run `codemode doctor` to see what this kernel supports, or ask explicitly for full-access."
         ) from exc
-    writable = [str(p) for p in policy.all_writable()]
     try:
         add_path_rule(fd, "/", FS_READ_FILE | FS_READ_DIR | FS_EXECUTE)
         for path in (*_DEVICE_PATHS, *_extra_writable(policy)):
             if os.path.exists(path):
                 add_path_rule(fd, path, (_DEVICE_RIGHTS if path != "/dev/shm" else fs_all) & fs_all)
-        for root in writable:
+        for root in policy.all_writable():
             try:
-                add_path_rule(fd, root, fs_all)
+                add_path_rule(fd, str(root), fs_all)
             except FileNotFoundError as exc:
                 raise UserError(
                     f"The writable root {root} does not exist; create it or remove it from the sandbox "
@@ -262,13 +390,7 @@ def prepare_confinement(policy: SandboxPolicy) -> Confinement:
             f"Adding a Landlock rule failed ({exc}); the command was not run. Check the writable roots, "
             "or ask explicitly for full-access."
         ) from exc
-
-    net = "on" if policy.network else "off (TCP bind/connect denied)"
-    roots = ", ".join(writable) if writable else "none"
-    description = f"landlock ABI {status.abi}, {policy.mode.value}, writable: {roots}; network {net}"
-    conf = Confinement(None, env, description, ruleset_fd=fd)
-    conf.preexec = _make_preexec(conf, fd)
-    return conf
+    return fd
 
 
 def _make_preexec(conf: Confinement, fd: int) -> Callable[[], None]:

@@ -47,23 +47,29 @@ class Dirs:
         )
 
 
+#: How run_confined starts children: "helper" (Confinement.popen, the vfork + exec helper path)
+#: or "preexec" (subprocess.Popen with preexec_fn=conf.preexec). Tests parametrize over both.
+SPAWN_VIA = {"mode": "helper"}
+
+
 def run_confined(
     policy: SandboxPolicy, argv: list[str], cwd: Path | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """Start ``argv`` the way the bash tool does (Popen + preexec_fn), wait, return its output."""
+    """Start ``argv`` the way the bash tool does, wait, return its output."""
     env = dict(os.environ)
+    kwargs = {
+        "cwd": cwd,
+        "stdin": subprocess.DEVNULL,
+        "stdout": subprocess.PIPE,
+        "stderr": subprocess.PIPE,
+        "text": True,
+    }
     with prepare_confinement(policy) as conf:
         env.update(conf.env)
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            preexec_fn=conf.preexec,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        if SPAWN_VIA["mode"] == "helper":
+            proc = conf.popen(argv, env=env, **kwargs)
+        else:
+            proc = subprocess.Popen(argv, env=env, preexec_fn=conf.preexec, **kwargs)
     out, err = proc.communicate(timeout=timeout)
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import ptyprocess
 import pytest
+import sandbox_support
 from sandbox_support import REAL_ABI, Dirs, bash, needs_landlock, probe, run_confined
 
 from codemode.errors import SandboxUnavailable, UserError
@@ -28,6 +29,15 @@ from codemode.sandbox import (
 
 # Every test here runs real confined processes unless it says it simulates a missing Landlock.
 pytestmark = needs_landlock
+
+
+@pytest.fixture(autouse=True, params=["helper", "preexec"])
+def spawn_via(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run every test through both ways of starting a confined child."""
+    sandbox_support.SPAWN_VIA["mode"] = request.param
+    yield request.param
+    sandbox_support.SPAWN_VIA["mode"] = "helper"
+
 
 READ_ONLY = SandboxMode.READ_ONLY
 FULL = SandboxMode.FULL_ACCESS
@@ -325,28 +335,57 @@ def test_host_process_stays_unconfined(dirs: Dirs) -> None:
 def test_ruleset_fd_does_not_leak_into_the_command(dirs: Dirs) -> None:
     script = (
         "import os\n"
-        "links = [os.readlink(f'/proc/self/fd/{f}') for f in os.listdir('/proc/self/fd')"
-        " if os.path.exists(f'/proc/self/fd/{f}')]\n"
-        "print('\\n'.join(links))\n"
+        "fds = [f for f in os.listdir('/proc/self/fd') if os.path.exists(f'/proc/self/fd/{f}')]\n"
+        "print('\\n'.join(f + ' ' + os.readlink(f'/proc/self/fd/{f}') for f in fds))\n"
     )
     policy = dirs.policy()
     with prepare_confinement(policy) as conf:
         assert conf.ruleset_fd is not None
         assert os.readlink(f"/proc/self/fd/{conf.ruleset_fd}") == "anon_inode:[landlock-ruleset]"
-        for pass_fds in ((), conf.pass_fds):
-            proc = subprocess.run(
+        children = [
+            conf.popen(["python3", "-c", script], stdout=subprocess.PIPE, text=True),
+            subprocess.Popen(
+                ["python3", "-c", script], preexec_fn=conf.preexec, stdout=subprocess.PIPE, text=True
+            ),
+            subprocess.Popen(
                 ["python3", "-c", script],
                 preexec_fn=conf.preexec,
-                pass_fds=pass_fds,
-                capture_output=True,
+                pass_fds=conf.pass_fds,
+                stdout=subprocess.PIPE,
                 text=True,
-            )
-            assert proc.returncode == 0, proc.stderr
-            assert "landlock" not in proc.stdout, proc.stdout
+            ),
+        ]
+        for child in children:
+            out, _ = child.communicate(timeout=60)
+            assert child.returncode == 0
+            assert "landlock" not in out and "memfd" not in out, out
+            # only stdin/stdout/stderr and the listing's own directory fd
+            assert len(out.splitlines()) <= 4, out
         fd = conf.ruleset_fd
     assert conf.ruleset_fd is None and conf.pass_fds == ()
     with pytest.raises(OSError):
         os.fstat(fd)  # closed in the parent once the Confinement is closed (fd number not reused yet)
+
+
+def test_popen_after_close_is_refused_and_missing_programs_raise_like_popen(dirs: Dirs) -> None:
+    conf = prepare_confinement(dirs.policy())
+    with pytest.raises(FileNotFoundError):
+        conf.popen(["no-such-program-codemode"])
+    with pytest.raises(TypeError):
+        conf.popen(["true"], preexec_fn=lambda: None)
+    conf.close()
+    with pytest.raises(UserError, match="closed"):
+        conf.popen(["true"])
+
+
+def test_rulesets_are_rebuilt_when_a_root_is_recreated(dirs: Dirs) -> None:
+    policy = dirs.policy()
+    assert bash(policy, f"touch {dirs.ws}/one").returncode == 0
+    os.rename(dirs.ws, dirs.out / "old-ws")  # the cached ruleset names the old inode
+    dirs.ws.mkdir()
+    result = bash(policy, f"touch {dirs.ws}/two && touch {dirs.out}/old-ws/three")
+    assert (dirs.ws / "two").exists(), result.stderr
+    assert "Permission denied" in result.stderr and not (dirs.out / "old-ws" / "three").exists()
 
 
 # --- terminals (background processes run in a PTY) ---

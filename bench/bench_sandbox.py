@@ -1,0 +1,74 @@
+"""Cost of Landlock confinement: `true` started through subprocess, confined vs full-access.
+
+Both sides take the same code path (prepare_confinement, Confinement.popen, wait, close);
+full-access just is unconfined there. Also shown: the ``preexec_fn=conf.preexec`` path, which
+forces a full fork() of the host. Runs are interleaved so drift on a shared machine hits all
+alike. Target: confined median <= 1.3x full-access median.
+
+    PYTHONPATH=. python bench/bench_sandbox.py [N]
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from codemode.sandbox import SandboxMode, SandboxPolicy, landlock_status, prepare_confinement
+
+
+def one_run(policy: SandboxPolicy, via_preexec: bool = False) -> float:
+    start = time.perf_counter()
+    with prepare_confinement(policy) as conf:
+        env = {**os.environ, **conf.env}
+        if via_preexec:
+            proc = subprocess.Popen(["true"], preexec_fn=conf.preexec, env=env)
+        else:
+            proc = conf.popen(["true"], env=env)
+    proc.wait()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    status = landlock_status()
+    print(f"Landlock ABI {status.abi}")
+    with tempfile.TemporaryDirectory() as tmp:
+        ws, tmpdir = Path(tmp, "ws"), Path(tmp, "tmp")
+        ws.mkdir()
+        tmpdir.mkdir()
+        confined = SandboxPolicy(writable_roots=(ws,), temp_dir=tmpdir)
+        cases = {
+            "full-access": (
+                SandboxPolicy(mode=SandboxMode.FULL_ACCESS, writable_roots=(ws,), temp_dir=tmpdir),
+                False,
+            ),
+            "workspace-write": (confined, False),
+            "workspace-write, network off": (
+                SandboxPolicy(writable_roots=(ws,), temp_dir=tmpdir, network=False),
+                False,
+            ),
+            "read-only": (confined.with_mode(SandboxMode.READ_ONLY), False),
+            "workspace-write via preexec_fn": (confined, True),
+        }
+        times: dict[str, list[float]] = {name: [] for name in cases}
+        for policy, via in cases.values():  # warm-up (and the exec helper's one-time self-test)
+            for _ in range(5):
+                one_run(policy, via)
+        for _ in range(n):
+            for name, (policy, via) in cases.items():
+                times[name].append(one_run(policy, via))
+    base = statistics.median(times["full-access"])
+    for name, samples in times.items():
+        median = statistics.median(samples)
+        print(f"{name:32s} median {median * 1e3:7.3f} ms   ratio {median / base:5.2f}x   (N={n})")
+    ratio = statistics.median(times["workspace-write"]) / base
+    print(f"confined/full-access: {ratio:.2f}x (target <= 1.30x): {'OK' if ratio <= 1.3 else 'OVER'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -87,7 +87,12 @@ _SEPARATOR_RE = re.compile(r"^[;&|()]+$")
 _REDIRECT_RE = re.compile(r"^[0-9]*[<>&]+$")
 _SHELL_WORDS = frozenset({"!", "if", "then", "do", "else", "elif", "while", "until", "{", "}", "time"})
 # Commands that run the rest of their arguments as a command, after their own options.
-_PASSTHROUGH = frozenset({"exec", "command", "builtin", "nohup", "sudo", "stdbuf", "xvfb-run", "chronic"})
+_PASSTHROUGH = frozenset(
+    {"exec", "command", "builtin", "nohup", "sudo", "stdbuf", "xvfb-run", "chronic", "time", "ionice"}
+)
+_RUNNER_VALUE_OPTS = frozenset(
+    {"--prefix", "-C", "--dir", "--cwd", "-w", "--workspace", "--filter", "-F", "--cache", "--userconfig"}
+)
 _SCRIPT_RUNNERS = ("npm", "pnpm", "yarn", "bun")
 _NPM_NON_SCRIPT = frozenset(
     {"install", "i", "ci", "add", "remove", "rm", "uninstall", "update", "up", "upgrade", "init", "create",
@@ -195,7 +200,9 @@ def _classify_script(runner: str, name: str) -> Classification | None:
 
 
 def _classify_script_runner(runner: str, words: list[str], depth: int) -> Classification | None:
-    i = _skip_options(words, 1)
+    i = _skip_options(words, 1, _RUNNER_VALUE_OPTS)
+    if runner == "yarn" and words[i : i + 1] == ["workspace"]:
+        i = _skip_options(words, i + 2, _RUNNER_VALUE_OPTS)  # yarn workspace <name> <command>
     if i >= len(words):
         return None
     sub = words[i]
@@ -259,12 +266,18 @@ def _classify_words(words: list[str], depth: int = 0) -> Classification | None:
                 return _classify_words(args[i + 1 :], depth + 1)
             if a.startswith("-m") and len(a) > 2:
                 return _classify_words([a[2:], *args[i + 1 :]], depth + 1)
+            if not a.startswith("-") and os.path.basename(a) == "manage.py" and "test" in args[i + 1 : i + 2]:
+                return Classification("test", "django")  # Django's runner prints unittest's summary
             if a == "-c" or not a.startswith("-"):
-                return None  # inline code or a script: not recognised
+                return None  # inline code or another script: not recognised
             i += 2 if a in ("-W", "-X") else 1
         return None
     if prog in _MODULE_TOOLS:
         return _MODULE_TOOLS[prog]
+    if prog == "manage.py" and args[:1] == ["test"]:
+        return Classification("test", "django")
+    if prog in ("tox", "nox"):
+        return Classification("test", prog)
     if prog in ("bash", "sh", "zsh", "dash"):
         for j, a in enumerate(args[:-1]):
             if a.startswith("-") and not a.startswith("--") and "c" in a:
@@ -745,6 +758,7 @@ _CHECK_PARSERS: list[_Parser] = [
 _TOOL_PARSERS: dict[tuple[str, str], list[_Parser]] = {
     ("pytest", "test"): [_parse_pytest],
     ("unittest", "test"): [_parse_unittest],
+    ("django", "test"): [_parse_unittest],
     ("cargo", "test"): [_parse_cargo],
     ("cargo", "build"): [_parse_cargo],
     ("cargo", "lint"): [_parse_cargo],

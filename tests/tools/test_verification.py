@@ -69,6 +69,14 @@ def _verify(command: str, cwd: Path, timeout: float = 120) -> tuple[Verification
         ("bash -c 'cd x && pytest'", ("test", "pytest")),
         ("python -m unittest discover -s tests", ("test", "unittest")),
         ("python -m unittest", ("test", "unittest")),
+        ("python manage.py test app", ("test", "django")),
+        ("./manage.py test", ("test", "django")),
+        ("tox -e py311", ("test", "tox")),
+        ("/usr/bin/time -v pytest", ("test", "pytest")),
+        ("npm --prefix web test", ("test", "npm")),
+        ("pnpm --filter api test", ("test", "pnpm")),
+        ("yarn workspace api test", ("test", "yarn")),
+        ("yarn workspace api run build", ("build", "yarn")),
         ("go test ./...", ("test", "go")),
         ("go build ./cmd/app", ("build", "go")),
         ("go vet ./...", ("lint", "go")),
@@ -156,6 +164,10 @@ def test_classify_ignores(command: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+# Third-party plugins installed here only slow the inner pytest down; also exercises an env prefix.
+_NO_PLUGINS = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1"
+
+
 def _pytest_project(root: Path) -> None:
     (root / "test_mixed.py").write_text(
         textwrap.dedent(
@@ -179,7 +191,7 @@ def _pytest_project(root: Path) -> None:
 
 def test_pytest_real_failures(tmp_path: Path) -> None:
     _pytest_project(tmp_path)
-    v, output = _verify("python -m pytest -p no:cacheprovider", tmp_path)
+    v, output = _verify(f"{_NO_PLUGINS} python -m pytest -p no:cacheprovider", tmp_path)
     assert "1 failed, 2 passed, 1 skipped, 1 error in" in output
     assert (v.kind, v.tool, v.ok) == ("test", "pytest", False)
     assert (v.passed, v.failed, v.skipped, v.errors) == (2, 1, 1, 1)
@@ -192,17 +204,17 @@ def test_pytest_real_failures(tmp_path: Path) -> None:
 
 def test_pytest_real_quiet_colour_and_pipe(tmp_path: Path) -> None:
     _pytest_project(tmp_path)
-    v, _ = _verify("python -m pytest -q --color=yes -p no:cacheprovider", tmp_path)
+    v, _ = _verify(f"{_NO_PLUGINS} python -m pytest -q --color=yes -p no:cacheprovider", tmp_path)
     assert (v.passed, v.failed, v.skipped, v.errors, v.ok) == (2, 1, 1, 1, False)
     assert v.summary_line is not None and not v.summary_line.startswith("=")
     # Through a pipe the exit code is tail's (0): the parsed failures still make it a failure.
-    v, _ = _verify("python -m pytest -p no:cacheprovider | tail -3", tmp_path)
+    v, _ = _verify(f"{_NO_PLUGINS} python -m pytest -p no:cacheprovider | tail -3", tmp_path)
     assert v.failed == 1 and v.ok is False
 
 
 def test_pytest_real_all_passing(tmp_path: Path) -> None:
     (tmp_path / "test_ok.py").write_text("def test_a(): pass\ndef test_b(): pass\n")
-    v, _ = _verify("pytest -p no:cacheprovider", tmp_path)
+    v, _ = _verify(f"{_NO_PLUGINS} pytest -p no:cacheprovider", tmp_path)
     assert (v.passed, v.failed, v.skipped, v.errors, v.ok) == (2, 0, 0, 0, True)
     assert failure_summary(v) is None
 
@@ -210,7 +222,7 @@ def test_pytest_real_all_passing(tmp_path: Path) -> None:
 def test_pytest_real_long_output_cut_by_capture(tmp_path: Path) -> None:
     lines = [f"def test_{i}(): assert {i} % 50 != 7" for i in range(400)]
     (tmp_path / "test_many.py").write_text("\n".join(lines) + "\n")
-    command = "python -m pytest -v -p no:cacheprovider"
+    command = f"{_NO_PLUGINS} python -m pytest -v -p no:cacheprovider"
     proc = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True)
     cap = StreamCapture(head_bytes=2048, tail_bytes=2048)
     cap.feed(proc.stdout)

@@ -6,6 +6,7 @@ budget (the rest archived behind a recovery reference).
 """
 
 from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage
+from codemode._version import __version__
 from codemode.errors import (
     CodemodeError,
     HostFault,
@@ -46,6 +47,7 @@ __all__ = [
     "UnknownRefError",
     "Usage",
     "UserError",
+    "__version__",
     "make_tool",
     "run_code",
     "tool",

@@ -325,7 +325,9 @@ class Host:
             header = parse_header(source)
         except HeaderError as exc:
             error = RunError(kind="options", name="OptionsError", message=f"{exc}; nothing ran")
-            return self._result(call, session, "", error, [], notices, config.max_output_tokens, 0, 0, started)
+            return self._result(
+                call, session, "", error, [], notices, config.max_output_tokens, 0, 0, started
+            )
         budget = header.max_output_tokens or max_output_tokens or config.max_output_tokens
         if budget > config.max_output_tokens_limit:
             notices.append(
@@ -386,7 +388,9 @@ class Host:
                 "await every call you start]"
             )
         if error is not None:
-            description = guest_error.describe() if guest_error is not None else f"{error.name}: {error.message}"
+            description = (
+                guest_error.describe() if guest_error is not None else f"{error.name}: {error.message}"
+            )
             trailer_lines.append(description)
         trailer_lines.extend(f"[note: {n}]" for n in notices)
         trailer_lines.extend(self._take_notifications(session))
@@ -521,6 +525,7 @@ class Host:
         """Facts for ``codemode doctor``: engine, tokenizer, state dir, sandbox."""
         from importlib.metadata import version
 
+        from codemode._version import __version__
         from codemode.sandbox import landlock_status
 
         state = self.config.state_dir.expanduser()
@@ -528,7 +533,7 @@ class Host:
         counter = self.counter
         counter.count("x" * 4096)  # force the encoding to load (or fall back) now
         return {
-            "engine": {"quickjs-ng": version("quickjs-ng"), "codemode": version("codemode")},
+            "engine": {"quickjs-ng": version("quickjs-ng"), "codemode": __version__},
             "tokenizer": {
                 "encoding": counter.encoding_name,
                 "exact": counter.exact,

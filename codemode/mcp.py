@@ -1,0 +1,100 @@
+"""MCP server front: ``run_code`` plus every registered tool, over the official MCP SDK.
+
+The low-level ``Server`` is used (not ``MCPServer``) because the tools already carry their
+own JSON Schemas and MCP-shaped results; the SDK only needs to list and route them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mcp.types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+from codemode.host import Host
+
+RUN_CODE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "code": {
+            "type": "string",
+            "description": "The JavaScript program. Optional first line: "
+            '// @run_code: {"max_output_tokens": N, "timeout_seconds": N}',
+        },
+        "call_id": {
+            "type": "string",
+            "description": "Optional id; calling again with a recorded id returns the recorded result.",
+        },
+    },
+    "required": ["code"],
+    "additionalProperties": False,
+}
+
+
+def create_server(host: Host, *, name: str = "codemode") -> Server[Any]:
+    """An MCP server exposing ``run_code`` and the host's tools (the host must be open)."""
+
+    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        tools = [
+            types.Tool(name="run_code", description=host.run_code_description(), input_schema=RUN_CODE_SCHEMA)
+        ]
+        for t in host.registry:
+            tools.append(
+                types.Tool(
+                    name=t.name,
+                    description=t.description,
+                    input_schema=t.input_schema,
+                    output_schema=t.output_schema,
+                )
+            )
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        args = dict(params.arguments or {})
+        if params.name == "run_code":
+            code = args.get("code")
+            if not isinstance(code, str):
+                return _error('run_code needs {"code": "<JavaScript program>"}')
+            call_id = args.get("call_id")
+            result = await host.run_code(code, call_id=call_id if isinstance(call_id, str) else None)
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=result.text)],
+                structured_content={
+                    "ok": result.ok,
+                    "call_id": result.call_id,
+                    "truncated": result.truncated,
+                    "refs": result.refs,
+                    "error": None if result.error is None else result.error.model_dump(),
+                    "usage": result.usage.model_dump(),
+                },
+                is_error=not result.ok,
+            )
+        called = await host.call_tool(params.name, args)
+        structured = called.structured_content
+        if structured is not None and not isinstance(structured, dict):
+            structured = {"result": structured}
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=called.text)],
+            structured_content=structured,
+            is_error=called.is_error,
+        )
+
+    return Server(
+        name,
+        instructions="Use run_code to call several tools in one JavaScript program; print only what you need.",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+def _error(message: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
+
+
+async def serve_stdio(host: Host) -> None:
+    """Open ``host`` and serve it over stdio until the client disconnects."""
+    async with host:
+        server = create_server(host)
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())

@@ -324,9 +324,9 @@ class Host:
         try:
             header = parse_header(source)
         except HeaderError as exc:
-            error = RunError(kind="options", name="OptionsError", message=f"{exc}; nothing ran")
+            options_error = RunError(kind="options", name="OptionsError", message=f"{exc}; nothing ran")
             return self._result(
-                call, session, "", error, [], notices, config.max_output_tokens, 0, 0, started
+                call, session, "", options_error, [], notices, config.max_output_tokens, 0, 0, started
             )
         budget = header.max_output_tokens or max_output_tokens or config.max_output_tokens
         if budget > config.max_output_tokens_limit:

@@ -41,6 +41,8 @@ _ENDPOINTS = (
     re.compile(r"https?://([\w.\-]+)(?::(\d+))?"),
     re.compile(r"\b(\d{1,3}(?:\.\d{1,3}){3}):(\d+)\b"),
 )
+_PROGRAM_PREFIX = re.compile(r"^[^\s:'\"]+: (?:line \d+: |\d+: )?(?=.*: )")
+_NOT_PATHS = frozenset({"connect", "bind", "socket", "kill", "cd", "exec", "write error", "fork"})
 _PATHLIKE = re.compile(r"[\w.~/+@%-][^\s\[\]()]*$")
 _KILL_DENIED = re.compile(r"kill: \(?(\d+)\)?(?: - |: )operation not permitted", re.IGNORECASE)
 _WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts")
@@ -52,15 +54,18 @@ def _within(path: str, root: str) -> bool:
 
 def _candidates(line: str) -> list[str]:
     found: list[str] = []
-    for match in _QUOTED.finditer(line):
-        found.append(next(g for g in match.groups() if g is not None))
     # `bash: line 1: PATH: Permission denied`, `tee: PATH: ...`: the field before the error.
     error = _FS_ERROR.search(line)
     if error is not None:
         fields = line[: error.start()].rstrip().removesuffix(":").split(": ")
-        if len(fields) > 1 and _PATHLIKE.match(fields[-1].strip()):
-            found.append(fields[-1])
-    for match in _BARE_PATH.finditer(line):
+        last = fields[-1].strip()
+        if len(fields) > 1 and _PATHLIKE.match(last) and last not in _NOT_PATHS:
+            found.append(last)
+    # Drop the reporting program (`/bin/bash: line 1: ...`, `touch: ...`): it is not the target.
+    body = _PROGRAM_PREFIX.sub("", line, count=1)
+    for match in _QUOTED.finditer(body):
+        found.append(next(g for g in match.groups() if g is not None))
+    for match in _BARE_PATH.finditer(body):
         found.append(match.group(1))
     return [c.strip() for c in found if c.strip()]
 

@@ -13,6 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil  # type: ignore[import-untyped,unused-ignore]
+import ptyprocess  # type: ignore[import-untyped,unused-ignore]
+
 from codemode.archive import Archive
 from codemode.errors import SandboxUnavailable, ToolError
 from codemode.sandbox import ENFORCEMENT_FAILED_EXIT, ENFORCEMENT_FAILED_MARKER, prepare_confinement
@@ -21,6 +24,8 @@ from codemode.tools._bash._env import command_env
 from codemode.tools._bash._foreground import RunSpec
 
 SUPERVISOR = Path(__file__).with_name("_supervisor.py")
+# Where the supervisor (started without site processing) finds its two dependencies.
+_SUPERVISOR_PATHS = sorted({str(Path(m.__file__).parent.parent) for m in (psutil, ptyprocess) if m.__file__})
 _HANDSHAKE_SECONDS = 30.0
 PTY_TERM = "xterm-256color"
 
@@ -113,7 +118,7 @@ def start_background(
         with open(err_path, "wb") as err:
             try:
                 proc = subprocess.Popen(
-                    [sys.executable, "-I", str(SUPERVISOR)],
+                    [sys.executable, "-I", "-S", str(SUPERVISOR), *_SUPERVISOR_PATHS],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=err,

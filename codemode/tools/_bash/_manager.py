@@ -78,6 +78,7 @@ class _Promoted:
     running: Running
     process_id: str
     thread: threading.Thread | None = None
+    shutdown: bool = False
 
 
 def _iso(ts: float | None) -> str | None:
@@ -181,6 +182,11 @@ class ProcessManager:
                 )
             fresh = _records.get(conn, record.process_id)
         assert fresh is not None
+        if record.kind == "promoted" and fresh.state == "lost":
+            # Nothing reads its output any more: end what is left of it (found by its marker).
+            alive = record.pid is not None and is_same_process(record.pid, record.pid_started or 0.0)
+            root = record.pid if alive else None
+            terminate_tree(record.marker, pgid=root, root_pid=root, grace_seconds=TERM_GRACE_SECONDS)
         return fresh
 
     def maintain(self) -> dict[str, int]:
@@ -383,7 +389,16 @@ class ProcessManager:
             running.pump.close()
             running.log.close()
             with self._db() as conn:
-                _records.record_end(conn, promoted.process_id, exit_code=exit_code, exit_signal=signal_name)
+                _records.record_end(
+                    conn,
+                    promoted.process_id,
+                    exit_code=exit_code,
+                    exit_signal=signal_name,
+                    state="stopped" if promoted.shutdown else None,
+                    note="; the host shut down, and a run handed off from the foreground ends with it"
+                    if promoted.shutdown
+                    else "",
+                )
             with self._lock:
                 self._promoted.pop(promoted.process_id, None)
 
@@ -678,6 +693,7 @@ class ProcessManager:
             running.pump.wake()
         with anyio.CancelScope(shield=True):
             for item in promoted:
+                item.shutdown = True
                 await anyio.to_thread.run_sync(
                     lambda item=item: terminate_tree(  # type: ignore[misc]
                         item.running.marker,

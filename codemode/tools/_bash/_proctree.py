@@ -112,7 +112,7 @@ def terminate_tree(
     its own processes (identity checked, or the root not yet reaped).
 
     Returns:
-        How many processes were still alive when SIGKILL was sent.
+        How many processes were still alive after the grace period (and got SIGKILL).
     """
     if pgid is not None:
         try:
@@ -127,7 +127,7 @@ def terminate_tree(
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
         members = find_members(marker, pgid, root_pid)
-    killed = 0
+    killed = len(members)
     for _ in range(200):
         if pgid is not None:
             try:
@@ -144,7 +144,6 @@ def terminate_tree(
         if not frozen:
             break
         _signal_all(frozen, signal.SIGKILL)
-        killed += len(frozen)
         # Let the kernel tear them down before looking again.
         wait_deadline = time.monotonic() + 1.0
         while time.monotonic() < wait_deadline and any(not _is_zombie(pid) for pid in frozen):

@@ -1,6 +1,6 @@
 """The supervisor of one background process: owns its PTY, writes its log, records its exit.
 
-Started by the host as ``python -I <this file>`` (or ``python -m
+Started by the host as ``python -I -S <this file> SITE_DIRS...`` (or ``python -m
 codemode.tools._bash._supervisor``) in a new session, with the JSON spec on stdin. It forks
 once so the host can reap the first process at once; the second lives on without the host
 (init adopts it). It imports only the standard library, psutil and ptyprocess — not the
@@ -29,6 +29,10 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+# Started with ``python -I -S`` (no site processing: quicker, smaller); the host passes the
+# directories holding psutil and ptyprocess as arguments.
+sys.path.extend(arg for arg in sys.argv[1:] if arg not in sys.path)
 
 import psutil  # type: ignore[import-untyped,unused-ignore]
 import ptyprocess  # type: ignore[import-untyped,unused-ignore]
@@ -241,6 +245,7 @@ def supervise(spec: dict[str, Any]) -> int:
         except OSError:
             pass
     exit_code, exit_signal = _exit_status(child)
+    child.delayafterclose = child.delayafterterminate = 0  # it has exited: no need to wait
     try:
         child.close(force=True)
     except Exception:  # the PTY is gone either way

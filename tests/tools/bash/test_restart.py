@@ -1,0 +1,115 @@
+"""A host killed with SIGKILL mid-run, then a new manager on the same state directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import anyio
+import pytest
+
+from codemode.archive import Archive
+from codemode.tools._bash import ProcessManager
+
+from .test_foreground import _survivors
+
+pytestmark = pytest.mark.anyio
+
+_HOST = textwrap.dedent(
+    """
+    import json, sys, anyio
+    from pathlib import Path
+    from codemode.archive import Archive
+    from codemode.sandbox import SandboxPolicy
+    from codemode.tools._bash import ProcessManager
+    from codemode.tools._model import ToolContext
+
+    async def main():
+        state, ws, tmp, token, go = (Path(p) for p in sys.argv[1:6])
+        archive = Archive(state)
+        manager = ProcessManager(archive, handoff_seconds=0.3)
+        policy = SandboxPolicy(writable_roots=(ws,), temp_dir=tmp, protected=(state,))
+        ctx = ToolContext("s1", ws, policy, archive)
+        bash = manager.extension().tools[0]
+
+        async def call(**args):
+            model = bash.input_model.model_validate(args)
+            return await bash.handler(**bash.bind(model, ctx))
+
+        waits = await call(command="read x; echo got $x; exit 3", run_in_background=True)
+        ends = await call(command=f"while [ ! -e {go} ]; do sleep 0.02; done; exit 7", run_in_background=True)
+        promoted = await call(command=f"exec -a {token} sleep 1000")
+        ids = {
+            "waits": waits.structured_content["process_id"],
+            "ends": ends.structured_content["process_id"],
+            "promoted": promoted.structured_content["promoted_process_id"],
+        }
+        print(json.dumps(ids), flush=True)
+        await anyio.sleep_forever()
+
+    anyio.run(main)
+    """
+)
+
+
+async def test_host_sigkill_then_restart(state_dir: Path, workspace: Path, tmp_path: Path) -> None:
+    token = f"orphaned{os.getpid()}"
+    go = workspace / "go"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    host = subprocess.Popen(
+        [sys.executable, "-c", _HOST, str(state_dir), str(workspace), str(tmp), token, str(go)],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
+    )
+    assert host.stdout is not None
+    with anyio.fail_after(60):
+        line = await anyio.to_thread.run_sync(host.stdout.readline)
+    ids = json.loads(line)
+    host.send_signal(signal.SIGKILL)
+    host.wait()
+    host.stdout.close()
+
+    archive = Archive(state_dir)
+    go.touch()  # the second background process ends while no host runs
+    first = ProcessManager(archive, handoff_seconds=None)
+    with anyio.fail_after(20):
+        while first.list_processes("s1") and any(
+            p["state"] == "running" for p in first.list_processes("s1") if p["process_id"] == ids["ends"]
+        ):
+            await anyio.sleep(0.02)
+    states = {p["process_id"]: (p["state"], p["exit_code"]) for p in first.list_processes("s1")}
+    assert states[ids["waits"]] == ("running", None)
+    assert states[ids["ends"]] == ("exited", 7)
+    assert states[ids["promoted"]] == ("lost", None)  # its reader (the host) died: exit code unknown
+    assert _survivors(token) == []  # and nothing of it is left running
+
+    pending = first.pending_notifications("s1")
+    assert sorted(n.process_id for n in pending) == sorted([ids["ends"], ids["promoted"]])
+    lost = next(n for n in pending if n.process_id == ids["promoted"])
+    assert lost.exit_code is None and "unknown" in lost.text
+    first.ack("s1", [n.id for n in pending if n.process_id == ids["ends"]])
+    await first.aclose()
+
+    # A second restart: the acknowledged one is never delivered again, the other is not lost.
+    second = ProcessManager(archive, handoff_seconds=None)
+    assert [n.process_id for n in second.pending_notifications("s1")] == [ids["promoted"]]
+    assert [n.process_id for n in second.pending_notifications("s1")] == [ids["promoted"]]
+    await second.write("s1", ids["waits"], "later\n")
+    with anyio.fail_after(20):
+        while True:
+            data = await second.read("s1", ids["waits"], 0, None, 1000)
+            if data["exited"]:
+                break
+    assert "got later" in data["output"]
+    assert data["exit_code"] == 3
+    assert sorted(n.process_id for n in second.pending_notifications("s1")) == sorted(
+        [ids["promoted"], ids["waits"]]
+    )
+    await second.aclose()
+    archive.close()

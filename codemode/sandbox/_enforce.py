@@ -89,6 +89,10 @@ class Confinement:
     before it is closed. The fd is ``O_CLOEXEC`` and closed by the child itself after
     ``landlock_restrict_self``, so it never reaches the command.
 
+    Start commands with :meth:`popen` (fast: ``vfork`` plus a tiny exec helper) or pass
+    ``preexec`` as ``preexec_fn`` (works everywhere, including ptyprocess, but makes
+    subprocess ``fork()`` the whole host: several times slower for short commands).
+
     Attributes:
         preexec: Pass as ``preexec_fn``; ``None`` means unconfined (full-access).
         env: Variables to add to the child's environment (``TMPDIR``).
@@ -183,7 +187,7 @@ class Confinement:
     def __del__(self) -> None:
         try:
             self.close()
-        except OSError:
+        except (OSError, AttributeError, TypeError):  # already closed elsewhere, or interpreter exit
             pass
 
     def __repr__(self) -> str:

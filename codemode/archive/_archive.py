@@ -226,8 +226,28 @@ class LogWriter:
             view = view[written:]
         self._bytes += len(data)
 
+    def detach(self) -> None:
+        """Release the file without finishing the entry, for a log another process appends to.
+
+        The entry stays readable (and unfinished) while the other process writes to `path`;
+        call `Archive.finish_log` with `ref` when it is done. Bytes held back for redaction
+        are written first.
+        """
+        if self._fd is None:
+            return
+        self.flush()
+        os.close(self._fd)
+        self._fd = None
+        self._result = None
+
     def close(self) -> ArchiveRef:
-        """Finish the entry (idempotent) and return its reference, size and sha256."""
+        """Finish the entry (idempotent) and return its reference, size and sha256.
+
+        Raises:
+            ValueError: The writer was detached (finish it with `Archive.finish_log`).
+        """
+        if self._result is None and self._fd is None:
+            raise ValueError(f"log {self.ref} was detached; finish it with Archive.finish_log")
         if self._result is not None:
             return self._result
         self.flush()
@@ -414,6 +434,36 @@ class Archive:
         )
         stream = StreamRedactor(self._redactor) if redact else None
         return LogWriter(self, ref, path, stream)
+
+    def finish_log(self, ref: str) -> ArchiveRef:
+        """Finish a streamed entry whose file another process wrote (see `LogWriter.detach`).
+
+        Size and sha256 are taken from the file as it is now. Finishing an entry that is
+        already finished returns what was recorded.
+
+        Raises:
+            UnknownRefError: No such entry, or its file is gone.
+        """
+        file, retained_from, total, _raw, _stream = self._lookup(ref)
+        if total is not None:
+            conn = self._acquire()
+            try:
+                row = conn.execute("SELECT sha256 FROM archive_entries WHERE ref = ?", (ref,)).fetchone()
+            finally:
+                self._release(conn)
+            return ArchiveRef(ref, total, str(row[0]) if row else "")
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            with open(self._blob_dir / file, "rb") as f:
+                while chunk := f.read(1024 * 1024):
+                    digest.update(chunk)
+                    size += len(chunk)
+        except FileNotFoundError as exc:
+            raise UnknownRefError(f"the file of log {ref!r} is gone", {"ref": ref}) from exc
+        result = ArchiveRef(ref, retained_from + size, digest.hexdigest())
+        self._finish_log(result)
+        return result
 
     def _finish_log(self, result: ArchiveRef) -> None:
         self._execute(

@@ -1,7 +1,8 @@
 """Secret redaction for command output, archived text and logs.
 
-Speed matters (every byte of command output passes through here), so each rule is gated by
-cheap literal substring tests (``in``) and its regular expression only runs when a gate hits.
+Speed matters (every byte of command output passes through here), so the rules sit in a few
+groups, each behind one cheap literal-prefix gate; a group's regular expressions only run when
+its gate hits.
 Ordinary output (commit hashes, UUIDs, sha256 sums, base64 blobs, paths) has no gate hit or no
 token boundary and passes through untouched.
 
@@ -30,44 +31,79 @@ def _tok(literal: str, rest: str) -> str:
     return f"{lit}(?<!{_TOKEN_CHARS}{lit}){rest}"
 
 
-# (label, gates, pattern). The pattern may define a group "pre" that is kept (for example the
-# "AccountKey=" before an Azure key, or the user part of a URL); the rest of the match is replaced.
-# Each pattern starts with a literal, so the regex engine's own prefix scan is the cheap test;
-# a rule with gates only runs its regex when one of them is present.
+# Rules come in groups behind one gate each. A gate is a regex that starts with a literal (the
+# regex engine scans for a literal prefix fast) matching any of its rules' leading literals;
+# only when it hits do the group's rules run. A scan costs about 1 ns a byte, so the number of
+# groups is what sets the speed on text without secrets. The url group is first gated by a
+# memchr-fast test for "@".
+#
+# A rule is (label, pattern). The pattern may define a group "pre" that is kept (for example
+# the "AccountKey=" before an Azure key, or the user part of a URL); the rest of the match is
+# replaced by the marker.
 _KEY_ASSIGN = r"[_\-.]?(?i:access)?[_\-.]?(?i:key)[\"']?\s*[:=]\s*[\"']?)[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+])"
-_RULES: list[tuple[str, tuple[str, ...], str]] = [
+_STRIPE = r"(?<![A-Za-z0-9])[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
+_GROUPS: list[tuple[str, str, list[tuple[str, str]]]] = [
     (
-        "private-key",
-        ("PRIVATE KEY",),
-        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|\Z)",
-    ),
-    ("aws-access-key-id", (), _tok("AKIA", r"[0-9A-Z]{16}(?![0-9A-Za-z])")),
-    ("aws-access-key-id", (), _tok("ASIA", r"[0-9A-Z]{16}(?![0-9A-Za-z])")),
-    ("aws-secret-key", (), r"(?P<pre>ecret" + _KEY_ASSIGN),
-    ("aws-secret-key", (), r"(?P<pre>ECRET" + _KEY_ASSIGN),
-    ("gcp-api-key", (), _tok("AIza", r"[0-9A-Za-z_\-]{35}(?![0-9A-Za-z_\-])")),
-    ("gcp-oauth-token", (), _tok("ya29.", r"[0-9A-Za-z_\-]{20,}")),
-    ("azure-key", (), r"(?P<pre>AccountKey=)[A-Za-z0-9+/]{40,}={0,2}"),
-    ("azure-key", (), r"(?P<pre>SharedAccessKey=)[A-Za-z0-9+/]{40,}={0,2}"),
-    ("github-token", (), _tok("gh", r"[pousr]_[A-Za-z0-9]{36,}")),
-    ("github-token", (), _tok("github_pat_", r"[A-Za-z0-9_]{22,}")),
-    ("gitlab-token", (), _tok("glpat-", r"[A-Za-z0-9_\-]{20,}")),
-    ("slack-token", (), _tok("xox", r"[abposr]-[A-Za-z0-9\-]{10,}")),
-    ("anthropic-key", (), _tok("sk-ant-", r"[A-Za-z0-9_\-]{20,}")),
-    ("openai-key", (), _tok("sk-", r"(?=[A-Za-z_\-]*[0-9])[A-Za-z0-9_\-]{20,}")),
-    ("stripe-key", ("k_live_", "k_test_"), r"(?<![A-Za-z0-9])[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"),
-    ("jwt", (), _tok("eyJ", r"[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
-    (
-        "bearer-token",
-        ("earer",),
-        r"(?P<pre>earer(?<=\b[Bb]earer)\s+)(?=[A-Za-z\-._~+/]*[0-9])[A-Za-z0-9\-._~+/]{8,}=*",
+        "",
+        r"PRIVATE KEY",
+        [
+            (
+                "private-key",
+                r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|\Z)",
+            )
+        ],
     ),
     (
-        "basic-auth",
-        ("uthorization",),
-        r"(?P<pre>uthorization[\"']?\s*[:=]\s*[\"']?[Bb]asic\s+)[A-Za-z0-9+/]{8,}={0,2}",
+        "",
+        r"A(?:KIA|SIA|Iza|ccountKey=)",
+        [
+            ("aws-access-key-id", _tok("AKIA", r"[0-9A-Z]{16}(?![0-9A-Za-z])")),
+            ("aws-access-key-id", _tok("ASIA", r"[0-9A-Z]{16}(?![0-9A-Za-z])")),
+            ("gcp-api-key", _tok("AIza", r"[0-9A-Za-z_\-]{35}(?![0-9A-Za-z_\-])")),
+            ("azure-key", r"(?P<pre>AccountKey=)[A-Za-z0-9+/]{40,}={0,2}"),
+        ],
     ),
-    ("url-password", (), r"(?P<pre>://[^\s:/@?#\[\]\"'<>]*:)[^\s@/?#\"'<>]{1,256}(?=@)"),
+    ("", r"SharedAccessKey=", [("azure-key", r"(?P<pre>SharedAccessKey=)[A-Za-z0-9+/]{40,}={0,2}")]),
+    (
+        "",
+        r"g(?:h[pousr]_|ithub_pat_|lpat-)",
+        [
+            ("github-token", _tok("gh", r"[pousr]_[A-Za-z0-9]{36,}")),
+            ("github-token", _tok("github_pat_", r"[A-Za-z0-9_]{22,}")),
+            ("gitlab-token", _tok("glpat-", r"[A-Za-z0-9_\-]{20,}")),
+        ],
+    ),
+    ("", r"xox[abposr]-", [("slack-token", _tok("xox", r"[abposr]-[A-Za-z0-9\-]{10,}"))]),
+    (
+        "",
+        r"sk[-_]",
+        [
+            ("anthropic-key", _tok("sk-ant-", r"[A-Za-z0-9_\-]{20,}")),
+            ("openai-key", _tok("sk-", r"(?=[A-Za-z_\-]*[0-9])[A-Za-z0-9_\-]{20,}")),
+            ("stripe-key", _STRIPE),
+        ],
+    ),
+    ("", r"rk_", [("stripe-key", _STRIPE)]),
+    ("", r"ya29\.", [("gcp-oauth-token", _tok("ya29.", r"[0-9A-Za-z_\-]{20,}"))]),
+    (
+        "",
+        r"e(?:yJ|cret|arer)",
+        [
+            ("jwt", _tok("eyJ", r"[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
+            ("aws-secret-key", r"(?P<pre>ecret" + _KEY_ASSIGN),
+            (
+                "bearer-token",
+                r"(?P<pre>earer(?<=\b[Bb]earer)\s+)(?=[A-Za-z\-._~+/]*[0-9])[A-Za-z0-9\-._~+/]{8,}=*",
+            ),
+        ],
+    ),
+    ("", r"ECRET", [("aws-secret-key", r"(?P<pre>ECRET" + _KEY_ASSIGN)]),
+    (
+        "",
+        r"uthorization",
+        [("basic-auth", r"(?P<pre>uthorization[\"']?\s*[:=]\s*[\"']?[Bb]asic\s+)[A-Za-z0-9+/]{8,}={0,2}")],
+    ),
+    ("@", r"://", [("url-password", r"(?P<pre>://[^\s:/@?#\[\]\"'<>]*:)[^\s@/?#\"'<>]{1,256}(?=@)")]),
 ]
 
 _SECRET_NAME = re.compile(
@@ -84,30 +120,31 @@ _MIN_ENV_VALUE = 6
 @dataclass(frozen=True)
 class _Rule:
     label: str
-    gates_s: tuple[str, ...]
-    gates_b: tuple[bytes, ...]
     pattern_s: re.Pattern[str]
     pattern_b: re.Pattern[bytes]
     repl_s: str
     repl_b: bytes
 
 
-def _compile(label: str, gates: tuple[str, ...], source: str) -> _Rule:
-    has_pre = "(?P<pre>" in source
+@dataclass(frozen=True)
+class _Group:
+    pre_s: str
+    pre_b: bytes
+    gate_s: re.Pattern[str]
+    gate_b: re.Pattern[bytes]
+    rules: tuple[_Rule, ...]
+
+
+def _compile(label: str, source: str) -> _Rule:
     marker = f"[REDACTED:{label}]"
-    repl = (r"\g<pre>" + marker) if has_pre else marker.replace("\\", "\\\\")
-    return _Rule(
-        label=label,
-        gates_s=gates,
-        gates_b=tuple(g.encode() for g in gates),
-        pattern_s=re.compile(source),
-        pattern_b=re.compile(source.encode()),
-        repl_s=repl,
-        repl_b=repl.encode(),
-    )
+    repl = (r"\g<pre>" + marker) if "(?P<pre>" in source else marker
+    return _Rule(label, re.compile(source), re.compile(source.encode()), repl, repl.encode())
 
 
-_COMPILED = [_compile(label, gates, source) for label, gates, source in _RULES]
+_COMPILED = [
+    _Group(pre, pre.encode(), re.compile(gate), re.compile(gate.encode()), tuple(_compile(*r) for r in rules))
+    for pre, gate, rules in _GROUPS
+]
 _PEM_BEGIN = re.compile(rb"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----")
 _PEM_END = re.compile(rb"-----END[A-Z0-9 ]*PRIVATE KEY-----")
 
@@ -156,11 +193,10 @@ class Redactor:
         for value, marker in self._env_s:
             if value in text:
                 text = text.replace(value, marker)
-        for rule in _COMPILED:
-            if rule.gates_s:
-                if any(gate in text for gate in rule.gates_s):
-                    text = rule.pattern_s.sub(rule.repl_s, text)
-            elif rule.pattern_s.search(text) is not None:
+        for group in _COMPILED:
+            if (group.pre_s and group.pre_s not in text) or group.gate_s.search(text) is None:
+                continue
+            for rule in group.rules:
                 text = rule.pattern_s.sub(rule.repl_s, text)
         return text
 
@@ -169,11 +205,10 @@ class Redactor:
         for value, marker in self._env_b:
             if value in data:
                 data = data.replace(value, marker)
-        for rule in _COMPILED:
-            if rule.gates_b:
-                if any(gate in data for gate in rule.gates_b):
-                    data = rule.pattern_b.sub(rule.repl_b, data)
-            elif rule.pattern_b.search(data) is not None:
+        for group in _COMPILED:
+            if (group.pre_b and group.pre_b not in data) or group.gate_b.search(data) is None:
+                continue
+            for rule in group.rules:
                 data = rule.pattern_b.sub(rule.repl_b, data)
         return data
 
@@ -200,7 +235,8 @@ class StreamRedactor:
     def feed(self, data: bytes) -> bytes:
         """Take the next chunk; return the redacted bytes that are ready."""
         buf = self._pending + data if self._pending else data
-        cut = max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1
+        newline = buf.rfind(b"\n")
+        cut = max(newline, buf.rfind(b"\r", newline + 1)) + 1
         if cut == 0:
             if len(buf) <= self._max_pending:
                 self._pending = buf

@@ -420,3 +420,24 @@ def test_closed_archive_refuses(tmp_path: Path) -> None:
     arch.close()
     with pytest.raises(ValueError, match="closed"):
         arch.store_keys("s")
+
+
+def test_log_written_by_another_process(archive: Archive, tmp_path: Path) -> None:
+    log = archive.open_log(kind="log", session_id="s", redact=False)
+    log.detach()
+    script = (
+        "import sys\n"
+        "with open(sys.argv[1], 'ab') as f:\n"
+        "    for i in range(1000):\n"
+        "        f.write(b'%d token ghp_' % i + b'Q' * 36 + b'\\n')\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(log.path)], check=True, timeout=60)
+    page = archive.read(log.ref, 0, 1 << 20)
+    assert page.total_bytes == log.path.stat().st_size and b"ghp_" not in page.data
+    with pytest.raises(ValueError, match="detached"):
+        log.close()
+    done = archive.finish_log(log.ref)
+    raw = log.path.read_bytes()
+    assert done.total_bytes == len(raw) and done.sha256 == hashlib.sha256(raw).hexdigest()
+    assert archive.finish_log(log.ref) == done
+    assert archive.entry_info(log.ref)["finished"] is not None

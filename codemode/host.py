@@ -138,6 +138,7 @@ class Host:
 
     async def aclose(self) -> None:
         """Stop foreground commands and close the archive. Background processes survive."""
+        self.engine.close()
         if self._processes is not None:
             await self._processes.aclose()
             self._processes = None
@@ -297,7 +298,7 @@ class Host:
         done = self._in_flight[call] = anyio.Event()
         try:
             result = await self._run_code(source, session, call, max_output_tokens, timeout_seconds)
-            await anyio.to_thread.run_sync(archive.record_run, call, session, result.model_dump_json())
+            archive.record_run(call, session, result.model_dump_json())
             return result
         finally:
             self._in_flight.pop(call, None)

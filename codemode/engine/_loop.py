@@ -43,6 +43,10 @@ class LoopSpawner:
         """Start ``factory()`` as a task soon; thread-safe. ``on_refused`` runs if closed."""
         self._loop.call_soon_threadsafe(self._start, factory, on_refused, context=self._context)
 
+    def call_soon(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` soon on the loop; thread-safe."""
+        self._loop.call_soon_threadsafe(callback, context=self._context)
+
     def _start(self, factory: TaskFactory, on_refused: Callable[[], None]) -> None:
         if self._closed:
             on_refused()

@@ -88,8 +88,11 @@ class GuestError:
     def describe(self) -> str:
         """The lines the model sees for this error."""
         where = f" (line {self.line}:{self.column})" if self.line is not None else ""
-        prefix = "Uncaught " if self.kind == "uncaught" else ""
-        head = f"{prefix}{self.name}: {self.message}{where}"
+        if self.kind == "uncaught" and self.name == "Uncaught":  # a thrown non-Error value
+            head = f"Uncaught {self.message}{where}"
+        else:
+            prefix = "Uncaught " if self.kind == "uncaught" else ""
+            head = f"{prefix}{self.name}: {self.message}{where}"
         if self.data and self.data != "null":
             head += f"\n  data: {self.data}"
         if self.stack:
@@ -139,6 +142,38 @@ def map_stack(stack: str) -> tuple[str, int | None, int | None]:
     if len(frames) > 12:
         frames = [*frames[:6], f"    ... {len(frames) - 12} more frames ...", *frames[-6:]]
     return "\n".join(frames), (first[0] if first else None), (first[1] if first else None)
+
+
+_ENTRY_POINTS = (
+    "__cm_start",
+    "__cm_settle",
+    "__cm_fire",
+    "__cm_drain",
+    "__cm_take_output",
+    "__cm_take_chunk",
+)
+
+
+@dataclass(frozen=True)
+class PreparedContext:
+    """A fresh QuickJS context with the prelude loaded and its host entry points."""
+
+    ctx: quickjs.Context
+    start: Any
+    settle: Any
+    fire: Any
+    drain: Any
+    take_output: Any
+    take_chunk: Any
+
+    @classmethod
+    def create(cls) -> PreparedContext:
+        """Make one (on the thread that will run the program)."""
+        ctx = quickjs.Context()
+        ctx.eval(_prelude())
+        parts = [ctx.get(name) for name in _ENTRY_POINTS]
+        ctx.eval("".join(f"delete globalThis.{name};" for name in _ENTRY_POINTS))
+        return cls(ctx, *parts)
 
 
 class _Inbox:
@@ -204,12 +239,17 @@ class ProgramThread:
 
     # -- the run loop ---------------------------------------------------------------------
 
-    def run(self) -> ProgramOutcome:
-        """Run the program to completion, failure, deadlock or a limit. Never raises."""
+    def run(self, warm: PreparedContext) -> ProgramOutcome:
+        """Run the program on a fresh prepared context. Never raises.
+
+        Returns on completion, failure, deadlock or a limit.
+        """
         self._cpu_start = time.thread_time()
         self._deadline = time.monotonic() + self.timeout_seconds
+        warm.ctx.set_memory_limit(self.limits.memory_bytes)
+        warm.ctx.set_max_stack_size(self.limits.stack_bytes)
         try:
-            error = self._run()
+            error = self._run(warm)
         except BaseException as exc:
             error = GuestError("internal", type(exc).__name__, f"engine fault: {exc}")
         return ProgramOutcome(
@@ -227,22 +267,10 @@ class ProgramThread:
         wall_left = self._deadline - time.monotonic()
         ctx.set_time_limit(max(0.001, min(cpu_left, wall_left)))
 
-    def _run(self) -> GuestError | None:
-        ctx = quickjs.Context()
-        ctx.set_memory_limit(self.limits.memory_bytes)
-        ctx.set_max_stack_size(self.limits.stack_bytes)
-        ctx.eval(_prelude())
-        names = (
-            "__cm_start",
-            "__cm_settle",
-            "__cm_fire",
-            "__cm_drain",
-            "__cm_take_output",
-            "__cm_take_chunk",
-        )
-        start, settle, fire, drain, take_output, take_chunk = (ctx.get(n) for n in names)
-        ctx.eval("".join(f"delete globalThis.{n};" for n in names))
-        self._take_output, self._take_chunk = take_output, take_chunk
+    def _run(self, warm: PreparedContext) -> GuestError | None:
+        ctx = warm.ctx
+        start, settle, fire, drain = warm.start, warm.settle, warm.fire, warm.drain
+        self._take_output, self._take_chunk = warm.take_output, warm.take_chunk
         try:
             main = ctx.eval(_PREFIX + self.source + _SUFFIX)
         except quickjs.JSException as exc:
@@ -325,7 +353,7 @@ class ProgramThread:
         try:
             while (chunk := self._take_chunk()) is not None:
                 self._append_output(str(chunk))
-        except quickjs.JSException:
+        except (quickjs.JSException, TypeError):  # TypeError: a value the binding cannot convert
             pass
 
     def _start_call(self, settle: Any, call_id: int, name: str, args_json: str) -> None:
@@ -445,6 +473,19 @@ class ProgramThread:
         if name == "ToolError":
             # The stack of a rejected tool call points into the host, not the program.
             return GuestError("uncaught", name, message, tool=info.get("tool"), data=info.get("data"))
+        thrown = info.get("thrown", "error")
+        if thrown == "null":
+            # QuickJS throws null when it cannot even allocate the out-of-memory error.
+            return GuestError(
+                "out_of_memory",
+                "OutOfMemory",
+                f"the program exceeded its memory limit of {self.limits.memory_bytes // (1024 * 1024)} MiB "
+                "(QuickJS reports this as a thrown null; if the program threw null itself, throw an Error)",
+            )
+        if thrown != "error":
+            return GuestError(
+                "uncaught", "Uncaught", f"{message} (a thrown {thrown}; throw an Error to get its line)"
+            )
         return GuestError("uncaught", name, message, line, col, stack)
 
     def _syntax_error(self, text: str) -> GuestError:

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
-import anyio.to_thread
-
 from codemode.engine._loop import LoopSpawner
-from codemode.engine._program import _DONE, EngineLimits, ProgramOutcome, ProgramThread, ToolDispatcher
+from codemode.engine._program import (
+    _DONE,
+    EngineLimits,
+    PreparedContext,
+    ProgramOutcome,
+    ProgramThread,
+    ToolDispatcher,
+)
+from codemode.engine._workers import WorkerPool
 from codemode.tools import Tool, ToolContext, ToolRegistry, ToolResult
 
 
@@ -51,7 +56,11 @@ class Engine:
     def __init__(self, registry: ToolRegistry, limits: EngineLimits, *, max_programs: int = 64) -> None:
         self.registry = registry
         self.limits = limits
-        self._threads = anyio.CapacityLimiter(max_programs)
+        self._workers = WorkerPool(PreparedContext.create, max_programs)
+
+    def close(self) -> None:
+        """Let the idle JS threads exit."""
+        self._workers.close()
 
     async def run(self, source: str, context: ToolContext, *, timeout_seconds: float) -> ProgramOutcome:
         """Run one program to its end; guest failures come back in the outcome, never raised.
@@ -70,8 +79,14 @@ class Engine:
             dispatcher=dispatcher,
         )
         dispatcher.program = program
+
+        def abandon() -> None:
+            program.cancelled.set()
+            program.inbox.put((_DONE, None))
+
         try:
-            return await anyio.to_thread.run_sync(program.run, abandon_on_cancel=True, limiter=self._threads)
+            outcome: ProgramOutcome = await self._workers.run(program.run, abandon)
+            return outcome
         finally:
             spawner.close()
             program.cancelled.set()

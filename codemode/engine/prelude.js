@@ -40,6 +40,7 @@
   const ReflectApply = Reflect.apply;
   const ArrayJoin = Array.prototype.join;
   const ArrayPush = Array.prototype.push;
+  const ArrayShift = Array.prototype.shift;
   const FunctionToString = Function.prototype.toString;
 
   const pending = new MapCtor();   // call id -> {resolve, reject, name}
@@ -53,10 +54,49 @@
   class __cm_ToolError extends ErrorCtor {
     constructor(tool, message, data) {
       super(message);
-      this.name = "ToolError";
-      this.tool = tool;
-      this.data = data === undefined ? null : data;
+      // Defined, not assigned: a setter the program put on Error.prototype must not eat them.
+      ObjectDefineProperty(this, "name", { value: "ToolError", writable: true, configurable: true });
+      ObjectDefineProperty(this, "tool", { value: tool, writable: true, enumerable: true, configurable: true });
+      ObjectDefineProperty(this, "data", {
+        value: data === undefined ? null : data, writable: true, enumerable: true, configurable: true,
+      });
     }
+  }
+
+  // ---- JSON encoding that the program's prototype changes cannot redirect ----
+  // JSON.stringify consults `toJSON` on every object, so `Object.prototype.toJSON = ...` in a
+  // program would rewrite the host's messages and the arguments of every tool call. This
+  // encoder honours a `toJSON` of the value's own kind (Date, a class of the program's) but
+  // ignores one inherited from Object.prototype or Array.prototype. Primitives still go
+  // through JSON.stringify, which never looks up `toJSON` on them.
+  function __cm_encode(value, useToJSON) {
+    if (value === null) return "null";
+    const t = typeof value;
+    if (t === "string" || t === "boolean") return JSONstringify(value);
+    if (t === "number") return NumberIsFinite(value) ? JSONstringify(value) : "null";
+    if (t !== "object") return "null";
+    if (useToJSON) {
+      const toJSON = value.toJSON;
+      if (typeof toJSON === "function" && toJSON !== ObjectPrototype.toJSON && toJSON !== ArrayPrototype.toJSON) {
+        return __cm_encode(ReflectApply(toJSON, value, [""]), false);
+      }
+    }
+    const parts = [];
+    if (ArrayIsArray(value)) {
+      for (let i = 0; i < value.length; i++) {
+        const v = value[i];
+        ReflectApply(ArrayPush, parts, [v === undefined || typeof v === "function" ? "null" : __cm_encode(v, true)]);
+      }
+      return "[" + ReflectApply(ArrayJoin, parts, [","]) + "]";
+    }
+    const keys = ObjectKeys(value);
+    for (let i = 0; i < keys.length; i++) {
+      const v = value[keys[i]];
+      const kind = typeof v;
+      if (v === undefined || kind === "function" || kind === "symbol") continue;
+      ReflectApply(ArrayPush, parts, [JSONstringify(keys[i]) + ":" + __cm_encode(v, true)]);
+    }
+    return "{" + ReflectApply(ArrayJoin, parts, [","]) + "}";
   }
 
   // ---- JSON checking: arguments must be plain JSON, with a path when they are not ----
@@ -159,7 +199,7 @@
       }
       let argsJson;
       try {
-        argsJson = JSONstringify(args);
+        argsJson = __cm_encode(args, true);
       } catch (e) {
         reject(new ToolError(name, `tools.${name}: arguments cannot be turned into JSON: ${e.message}`, null));
         return;
@@ -207,7 +247,13 @@
       if (problem) {
         return PromiseCtor.reject(new TypeErrorCtor(`store.set(${JSONstringify(StringCtor(key))}): ${problem}`));
       }
-      return __cm_sync("store.set", StringCtor(key), JSONstringify(value));
+      let json;
+      try {
+        json = __cm_encode(value, true);
+      } catch (e) {
+        return PromiseCtor.reject(new TypeErrorCtor(`store.set(${JSONstringify(StringCtor(key))}): the value cannot be turned into JSON: ${e && e.message}`));
+      }
+      return __cm_sync("store.set", StringCtor(key), json);
     },
     delete: function __cm_store_delete(key) { return __cm_sync("store.delete", StringCtor(key), null); },
     keys: function __cm_store_keys() { return __cm_sync("store.keys", null, null); },
@@ -250,9 +296,15 @@
     ReflectApply(ArrayPush, outbox, [["done", ok, value, errorJson]]);
   }
 
+  // Strings handed to Python must be flat: quickjs-ng builds long concatenations as ropes,
+  // which the Python binding cannot convert ("Unknown quickjs tag: -6"). Joining flattens.
+  function __cm_flat(text) {
+    return ReflectApply(ArrayJoin, [text], [""]);
+  }
+
   function __cm_drain() {
     if (outbox.length === 0 && printBytes === 0) return "";
-    const text = JSONstringify([printBytes, outbox]);
+    const text = __cm_flat(__cm_encode([printBytes, outbox], false));
     outbox = [];
     return text;
   }
@@ -267,7 +319,7 @@
   function __cm_take_chunk() {
     // Used after an out-of-memory error, when joining could fail: one piece at a time.
     if (prints.length === 0) { printBytes = 0; return null; }
-    return prints.shift();
+    return __cm_flat(ReflectApply(ArrayShift, prints, []));
   }
 
   function __cm_settle(id, ok, payload, isText) {
@@ -290,16 +342,27 @@
   }
 
   function __cm_error_json(e) {
-    if (e instanceof ErrorCtor || (e && typeof e === "object" && "message" in e)) {
-      return JSONstringify({
-        name: StringCtor(e.name || "Error"),
-        message: StringCtor(e.message),
-        stack: typeof e.stack === "string" ? e.stack : "",
-        tool: e instanceof ToolError ? e.tool : null,
-        data: e instanceof ToolError ? __cm_format(e.data) : null,
-      });
+    // `thrown` says what kind of value was thrown when it is not an Error: QuickJS throws
+    // `null` when it runs out of memory while building the error itself.
+    try {
+      if (e instanceof ErrorCtor || (e && typeof e === "object" && "message" in e)) {
+        return __cm_encode({
+          name: StringCtor(e.name || "Error"),
+          message: StringCtor(e.message),
+          stack: typeof e.stack === "string" ? e.stack : "",
+          tool: e instanceof ToolError ? StringCtor(e.tool) : null,
+          data: e instanceof ToolError ? __cm_format(e.data) : null,
+          thrown: "error",
+        }, false);
+      }
+      const thrown = e === null ? "null" : typeof e;
+      return __cm_encode({ name: "Uncaught", message: __cm_format(e), stack: "", tool: null, data: null, thrown }, false);
+    } catch (inner) {
+      return __cm_encode({
+        name: "Uncaught", message: "a value that cannot be inspected", stack: "", tool: null, data: null,
+        thrown: "object",
+      }, false);
     }
-    return JSONstringify({ name: "Uncaught", message: __cm_format(e), stack: "", tool: null, data: null });
   }
 
   function __cm_start(main) {
@@ -312,7 +375,13 @@
     }
     ReflectApply(PromiseThen, promise, [
       function __cm_on_value(value) {
-        __cm_done(true, value === undefined ? "" : __cm_format(value), value === undefined ? "" : "value");
+        let text = "";
+        try {
+          text = value === undefined ? "" : __cm_format(value);
+        } catch (e) {
+          text = "[the returned value cannot be printed]";
+        }
+        __cm_done(true, text, value === undefined ? "" : "value");
       },
       function __cm_on_error(e) { __cm_done(false, "", __cm_error_json(e)); },
     ]);

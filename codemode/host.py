@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -126,6 +127,9 @@ class Host:
             return
         self._archive = Archive(self.config.state_dir.expanduser())
         self._archive.maintain()
+        # Loading the tokenizer takes about a second; do it now, off the loop, so the first
+        # long output does not pay for it. Counting waits for this load if it comes first.
+        threading.Thread(target=lambda: self.counter.exact, name="codemode-tokenizer", daemon=True).start()
         if self.config.builtin_tools:
             self._processes = ProcessManager(
                 self._archive,

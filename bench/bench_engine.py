@@ -1,0 +1,160 @@
+"""Engine benchmarks (issue 2): every number is printed beside a baseline from the same run.
+
+    python bench/bench_engine.py [--quick]
+
+1. ``print(1)`` end to end through ``Host.run_code`` vs raw quickjs-ng eval of the same
+   source (the floor) vs ``node -e`` (what a user might run instead). Target: median <= 2 ms.
+2. Sequential ``await tools.echo(...)`` x 10,000. Target: <= 50 us per call. Baseline: the
+   same loop calling a plain JS function (the JS floor).
+3. ``Promise.all`` of 32 tools that each sleep 100 ms. Target: wall <= 150 ms (baseline: one
+   such call).
+4. Printing 20 MB with a 2,000-token budget vs the same program with the budget off (the
+   engine alone). Target: at most 0.5 s more. Peak memory reported.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import anyio
+import quickjs
+
+from codemode import Host
+
+QUICK = "--quick" in sys.argv
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def raw_quickjs_print(n: int) -> list[float]:
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        ctx = quickjs.Context()
+        out: list[str] = []
+        ctx.add_callable("print", lambda *a: out.append(" ".join(map(str, a))))
+        ctx.eval("print(1)")
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def node_print(n: int) -> list[float] | None:
+    node = shutil.which("node")
+    if node is None:
+        return None
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        subprocess.run([node, "-e", "console.log(1)"], capture_output=True, check=True)
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+async def main() -> None:
+    workspace = Path(tempfile.mkdtemp(prefix="bench-ws-"))
+    state = Path(tempfile.mkdtemp(prefix="bench-state-")) / "state"
+    async with Host(workspace=workspace, state_dir=state, builtin_tools=True) as host:
+
+        @host.tool()
+        async def echo(value: Any = None) -> Any:
+            "Return the value."
+            return value
+
+        @host.tool()
+        async def nap(ms: int) -> int:
+            "Sleep for ms milliseconds."
+            await anyio.sleep(ms / 1000)
+            return ms
+
+        # 1. print(1)
+        runs = 50 if QUICK else 500
+        for _ in range(20):
+            await host.run_code("print(1)")
+        e2e = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            result = await host.run_code("print(1)")
+            e2e.append(time.perf_counter() - start)
+            assert result.text == "1\n", result.text
+        floor = raw_quickjs_print(runs)
+        node = node_print(20 if QUICK else 50)
+        print("1. print(1) end to end (median)")
+        print(f"   Host.run_code          {median_ms(e2e):8.3f} ms   (target <= 2 ms)")
+        print(f"   raw quickjs-ng eval    {median_ms(floor):8.3f} ms   ratio {median_ms(e2e) / median_ms(floor):6.1f}x")
+        if node is not None:
+            print(f"   node -e                {median_ms(node):8.3f} ms   ratio {median_ms(e2e) / median_ms(node):6.3f}x")
+
+        # 2. sequential echo
+        n = 2000 if QUICK else 10_000
+        program = f"let s = 0; for (let i = 0; i < {n}; i++) s += await tools.echo({{value: i}}); print(s)"
+        floor_program = f"const f = (v) => v; let s = 0; for (let i = 0; i < {n}; i++) s += await f(i); print(s)"
+        per_call = []
+        per_floor = []
+        for _ in range(3):
+            start = time.perf_counter()
+            result = await host.run_code(program)
+            per_call.append((time.perf_counter() - start) / n)
+            assert result.ok and result.text.strip() == str(n * (n - 1) // 2), result.text
+            start = time.perf_counter()
+            await host.run_code(floor_program)
+            per_floor.append((time.perf_counter() - start) / n)
+        print(f"2. sequential await tools.echo x {n:,} (best of 3)")
+        print(f"   per call               {min(per_call) * 1e6:8.1f} us   (target <= 50 us)")
+        print(f"   plain JS await floor   {min(per_floor) * 1e6:8.2f} us")
+
+        # 3. Promise.all of 32 x 100 ms
+        walls = []
+        singles = []
+        for _ in range(3 if QUICK else 5):
+            start = time.perf_counter()
+            result = await host.run_code(
+                "const r = await Promise.all(Array.from({length: 32}, () => tools.nap({ms: 100}))); print(r.length)"
+            )
+            walls.append(time.perf_counter() - start)
+            assert result.text.strip() == "32", result.text
+            start = time.perf_counter()
+            await host.run_code("await tools.nap({ms: 100})")
+            singles.append(time.perf_counter() - start)
+        print("3. Promise.all of 32 tools sleeping 100 ms (median)")
+        print(f"   wall                   {median_ms(walls):8.1f} ms   (target <= 150 ms)")
+        print(f"   one call alone         {median_ms(singles):8.1f} ms   ratio {median_ms(walls) / median_ms(singles):5.2f}x")
+
+        # 4. printing 20 MB with a 2,000-token budget vs the budget off
+        line = "x" * 99
+        program = f"const line = {line!r}; for (let i = 0; i < 200000; i++) print(line)"
+        from codemode.tools import ToolContext
+
+        context = ToolContext("bench", workspace, host.policy, host.archive)
+        off = []
+        on = []
+        peak_on = 0
+        for _ in range(1 if QUICK else 3):
+            start = time.perf_counter()
+            outcome = await host.engine.run(program, context, timeout_seconds=120)
+            off.append(time.perf_counter() - start)
+            assert len(outcome.output) == 20_000_000
+            tracemalloc.start()
+            start = time.perf_counter()
+            result = await host.run_code(program, max_output_tokens=2000)
+            on.append(time.perf_counter() - start)
+            peak_on = max(peak_on, tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+            assert result.truncated and result.usage.output_tokens <= 2000
+        print("4. printing 20 MB (median)")
+        print(f"   budget off (engine)    {median_ms(off):8.1f} ms")
+        print(f"   2,000-token budget     {median_ms(on):8.1f} ms   extra {median_ms(on) - median_ms(off):+7.1f} ms (target <= +500 ms)")
+        print(f"   peak Python memory with the budget: {peak_on / 1e6:.1f} MB (the 20 MB text is held once, archived once)")
+
+
+if __name__ == "__main__":
+    anyio.run(main)

@@ -29,6 +29,7 @@ _PREFIX = "(async function __cm_main() {"
 _SUFFIX = "\n})"
 _FRAME = re.compile(r"^\s*at (?P<fn>[^\s(]+)?\s*\(?<input>:(?P<line>\d+):(?P<col>\d+)\)?\s*$")
 _FIRST_LOCATION = re.compile(r"<input>:(\d+):(\d+)")
+_MODULE_STATEMENT = re.compile(r"^\s*(import|export)\b")
 _PRELUDE_SOURCE: str | None = None
 
 _DONE = object()
@@ -271,6 +272,8 @@ class ProgramThread:
         ctx = warm.ctx
         start, settle, fire, drain = warm.start, warm.settle, warm.fire, warm.drain
         self._take_output, self._take_chunk = warm.take_output, warm.take_chunk
+        if "\x00" in self.source:  # the binding refuses such source with a bare ValueError
+            return self._nul_in_source()
         try:
             main = ctx.eval(_PREFIX + self.source + _SUFFIX)
         except quickjs.JSException as exc:
@@ -323,9 +326,10 @@ class ProgramThread:
         raw = drain()
         if not raw:
             return
-        print_bytes, messages = json.loads(raw)
+        print_bytes, messages, print_json = json.loads(raw)
         if print_bytes:
-            self._append_output(self._take_output())
+            text = self._take_output()
+            self._append_output(json.loads(text) if print_json else text)
         for message in messages:
             kind = message[0]
             if kind == "call":
@@ -352,8 +356,8 @@ class ProgramThread:
         """Collect printed text after a limit error, piece by piece (the heap may be full)."""
         try:
             while (chunk := self._take_chunk()) is not None:
-                self._append_output(str(chunk))
-        except (quickjs.JSException, TypeError):  # TypeError: a value the binding cannot convert
+                self._append_output(json.loads(chunk))
+        except (quickjs.JSException, TypeError, ValueError):  # a value the binding cannot convert
             pass
 
     def _start_call(self, settle: Any, call_id: int, name: str, args_json: str) -> None:
@@ -488,6 +492,18 @@ class ProgramThread:
             )
         return GuestError("uncaught", name, message, line, col, stack)
 
+    def _nul_in_source(self) -> GuestError:
+        before = self.source[: self.source.index("\x00")]
+        line = before.count("\n") + 1
+        column = len(before) - (before.rfind("\n") + 1) + 1
+        return GuestError(
+            "syntax_error",
+            "SyntaxError",
+            "the program contains a NUL character (U+0000); write it as \\u0000 inside a string",
+            line,
+            column,
+        )
+
     def _syntax_error(self, text: str) -> GuestError:
         first_line = text.splitlines()[0] if text else "SyntaxError"
         name, _, message = first_line.partition(": ")
@@ -495,7 +511,9 @@ class ProgramThread:
         line = col = None
         if m:
             line, col = map_location(int(m.group(1)), int(m.group(2)))
-        if "import" in message or "export" in message:
+        source_lines = self.source.split("\n")
+        at_line = source_lines[line - 1] if line is not None and 0 < line <= len(source_lines) else ""
+        if "import" in message or "export" in message or _MODULE_STATEMENT.match(at_line):
             message += " (programs cannot import modules; use the tools object)"
         return GuestError("syntax_error", name or "SyntaxError", message, line, col)
 

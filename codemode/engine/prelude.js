@@ -23,6 +23,7 @@
   const ArrayIsArray = Array.isArray;
   const ArrayPrototype = Array.prototype;
   const StringCtor = String;
+  const StringIndexOf = String.prototype.indexOf;
   const NumberIsFinite = Number.isFinite;
   const PromiseCtor = Promise;
   const MapCtor = Map;
@@ -47,6 +48,7 @@
   let outbox = [];
   let prints = [];
   let printBytes = 0;
+  let printNul = false;  // the Python binding cuts strings at U+0000: such output travels as JSON
   const timers = new MapCtor();    // timer id -> {fn, args}
   let nextCallId = 1;
   let nextTimerId = 1;
@@ -186,6 +188,7 @@
     const text = ReflectApply(ArrayJoin, parts, [" "]) + "\n";
     ReflectApply(ArrayPush, prints, [text]);
     printBytes += text.length;
+    if (!printNul && ReflectApply(StringIndexOf, text, ["\u0000"]) >= 0) printNul = true;
   }
 
   // ---- tool calls ----
@@ -304,22 +307,25 @@
 
   function __cm_drain() {
     if (outbox.length === 0 && printBytes === 0) return "";
-    const text = __cm_flat(__cm_encode([printBytes, outbox], false));
+    const text = __cm_flat(__cm_encode([printBytes, outbox, printNul], false));
     outbox = [];
     return text;
   }
 
   function __cm_take_output() {
+    // JSON-encoded when the text holds U+0000 (the drain message says so), else raw.
     const text = ReflectApply(ArrayJoin, prints, [""]);
+    const encode = printNul;
     prints = [];
     printBytes = 0;
-    return text;
+    printNul = false;
+    return encode ? JSONstringify(text) : text;
   }
 
   function __cm_take_chunk() {
-    // Used after an out-of-memory error, when joining could fail: one piece at a time.
-    if (prints.length === 0) { printBytes = 0; return null; }
-    return __cm_flat(ReflectApply(ArrayShift, prints, []));
+    // Used after an out-of-memory error, when joining could fail: one piece at a time, as JSON.
+    if (prints.length === 0) { printBytes = 0; printNul = false; return null; }
+    return JSONstringify(ReflectApply(ArrayShift, prints, []));
   }
 
   function __cm_settle(id, ok, payload, isText) {

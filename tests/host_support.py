@@ -1,0 +1,92 @@
+"""Test tools and checks shared by the engine and host tests (imported by conftest and tests)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import anyio
+
+from codemode import Host, ToolContext, ToolError
+
+
+class Probe:
+    """Side effects of the test tools, for assertions (created inside the test's event loop)."""
+
+    def __init__(self) -> None:
+        self.bumps = 0
+        self.handler_threads: list[int] = []
+        self.contexts: list[ToolContext] = []
+        self.slow_started = anyio.Event()
+        self.slow_cancelled = anyio.Event()
+        self.release = anyio.Event()
+
+
+def add_test_tools(host: Host, probe: Probe) -> None:
+    """Register the tools the engine and host tests call."""
+
+    @host.tool()
+    async def echo(value: Any) -> dict[str, Any]:
+        """Return the value it was given, as structured data."""
+        return {"value": value}
+
+    @host.tool()
+    async def shout(text: str) -> str:
+        """Return the text in upper case (a text result, no structured data)."""
+        return text.upper()
+
+    @host.tool()
+    def bump(ctx: ToolContext) -> int:
+        """Count one call (a side effect tests can see); runs in a worker thread."""
+        probe.bumps += 1
+        probe.handler_threads.append(threading.get_ident())
+        probe.contexts.append(ctx)
+        return probe.bumps
+
+    @host.tool()
+    async def slow() -> str:
+        """Wait until the test releases it; records when it starts and when it is cancelled."""
+        probe.slow_started.set()
+        try:
+            await probe.release.wait()
+        except anyio.get_cancelled_exc_class():
+            probe.slow_cancelled.set()
+            raise
+        return "released"
+
+    @host.tool()
+    async def nap(ms: int) -> int:
+        """Sleep ms milliseconds, then return ms."""
+        await anyio.sleep(ms / 1000)
+        return ms
+
+    @host.tool()
+    def fail_sync(message: str) -> str:
+        """Raise ToolError(message, data) from a sync handler."""
+        raise ToolError(message, {"code": 7, "where": "sync"})
+
+    @host.tool()
+    async def fail_async(message: str) -> str:
+        """Raise ToolError(message, data) from an async handler."""
+        raise ToolError(message, {"code": 8, "where": "async"})
+
+    @host.tool()
+    async def crash(message: str) -> str:
+        """Raise a plain exception (a handler bug)."""
+        raise RuntimeError(message)
+
+    @host.tool()
+    def big(mb: int) -> str:
+        """Return a string of mb MiB."""
+        return "x" * (mb * 1024 * 1024)
+
+
+HEALTHY_PROGRAM = 'const r = await tools.echo({value: "still ok"}); print(r.value, 6 * 7)'
+
+
+async def assert_healthy(host: Host) -> None:
+    """The host still runs a normal program correctly."""
+    with anyio.fail_after(30):
+        result = await host.run_code(HEALTHY_PROGRAM)
+    assert result.ok, result.text
+    assert result.text == "still ok 42\n"

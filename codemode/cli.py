@@ -235,10 +235,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             f"state dir     {state['path']} (mode {state['mode']})",
             f"sandbox       {box['mode']}, network {'on' if box['network'] else 'off'}, "
             f"writable: {', '.join(box['writable_roots'])}",
-            f"landlock      ABI {box['landlock_abi']}"
-            + (f" — unavailable: {box['reason']}" if box["landlock_abi"] == 0 else ""),
-            f"  fs rights   {', '.join(box['fs_rights']) or 'none'}",
-            f"  network     {'rules available (ABI >= 4)' if box['network_rules'] else 'rules unavailable'}",
+            *box["summary"],
         ]
         _emit("\n".join(lines))
         return 0

@@ -556,7 +556,10 @@ class Host:
                 "landlock_abi": status.abi,
                 "fs_rights": list(status.fs_rights),
                 "network_rules": status.network_rules,
+                "net_rights": list(status.net_rights),
+                "scopes": list(status.scopes),
                 "reason": status.reason,
+                "summary": status.describe(),
             },
         }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -91,21 +92,31 @@ def resolve_cwd(cwd: str | None, workspace: Path, policy: SandboxPolicy) -> Path
 
 
 def _find_git_dir(cwd: Path) -> tuple[Path, Path] | None:
-    """(work tree root, git dir) for the tree containing ``cwd``, or None."""
-    for directory in (cwd, *cwd.parents):
-        dot_git = directory / ".git"
-        if dot_git.is_dir():
-            return directory, dot_git
-        if dot_git.is_file():
+    """(work tree root, git dir) for the tree containing ``cwd``, or None (plain stat calls)."""
+    directory = str(cwd)
+    while True:
+        dot_git = os.path.join(directory, ".git")
+        try:
+            mode = os.stat(dot_git).st_mode
+        except OSError:
+            mode = 0
+        if stat.S_ISDIR(mode):
+            return Path(directory), Path(dot_git)
+        if stat.S_ISREG(mode):
             try:
-                text = dot_git.read_text(errors="replace").strip()
+                with open(dot_git, encoding="utf-8", errors="replace") as f:
+                    text = f.read().strip()
             except OSError:
                 return None
             if text.startswith("gitdir:"):
                 git_dir = Path(text[len("gitdir:") :].strip())
-                return directory, git_dir if git_dir.is_absolute() else (directory / git_dir).resolve()
+                root = Path(directory)
+                return root, git_dir if git_dir.is_absolute() else (root / git_dir).resolve()
             return None
-    return None
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return None
+        directory = parent
 
 
 def _read_ref(git_dir: Path, ref: str) -> str | None:

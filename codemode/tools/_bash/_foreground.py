@@ -11,6 +11,7 @@ import os
 import secrets
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,12 +22,13 @@ import anyio
 import anyio.to_thread
 
 from codemode.archive import Archive, ArchiveRef, LogWriter, Redactor
-from codemode.errors import ToolError
+from codemode.errors import SandboxUnavailable, ToolError
 from codemode.sandbox import SandboxPolicy, prepare_confinement
 from codemode.tools._bash._env import command_env, workspace_revision
 from codemode.tools._bash._proctree import terminate_tree
 from codemode.tools._bash._pump import Pump
 from codemode.tools._bash._shape import build_result
+from codemode.tools._bash._spawner import Spawners
 from codemode.tools._capture import StreamCapture
 from codemode.tools._verification import classify_command
 
@@ -34,6 +36,58 @@ from codemode.tools._verification import classify_command
 _DIRTY_CHECK_AFTER_MS = 100
 # How long a stopped tree gets between SIGTERM and SIGKILL.
 TERM_GRACE_SECONDS = 2.0
+# Output up to this size is kept in memory and archived in one piece at the end.
+_LOG_IN_MEMORY_BYTES = 64 * 1024
+
+
+class LazyLog:
+    """A foreground command's log: in memory while small, streamed into the archive past that.
+
+    Most commands print little; archiving their output in one ``put`` at the end (or not at all
+    when there is none) keeps the light path light. Bytes are redacted before they are
+    persisted either way.
+
+    Args:
+        archive: Where the log goes.
+        session_id: The owning session.
+        redactor: Redacts the in-memory case (the streamed case uses the archive's).
+    """
+
+    def __init__(self, archive: Archive, session_id: str, redactor: Redactor) -> None:
+        self._archive = archive
+        self._session_id = session_id
+        self._redactor = redactor
+        self._buffer = bytearray()
+        self._writer: LogWriter | None = None
+        self._result: ArchiveRef | None = None
+
+    def write(self, data: bytes) -> None:
+        """Append output."""
+        if self._writer is not None:
+            self._writer.write(data)
+            return
+        self._buffer += data
+        if len(self._buffer) > _LOG_IN_MEMORY_BYTES:
+            self.stream()
+
+    def stream(self) -> LogWriter:
+        """Switch to streaming into an archive log (readable while it grows) and return it."""
+        if self._writer is None:
+            self._writer = self._archive.open_log(kind="log", session_id=self._session_id, redact=True)
+            if self._buffer:
+                self._writer.write(bytes(self._buffer))
+                self._buffer = bytearray()
+        return self._writer
+
+    def close(self) -> ArchiveRef | None:
+        """Finish the log; None when the command printed nothing."""
+        if self._result is None:
+            if self._writer is not None:
+                self._result = self._writer.close()
+            elif self._buffer:
+                data = self._redactor.redact_bytes(bytes(self._buffer))
+                self._result = self._archive.put(data, kind="log", session_id=self._session_id)
+        return self._result
 
 
 @dataclass
@@ -62,7 +116,7 @@ class Running:
     pump: Pump
     stdout: StreamCapture
     stderr: StreamCapture
-    log: LogWriter
+    log: LazyLog
     started: float  # time.monotonic()
     started_wall: float  # time.time()
 
@@ -91,42 +145,49 @@ def new_marker(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(6)}"
 
 
-def spawn(spec: RunSpec, archive: Archive, marker: str) -> Running:
-    """Start ``spec.command`` confined, with its log open.
+def spawn(
+    spec: RunSpec, archive: Archive, marker: str, redactor: Redactor, spawners: Spawners | None = None
+) -> Running:
+    """Start ``spec.command`` confined, with its (lazy) log.
+
+    A confined policy starts the shell from that policy's confined spawner thread (see
+    ``_spawner``) when ``spawners`` is given, else through the sandbox's ``preexec_fn``.
 
     Raises:
         ToolError: The sandbox cannot be enforced (fail closed) or the shell cannot start.
     """
-    from codemode.errors import SandboxUnavailable
-
+    options: dict[str, Any] = {
+        "stdin": subprocess.DEVNULL,
+        "stdout": subprocess.PIPE,
+        "stderr": subprocess.PIPE,
+        "cwd": spec.cwd,
+        "start_new_session": True,
+        "bufsize": 0,
+    }
+    argv = ["/bin/bash", "-c", spec.command]
+    started = time.monotonic()
     try:
-        conf = prepare_confinement(spec.policy)
-    except SandboxUnavailable as exc:
-        raise ToolError(str(exc), {"error": "sandbox_unavailable"}) from exc
-    with conf:
-        env = command_env(spec.environ, marker, conf.env, term="dumb")
-        log = archive.open_log(kind="bash", session_id=spec.session_id, redact=True)
-        started = time.monotonic()
-        try:
-            proc = subprocess.Popen(
-                ["/bin/bash", "-c", spec.command],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=spec.cwd,
-                env=env,
-                start_new_session=True,
-                preexec_fn=conf.preexec,
-                pass_fds=conf.pass_fds,
-                bufsize=0,
-            )
-        except OSError as exc:
-            log.close()
-            raise ToolError(
-                f"could not start /bin/bash in {str(spec.cwd)!r}: {exc.strerror or exc}",
-                {"error": "spawn_failed"},
-            ) from exc
+        if spec.policy.confined and spawners is not None:
+            spawner = spawners.get(spec.policy)
+            options["env"] = command_env(spec.environ, marker, spawner.env, term="dumb")
+            started = time.monotonic()
+            proc = spawner.popen(argv, **options)
+        else:
+            try:
+                conf = prepare_confinement(spec.policy)
+            except SandboxUnavailable as exc:
+                raise ToolError(str(exc), {"error": "sandbox_unavailable"}) from exc
+            with conf:
+                options["env"] = command_env(spec.environ, marker, conf.env, term="dumb")
+                started = time.monotonic()
+                proc = subprocess.Popen(argv, preexec_fn=conf.preexec, pass_fds=conf.pass_fds, **options)
+    except OSError as exc:
+        raise ToolError(
+            f"could not start /bin/bash in {str(spec.cwd)!r}: {exc.strerror or exc}",
+            {"error": "spawn_failed"},
+        ) from exc
     stdout, stderr = StreamCapture(), StreamCapture()
+    log = LazyLog(archive, spec.session_id, redactor)
     pump = Pump(proc, stdout, stderr, log)
     return Running(spec, marker, proc, pump, stdout, stderr, log, started, time.time())
 
@@ -155,14 +216,18 @@ def finish(
     signal_name: str | None = None
     log_ref: ArchiveRef | None = None
     next_offset: int | None = None
+    log_name: str | None = None
     if promoted_process_id is None:
         exit_code, signal_name = running.reap()
         running.pump.close()
         log_ref = running.log.close()
+        log_name = log_ref.ref if log_ref is not None else None
     else:
         next_offset = running.pump.log_bytes
+        log_name = running.log.stream().ref
+    classification = classify_command(spec.command)
     check_dirty = promoted_process_id is None and (
-        duration_ms >= _DIRTY_CHECK_AFTER_MS or classify_command(spec.command) is not None
+        duration_ms >= _DIRTY_CHECK_AFTER_MS or classification is not None
     )
     revision = workspace_revision(spec.cwd, check_dirty=check_dirty)
     text, structured = build_result(
@@ -178,7 +243,8 @@ def finish(
         timeout_seconds=spec.timeout_seconds,
         duration_ms=duration_ms,
         log=log_ref,
-        log_ref=running.log.ref,
+        log_ref=log_name,
+        classification=classification,
         revision=revision,
         purpose=spec.purpose,
         scope=spec.scope,
@@ -198,6 +264,7 @@ async def run_foreground(
     handoff_seconds: float | None,
     promote: Callable[[Running], str | None],
     track: Callable[[Running, bool], None] | None = None,
+    spawners: Spawners | None = None,
 ) -> Outcome:
     """Run one foreground command to its end, its timeout, or its hand-off.
 
@@ -212,21 +279,18 @@ async def run_foreground(
             caller of ``promote`` owns the pump), or None to keep waiting to the timeout.
         track: Told when the command starts (True) and ends or is promoted (False), so the
             manager can stop foreground runs at shutdown.
+        spawners: Confined spawner threads (the fast way to start confined commands).
 
     Raises:
         ToolError: The command could not be started.
     """
-    running = await anyio.to_thread.run_sync(spawn, spec, archive, new_marker("f"))
-    if track is not None:
-        track(running, True)
-    timeout_at = running.started + spec.timeout_seconds
-    wait_until = timeout_at
-    if handoff_seconds is not None:
-        wait_until = min(timeout_at, running.started + handoff_seconds)
+    leg = _FirstLeg(spec, archive, redactor, handoff_seconds, track, spawners)
     try:
-        status = await anyio.to_thread.run_sync(running.pump.run, wait_until, abandon_on_cancel=True)
-        if status == "finished":
-            return await anyio.to_thread.run_sync(lambda: finish(running, redactor=redactor))
+        status, outcome = await anyio.to_thread.run_sync(leg.run, abandon_on_cancel=True)
+        if outcome is not None:
+            return outcome
+        running = leg.running
+        assert running is not None
         if status == "deadline" and handoff_seconds is not None:
             process_id = await anyio.to_thread.run_sync(promote, running)
             if process_id is not None:
@@ -234,24 +298,86 @@ async def run_foreground(
                     lambda: finish(running, redactor=redactor, promoted_process_id=process_id)
                 )
             # Not promoted (cap reached or shutting down): wait to the timeout instead.
-            status = await anyio.to_thread.run_sync(running.pump.run, timeout_at, abandon_on_cancel=True)
+            status = await anyio.to_thread.run_sync(running.pump.run, leg.timeout_at, abandon_on_cancel=True)
             if status == "finished":
                 return await anyio.to_thread.run_sync(lambda: finish(running, redactor=redactor))
         # Timed out (or woken at shutdown): stop the tree, then collect what it wrote.
         timed_out = status == "deadline"
         with anyio.CancelScope(shield=True):
-            outcome = await anyio.to_thread.run_sync(
+            stopped = await anyio.to_thread.run_sync(
                 lambda: _stop_and_finish(running, redactor, timed_out=timed_out, cancelled=not timed_out)
             )
-        return outcome
+        return stopped
     except anyio.get_cancelled_exc_class():
         with anyio.CancelScope(shield=True):
-            running.pump.wake()
-            await anyio.to_thread.run_sync(lambda: _stop_and_finish(running, redactor, cancelled=True))
+            to_stop = leg.cancel()
+            if to_stop is not None:
+                to_stop.pump.wake()
+                await anyio.to_thread.run_sync(lambda: _stop_and_finish(to_stop, redactor, cancelled=True))
         raise
     finally:
-        if track is not None:
-            track(running, False)
+        if track is not None and leg.running is not None:
+            track(leg.running, False)
+
+
+class _FirstLeg:
+    """Spawn, read to the end or the first deadline, and shape: one worker-thread hop.
+
+    Cancellation can arrive at any point; whoever comes second (the thread after spawning, or
+    :meth:`cancel`) stops the command, and a command that already finished is not stopped.
+    """
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        archive: Archive,
+        redactor: Redactor,
+        handoff_seconds: float | None,
+        track: Callable[[Running, bool], None] | None,
+        spawners: Spawners | None,
+    ) -> None:
+        self.spec = spec
+        self.spawners = spawners
+        self.archive = archive
+        self.redactor = redactor
+        self.handoff_seconds = handoff_seconds
+        self.track = track
+        self.running: Running | None = None
+        self.timeout_at = 0.0
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._finishing = False
+
+    def run(self) -> tuple[str, Outcome | None]:
+        running = spawn(self.spec, self.archive, new_marker("f"), self.redactor, self.spawners)
+        with self._lock:
+            self.running = running
+            cancelled = self._cancelled
+        if self.track is not None:
+            self.track(running, True)
+        if cancelled:
+            _stop_and_finish(running, self.redactor, cancelled=True)
+            if self.track is not None:
+                self.track(running, False)
+            return "woken", None
+        self.timeout_at = running.started + self.spec.timeout_seconds
+        wait_until = self.timeout_at
+        if self.handoff_seconds is not None:
+            wait_until = min(self.timeout_at, running.started + self.handoff_seconds)
+        status = running.pump.run(wait_until)
+        with self._lock:
+            if self._cancelled:
+                return status, None
+            self._finishing = status == "finished"
+        if self._finishing:
+            return status, finish(running, redactor=self.redactor)
+        return status, None
+
+    def cancel(self) -> Running | None:
+        """Mark cancelled; return the command if the caller must stop it."""
+        with self._lock:
+            self._cancelled = True
+            return None if self._finishing else self.running
 
 
 def _stop_and_finish(

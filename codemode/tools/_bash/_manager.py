@@ -39,6 +39,7 @@ from codemode.tools._bash._env import resolve_cwd
 from codemode.tools._bash._foreground import TERM_GRACE_SECONDS, Running, RunSpec, run_foreground
 from codemode.tools._bash._proctree import create_time, is_same_process, terminate_tree
 from codemode.tools._bash._records import ProcessRecord
+from codemode.tools._bash._spawner import Spawners
 from codemode.tools._bash._tool import (
     DEFAULT_READ_BYTES,
     DEFAULT_TIMEOUT_SECONDS,
@@ -131,6 +132,7 @@ class ProcessManager:
         me = os.getpid()
         self._me = (me, create_time(me))
         self._closed = False
+        self._spawners = Spawners()
         self.maintain()
 
     # ------------------------------------------------------------------ plumbing
@@ -299,6 +301,7 @@ class ProcessManager:
             handoff_seconds=self._handoff,
             promote=self._promote,
             track=self._track,
+            spawners=self._spawners,
         )
         return ToolResult.from_text(outcome.text, outcome.structured, is_error=outcome.is_error)
 
@@ -348,6 +351,7 @@ class ProcessManager:
             return None
         process_id = f"p_{secrets.token_hex(6)}"
         started = create_time(running.proc.pid)
+        log = running.log.stream()  # readable while it grows
         with self._db() as conn:
             _records.insert(
                 conn,
@@ -366,8 +370,8 @@ class ProcessManager:
                 pid_started=started,
                 supervisor_pid=self._me[0],
                 supervisor_started=self._me[1],
-                log_path=str(running.log.path),
-                log_ref=running.log.ref,
+                log_path=str(log.path),
+                log_ref=log.ref,
                 input_path=None,
                 started_at=running.started_wall,
             )
@@ -707,6 +711,7 @@ class ProcessManager:
             deadline = time.monotonic() + 10
             while self._foreground and time.monotonic() < deadline:
                 await anyio.sleep(0.01)
+        self._spawners.close()
         with self._db() as conn:
             conn.close()
 

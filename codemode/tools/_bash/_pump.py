@@ -13,10 +13,16 @@ import select
 import subprocess
 import threading
 import time
-from typing import Literal
+from typing import Literal, Protocol
 
-from codemode.archive import LogWriter
 from codemode.tools._capture import StreamCapture
+
+
+class LogSink(Protocol):
+    """Where the combined output goes."""
+
+    def write(self, data: bytes) -> None: ...
+
 
 _CHUNK = 1 << 20
 # After the command's shell exits, descendants it left behind may hold the pipes open; stop
@@ -42,7 +48,7 @@ class Pump:
         proc: subprocess.Popen[bytes],
         stdout: StreamCapture,
         stderr: StreamCapture,
-        log: LogWriter,
+        log: LogSink,
     ) -> None:
         assert proc.stdout is not None and proc.stderr is not None
         self.proc = proc

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from pathlib import Path
 from typing import Any
 
 from codemode.archive import ArchiveRef, Redactor
 from codemode.sandbox import SandboxPolicy, explain_denial
 from codemode.tools._capture import Excerpt, shape_output
-from codemode.tools._verification import classify_command, failure_summary, parse_verification
+from codemode.tools._verification import Classification, failure_summary, parse_verification
+
+_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
 def _as_dict(value: Any) -> Any:
@@ -46,7 +49,8 @@ def build_result(
     timeout_seconds: int,
     duration_ms: int,
     log: ArchiveRef | None,
-    log_ref: str,
+    log_ref: str | None,
+    classification: Classification | None,
     revision: dict[str, Any] | None,
     purpose: str | None,
     scope: str | None,
@@ -68,7 +72,6 @@ def build_result(
     cut = stdout.truncated or stderr.truncated
     lines: list[str] = [view] if view else []
 
-    classification = classify_command(command)
     verification = None
     if classification is not None and promoted_process_id is None:
         verification = parse_verification(classification, f"{stdout.text}\n{stderr.text}", exit_code)
@@ -97,7 +100,8 @@ def build_result(
             summary = failure_summary(verification)
             if summary:
                 lines.append(summary)
-        lines.append(f"Output was cut; the full log: {read_archive_hint(log_ref)}")
+        if log_ref is not None:
+            lines.append(f"Output was cut; the full log: {read_archive_hint(log_ref)}")
     denial = explain_denial(f"{stdout.text}\n{stderr.text}", policy, cwd)
     if denial:
         lines.append(denial)
@@ -115,7 +119,11 @@ def build_result(
         "log": (
             {"ref": log.ref, "sha256": log.sha256, "bytes": log.total_bytes}
             if log is not None
-            else {"ref": log_ref, "sha256": None, "bytes": None}
+            else {
+                "ref": log_ref,
+                "sha256": None if log_ref else _EMPTY_SHA256,
+                "bytes": None if log_ref else 0,
+            }
         ),
         "cwd": str(cwd),
         "purpose": purpose,

@@ -264,3 +264,32 @@ async def test_killed_by_signal_reports_it(bash: Caller) -> None:
     result = await bash(command="kill -9 $$")
     assert result.structured_content["exit_code"] == 137
     assert "Exit code 137 (killed by SIGKILL)" in result.text
+
+
+async def test_missing_landlock_fails_closed(
+    bash: Caller, monkeypatch: pytest.MonkeyPatch, workspace: Path, archive: Any
+) -> None:
+    from codemode.sandbox import SandboxMode, SandboxPolicy, landlock_status
+
+    await bash(command="true")  # a spawner for this policy exists already
+    monkeypatch.setenv("CODEMODE_SIMULATE_NO_LANDLOCK", "1")
+    landlock_status.cache_clear()
+    try:
+        with pytest.raises(ToolError, match="Landlock"):
+            await bash(command="echo should-not-run")
+        with pytest.raises(ToolError, match="Landlock"):
+            await bash(command="echo should-not-run", run_in_background=True)
+        full = Caller(
+            bash.manager, ToolContext("s1", workspace, SandboxPolicy(mode=SandboxMode.FULL_ACCESS), archive)
+        )
+        assert (await full(command="echo unconfined")).text == "unconfined"
+    finally:
+        monkeypatch.delenv("CODEMODE_SIMULATE_NO_LANDLOCK")
+        landlock_status.cache_clear()
+
+
+async def test_confined_spawner_does_not_confine_the_host(bash: Caller, tmp_path: Path) -> None:
+    await bash(command="true")
+    outside = tmp_path / "host-can-write.txt"
+    outside.write_text("ok")  # this thread is not confined
+    assert outside.read_text() == "ok"

@@ -1,0 +1,254 @@
+"""Benchmarks of the bash tool; every ratio against a baseline measured in the same run.
+
+Run: ``PYTHONPATH=. python bench/bench_bash.py [--gb 1] [--background 100]``
+
+1. Foreground ``true`` through the tool vs ``subprocess.run(["bash", "-c", "true"])`` (target <= 1.5x),
+   in full-access and in the default workspace-write sandbox.
+2. 1 GB of output through ``run``: MB/s (target >= 200) and peak RSS growth (target <= 64 MB),
+   beside the throughput of the archive's stream redaction alone (a ceiling for ``run``).
+3. ``read`` with ``wait_ms``: time from the output reaching the log file to ``read`` returning
+   (target <= 20 ms).
+4. 100 background processes in one session: start, list, read, stop all, correctness checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+
+from codemode.archive import Archive
+from codemode.archive._redact import Redactor, StreamRedactor
+from codemode.sandbox import SandboxMode, SandboxPolicy
+from codemode.tools._bash import ProcessManager
+from codemode.tools._model import ToolContext, ToolResult
+
+
+class Bash:
+    def __init__(self, manager: ProcessManager, ctx: ToolContext) -> None:
+        self.tool = manager.extension().tools[0]
+        self.ctx = ctx
+
+    async def __call__(self, **args: Any) -> ToolResult:
+        model = self.tool.input_model.model_validate(args)
+        result: ToolResult = await self.tool.handler(**self.tool.bind(model, self.ctx))
+        return result
+
+
+def _median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+async def bench_true(root: Path, archive: Archive, n: int) -> None:
+    ws = root / "ws"
+    manager = ProcessManager(archive, handoff_seconds=10)
+    full = Bash(manager, ToolContext("b", ws, SandboxPolicy(mode=SandboxMode.FULL_ACCESS), archive))
+    confined = Bash(
+        manager,
+        ToolContext(
+            "b",
+            ws,
+            SandboxPolicy(writable_roots=(ws,), temp_dir=root / "tmp", protected=(root / "state",)),
+            archive,
+        ),
+    )
+    for _ in range(10):  # warm up
+        await full(command="true")
+        await confined(command="true")
+        subprocess.run(["bash", "-c", "true"])
+    base, tool_full, tool_confined = [], [], []
+    for _ in range(n):  # interleaved, so load changes hit all three alike
+        t = time.perf_counter()
+        subprocess.run(["bash", "-c", "true"])
+        base.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        await full(command="true")
+        tool_full.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        await confined(command="true")
+        tool_confined.append(time.perf_counter() - t)
+    b = _median_ms(base)
+    print(f"[true] subprocess.run(bash -c true): {b:.2f} ms median (n={n})")
+    print(
+        f"[true] bash tool, full-access:      {_median_ms(tool_full):.2f} ms  ratio {_median_ms(tool_full) / b:.2f}x"
+    )
+    print(
+        f"[true] bash tool, workspace-write:  {_median_ms(tool_confined):.2f} ms  "
+        f"ratio {_median_ms(tool_confined) / b:.2f}x   (target <= 1.5x)"
+    )
+    await manager.aclose()
+
+
+class _RssSampler:
+    def __init__(self) -> None:
+        self.proc = psutil.Process()
+        self.base = self.proc.memory_info().rss
+        self.peak = self.base
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+
+    def __enter__(self) -> _RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+async def bench_gigabyte(root: Path, archive: Archive, gb: float) -> None:
+    total = int(gb * 1_000_000_000)
+    chunk = (b"a line of ordinary build output, 0123456789 abcdef\n" * 20000)[: 1 << 20]
+    redactor = StreamRedactor(Redactor())
+    t = time.perf_counter()
+    for _ in range(200):
+        redactor.feed(chunk)
+    redact_mbs = 200 * len(chunk) / 1e6 / (time.perf_counter() - t)
+
+    manager = ProcessManager(archive, handoff_seconds=None)
+    bash = Bash(manager, ToolContext("b", root / "ws", SandboxPolicy(mode=SandboxMode.FULL_ACCESS), archive))
+    command = f"yes 'a line of ordinary build output, 0123456789 abcdef' | head -c {total}"
+    t = time.perf_counter()
+    subprocess.run(["bash", "-c", command], stdout=subprocess.DEVNULL)
+    producer = time.perf_counter() - t
+    with _RssSampler() as rss:
+        t = time.perf_counter()
+        result = await bash(command=command, timeout_seconds=3600)
+        elapsed = time.perf_counter() - t
+    assert result.structured_content["stdout"]["bytes"] == total, result.structured_content["stdout"]
+    mbs = total / 1e6 / elapsed
+    print(f"[1GB] producer alone (to /dev/null): {total / 1e6 / producer:.0f} MB/s")
+    print(f"[1GB] archive stream redaction alone (1 MiB chunks): {redact_mbs:.0f} MB/s  (ceiling for run)")
+    print(f"[1GB] run: {total / 1e6:.0f} MB in {elapsed:.2f} s = {mbs:.0f} MB/s   (target >= 200)")
+    print(f"[1GB] peak RSS growth: {(rss.peak - rss.base) / 1e6:.1f} MB   (target <= 64)")
+    await manager.aclose()
+
+
+async def bench_read_latency(root: Path, archive: Archive, rounds: int) -> None:
+    manager = ProcessManager(archive, handoff_seconds=None)
+    bash = Bash(manager, ToolContext("b", root / "ws", SandboxPolicy(mode=SandboxMode.FULL_ACCESS), archive))
+    started = await bash(command='while read -r line; do echo "$line"; done', run_in_background=True)
+    pid = started.structured_content["process_id"]
+    log_path = Path(manager._get("b", pid).log_path)
+    offset = 0
+    latencies = []
+    for i in range(rounds):
+        appeared: list[float] = []
+
+        def watch(after: int = offset) -> None:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if log_path.stat().st_size > after:
+                    appeared.append(time.perf_counter())
+                    return
+
+        watcher = threading.Thread(target=watch)
+        async with anyio.create_task_group() as tg:
+            done: list[dict[str, Any]] = []
+
+            async def reader() -> None:
+                res = await bash(action="read", process_id=pid, offset_bytes=offset, wait_ms=10_000)
+                done.append({"t": time.perf_counter(), "data": res.structured_content})
+
+            tg.start_soon(reader)
+            await anyio.sleep(0.05)  # the reader is waiting
+            watcher.start()
+            await bash(action="write", process_id=pid, input=f"line {i}\n")
+        watcher.join()
+        latencies.append(done[0]["t"] - appeared[0])
+        offset = done[0]["data"]["next_offset"]
+    await bash(action="stop", process_id=pid)
+    ms = sorted(x * 1000 for x in latencies)
+    print(
+        f"[read wait_ms] output in log -> read returns: median {statistics.median(ms):.1f} ms, "
+        f"max {ms[-1]:.1f} ms over {rounds} rounds   (target <= 20)"
+    )
+    await manager.aclose()
+
+
+async def bench_background(root: Path, archive: Archive, count: int) -> None:
+    manager = ProcessManager(archive, handoff_seconds=None, max_background_per_session=count)
+    bash = Bash(
+        manager, ToolContext("many", root / "ws", SandboxPolicy(mode=SandboxMode.FULL_ACCESS), archive)
+    )
+    t = time.perf_counter()
+    ids = []
+    for i in range(count):
+        res = await bash(command=f"echo n{i}; exec sleep 1000", run_in_background=True)
+        ids.append(res.structured_content["process_id"])
+    t_start = time.perf_counter() - t
+    t = time.perf_counter()
+    listed = (await bash(action="list")).structured_content["processes"]
+    t_list = time.perf_counter() - t
+    assert sorted(p["process_id"] for p in listed) == sorted(ids)
+    assert all(p["state"] == "running" for p in listed)
+    t = time.perf_counter()
+    for i, pid in enumerate(ids):
+        out = ""
+        while f"n{i}" not in out:
+            out += (await bash(action="read", process_id=pid, wait_ms=5000)).structured_content["output"]
+    t_read = time.perf_counter() - t
+    supervisors = [
+        m.pid
+        for m in psutil.process_iter(["cmdline"])
+        if "_supervisor.py" in " ".join(m.info["cmdline"] or [])
+    ]
+    rss = sum(psutil.Process(p).memory_info().rss for p in supervisors if psutil.pid_exists(p)) / max(
+        len(supervisors), 1
+    )
+    t = time.perf_counter()
+    for pid in ids:
+        await bash(action="stop", process_id=pid)
+    t_stop = time.perf_counter() - t
+    states = {p["state"] for p in (await bash(action="list")).structured_content["processes"]}
+    assert states == {"stopped"}, states
+    print(
+        f"[{count} background] start {t_start / count * 1000:.0f} ms each, list {t_list * 1000:.0f} ms, "
+        f"read {t_read / count * 1000:.1f} ms each, stop {t_stop / count * 1000:.0f} ms each; all correct; "
+        f"supervisor RSS ~{rss / 1e6:.0f} MB each"
+    )
+    await manager.aclose()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--gb", type=float, default=1.0)
+    parser.add_argument("--background", type=int, default=100)
+    parser.add_argument("--true-runs", type=int, default=200)
+    parser.add_argument("--read-rounds", type=int, default=30)
+    parser.add_argument("--only", choices=["true", "read", "background", "gb"], action="append")
+    args = parser.parse_args()
+    parts = set(args.only or ["true", "read", "background", "gb"])
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "ws").mkdir()
+        (root / "tmp").mkdir()
+        archive = Archive(root / "state")
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}")
+        if "true" in parts:
+            await bench_true(root, archive, args.true_runs)
+        if "read" in parts:
+            await bench_read_latency(root, archive, args.read_rounds)
+        if "background" in parts:
+            await bench_background(root, archive, args.background)
+        if "gb" in parts:
+            await bench_gigabyte(root, archive, args.gb)
+        archive.close()
+
+
+if __name__ == "__main__":
+    anyio.run(main)

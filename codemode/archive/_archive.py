@@ -25,11 +25,14 @@ import sqlite3
 import stat
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import wraps
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 from codemode.archive._redact import Redactor, StreamRedactor
-from codemode.errors import StateDirError, ToolError, UnknownRefError
+from codemode.errors import HostFault, StateDirError, ToolError, UnknownRefError
 
 __all__ = [
     "COMPACT_KEEP_BYTES",
@@ -164,6 +167,27 @@ def _secure_state_dir(path: Path) -> Path:
     return path
 
 
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _host_faults(fn: Callable[_P, _T]) -> Callable[_P, _T]:
+    """Turn database and disk failures (locked for too long, disk full, I/O error) into HostFault."""
+
+    @wraps(fn)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return fn(*args, **kwargs)
+        except sqlite3.Error as exc:
+            raise HostFault(f"the archive database failed during {fn.__name__}: {exc}") from exc
+        except OSError as exc:
+            raise HostFault(
+                f"the archive could not {fn.__name__.replace('_', ' ')}: {exc.strerror or exc}"
+            ) from exc
+
+    return wrapper
+
+
 def _configure(conn: sqlite3.Connection) -> sqlite3.Connection:
     conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA synchronous = NORMAL")
@@ -274,6 +298,9 @@ class Archive:
         redactor: Redacts text before it is persisted and raw logs when read. Defaults to a
             `Redactor` over ``os.environ``.
 
+    Every method below raises `HostFault` when the database or the disk fails (locked for
+    longer than the busy timeout, disk full, I/O error): that is never the model's fault.
+
     Raises:
         StateDirError: The directory is not a directory, is not ours, cannot be secured, or
             the database cannot be opened.
@@ -383,6 +410,7 @@ class Archive:
 
     # -- entries ----------------------------------------------------------------------------
 
+    @_host_faults
     def put(self, data: str | bytes, *, kind: str, session_id: str | None = None) -> ArchiveRef:
         """Store a text (redacted first) or bytes (as given) as a new entry.
 
@@ -416,6 +444,7 @@ class Archive:
         )
         return ArchiveRef(ref, len(blob), digest)
 
+    @_host_faults
     def open_log(self, *, kind: str, session_id: str | None = None, redact: bool = True) -> LogWriter:
         """Start a streamed entry (a command log); it is readable while being written.
 
@@ -435,6 +464,7 @@ class Archive:
         stream = StreamRedactor(self._redactor) if redact else None
         return LogWriter(self, ref, path, stream)
 
+    @_host_faults
     def finish_log(self, ref: str) -> ArchiveRef:
         """Finish a streamed entry whose file another process wrote (see `LogWriter.detach`).
 
@@ -511,6 +541,7 @@ class Archive:
         file, retained_from, finished, total, raw, stream = row
         return file, retained_from, (total if finished is not None else None), raw, stream
 
+    @_host_faults
     def read(self, ref: str, offset: int = 0, limit: int = 65536) -> ArchivePage:
         """Read up to ``limit`` bytes of an entry from byte ``offset``.
 
@@ -590,6 +621,7 @@ class Archive:
                     data = data[:cut]
         return self._redactor.redact_bytes(data), end
 
+    @_host_faults
     def pin(self, ref: str, pinned: bool) -> None:
         """Protect an entry from compaction and expiry (or lift the protection).
 
@@ -599,6 +631,7 @@ class Archive:
         if self._execute("UPDATE archive_entries SET pinned = ? WHERE ref = ?", (int(pinned), ref)) == 0:
             raise UnknownRefError(f"no archived text {ref!r} to pin", {"ref": ref})
 
+    @_host_faults
     def entry_info(self, ref: str) -> dict[str, object]:
         """Index data of one entry: kind, session, sizes, times, flags (for the CLI and doctor).
 
@@ -619,6 +652,7 @@ class Archive:
 
     # -- maintenance ------------------------------------------------------------------------
 
+    @_host_faults
     def maintain(self, now: float | None = None) -> dict[str, int]:
         """Compact finished logs to their last 8 MiB and expire what is older than 30 days.
 
@@ -712,6 +746,7 @@ class Archive:
                 {"field": "key", "limit": STORE_KEY_MAX_CHARS},
             )
 
+    @_host_faults
     def store_get(self, session_id: str, key: str) -> str | None:
         """Return the JSON text stored under ``key``, or ``None`` when the key is missing.
 
@@ -730,6 +765,7 @@ class Archive:
             self._release(conn)
         return None if row is None else str(row[0])
 
+    @_host_faults
     def store_set(self, session_id: str, key: str, value_json: str) -> None:
         """Store a JSON value under ``key`` for the session (replacing any old value).
 
@@ -777,6 +813,7 @@ class Archive:
         finally:
             self._release(conn)
 
+    @_host_faults
     def store_delete(self, session_id: str, key: str) -> bool:
         """Delete ``key``; return whether it existed.
 
@@ -788,6 +825,7 @@ class Archive:
             self._execute("DELETE FROM store_values WHERE session_id = ? AND key = ?", (session_id, key))
         )
 
+    @_host_faults
     def store_keys(self, session_id: str) -> list[str]:
         """The session's keys, sorted."""
         conn = self._acquire()
@@ -801,6 +839,7 @@ class Archive:
 
     # -- run records ------------------------------------------------------------------------
 
+    @_host_faults
     def get_run(self, call_id: str) -> str | None:
         """The recorded result (JSON text) of call ``call_id``, or ``None``."""
         conn = self._acquire()
@@ -810,6 +849,7 @@ class Archive:
             self._release(conn)
         return None if row is None else str(row[0])
 
+    @_host_faults
     def record_run(self, call_id: str, session_id: str, result_json: str) -> None:
         """Record the result of call ``call_id``. The first record wins: a later one is ignored."""
         self._execute(

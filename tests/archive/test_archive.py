@@ -441,3 +441,38 @@ def test_log_written_by_another_process(archive: Archive, tmp_path: Path) -> Non
     assert done.total_bytes == len(raw) and done.sha256 == hashlib.sha256(raw).hexdigest()
     assert archive.finish_log(log.ref) == done
     assert archive.entry_info(log.ref)["finished"] is not None
+
+
+def test_disk_failure_is_a_host_fault(archive: Archive) -> None:
+    from codemode.errors import HostFault
+
+    blobs = archive.state_dir / "blobs"
+    for f in blobs.iterdir():
+        f.unlink()
+    blobs.rmdir()
+    blobs.write_text("in the way")
+    with pytest.raises(HostFault, match="put"):
+        archive.put("text", kind="output")
+    assert archive.store_keys("s") == []  # the archive keeps working otherwise
+
+
+def test_put_and_read_from_many_threads(archive: Archive) -> None:
+    results: dict[int, str] = {}
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            for i in range(30):
+                text = f"thread {n} item {i} " * (n + 1)
+                ref = archive.put(text, kind="output", session_id=f"s{n}")
+                assert archive.read(ref.ref).data == text.encode()
+                results[n * 100 + i] = ref.ref
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(set(results.values())) == 240

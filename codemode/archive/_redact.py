@@ -34,8 +34,9 @@ def _tok(literal: str, rest: str) -> str:
 # Rules come in groups behind one gate each. A gate is a regex that starts with a literal (the
 # regex engine scans for a literal prefix fast) matching any of its rules' leading literals;
 # only when it hits do the group's rules run. A scan costs about 1 ns a byte, so the number of
-# groups is what sets the speed on text without secrets. The url group is first gated by a
-# memchr-fast test for "@".
+# groups is what sets the speed on text without secrets; related rules share a gate (a
+# one-character prefix such as "y" for "ya29." and "Key=" still scans fast). The url group is
+# first gated by a memchr-fast test for "@".
 #
 # A rule is (label, pattern). The pattern may define a group "pre" that is kept (for example
 # the "AccountKey=" before an Azure key, or the user part of a URL); the rest of the match is
@@ -55,15 +56,22 @@ _GROUPS: list[tuple[str, str, list[tuple[str, str]]]] = [
     ),
     (
         "",
-        r"A(?:KIA|SIA|Iza|ccountKey=)",
+        r"A(?:KIA|SIA|Iza)",
         [
             ("aws-access-key-id", _tok("AKIA", r"[0-9A-Z]{16}(?![0-9A-Za-z])")),
             ("aws-access-key-id", _tok("ASIA", r"[0-9A-Z]{16}(?![0-9A-Za-z])")),
             ("gcp-api-key", _tok("AIza", r"[0-9A-Za-z_\-]{35}(?![0-9A-Za-z_\-])")),
-            ("azure-key", r"(?P<pre>AccountKey=)[A-Za-z0-9+/]{40,}={0,2}"),
         ],
     ),
-    ("", r"SharedAccessKey=", [("azure-key", r"(?P<pre>SharedAccessKey=)[A-Za-z0-9+/]{40,}={0,2}")]),
+    (
+        "",
+        r"y(?:a29\.|=)",
+        [
+            ("gcp-oauth-token", _tok("ya29.", r"[0-9A-Za-z_\-]{20,}")),
+            ("azure-key", r"(?P<pre>AccountKey=)[A-Za-z0-9+/]{40,}={0,2}"),
+            ("azure-key", r"(?P<pre>SharedAccessKey=)[A-Za-z0-9+/]{40,}={0,2}"),
+        ],
+    ),
     (
         "",
         r"g(?:h[pousr]_|ithub_pat_|lpat-)",
@@ -76,15 +84,13 @@ _GROUPS: list[tuple[str, str, list[tuple[str, str]]]] = [
     ("", r"xox[abposr]-", [("slack-token", _tok("xox", r"[abposr]-[A-Za-z0-9\-]{10,}"))]),
     (
         "",
-        r"sk[-_]",
+        r"k(?:-|_live_|_test_)",
         [
             ("anthropic-key", _tok("sk-ant-", r"[A-Za-z0-9_\-]{20,}")),
             ("openai-key", _tok("sk-", r"(?=[A-Za-z_\-]*[0-9])[A-Za-z0-9_\-]{20,}")),
             ("stripe-key", _STRIPE),
         ],
     ),
-    ("", r"rk_", [("stripe-key", _STRIPE)]),
-    ("", r"ya29\.", [("gcp-oauth-token", _tok("ya29.", r"[0-9A-Za-z_\-]{20,}"))]),
     (
         "",
         r"e(?:yJ|cret|arer)",

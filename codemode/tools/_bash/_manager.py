@@ -184,7 +184,7 @@ class ProcessManager:
                 )
             fresh = _records.get(conn, record.process_id)
         assert fresh is not None
-        if record.kind == "promoted" and fresh.state == "lost":
+        if fresh.state == "lost":
             # Nothing reads its output any more: end what is left of it (found by its marker).
             alive = record.pid is not None and is_same_process(record.pid, record.pid_started or 0.0)
             root = record.pid if alive else None
@@ -220,7 +220,7 @@ class ProcessManager:
         for record in records:
             if record.live or record.log_ref is None:
                 continue
-            if record.kind == "background":
+            if record.kind == "background" and not self._log_finished(record.log_ref):
                 finish_log(self._archive, record.log_ref, record.log_path)
             with contextlib.suppress(ToolError):
                 self._archive.pin(record.log_ref, record.process_id in pending_ids)
@@ -234,6 +234,12 @@ class ProcessManager:
                 counts["expired"] += 1
         counts.update(self._archive.maintain())
         return counts
+
+    def _log_finished(self, ref: str) -> bool:
+        try:
+            return self._archive.entry_info(ref).get("finished") is not None
+        except ToolError:
+            return True  # expired: nothing to finish
 
     # ------------------------------------------------------------------ the tool
 

@@ -251,6 +251,7 @@ async def test_sandbox_default_mode_confines_writes(bash: Caller, tmp_path: Path
     result = await bash(command=f"echo x > {outside}")
     assert result.is_error
     assert not outside.exists()
+    assert result.text.splitlines()[-1].startswith("Sandbox (workspace-write) denied writing")
 
 
 async def test_host_keeps_working_after_bad_inputs(bash: Caller) -> None:
@@ -293,3 +294,27 @@ async def test_confined_spawner_does_not_confine_the_host(bash: Caller, tmp_path
     outside = tmp_path / "host-can-write.txt"
     outside.write_text("ok")  # this thread is not confined
     assert outside.read_text() == "ok"
+
+
+async def test_verification_summary_only_when_output_was_cut(bash: Caller, workspace: Path) -> None:
+    bin_dir = workspace / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "pytest"
+    fake.write_text(
+        "#!/bin/bash\n"
+        'for i in $(seq 1 "$1"); do echo "tests/test_x.py::test_$i PASSED"; done\n'
+        'echo "FAILED tests/test_x.py::test_bad - assert 1 == 2"\n'
+        'echo "===== 1 failed, $1 passed in 0.50s ====="\n'
+        "exit 1\n"
+    )
+    fake.chmod(0o755)
+    short = await bash(command="PATH=$PWD/bin:$PATH pytest 3")
+    data = short.structured_content
+    assert data["classification"] == {"kind": "test", "tool": "pytest"}
+    assert (data["verification"]["failed"], data["verification"]["passed"]) == (1, 3)
+    assert "pytest: 1 failed" not in short.text  # the summary is in the output already
+    assert short.text.endswith("Exit code 1")
+    long = await bash(command="PATH=$PWD/bin:$PATH pytest 5000")
+    assert long.structured_content["stdout"]["truncated"]
+    assert "pytest: 1 failed, 5000 passed" in long.text
+    assert "read_archive(" in long.text

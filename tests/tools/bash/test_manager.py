@@ -336,3 +336,26 @@ async def test_many_background_processes_list_read_stop(
     assert all(p["state"] == "stopped" for p in manager.list_processes("many"))
     assert psutil.Process().num_fds() < 200
     await manager.aclose()
+
+
+async def test_supervisor_killed_exit_code_unknown(
+    bash: Caller, manager: ProcessManager, archive: Archive
+) -> None:
+    token = f"supkilled{os.getpid()}"
+    pid = await _start(bash, f"trap '' HUP; exec -a {token} sleep 1000")
+    conn = sqlite3.connect(archive.db_path)
+    (supervisor,) = conn.execute(
+        "SELECT supervisor_pid FROM bash_processes WHERE process_id = ?", (pid,)
+    ).fetchone()
+    conn.close()
+    os.kill(supervisor, 9)
+    with anyio.fail_after(10):
+        while psutil.pid_exists(supervisor) and psutil.Process(supervisor).status() != psutil.STATUS_ZOMBIE:
+            await anyio.sleep(0.01)
+    rows = {p["process_id"]: p for p in manager.list_processes("s1")}
+    assert (rows[pid]["state"], rows[pid]["exit_code"]) == ("lost", None)
+    assert _survivors(token) == []
+    (note,) = manager.pending_notifications("s1")
+    assert note.exit_code is None and "unknown" in note.text
+    read = await bash(action="read", process_id=pid)
+    assert read.structured_content["exited"] and "exit code unknown" in read.text

@@ -43,16 +43,15 @@ def _tok(literal: str, rest: str) -> str:
 # replaced by the marker.
 _KEY_ASSIGN = r"[_\-.]?(?i:access)?[_\-.]?(?i:key)[\"']?\s*[:=]\s*[\"']?)[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+])"
 _STRIPE = r"(?<![A-Za-z0-9])[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
+_PEM = r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|\Z)"
+_BEARER = r"(?P<pre>earer(?<=\b[Bb]earer)\s+)(?=[A-Za-z\-._~+/]*[0-9])[A-Za-z0-9\-._~+/]{8,}=*"
+_BASIC = r"(?P<pre>uthorization[\"']?\s*[:=]\s*[\"']?[Bb]asic\s+)[A-Za-z0-9+/]{8,}={0,2}"
+_JWT = r"[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"
 _GROUPS: list[tuple[str, str, list[tuple[str, str]]]] = [
     (
         "",
-        r"PRIVATE KEY",
-        [
-            (
-                "private-key",
-                r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|\Z)",
-            )
-        ],
+        r"E(?:CRET|(?<=PRIVATE) KEY)",
+        [("private-key", _PEM), ("aws-secret-key", r"(?P<pre>ECRET" + _KEY_ASSIGN)],
     ),
     (
         "",
@@ -91,24 +90,13 @@ _GROUPS: list[tuple[str, str, list[tuple[str, str]]]] = [
             ("stripe-key", _STRIPE),
         ],
     ),
+    ("", r"J(?<=eyJ)", [("jwt", _tok("eyJ", _JWT))]),
     (
         "",
-        r"e(?:yJ|cret|arer)",
-        [
-            ("jwt", _tok("eyJ", r"[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
-            ("aws-secret-key", r"(?P<pre>ecret" + _KEY_ASSIGN),
-            (
-                "bearer-token",
-                r"(?P<pre>earer(?<=\b[Bb]earer)\s+)(?=[A-Za-z\-._~+/]*[0-9])[A-Za-z0-9\-._~+/]{8,}=*",
-            ),
-        ],
+        r"r(?:er(?<=earer)|et(?<=ecret))",
+        [("aws-secret-key", r"(?P<pre>ecret" + _KEY_ASSIGN), ("bearer-token", _BEARER)],
     ),
-    ("", r"ECRET", [("aws-secret-key", r"(?P<pre>ECRET" + _KEY_ASSIGN)]),
-    (
-        "",
-        r"uthorization",
-        [("basic-auth", r"(?P<pre>uthorization[\"']?\s*[:=]\s*[\"']?[Bb]asic\s+)[A-Za-z0-9+/]{8,}={0,2}")],
-    ),
+    ("", r"z(?<=uthoriz)", [("basic-auth", _BASIC)]),
     ("@", r"://", [("url-password", r"(?P<pre>://[^\s:/@?#\[\]\"'<>]*:)[^\s@/?#\"'<>]{1,256}(?=@)")]),
 ]
 

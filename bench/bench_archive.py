@@ -131,17 +131,19 @@ def main() -> None:
         sample = mixed_output(8 * 1024 * 1024)
         red = Redactor(environ={"API_TOKEN": "not-in-the-text-123"})
         text = sample.decode()
-        start = time.perf_counter()
-        sample.lower()
-        lower = time.perf_counter() - start
-        start = time.perf_counter()
-        assert red.redact_bytes(sample) == sample
-        rb = time.perf_counter() - start
-        start = time.perf_counter()
-        assert red.redact(text) == text
-        rs = time.perf_counter() - start
+        lower = rb = rs = float("inf")
+        for _ in range(5):  # interleaved best-of-5: the machine is shared, noise is large
+            start = time.perf_counter()
+            sample.lower()
+            lower = min(lower, time.perf_counter() - start)
+            start = time.perf_counter()
+            assert red.redact_bytes(sample) == sample
+            rb = min(rb, time.perf_counter() - start)
+            start = time.perf_counter()
+            assert red.redact(text) == text
+            rs = min(rs, time.perf_counter() - start)
         mb = len(sample) / 1e6
-        print(f"redaction of {mb:.0f} MB mixed output without secrets:")
+        print(f"redaction of {mb:.0f} MB mixed output without secrets (best of 5):")
         print(f"  baseline bytes.lower()           {mb / lower:8.0f} MB/s")
         print(f"  Redactor.redact_bytes            {mb / rb:8.0f} MB/s   ({lower / rb:.2f}x baseline)")
         print(f"  Redactor.redact (str)            {mb / rs:8.0f} MB/s")

@@ -89,6 +89,12 @@ class ToolRegistry:
         clashes = [t.name for t in extension.tools if t.name in self._tools]
         if clashes:
             raise UserError(f"extension {extension.name!r}: tool names already registered: {clashes}")
+        names = [t.name for t in extension.tools]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise UserError(f"extension {extension.name!r} has several tools named {repeated}")
+        for t in extension.tools:
+            t.validator  # noqa: B018 - a bad schema must fail before any of the tools is added
         for t in extension.tools:
             t.extension = extension.name
             self.add(t)
@@ -116,7 +122,11 @@ class ToolRegistry:
         extension = self._disabled.pop(name, None)
         if extension is None:
             raise UserError(f"no disabled extension named {name!r}")
-        self.add_extension(extension)
+        try:
+            self.add_extension(extension)
+        except UserError:
+            self._disabled[name] = extension  # still disabled, and can be enabled once the clash is gone
+            raise
 
     @property
     def extensions(self) -> list[Extension]:

@@ -8,11 +8,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from codemode.tools._model import Tool
 
-_MAX_DEPTH = 6
+_MAX_DEPTH = 8  # nested objects and arrays rendered before "any"
 
 
-def schema_to_ts(schema: Any, defs: dict[str, Any] | None = None, depth: int = 0) -> str:
-    """Render a JSON Schema as a TypeScript type expression."""
+def schema_to_ts(
+    schema: Any, defs: dict[str, Any] | None = None, depth: int = 0, refs: tuple[str, ...] = ()
+) -> str:
+    """Render a JSON Schema as a TypeScript type expression.
+
+    A ``$ref`` already being expanded (a recursive type) renders as its definition's name.
+    """
     if not isinstance(schema, dict):
         return "any"
     defs = defs if defs is not None else schema.get("$defs", {})
@@ -21,7 +26,11 @@ def schema_to_ts(schema: Any, defs: dict[str, Any] | None = None, depth: int = 0
     if "$ref" in schema:
         name = str(schema["$ref"]).rsplit("/", 1)[-1]
         target = defs.get(name)
-        return schema_to_ts(target, defs, depth + 1) if target is not None else "any"
+        if target is None:
+            return "any"
+        if name in refs:
+            return name if name.isidentifier() else "any"
+        return schema_to_ts(target, defs, depth, (*refs, name))
     if "const" in schema:
         return json.dumps(schema["const"], ensure_ascii=False)
     if "enum" in schema:
@@ -30,15 +39,15 @@ def schema_to_ts(schema: Any, defs: dict[str, Any] | None = None, depth: int = 0
         if key in schema:
             parts: list[str] = []
             for sub in schema[key]:
-                rendered = schema_to_ts(sub, defs, depth + 1)
+                rendered = schema_to_ts(sub, defs, depth, refs)
                 if rendered not in parts:
                     parts.append(rendered)
             return " | ".join(parts) if parts else "any"
     if "allOf" in schema and len(schema["allOf"]) == 1:
-        return schema_to_ts(schema["allOf"][0], defs, depth + 1)
+        return schema_to_ts(schema["allOf"][0], defs, depth, refs)
     kind = schema.get("type")
     if isinstance(kind, list):
-        return " | ".join(schema_to_ts({**schema, "type": k}, defs, depth + 1) for k in kind)
+        return " | ".join(schema_to_ts({**schema, "type": k}, defs, depth, refs) for k in kind)
     if kind == "string":
         return "string"
     if kind in ("integer", "number"):
@@ -48,26 +57,31 @@ def schema_to_ts(schema: Any, defs: dict[str, Any] | None = None, depth: int = 0
     if kind == "null":
         return "null"
     if kind == "array":
-        item = schema_to_ts(schema.get("items", {}), defs, depth + 1)
+        prefix = schema.get("prefixItems")
+        if isinstance(prefix, list) and prefix and schema.get("maxItems") == len(prefix):
+            return "[" + ", ".join(schema_to_ts(sub, defs, depth + 1, refs) for sub in prefix) + "]"
+        item = schema_to_ts(schema.get("items", {}), defs, depth + 1, refs)
         return f"({item})[]" if "|" in item else f"{item}[]"
     if kind == "object" or "properties" in schema:
-        return _object_to_ts(schema, defs, depth)
+        return _object_to_ts(schema, defs, depth, refs)
     return "any"
 
 
-def _object_to_ts(schema: dict[str, Any], defs: dict[str, Any], depth: int) -> str:
+def _object_to_ts(schema: dict[str, Any], defs: dict[str, Any], depth: int, refs: tuple[str, ...]) -> str:
     props: dict[str, Any] = schema.get("properties", {})
     if not props:
         extra = schema.get("additionalProperties")
         if isinstance(extra, dict):
-            return f"Record<string, {schema_to_ts(extra, defs, depth + 1)}>"
+            return f"Record<string, {schema_to_ts(extra, defs, depth + 1, refs)}>"
+        if extra is False:
+            return "{}"
         return "Record<string, any>"
     required = set(schema.get("required", []))
     fields = []
     for name, sub in props.items():
         optional = "" if name in required else "?"
         key = name if name.isidentifier() else json.dumps(name)
-        rendered = schema_to_ts(sub, defs, depth + 1)
+        rendered = schema_to_ts(sub, defs, depth + 1, refs)
         comment = _field_comment(sub)
         fields.append(f"{key}{optional}: {rendered}{comment}")
     return "{ " + "; ".join(fields) + " }"
@@ -83,8 +97,9 @@ def _field_comment(sub: Any) -> str:
         if key in sub:
             notes.append(f"{label} {sub[key]}")
     if sub.get("description"):
-        notes.append(str(sub["description"]))
-    return f" /* {'; '.join(notes)} */" if notes else ""
+        notes.append(" ".join(str(sub["description"]).split()))
+    # A "*/" inside a note would end the comment early and garble the signature.
+    return f" /* {'; '.join(notes).replace('*/', '* /')} */" if notes else ""
 
 
 def typescript_signature(t: Tool) -> str:

@@ -1,0 +1,382 @@
+"""The tool registry: registration, extensions, validation, calls, search and description."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import pydantic
+import pytest
+
+from codemode import Extension, Host, Tool, ToolContext, ToolError, ToolResult, UserError, make_tool, tool
+from codemode.archive import Archive
+from codemode.sandbox import SandboxPolicy
+from codemode.tools import ToolRegistry
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> Iterator[ToolContext]:
+    archive = Archive(tmp_path / "state")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    yield ToolContext(
+        session_id="s1",
+        workspace=workspace,
+        policy=SandboxPolicy(writable_roots=(workspace,)),
+        archive=archive,
+    )
+    archive.close()
+
+
+class Item(pydantic.BaseModel):
+    n: int
+    label: str = "none"
+
+
+class Order(pydantic.BaseModel):
+    """Arguments of place_order."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+    customer: str = pydantic.Field(description="Who orders.")
+    items: list[Item]
+    priority: Literal["low", "high"] = "low"
+
+
+# -- registration ---------------------------------------------------------------------------
+
+
+def test_decorator_with_plain_parameters_derives_the_schema() -> None:
+    @tool()
+    async def add(a: int, b: int = 2, note: str | None = None) -> int:
+        """Add two integers.
+
+        Longer text that is not part of the description.
+        """
+        return a + b
+
+    assert isinstance(add, Tool)
+    assert add.name == "add"
+    assert add.description == "Add two integers."
+    schema = add.input_schema
+    assert schema["required"] == ["a"]
+    assert schema["properties"]["a"]["type"] == "integer"
+    assert schema["properties"]["b"]["default"] == 2
+    assert schema["additionalProperties"] is False
+    assert add.model_param is None and add.context_param is None and add.is_async
+
+
+def test_decorator_with_a_pydantic_model_parameter_uses_the_model() -> None:
+    @tool(name="place_order", description="Place an order.")
+    def handler(order: Order) -> dict[str, Any]:
+        return {"count": len(order.items)}
+
+    assert handler.name == "place_order"
+    assert handler.description == "Place an order."
+    assert handler.input_model is Order
+    assert handler.model_param == "order"
+    assert not handler.is_async
+    assert handler.input_schema["required"] == ["customer", "items"]
+    assert "$defs" in handler.input_schema
+
+
+def test_bad_names_and_signatures_are_user_errors() -> None:
+    with pytest.raises(UserError, match="valid identifier"):
+        make_tool(lambda: 1, name="not-valid")
+
+    def star(*args: int) -> int:
+        return 0
+
+    with pytest.raises(UserError, match=r"\*args"):
+        make_tool(star)
+
+
+def test_duplicate_names_are_user_errors() -> None:
+    registry = ToolRegistry()
+
+    def ping() -> str:
+        return "pong"
+
+    registry.add(ping)
+    with pytest.raises(UserError, match="'ping' is already registered"):
+        registry.add(ping)
+    with pytest.raises(UserError, match="already registered"):
+        registry.add_extension(Extension("ext", [make_tool(ping)]))
+    registry.add_extension(Extension("ext2", [make_tool(ping, name="ping2")]))
+    with pytest.raises(UserError, match="extension named 'ext2' is already registered"):
+        registry.add_extension(Extension("ext2", [make_tool(ping, name="ping3")]))
+    registry.remove("ping")
+    assert registry.get("ping") is None
+    with pytest.raises(UserError, match="no tool named"):
+        registry.remove("ping")
+
+
+def test_disable_and_enable_an_extension() -> None:
+    registry = ToolRegistry()
+
+    def alpha_tool() -> str:
+        """Alpha things."""
+        return "a"
+
+    registry.add(lambda: "b", name="standalone")
+    extension = Extension("alpha", [make_tool(alpha_tool)], guidance="ALPHA")
+    registry.add_extension(extension)
+    assert registry.get("alpha_tool") is not None
+    assert registry.get("alpha_tool").extension == "alpha"  # type: ignore[union-attr]
+    assert [e.name for e in registry.extensions] == ["alpha"]
+    registry.disable_extension("alpha")
+    assert registry.get("alpha_tool") is None
+    assert registry.extensions == []
+    assert registry.names() == ["standalone"]
+    assert registry.search("alpha") == []
+    with pytest.raises(UserError, match="no enabled extension"):
+        registry.disable_extension("alpha")
+    registry.enable_extension("alpha")
+    assert registry.names() == ["alpha_tool", "standalone"]
+    with pytest.raises(UserError, match="no disabled extension"):
+        registry.enable_extension("alpha")
+
+
+async def test_disabling_an_extension_removes_its_tools_and_guidance_from_the_host(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    async with Host(workspace=tmp_path / "ws", state_dir=tmp_path / "state") as host:
+        before = host.run_code_description()
+        assert "tools.bash(" in before
+        bash_guidance = [e.guidance for e in host.registry.extensions if e.name != "files" and e.guidance]
+        host.disable_extension("files")
+        text = host.run_code_description()
+        assert "tools.read_file(" not in text and "tools.edit_file(" not in text
+        assert "tools.bash(" in text
+        assert all(g.strip() in text for g in bash_guidance)
+        result = await host.run_code('await tools.read_file({path: "x"})')
+        assert result.error is not None and "Unknown tool 'read_file'" in result.error.message
+        host.enable_extension("files")
+        assert host.run_code_description() == before
+
+
+def test_an_extension_is_added_whole_or_not_at_all() -> None:
+    registry = ToolRegistry()
+
+    def one() -> str:
+        return "1"
+
+    with pytest.raises(UserError, match="several tools named \\['one'\\]"):
+        registry.add_extension(Extension("twice", [make_tool(one), make_tool(one)]))
+    assert registry.names() == [] and registry.extensions == []
+    registry.add_extension(Extension("twice", [make_tool(one)]))  # the name is still free
+
+
+def test_enabling_an_extension_whose_tool_name_was_taken_keeps_it_disabled() -> None:
+    registry = ToolRegistry()
+
+    def shared() -> str:
+        return "ext"
+
+    registry.add_extension(Extension("ext", [make_tool(shared)]))
+    registry.disable_extension("ext")
+    registry.add(lambda: "other", name="shared")
+    with pytest.raises(UserError, match="already registered"):
+        registry.enable_extension("ext")
+    registry.remove("shared")
+    registry.enable_extension("ext")  # not lost by the failed attempt
+    assert registry.get("shared") is not None and registry.get("shared").extension == "ext"  # type: ignore[union-attr]
+
+
+# -- validation -----------------------------------------------------------------------------
+
+
+def test_validation_names_the_json_path_and_what_was_expected() -> None:
+    registry = ToolRegistry()
+    place = registry.add(make_tool(lambda order: order, name="place", input_model=Order))
+    assert registry.validate(place, {"customer": "c", "items": [{"n": 1}]}) is None
+    problem = registry.validate(place, {"customer": "c", "items": [{"n": 1}, {"n": "two"}]})
+    assert problem is not None
+    assert problem.path == "$.items[1].n"
+    assert "'two' is not of type 'integer'" in problem.message
+    message = registry.argument_error_message(place, problem)
+    assert message.startswith("Invalid arguments for place: at $.items[1].n:")
+    assert "tools.place(args: {" in message
+    missing = registry.validate(place, {"items": []})
+    assert (
+        missing is not None and missing.path == "$" and "'customer' is a required property" in missing.message
+    )
+    enum = registry.validate(place, {"customer": "c", "items": [], "priority": "urgent"})
+    assert enum is not None and enum.path == "$.priority" and "'low'" in enum.message
+    not_object = registry.validate(place, [1])
+    assert not_object is not None and not_object.path == "$"
+
+
+# -- calls ----------------------------------------------------------------------------------
+
+
+async def test_a_sync_handler_runs_in_a_worker_thread_and_gets_the_context(ctx: ToolContext) -> None:
+    seen: dict[str, Any] = {}
+
+    def where(label: str, context: ToolContext) -> dict[str, Any]:
+        seen["thread"] = threading.get_ident()
+        seen["ctx"] = context
+        return {"label": label}
+
+    registry = ToolRegistry()
+    registered = registry.add(where)
+    assert "context" not in registered.input_schema["properties"]
+    result = await registry.call("where", {"label": "x"}, ctx)
+    assert not result.is_error
+    assert result.structured_content == {"label": "x"}
+    assert seen["thread"] != threading.get_ident()
+    assert seen["ctx"] is ctx
+
+
+async def test_an_async_handler_runs_on_the_loop_with_its_model(ctx: ToolContext) -> None:
+    seen: dict[str, Any] = {}
+
+    async def place(order: Order, c: ToolContext) -> Order:
+        seen["thread"] = threading.get_ident()
+        seen["session"] = c.session_id
+        await anyio.sleep(0)
+        return order
+
+    registry = ToolRegistry()
+    registry.add(place)
+    result = await registry.call("place", {"customer": "ann", "items": [{"n": 2}]}, ctx)
+    assert not result.is_error
+    assert result.structured_content == {
+        "customer": "ann",
+        "items": [{"n": 2, "label": "none"}],
+        "priority": "low",
+    }
+    assert seen == {"thread": threading.get_ident(), "session": "s1"}
+
+
+@pytest.mark.parametrize(
+    ("value", "text", "structured"),
+    [
+        ("plain", "plain", None),
+        (5, "5", 5),
+        (None, "", None),
+        ({"a": [1, "é"]}, '{"a": [1, "é"]}', {"a": [1, "é"]}),
+        (ToolResult.from_text("t", {"s": 1}), "t", {"s": 1}),
+    ],
+)
+async def test_handler_return_values_become_results(
+    ctx: ToolContext, value: Any, text: str, structured: Any
+) -> None:
+    registry = ToolRegistry()
+    registry.add(lambda: value, name="give")
+    result = await registry.call("give", {}, ctx)
+    assert (result.text, result.structured_content, result.is_error) == (text, structured, False)
+
+
+async def test_handler_failures_become_error_results(ctx: ToolContext) -> None:
+    def refuses(x: int) -> str:
+        raise ToolError("x must be even", {"x": x})
+
+    async def breaks(x: int) -> str:
+        raise KeyError("missing")
+
+    def misuses() -> str:
+        raise UserError("developer mistake")
+
+    registry = ToolRegistry()
+    for fn in (refuses, breaks, misuses):
+        registry.add(fn)
+    refused = await registry.call("refuses", {"x": 3}, ctx)
+    assert (
+        refused.is_error
+        and refused.text == "refuses: x must be even"
+        and refused.structured_content == {"x": 3}
+    )
+    broken = await registry.call("breaks", {"x": 3}, ctx)
+    assert broken.is_error and broken.text == "breaks failed: KeyError: 'missing'"
+    assert broken.structured_content["error"] == "handler_failed"
+    with pytest.raises(UserError):  # the embedding developer's mistake is not hidden from them
+        await registry.call("misuses", {}, ctx)
+    unknown = await registry.call("refuse", {}, ctx)
+    assert unknown.is_error and "Did you mean: refuses" in unknown.text
+    invalid = await registry.call("refuses", {"x": "3"}, ctx)
+    assert invalid.is_error and invalid.structured_content["path"] == "$.x"
+
+
+# -- search and describe --------------------------------------------------------------------
+
+
+def _search_registry() -> ToolRegistry:
+    registry = ToolRegistry()
+
+    def read_file(path: str, offset: int = 0) -> str:
+        """Read a text file by lines."""
+        return ""
+
+    def write_file(path: str, content: str) -> str:
+        """Write a whole file."""
+        return ""
+
+    def grep(pattern: str, path: str) -> str:
+        """Search file contents for a regular expression."""
+        return ""
+
+    def deploy(environment: str) -> str:
+        """Ship the service to production."""
+        return ""
+
+    def fetch_weather(city: str) -> str:
+        """Current conditions for a city."""
+        return ""
+
+    for fn in (read_file, write_file, grep, deploy, fetch_weather):
+        registry.add(fn)
+    return registry
+
+
+def test_search_ranks_name_then_parameters_then_description() -> None:
+    registry = _search_registry()
+
+    def names(query: str) -> list[str]:
+        return [hit["name"] for hit in registry.search(query)]
+
+    assert names("read_file")[0] == "read_file"
+    assert names("readFile")[0] == "read_file"
+    assert names("read file")[:2] == ["read_file", "write_file"]
+    assert names("weather")[0] == "fetch_weather"
+    assert names("environment") == ["deploy"]  # a parameter name only
+    assert names("production") == ["deploy"]  # the description only
+    assert names("regular expression")[0] == "grep"
+    assert names("nothing-like-this") == []
+    assert registry.search("file", limit=1) == [
+        {"name": "read_file", "description": "Read a text file by lines."}
+    ]
+    assert [h["name"] for h in registry.search("")] == sorted(registry.names())
+
+
+def test_unknown_tool_message_names_close_matches() -> None:
+    registry = _search_registry()
+    message = registry.unknown_tool_message("reed_file")
+    assert "Unknown tool 'reed_file'" in message and "read_file" in message
+    assert "searchTools" in message and "describeTool" in message
+    by_words = registry.unknown_tool_message("weather")  # no close spelling: falls back to search
+    assert "fetch_weather" in by_words
+
+
+def test_describe_gives_schema_signature_and_output_schema() -> None:
+    registry = ToolRegistry()
+
+    def stats(values: list[float]) -> dict[str, float]:
+        """Basic statistics."""
+        return {}
+
+    registry.add(
+        stats,
+        output_schema={"type": "object", "properties": {"mean": {"type": "number"}}, "required": ["mean"]},
+    )
+    described = registry.describe("stats")
+    assert described["name"] == "stats"
+    assert described["description"] == "Basic statistics."
+    assert described["input_schema"]["properties"]["values"]["type"] == "array"
+    assert described["signature"] == "tools.stats(args: { values: number[] }): Promise<{ mean: number }>"
+    assert described["output_schema"]["required"] == ["mean"]
+    with pytest.raises(ToolError, match="stats"):
+        registry.describe("stat")

@@ -1,0 +1,124 @@
+"""TypeScript-style signatures rendered from JSON Schema."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pydantic
+import pytest
+
+from codemode import make_tool
+from codemode.tools import schema_to_ts, typescript_signature
+
+
+class Inner(pydantic.BaseModel):
+    x: int
+    tags: list[str] = []
+
+
+class Node(pydantic.BaseModel):
+    name: str
+    children: list[Node] = []
+
+
+class Args(pydantic.BaseModel):
+    mode: Literal["fast", "slow"] = "fast"
+    inner: Inner
+    maybe: Inner | None = None
+    many: list[Inner | int]
+    mapping: dict[str, int]
+    tree: Node | None = None
+    anything: Any = None
+    count: int = pydantic.Field(5, ge=1, le=10, description="How\nmany */ items.")
+    pair: tuple[int, str] | None = None
+
+
+def _signature(model: type[pydantic.BaseModel], **kwargs: Any) -> str:
+    return typescript_signature(make_tool(lambda args: args, name="t", input_model=model, **kwargs))
+
+
+def test_signature_of_a_rich_model() -> None:
+    assert _signature(Args) == (
+        "tools.t(args: { "
+        'mode?: "fast" | "slow" /* default "fast" */; '
+        "inner: { x: number; tags?: string[] /* default [] */ }; "
+        "maybe?: { x: number; tags?: string[] /* default [] */ } | null; "
+        "many: ({ x: number; tags?: string[] /* default [] */ } | number)[]; "
+        "mapping: Record<string, number>; "
+        "tree?: { name: string; children?: Node[] /* default [] */ } | null; "
+        "anything?: any; "
+        "count?: number /* default 5; >= 1; <= 10; How many * / items. */; "
+        "pair?: [number, string] | null"
+        " }): Promise<any>"
+    )
+
+
+def test_all_optional_arguments_make_args_optional() -> None:
+    class Options(pydantic.BaseModel):
+        verbose: bool = False
+
+    assert _signature(Options) == "tools.t(args?: { verbose?: boolean /* default false */ }): Promise<any>"
+    assert typescript_signature(make_tool(lambda: 1, name="none")) == "tools.none(args?: {}): Promise<any>"
+
+
+def test_output_schema_becomes_the_promise_type() -> None:
+    class One(pydantic.BaseModel):
+        q: str
+
+    signature = _signature(
+        One,
+        output_schema={
+            "type": "object",
+            "properties": {"hits": {"type": "array", "items": {"type": "string"}}, "n": {"type": "integer"}},
+            "required": ["hits"],
+        },
+    )
+    assert signature == "tools.t(args: { q: string }): Promise<{ hits: string[]; n?: number }>"
+
+
+@pytest.mark.parametrize(
+    ("schema", "expected"),
+    [
+        ({"type": "string"}, "string"),
+        ({"type": ["string", "null"]}, "string | null"),
+        ({"enum": [1, "a", None]}, '1 | "a" | null'),
+        ({"const": "x"}, '"x"'),
+        (
+            {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "number"}]}},
+            "(string | number)[]",
+        ),
+        ({"type": "array"}, "any[]"),
+        ({"type": "object"}, "Record<string, any>"),
+        ({"type": "object", "additionalProperties": {"type": "boolean"}}, "Record<string, boolean>"),
+        (
+            {"type": "object", "properties": {"a-b": {"type": "integer"}}, "required": ["a-b"]},
+            '{ "a-b": number }',
+        ),
+        ({"allOf": [{"type": "integer"}]}, "number"),
+        ({"$ref": "#/$defs/Missing"}, "any"),
+        ({"oneOf": [{"type": "string"}, {"type": "string"}]}, "string"),
+        ("not a schema", "any"),
+        ({}, "any"),
+    ],
+)
+def test_schema_fragments(schema: Any, expected: str) -> None:
+    assert schema_to_ts(schema) == expected
+
+
+def test_refs_resolve_against_the_root_defs() -> None:
+    schema = {
+        "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]}},
+        "type": "object",
+        "properties": {"points": {"type": "array", "items": {"$ref": "#/$defs/Point"}}},
+        "required": ["points"],
+    }
+    assert schema_to_ts(schema) == "{ points: { x: number }[] }"
+
+
+def test_deep_nesting_ends_in_any_instead_of_growing_forever() -> None:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(20):
+        schema = {"type": "array", "items": schema}
+    rendered = schema_to_ts(schema)
+    assert rendered.startswith("any") and rendered.endswith("[]")
+    assert rendered.count("[]") < 20

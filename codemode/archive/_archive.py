@@ -416,7 +416,8 @@ class Archive:
 
         Args:
             data: Text or bytes.
-            kind: What it is (``"output"``, ``"log"``, ...), kept in the index.
+            kind: What it is (``"output"``, ``"log"``, ...), kept in the index. A ``"log"``
+                entry is compacted by `maintain` like a finished streamed log.
             session_id: The owning session, if any.
 
         Returns:
@@ -438,9 +439,19 @@ class Archive:
         now = time.time()
         self._execute(
             "INSERT INTO archive_entries"
-            " (ref, kind, session_id, created, finished, total_bytes, sha256, file)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (ref, kind, session_id, now, now, len(blob), digest, ref),
+            " (ref, kind, session_id, created, finished, total_bytes, sha256, file, needs_compact)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                ref,
+                kind,
+                session_id,
+                now,
+                now,
+                len(blob),
+                digest,
+                ref,
+                int(kind == "log" and len(blob) > COMPACT_KEEP_BYTES),
+            ),
         )
         return ArchiveRef(ref, len(blob), digest)
 

@@ -476,3 +476,20 @@ def test_put_and_read_from_many_threads(archive: Archive) -> None:
     for t in threads:
         t.join()
     assert errors == [] and len(set(results.values())) == 240
+
+
+def test_put_log_kind_is_compacted_other_kinds_are_not(archive: Archive) -> None:
+    big = b"L" * (COMPACT_KEEP_BYTES + 10)
+    log = archive.put(big, kind="log")
+    out = archive.put(big, kind="output")
+    assert archive.maintain()["compacted"] == 1
+    assert archive.read(log.ref).retained_from == 10
+    assert archive.read(out.ref).retained_from == 0
+
+
+def test_maintain_with_nothing_to_do_touches_no_files(archive: Archive) -> None:
+    refs = [archive.put(f"entry {i}", kind="output").ref for i in range(200)]
+    before = {p.name: p.stat().st_mtime_ns for p in (archive.state_dir / "blobs").iterdir()}
+    assert archive.maintain() == {"compacted": 0, "expired": 0, "expired_runs": 0}
+    after = {p.name: p.stat().st_mtime_ns for p in (archive.state_dir / "blobs").iterdir()}
+    assert before == after and set(after) == set(refs)

@@ -8,6 +8,8 @@ round trip per chunk, no intermediate buffering) and it keeps the event loop fre
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import select
 import subprocess
@@ -25,6 +27,7 @@ class LogSink(Protocol):
 
 
 _CHUNK = 1 << 20
+_F_SETPIPE_SZ = 1031
 # After the command's shell exits, descendants it left behind may hold the pipes open; stop
 # reading after this long instead of waiting for them.
 DRAIN_SECONDS = 0.25
@@ -63,6 +66,8 @@ class Pump:
         self._poll = select.epoll()
         for fd in self._captures:
             os.set_blocking(fd, False)
+            with contextlib.suppress(OSError):  # bigger reads, fewer wake-ups; best effort
+                fcntl.fcntl(fd, _F_SETPIPE_SZ, _CHUNK)
             self._poll.register(fd, select.EPOLLIN)
         self._poll.register(self._pidfd, select.EPOLLIN)
         self._poll.register(self._wake_r, select.EPOLLIN)

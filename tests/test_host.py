@@ -222,6 +222,9 @@ for (const attempt of [
 ]) {
   try { await attempt(); print("stored"); } catch (e) { print(e.name + ": " + e.message); }
 }
+for (const attempt of [() => store.get(), () => store.set(1, 2), () => store.delete({}), () => describeTool(7)]) {
+  try { await attempt(); print("accepted"); } catch (e) { print(e.name + ": " + e.message); }
+}
 print(JSON.stringify(await store.keys()));
 """
     result = await run(host, source)
@@ -231,7 +234,13 @@ print(JSON.stringify(await store.keys()));
     assert lines[1].startswith("ToolError: ") and "1 to 256 characters" in lines[1]
     assert lines[2].startswith("TypeError: ") and "value is a function" in lines[2]
     assert lines[3].startswith("TypeError: ") and "cycle" in lines[3]
-    assert lines[4] == "[]"
+    assert lines[4:8] == [
+        "TypeError: store.get: the key must be a string, got undefined",
+        "TypeError: store.set: the key must be a string, got 1",
+        "TypeError: store.delete: the key must be a string, got object",
+        "TypeError: describeTool: the tool name must be a string, got 7",
+    ]
+    assert lines[8] == "[]"
     await assert_healthy(host)
 
 

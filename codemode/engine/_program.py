@@ -274,10 +274,17 @@ class ProgramThread:
         self._take_output, self._take_chunk = warm.take_output, warm.take_chunk
         if "\x00" in self.source:  # the binding refuses such source with a bare ValueError
             return self._nul_in_source()
+        # Armed before the eval: a program that closes the wrapper ("}); while (true) {} ...")
+        # runs code right here, and must meet the same CPU and wall-clock limits.
+        self._arm(ctx)
         try:
             main = ctx.eval(_PREFIX + self.source + _SUFFIX)
         except quickjs.JSException as exc:
-            return self._syntax_error(str(exc))
+            text = str(exc)
+            if text.startswith("SyntaxError"):
+                return self._syntax_error(text)
+            self._salvage_output()
+            return self._limit_error(text, None)
         try:
             self._arm(ctx)
             start(main)

@@ -240,25 +240,44 @@
   }
 
   function __cm_describe_tool(name) {
-    return __cm_sync("describeTool", StringCtor(name), null);
+    const bad = __cm_key_error("describeTool", name, "tool name");
+    if (bad) return __cm_rejected(bad);
+    return __cm_sync("describeTool", name, null);
+  }
+
+  function __cm_rejected(error) {
+    return new PromiseCtor(function __cm_reject_executor(resolve, reject) { reject(error); });
+  }
+
+  function __cm_key_error(op, key, what = "key") {
+    if (typeof key === "string") return null;
+    return new TypeErrorCtor(`${op}: the ${what} must be a string, got ${__cm_describe(key)}`);
   }
 
   const store = ObjectFreeze({
-    get: function __cm_store_get(key) { return __cm_sync("store.get", StringCtor(key), null); },
+    get: function __cm_store_get(key) {
+      const bad = __cm_key_error("store.get", key);
+      return bad ? __cm_rejected(bad) : __cm_sync("store.get", key, null);
+    },
     set: function __cm_store_set(key, value) {
+      const bad = __cm_key_error("store.set", key);
+      if (bad) return __cm_rejected(bad);
       const problem = __cm_check_json(value, "value", new SetCtor());
       if (problem) {
-        return PromiseCtor.reject(new TypeErrorCtor(`store.set(${JSONstringify(StringCtor(key))}): ${problem}`));
+        return __cm_rejected(new TypeErrorCtor(`store.set(${JSONstringify(key)}): ${problem}`));
       }
       let json;
       try {
         json = __cm_encode(value, true);
       } catch (e) {
-        return PromiseCtor.reject(new TypeErrorCtor(`store.set(${JSONstringify(StringCtor(key))}): the value cannot be turned into JSON: ${e && e.message}`));
+        return __cm_rejected(new TypeErrorCtor(`store.set(${JSONstringify(key)}): the value cannot be turned into JSON: ${e && e.message}`));
       }
-      return __cm_sync("store.set", StringCtor(key), json);
+      return __cm_sync("store.set", key, json);
     },
-    delete: function __cm_store_delete(key) { return __cm_sync("store.delete", StringCtor(key), null); },
+    delete: function __cm_store_delete(key) {
+      const bad = __cm_key_error("store.delete", key);
+      return bad ? __cm_rejected(bad) : __cm_sync("store.delete", key, null);
+    },
     keys: function __cm_store_keys() { return __cm_sync("store.keys", null, null); },
   });
 
@@ -371,12 +390,29 @@
     }
   }
 
+  function __cm_unbalanced() {
+    // The program closed the function it is wrapped in ("})" with no matching "{").
+    __cm_done(false, "", __cm_encode({
+      name: "SyntaxError",
+      message: "unbalanced braces: the program closes a block it never opened; check its } and )",
+      stack: "", tool: null, data: null, thrown: "error",
+    }, false));
+  }
+
   function __cm_start(main) {
+    if (typeof main !== "function") {
+      __cm_unbalanced();
+      return;
+    }
     let promise;
     try {
       promise = main();
     } catch (e) {
       __cm_done(false, "", __cm_error_json(e));
+      return;
+    }
+    if (!(promise instanceof PromiseCtor)) {
+      __cm_unbalanced();
       return;
     }
     ReflectApply(PromiseThen, promise, [

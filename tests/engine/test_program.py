@@ -161,6 +161,21 @@ async def test_endless_loop_is_interrupted_at_the_cpu_limit(make_host: Any) -> N
         await assert_healthy(host)
 
 
+async def test_code_that_closes_the_wrapper_still_meets_the_cpu_limit(make_host: Any) -> None:
+    async with make_host(cpu_seconds=1) as (host, _probe):
+        with anyio.fail_after(30):
+            result = await host.run_code("}); while (true) {} (function () {")
+        assert result.error is not None and result.error.kind == "cpu_limit", result.text
+        await assert_healthy(host)
+
+
+async def test_unbalanced_braces_are_named(host: Host) -> None:
+    result = await run(host, 'print("a") }); (function () { print("b")')
+    assert result.error is not None and result.error.name == "SyntaxError"
+    assert "unbalanced braces" in result.error.message
+    await assert_healthy(host)
+
+
 @pytest.mark.parametrize(
     "bomb",
     [
@@ -477,6 +492,19 @@ async def test_unawaited_tool_calls_are_cancelled_and_listed(host: Host, probe: 
     if probe.slow_started.is_set():
         with anyio.fail_after(10):
             await probe.slow_cancelled.wait()
+    await assert_healthy(host)
+
+
+async def test_a_run_cancelled_by_its_caller_cancels_its_tools_and_leaves_the_host_working(
+    host: Host, probe: Probe
+) -> None:
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(host.run_code, "await tools.slow({})")
+        with anyio.fail_after(10):
+            await probe.slow_started.wait()
+        tg.cancel_scope.cancel()
+    with anyio.fail_after(10):
+        await probe.slow_cancelled.wait()
     await assert_healthy(host)
 
 

@@ -358,35 +358,41 @@ class ProcessManager:
         process_id = f"p_{secrets.token_hex(6)}"
         started = create_time(running.proc.pid)
         log = running.log.stream()  # readable while it grows
-        with self._db() as conn:
-            _records.insert(
-                conn,
-                process_id=process_id,
-                session_id=spec.session_id,
-                command=spec.command,
-                cwd=str(spec.cwd),
-                kind="promoted",
-                marker=running.marker,
-                lifecycle=spec.lifecycle,
-                completion_mode=spec.completion_mode,
-                purpose=spec.purpose,
-                scope=spec.scope,
-                state="running",
-                pid=running.proc.pid,
-                pid_started=started,
-                supervisor_pid=self._me[0],
-                supervisor_started=self._me[1],
-                log_path=str(log.path),
-                log_ref=log.ref,
-                input_path=None,
-                started_at=running.started_wall,
-            )
         promoted = _Promoted(running, process_id)
         promoted.thread = threading.Thread(
             target=self._pump_promoted, args=(promoted,), name=f"codemode-bash-{process_id}", daemon=True
         )
+        # Tracked before the record exists, so no reconcile can take it for a lost one.
         with self._lock:
             self._promoted[process_id] = promoted
+        try:
+            with self._db() as conn:
+                _records.insert(
+                    conn,
+                    process_id=process_id,
+                    session_id=spec.session_id,
+                    command=spec.command,
+                    cwd=str(spec.cwd),
+                    kind="promoted",
+                    marker=running.marker,
+                    lifecycle=spec.lifecycle,
+                    completion_mode=spec.completion_mode,
+                    purpose=spec.purpose,
+                    scope=spec.scope,
+                    state="running",
+                    pid=running.proc.pid,
+                    pid_started=started,
+                    supervisor_pid=self._me[0],
+                    supervisor_started=self._me[1],
+                    log_path=str(log.path),
+                    log_ref=log.ref,
+                    input_path=None,
+                    started_at=running.started_wall,
+                )
+        except BaseException:
+            with self._lock:
+                self._promoted.pop(process_id, None)
+            raise
         promoted.thread.start()
         return process_id
 
@@ -471,8 +477,10 @@ class ProcessManager:
         """Read a process's output from ``offset``, waiting up to ``wait_ms`` for new output.
 
         Returns:
-            ``output`` (cleaned, redacted), ``next_offset``, ``exited``, ``exit_code``,
-            ``state``, ``total_bytes`` and, when the offset was compacted away, ``note``.
+            ``output`` (cleaned, redacted), ``offset`` (where it starts), ``next_offset``,
+            ``total_bytes``, ``eof`` (nothing more on disk now), ``exited``, ``exit_code``,
+            ``state`` and, when the offset was compacted away, ``note``. All output has been
+            read once ``exited`` and ``eof`` are both true.
 
         Raises:
             ProcessNotFound: No such process in this session.
@@ -517,6 +525,7 @@ class ProcessManager:
             "offset": page.offset,
             "next_offset": page.next_offset,
             "total_bytes": page.total_bytes,
+            "eof": page.eof,
             "exited": not record.live,
             "exit_code": record.exit_code,
             "state": record.state,

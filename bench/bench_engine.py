@@ -90,14 +90,20 @@ async def main() -> None:
         node = node_print(20 if QUICK else 50)
         print("1. print(1) end to end (median)")
         print(f"   Host.run_code          {median_ms(e2e):8.3f} ms   (target <= 2 ms)")
-        print(f"   raw quickjs-ng eval    {median_ms(floor):8.3f} ms   ratio {median_ms(e2e) / median_ms(floor):6.1f}x")
+        print(
+            f"   raw quickjs-ng eval    {median_ms(floor):8.3f} ms   ratio {median_ms(e2e) / median_ms(floor):6.1f}x"
+        )
         if node is not None:
-            print(f"   node -e                {median_ms(node):8.3f} ms   ratio {median_ms(e2e) / median_ms(node):6.3f}x")
+            print(
+                f"   node -e                {median_ms(node):8.3f} ms   ratio {median_ms(e2e) / median_ms(node):6.3f}x"
+            )
 
         # 2. sequential echo
         n = 2000 if QUICK else 10_000
         program = f"let s = 0; for (let i = 0; i < {n}; i++) s += await tools.echo({{value: i}}); print(s)"
-        floor_program = f"const f = (v) => v; let s = 0; for (let i = 0; i < {n}; i++) s += await f(i); print(s)"
+        floor_program = (
+            f"const f = (v) => v; let s = 0; for (let i = 0; i < {n}; i++) s += await f(i); print(s)"
+        )
         per_call = []
         per_floor = []
         for _ in range(3):
@@ -127,7 +133,9 @@ async def main() -> None:
             singles.append(time.perf_counter() - start)
         print("3. Promise.all of 32 tools sleeping 100 ms (median)")
         print(f"   wall                   {median_ms(walls):8.1f} ms   (target <= 150 ms)")
-        print(f"   one call alone         {median_ms(singles):8.1f} ms   ratio {median_ms(walls) / median_ms(singles):5.2f}x")
+        print(
+            f"   one call alone         {median_ms(singles):8.1f} ms   ratio {median_ms(walls) / median_ms(singles):5.2f}x"
+        )
 
         # 4. printing 20 MB with a 2,000-token budget vs the budget off
         line = "x" * 99
@@ -152,8 +160,12 @@ async def main() -> None:
             assert result.truncated and result.usage.output_tokens <= 2000
         print("4. printing 20 MB (median)")
         print(f"   budget off (engine)    {median_ms(off):8.1f} ms")
-        print(f"   2,000-token budget     {median_ms(on):8.1f} ms   extra {median_ms(on) - median_ms(off):+7.1f} ms (target <= +500 ms)")
-        print(f"   peak Python memory with the budget: {peak_on / 1e6:.1f} MB (the 20 MB text is held once, archived once)")
+        print(
+            f"   2,000-token budget     {median_ms(on):8.1f} ms   extra {median_ms(on) - median_ms(off):+7.1f} ms (target <= +500 ms)"
+        )
+        print(
+            f"   peak Python memory with the budget: {peak_on / 1e6:.1f} MB (the 20 MB text is held once, archived once)"
+        )
 
 
 if __name__ == "__main__":

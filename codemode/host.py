@@ -400,7 +400,7 @@ class Host:
         trailer_lines.extend(f"[note: {n}]" for n in notices)
         trailer_lines.extend(self._take_notifications(session))
         trailer = "\n".join(trailer_lines)
-        cut = self._fit(output, trailer, budget, session)
+        cut = self._fit(self.archive.redactor.redact(output), trailer, budget, session)
         text = cut.text
         if trailer:
             text = (text.rstrip("\n") + "\n" + trailer) if text else trailer
@@ -431,7 +431,8 @@ class Host:
         archive = self.archive
 
         def keep(whole: str) -> ArchiveRef:
-            return archive.put(whole, kind="output", session_id=session)
+            # ``text`` is redacted already; bytes are archived as given.
+            return archive.put(whole.encode("utf-8", "surrogatepass"), kind="output", session_id=session)
 
         return cut_to_budget(text, room, self.counter, keep)
 
@@ -459,12 +460,13 @@ class Host:
         result: ToolResult = await self.registry.call(name, args if args is not None else {}, context)
         budget = min(max_output_tokens or self.config.max_output_tokens, self.config.max_output_tokens_limit)
         trailer = "\n".join(self._take_notifications(session))
-        cut = self._fit(result.text, trailer, max(budget, MIN_BUDGET), session)
+        redactor = self.archive.redactor
+        cut = self._fit(redactor.redact(result.text), trailer, max(budget, MIN_BUDGET), session)
         text = cut.text if not trailer else (cut.text.rstrip("\n") + "\n" + trailer if cut.text else trailer)
         return CallResult(
             tool=name,
             text=text,
-            structured_content=result.structured_content,
+            structured_content=_redact_json(result.structured_content, redactor.redact),
             is_error=result.is_error,
             truncated=cut.truncated,
             refs=[cut.ref.ref] if cut.ref is not None else [],
@@ -562,6 +564,17 @@ class Host:
                 "summary": status.describe(),
             },
         }
+
+
+def _redact_json(value: Any, redact: Callable[[str], str]) -> Any:
+    """Redact every string inside a JSON value (structured data leaving the host)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [_redact_json(v, redact) for v in value]
+    if isinstance(value, dict):
+        return {k: _redact_json(v, redact) for k, v in value.items()}
+    return value
 
 
 def _run_error(error: GuestError) -> RunError:

@@ -2,8 +2,10 @@
 
 tiktoken downloads an encoding's BPE file unless it is already in its cache
 (``TIKTOKEN_CACHE_DIR``, else ``DATA_GYM_CACHE_DIR``, else ``<tmp>/data-gym-cache``; the file
-name is the sha1 of the blob URL). `TokenCounter` never lets that download happen: it looks for
-the cached file first, and loads it in a worker thread with a bounded wait. When the encoding
+name is the sha1 of the blob URL). `TokenCounter` never waits for that download: it looks for
+the cached file first and loads it in a worker thread with a bounded wait; when the file is
+missing it lets tiktoken try the download in the background and counts conservatively until
+(if ever) it lands. When the encoding
 cannot be loaded it falls back to counting UTF-8 bytes, which never undercounts (every BPE
 token of a byte-level encoding covers at least one byte), and says why in ``fallback_reason``.
 """
@@ -77,10 +79,33 @@ def _missing_cache_reason(name: str) -> str | None:
     return None
 
 
+def _download_in_background(name: str) -> None:
+    """Let tiktoken fetch (and cache) a missing encoding without anyone waiting for it.
+
+    Counting stays conservative until the download lands; offline it simply never does.
+    ``CODEMODE_TIKTOKEN_DOWNLOAD=0`` turns the attempt off.
+    """
+    if os.environ.get("CODEMODE_TIKTOKEN_DOWNLOAD", "1") == "0":
+        return
+
+    def work() -> None:
+        try:
+            import tiktoken
+
+            encoding = tiktoken.get_encoding(name)
+        except Exception:  # offline or blocked: keep the conservative counter
+            return
+        with _CACHE_LOCK:
+            _CACHE[name] = _Loaded(encoding, None)
+
+    threading.Thread(target=work, name=f"tiktoken-download-{name}", daemon=True).start()
+
+
 def _load(name: str) -> _Loaded:
     reason = _missing_cache_reason(name)
     if reason is not None:
-        return _Loaded(None, reason)
+        _download_in_background(name)
+        return _Loaded(None, reason + "; tiktoken is trying to download it in the background")
     box: dict[str, Any] = {}
 
     def work() -> None:

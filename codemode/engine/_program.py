@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import heapq
 import json
+import math
 import re
 import threading
 import time
@@ -111,6 +112,30 @@ class ProgramOutcome:
     cancelled: list[str]
     cpu_seconds: float
     output_dropped_bytes: int = 0
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities replaced by None, as JavaScript's JSON.stringify does."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _to_json(value: Any) -> str | None:
+    """Strict JSON text of ``value`` (non-finite numbers become null); None when it is not JSON."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        try:
+            return json.dumps(_finite(value), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError, RecursionError):
+            return None
+    except (TypeError, RecursionError):
+        return None
 
 
 def map_location(line: int, col: int) -> tuple[int, int]:
@@ -439,10 +464,11 @@ class ProgramThread:
             if self._waiting:
                 self._running += 1
                 self.dispatcher.start(*self._waiting.popleft())
-            if self._pending.pop(call_id, None) is None:
+            tool_name = self._pending.pop(call_id, None)
+            if tool_name is None:
                 continue
             self._arm(ctx)
-            self._deliver(settle, call_id, result)
+            self._deliver(settle, call_id, result, tool_name)
         now = time.monotonic()
         while self._timers and self._timers[0][0] <= now:
             _, tid = heapq.heappop(self._timers)
@@ -452,19 +478,27 @@ class ProgramThread:
                 fire(tid)
         return True
 
-    @staticmethod
-    def _deliver(settle: Any, call_id: int, result: ToolResult) -> None:
+    @classmethod
+    def _deliver(cls, settle: Any, call_id: int, result: ToolResult, tool_name: str) -> None:
         if result.is_error:
-            payload = json.dumps(
-                {"message": result.text, "data": result.structured_content}, ensure_ascii=False
-            )
-            settle(call_id, False, payload, False)
+            data = result.structured_content
+            if _to_json(data) is None:
+                data = None  # the message still says what failed
+            settle(call_id, False, _to_json({"message": result.text, "data": data}), False)
             return
         data = result.producer_data()
         if isinstance(data, str):
             settle(call_id, True, data, True)
-        else:
-            settle(call_id, True, json.dumps(data, ensure_ascii=False), False)
+            return
+        payload = _to_json(data)
+        if payload is None:
+            message = (
+                f"{tool_name} returned structured data that is not JSON "
+                f"({type(data).__name__} holding values JSON cannot carry); its text was: {result.text[:200]}"
+            )
+            cls._reject(settle, call_id, message, {"error": "result_not_json"})
+            return
+        settle(call_id, True, payload, False)
 
     def _finish_error(self) -> GuestError | None:
         assert self._done is not None

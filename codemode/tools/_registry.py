@@ -276,7 +276,7 @@ class ToolRegistry:
             message = f"Invalid arguments for {t.name}: at {_json_path(first['loc'])}: {first['msg']}"
             return ToolResult.from_text(message, {"error": "invalid_arguments"}, is_error=True)
         try:
-            value = await self._run_handler(t, model, ctx)
+            value = to_tool_result(await self._run_handler(t, model, ctx))
         except ToolError as exc:
             return ToolResult.from_text(f"{t.name}: {exc.message}", exc.data, is_error=True)
         except UserError:
@@ -286,7 +286,7 @@ class ToolRegistry:
             return ToolResult.from_text(
                 f"{t.name} failed: {detail}", {"error": "handler_failed", "detail": detail}, is_error=True
             )
-        return to_tool_result(value)
+        return value
 
     async def _run_handler(self, t: Tool, model: pydantic.BaseModel, ctx: ToolContext) -> Any:
         kwargs = t.bind(model, ctx)

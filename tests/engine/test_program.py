@@ -14,7 +14,7 @@ import anyio
 import pytest
 from host_support import Probe, assert_healthy
 
-from codemode import Host
+from codemode import Host, ToolResult
 from codemode.engine._program import map_location, map_stack
 
 pytestmark = pytest.mark.anyio
@@ -324,6 +324,32 @@ async def test_non_json_arguments_are_refused_with_a_path(
     assert result.ok, result.text
     assert result.text.startswith("ToolError tools.echo: " + expected), result.text
     assert "JSON" in result.text
+    await assert_healthy(host)
+
+
+async def test_results_that_are_not_json_reject_that_call_only(host: Host) -> None:
+    def odd(kind: str) -> ToolResult:
+        """Return structured data JSON cannot carry."""
+        if kind == "set":
+            return ToolResult.from_text("a set", {"a": {1, 2}})
+        if kind == "nan":
+            return ToolResult.from_text("nan", {"mean": float("nan"), "n": [float("inf"), 1.5]})
+        return ToolResult.from_text("failed", {"bad": {3}}, is_error=True)
+
+    host.add_tool(odd)
+    source = """
+for (const kind of ["set", "nan", "error"]) {
+  try { print(JSON.stringify(await tools.odd({kind}))); } catch (e) { print(e.name, e.message, JSON.stringify(e.data)); }
+}
+"""
+    result = await run(host, source)
+    assert result.ok, result.text
+    assert result.text.splitlines() == [
+        "ToolError odd returned structured data that is not JSON (dict holding values JSON cannot carry); "
+        'its text was: a set {"error":"result_not_json"}',
+        '{"mean":null,"n":[null,1.5]}',
+        "ToolError failed null",
+    ]
     await assert_healthy(host)
 
 

@@ -295,6 +295,9 @@ async def test_handler_failures_become_error_results(ctx: ToolContext) -> None:
     assert broken.structured_content["error"] == "handler_failed"
     with pytest.raises(UserError):  # the embedding developer's mistake is not hidden from them
         await registry.call("misuses", {}, ctx)
+    registry.add(lambda: object(), name="opaque")
+    opaque = await registry.call("opaque", {}, ctx)
+    assert opaque.is_error and opaque.text.startswith("opaque failed: PydanticSerializationError")
     unknown = await registry.call("refuse", {}, ctx)
     assert unknown.is_error and "Did you mean: refuses" in unknown.text
     invalid = await registry.call("refuses", {"x": "3"}, ctx)

@@ -118,6 +118,20 @@ async def test_an_error_after_a_long_output_still_shows_and_fits(make_host: Any)
         assert host.counter.count(result.text) <= 300
 
 
+@pytest.mark.xfail(strict=True, reason="host.py never budgets the error trailer (reported to the lead)")
+@pytest.mark.parametrize(
+    "source",
+    [
+        'throw new Error("word ".repeat(100000))',
+        'for (let i = 0; i < 1000; i++) print("row " + i);\nthrow new Error("abc ".repeat(200));',
+    ],
+)
+async def test_a_long_error_message_also_fits_the_budget(make_host: Any, source: str) -> None:
+    async with make_host(max_output_tokens=300) as (host, _probe):
+        result = await run(host, source)
+        assert host.counter.count(result.text) <= 300
+
+
 async def test_output_under_the_budget_is_untouched(host: Host) -> None:
     result = await run(host, 'for (let i = 0; i < 50; i++) print("row " + i);')
     assert not result.truncated and result.refs == []
@@ -154,6 +168,16 @@ async def test_a_failed_run_replays_too(host: Host, probe: Probe) -> None:
     first = await run(host, "await tools.bump({}); throw new Error('x')", call_id="failing")
     again = await run(host, "await tools.bump({}); throw new Error('x')", call_id="failing")
     assert not first.ok and again == first and probe.bumps == 1
+
+
+@pytest.mark.xfail(
+    strict=True, reason="host.py replays by call id alone, across sessions (reported to the lead)"
+)
+async def test_a_call_id_from_another_session_does_not_replay_its_output(host: Host) -> None:
+    await run(host, 'print("secret of session A")', session_id="A", call_id="1")
+    other = await run(host, 'print("session B")', session_id="B", call_id="1")
+    assert "secret of session A" not in other.text
+    assert other.session_id == "B"
 
 
 async def test_two_concurrent_runs_with_one_call_id_run_once(host: Host, probe: Probe) -> None:

@@ -25,7 +25,7 @@ from codemode.archive import Archive, ArchiveRef, LogWriter, Redactor
 from codemode.errors import SandboxUnavailable, ToolError
 from codemode.sandbox import SandboxPolicy, prepare_confinement
 from codemode.tools._bash._env import command_env, workspace_revision
-from codemode.tools._bash._proctree import terminate_tree
+from codemode.tools._bash._proctree import create_time, markers_with_prefix, terminate_tree
 from codemode.tools._bash._pump import Pump
 from codemode.tools._bash._shape import build_result
 from codemode.tools._bash._spawner import Spawners
@@ -140,9 +140,36 @@ class Running:
         return code, None
 
 
-def new_marker(prefix: str) -> str:
-    """A fresh opaque process id."""
-    return f"{prefix}_{secrets.token_hex(6)}"
+def _host_identity() -> str:
+    me = os.getpid()
+    started = create_time(me) or 0.0
+    return f"{me}x{round(started * 100)}"
+
+
+_HOST = _host_identity()
+
+
+def foreground_marker() -> str:
+    """Marker of a foreground command: names this host (pid and start time), so that after a
+    crash the next host can find and end what this one left running."""
+    return f"f_{_HOST}_{secrets.token_hex(6)}"
+
+
+def orphaned_foreground_markers() -> list[str]:
+    """Markers of foreground commands whose host process is gone."""
+    orphans = []
+    for marker in markers_with_prefix("f_"):
+        parts = marker.split("_")
+        if len(parts) != 3 or "x" not in parts[1]:
+            continue
+        pid_text, _, started_text = parts[1].partition("x")
+        if not (pid_text.isdigit() and started_text.isdigit()):
+            continue
+        pid, started = int(pid_text), int(started_text)
+        alive = create_time(pid)
+        if alive is None or round(alive * 100) != started:
+            orphans.append(marker)
+    return orphans
 
 
 def spawn(
@@ -349,7 +376,7 @@ class _FirstLeg:
         self._finishing = False
 
     def run(self) -> tuple[str, Outcome | None]:
-        running = spawn(self.spec, self.archive, new_marker("f"), self.redactor, self.spawners)
+        running = spawn(self.spec, self.archive, foreground_marker(), self.redactor, self.spawners)
         with self._lock:
             self.running = running
             cancelled = self._cancelled

@@ -36,7 +36,13 @@ from codemode.errors import ProcessNotFound, ToolError
 from codemode.tools._bash import _records
 from codemode.tools._bash._background import finish_log, start_background
 from codemode.tools._bash._env import resolve_cwd
-from codemode.tools._bash._foreground import TERM_GRACE_SECONDS, Running, RunSpec, run_foreground
+from codemode.tools._bash._foreground import (
+    TERM_GRACE_SECONDS,
+    Running,
+    RunSpec,
+    orphaned_foreground_markers,
+    run_foreground,
+)
 from codemode.tools._bash._proctree import create_time, is_same_process, terminate_tree
 from codemode.tools._bash._records import ProcessRecord
 from codemode.tools._bash._spawner import Spawners
@@ -198,11 +204,18 @@ class ProcessManager:
         is still undelivered; logs of undelivered completions are pinned so the archive's
         compaction and expiry leave them alone.
 
+        Foreground commands left running by a host that died are ended too (found by the
+        marker variable, which names their host's pid and start time).
+
         Returns:
-            Counts: ``lost`` (records reconciled), ``expired`` (records removed), plus the
-            archive's own counts.
+            Counts: ``lost`` (records reconciled), ``expired`` (records removed), ``orphans``
+            (foreground commands of dead hosts ended), plus the archive's own counts.
         """
-        counts = {"lost": 0, "expired": 0}
+        counts = {"lost": 0, "expired": 0, "orphans": 0}
+        # Foreground commands of a host that died (SIGKILL) have no reader left: end them.
+        for marker in orphaned_foreground_markers():
+            terminate_tree(marker, grace_seconds=TERM_GRACE_SECONDS)
+            counts["orphans"] += 1
         with self._db() as conn:
             live = _records.live_records(conn)
         for record in live:
@@ -299,6 +312,8 @@ class ProcessManager:
                 f'bash({{action: "read", process_id: "{pid}", wait_ms: 5000}}); stop it with '
                 f'bash({{action: "stop", process_id: "{pid}"}}).'
             )
+            if args.timeout_seconds is not None:
+                text += " (timeout_seconds does not apply to background processes: stop it when done.)"
             return ToolResult.from_text(text, data)
         outcome = await run_foreground(
             spec,

@@ -89,6 +89,27 @@ def find_members(marker: str, pgid: int | None = None, root_pid: int | None = No
     return {pid for pid in found if pid != me and not _is_zombie(pid)}
 
 
+def markers_with_prefix(prefix: str) -> set[str]:
+    """Values of ``CODEMODE_PROCESS_ID`` starting with ``prefix`` among live processes."""
+    needle = f"{MARKER_VAR}={prefix}".encode()
+    found: set[str] = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        start = data.find(needle)
+        if start < 0 or (start > 0 and data[start - 1] != 0):
+            continue
+        end = data.find(b"\0", start)
+        value = data[start + len(MARKER_VAR) + 1 : end if end >= 0 else len(data)]
+        found.add(value.decode(errors="replace"))
+    return found
+
+
 def _signal_all(pids: Iterable[int], sig: int) -> None:
     for pid in pids:
         try:

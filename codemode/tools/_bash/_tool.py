@@ -65,7 +65,10 @@ class BashArgs(pydantic.BaseModel):
         default=None,
         ge=1,
         le=MAX_TIMEOUT_SECONDS,
-        description=f"run: stop the command after this long (default {DEFAULT_TIMEOUT_SECONDS}).",
+        description=(
+            f"run: stop a foreground command after this long (default {DEFAULT_TIMEOUT_SECONDS}); background "
+            "processes run until they exit or are stopped."
+        ),
     )
     cwd: str | None = pydantic.Field(
         default=None, description="run: working directory, relative to the workspace root (default)."

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.anyio
 
 _HOST = textwrap.dedent(
     """
-    import json, sys, anyio
+    import json, os, sys, anyio, psutil
     from pathlib import Path
     from codemode.archive import Archive
     from codemode.sandbox import SandboxPolicy
@@ -33,6 +33,8 @@ _HOST = textwrap.dedent(
         state, ws, tmp, token, go = (Path(p) for p in sys.argv[1:6])
         archive = Archive(state)
         manager = ProcessManager(archive, handoff_seconds=0.3)
+        no_handoff = ProcessManager(archive, handoff_seconds=None)
+        plain = no_handoff.extension().tools[0]
         policy = SandboxPolicy(writable_roots=(ws,), temp_dir=tmp, protected=(state,))
         ctx = ToolContext("s1", ws, policy, archive)
         bash = manager.extension().tools[0]
@@ -49,8 +51,16 @@ _HOST = textwrap.dedent(
             "ends": ends.structured_content["process_id"],
             "promoted": promoted.structured_content["promoted_process_id"],
         }
-        print(json.dumps(ids), flush=True)
-        await anyio.sleep_forever()
+        async with anyio.create_task_group() as tg:
+            # A plain foreground run, still going when the host is killed.
+            model = plain.input_model.model_validate({"command": f"exec -a {token}fg sleep 1000"})
+            tg.start_soon(lambda: plain.handler(**plain.bind(model, ctx)))
+            while not any(
+                f"{token}fg" in " ".join(p.cmdline()) for p in psutil.process_iter() if p.pid != os.getpid()
+            ):
+                await anyio.sleep(0.01)
+            print(json.dumps(ids), flush=True)
+            await anyio.sleep_forever()
 
     anyio.run(main)
     """
@@ -88,6 +98,7 @@ async def test_host_sigkill_then_restart(state_dir: Path, workspace: Path, tmp_p
     assert states[ids["ends"]] == ("exited", 7)
     assert states[ids["promoted"]] == ("lost", None)  # its reader (the host) died: exit code unknown
     assert _survivors(token) == []  # and nothing of it is left running
+    assert _survivors(f"{token}fg") == []  # nor of the plain foreground run the dead host had
 
     pending = first.pending_notifications("s1")
     assert sorted(n.process_id for n in pending) == sorted([ids["ends"], ids["promoted"]])

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.anyio
 
 _HOST = textwrap.dedent(
     """
-    import json, os, sys, anyio, psutil
+    import json, sys, anyio
     from pathlib import Path
     from codemode.archive import Archive
     from codemode.sandbox import SandboxPolicy
@@ -53,11 +53,11 @@ _HOST = textwrap.dedent(
         }
         async with anyio.create_task_group() as tg:
             # A plain foreground run, still going when the host is killed.
-            model = plain.input_model.model_validate({"command": f"exec -a {token}fg sleep 1000"})
+            started = ws / "fg-started"
+            command = f"touch {started}; exec -a {token}fg sleep 1000"
+            model = plain.input_model.model_validate({"command": command})
             tg.start_soon(lambda: plain.handler(**plain.bind(model, ctx)))
-            while not any(
-                f"{token}fg" in " ".join(p.cmdline()) for p in psutil.process_iter() if p.pid != os.getpid()
-            ):
+            while not started.exists():
                 await anyio.sleep(0.01)
             print(json.dumps(ids), flush=True)
             await anyio.sleep_forever()

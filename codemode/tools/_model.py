@@ -101,7 +101,9 @@ class Tool:
 
     def bind(self, args: pydantic.BaseModel, ctx: ToolContext) -> dict[str, Any]:
         """Keyword arguments for the handler: the model (or its fields) and the context."""
-        kwargs: dict[str, Any] = {self.model_param: args} if self.model_param is not None else dict(args.__dict__)
+        kwargs: dict[str, Any] = (
+            {self.model_param: args} if self.model_param is not None else dict(args.__dict__)
+        )
         if self.context_param is not None:
             kwargs[self.context_param] = ctx
         return kwargs

@@ -66,7 +66,7 @@ def resolve_cwd(cwd: str | None, workspace: Path, policy: SandboxPolicy) -> Path
             target = workspace / target
     try:
         resolved = target.resolve(strict=True)
-    except (OSError, RuntimeError) as exc:
+    except (OSError, RuntimeError, ValueError) as exc:
         raise ToolError(
             f"cwd {cwd!r} does not exist (resolved against the workspace {str(workspace)!r}); "
             "pass an existing directory or leave cwd out to use the workspace root",

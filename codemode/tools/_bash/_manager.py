@@ -289,6 +289,12 @@ class ProcessManager:
 
     def _spec(self, args: BashArgs, ctx: ToolContext) -> RunSpec:
         assert args.command is not None
+        if "\x00" in args.command:
+            raise ToolError(
+                "the command contains a NUL character, which no shell command line can hold; remove it "
+                "(use printf '\\0' to produce one)",
+                {"error": "bad_command"},
+            )
         return RunSpec(
             command=args.command,
             cwd=resolve_cwd(args.cwd, Path(ctx.workspace), ctx.policy),

@@ -318,3 +318,10 @@ async def test_verification_summary_only_when_output_was_cut(bash: Caller, works
     assert long.structured_content["stdout"]["truncated"]
     assert "pytest: 1 failed, 5000 passed" in long.text
     assert "read_archive(" in long.text
+
+
+async def test_nul_in_command_or_cwd_is_a_clear_error(bash: Caller) -> None:
+    with pytest.raises(ToolError, match="NUL"):
+        await bash(command="echo a\x00b")
+    with pytest.raises(ToolError, match="cwd"):
+        await bash(command="true", cwd="a\x00b")

@@ -17,6 +17,7 @@ class Probe:
         self.bumps = 0
         self.handler_threads: list[int] = []
         self.contexts: list[ToolContext] = []
+        self.slow_calls = 0
         self.slow_started = anyio.Event()
         self.slow_cancelled = anyio.Event()
         self.release = anyio.Event()
@@ -46,6 +47,7 @@ def add_test_tools(host: Host, probe: Probe) -> None:
     @host.tool()
     async def slow() -> str:
         """Wait until the test releases it; records when it starts and when it is cancelled."""
+        probe.slow_calls += 1
         probe.slow_started.set()
         try:
             await probe.release.wait()

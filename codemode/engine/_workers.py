@@ -47,21 +47,29 @@ class WorkerPool:
         )
         self._lock = threading.Lock()
         self._workers = 0
-        self._idle = 0
+        self._idle = 0  # workers waiting for a job (their next context prepared or being prepared)
+        self._queued = 0  # jobs put on the queue and not yet taken by a worker
         self._slots = anyio.CapacityLimiter(max_workers)
 
     def _ensure_worker(self) -> None:
+        """Count one more queued job and start the workers it needs.
+
+        Every queued job needs an idle worker of its own (a worker blocked in a long program
+        must not hold up the next one), plus one spare whose context is prepared ahead.
+        """
         with self._lock:
-            if self._idle >= 1 + (1 if self._workers < _MIN_IDLE else 0) or self._workers >= self._max:
-                return
-            self._workers += 1
-            self._idle += 1
-        previous = threading.stack_size()
-        try:
-            threading.stack_size(_STACK_BYTES)
-            threading.Thread(target=self._work, name="codemode-js", daemon=True).start()
-        finally:
-            threading.stack_size(previous)
+            self._queued += 1
+            wanted = self._queued + max(1, _MIN_IDLE - self._workers)
+            start = max(0, min(wanted - self._idle, self._max - self._workers))
+            self._workers += start
+            self._idle += start
+        for _ in range(start):
+            previous = threading.stack_size()
+            try:
+                threading.stack_size(_STACK_BYTES)
+                threading.Thread(target=self._work, name="codemode-js", daemon=True).start()
+            finally:
+                threading.stack_size(previous)
 
     def _work(self) -> None:
         warm: Any = None
@@ -76,6 +84,7 @@ class WorkerPool:
                 return
             with self._lock:
                 self._idle -= 1
+                self._queued -= 1
             job, done = item
             try:
                 if isinstance(warm, BaseException):
@@ -101,7 +110,10 @@ class WorkerPool:
 
             def done(value: Any, error: BaseException | None) -> None:
                 outcome.append((value, error))
-                spawner.call_soon(finished.set)
+                try:
+                    spawner.call_soon(finished.set)
+                except RuntimeError:  # the event loop is gone: nobody is waiting any more
+                    pass
 
             self._ensure_worker()
             self._jobs.put((job, done))

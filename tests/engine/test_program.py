@@ -534,6 +534,24 @@ async def test_a_run_cancelled_by_its_caller_cancels_its_tools_and_leaves_the_ho
     await assert_healthy(host)
 
 
+async def test_programs_blocked_on_tools_do_not_hold_up_other_programs(host: Host, probe: Probe) -> None:
+    results: list[Any] = []
+
+    async def blocked() -> None:
+        results.append(await host.run_code("print(await tools.slow({}))"))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(12):
+            tg.start_soon(blocked)
+        with anyio.fail_after(20):
+            while probe.slow_calls < 12:
+                await anyio.sleep(0.01)
+            await assert_healthy(host)  # while all twelve are still waiting
+        assert results == []
+        probe.release.set()
+    assert [r.text for r in results] == ["released\n"] * 12
+
+
 async def test_fifty_programs_at_once_are_correct_and_isolated(host: Host) -> None:
     results: dict[int, Any] = {}
 

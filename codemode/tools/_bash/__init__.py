@@ -1,4 +1,28 @@
-"""The ``bash`` tool and its process manager (foreground, hand-off, background PTY processes)."""
+"""The ``bash`` tool and its process manager (foreground, hand-off, background PTY processes).
+
+Public surface (wired by the host and the CLI):
+
+* ``ProcessManager(archive, *, handoff_seconds=10.0, max_background_per_session=32,
+  redactor=None, environ=None)``: construct it *before* calling ``archive.maintain()``
+  yourself (its start-up upkeep pins logs of undelivered completions, then runs
+  ``archive.maintain()``).
+* ``extension()``: the ``bash`` tool plus its guidance text.
+* ``pending_notifications(session_id) -> list[Notification]`` and ``ack(session_id, ids)``.
+* ``await close_session(session_id)``, ``await aclose()``.
+* For the CLI: ``list_processes(session_id | None)``, ``await read(session_id, process_id,
+  offset, max_bytes, wait_ms)``, ``await stop(session_id, process_id)``, ``await
+  write(session_id, process_id, text)``, ``owner_of(process_id)``.
+
+Design notes:
+
+* Foreground: ``bash -c`` in a new session, stdin closed, pipes read by one worker thread;
+  confined commands are started from a per-policy confined spawner thread (``_spawner``).
+* Background: one small supervisor process per command (``_supervisor.py``) owns the PTY,
+  writes the raw log into the archive's blob file and records the exit and the completion in
+  SQLite (``_records.py``); it outlives the host.
+* A promoted run stays the same piped process and depends on this host for its output; it is
+  stopped at ``aclose()`` and reported ``lost`` (exit code unknown) if the host dies.
+"""
 
 from codemode.tools._bash._manager import Notification, ProcessManager
 

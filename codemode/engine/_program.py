@@ -125,13 +125,27 @@ def _finite(value: Any) -> Any:
     return value
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _js_text(text: str) -> str:
+    """``text`` as the QuickJS binding can take it: lone surrogates become U+FFFD."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
+
+
 def _to_json(value: Any) -> str | None:
     """Strict JSON text of ``value`` (non-finite numbers become null); None when it is not JSON."""
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+        return _js_text(json.dumps(value, ensure_ascii=False, allow_nan=False))
     except ValueError:
         try:
-            return json.dumps(_finite(value), ensure_ascii=False, allow_nan=False)
+            return _js_text(json.dumps(_finite(value), ensure_ascii=False, allow_nan=False))
         except (TypeError, ValueError, RecursionError):
             return None
     except (TypeError, RecursionError):
@@ -413,7 +427,8 @@ class ProgramThread:
 
     @staticmethod
     def _reject(settle: Any, call_id: int, message: str, data: Any) -> None:
-        settle(call_id, False, json.dumps({"message": message, "data": data}, ensure_ascii=False), False)
+        payload = _to_json({"message": message, "data": data}) or _to_json({"message": message, "data": None})
+        settle(call_id, False, payload, False)
 
     def _sync(self, settle: Any, call_id: int, op: str, a: Any, b: Any) -> None:
         try:
@@ -424,7 +439,11 @@ class ProgramThread:
         except Exception as exc:  # a host fault in the store must not kill the program thread
             self._reject(settle, call_id, f"{op} failed: {type(exc).__name__}: {exc}", None)
             return
-        settle(call_id, True, json.dumps(value, ensure_ascii=False), False)
+        payload = _to_json(value)
+        if payload is None:
+            self._reject(settle, call_id, f"{op} returned a value that is not JSON", None)
+            return
+        settle(call_id, True, payload, False)
 
     def _sync_op(self, op: str, a: Any, b: Any) -> Any:
         archive = self.context.archive
@@ -488,7 +507,7 @@ class ProgramThread:
             return
         data = result.producer_data()
         if isinstance(data, str):
-            settle(call_id, True, data, True)
+            settle(call_id, True, _js_text(data), True)
             return
         payload = _to_json(data)
         if payload is None:

@@ -24,6 +24,8 @@
   const ArrayPrototype = Array.prototype;
   const StringCtor = String;
   const StringIndexOf = String.prototype.indexOf;
+  const StringIsWellFormed = String.prototype.isWellFormed;
+  const StringToWellFormed = String.prototype.toWellFormed;
   const NumberIsFinite = Number.isFinite;
   const PromiseCtor = Promise;
   const MapCtor = Map;
@@ -71,10 +73,16 @@
   // encoder honours a `toJSON` of the value's own kind (Date, a class of the program's) but
   // ignores one inherited from Object.prototype or Array.prototype. Primitives still go
   // through JSON.stringify, which never looks up `toJSON` on them.
+  // Python cannot hold a lone surrogate in UTF-8 text: such strings cross as U+FFFD.
+  function __cm_well_formed(text) {
+    return ReflectApply(StringIsWellFormed, text, []) ? text : ReflectApply(StringToWellFormed, text, []);
+  }
+
   function __cm_encode(value, useToJSON) {
     if (value === null) return "null";
     const t = typeof value;
-    if (t === "string" || t === "boolean") return JSONstringify(value);
+    if (t === "string") return JSONstringify(__cm_well_formed(value));
+    if (t === "boolean") return JSONstringify(value);
     if (t === "number") return NumberIsFinite(value) ? JSONstringify(value) : "null";
     if (t !== "object") return "null";
     if (useToJSON) {
@@ -96,7 +104,7 @@
       const v = value[keys[i]];
       const kind = typeof v;
       if (v === undefined || kind === "function" || kind === "symbol") continue;
-      ReflectApply(ArrayPush, parts, [JSONstringify(keys[i]) + ":" + __cm_encode(v, true)]);
+      ReflectApply(ArrayPush, parts, [JSONstringify(__cm_well_formed(keys[i])) + ":" + __cm_encode(v, true)]);
     }
     return "{" + ReflectApply(ArrayJoin, parts, [","]) + "}";
   }
@@ -185,7 +193,7 @@
   function __cm_print(...args) {
     const parts = [];
     for (let i = 0; i < args.length; i++) ReflectApply(ArrayPush, parts, [__cm_format(args[i])]);
-    const text = ReflectApply(ArrayJoin, parts, [" "]) + "\n";
+    const text = __cm_well_formed(ReflectApply(ArrayJoin, parts, [" "])) + "\n";
     ReflectApply(ArrayPush, prints, [text]);
     printBytes += text.length;
     if (!printNul && ReflectApply(StringIndexOf, text, ["\u0000"]) >= 0) printNul = true;

@@ -383,6 +383,35 @@ print(await tools.shout({{text: "ß😀"}}));
     assert host.search_tools("echo")  # untouched by the run
 
 
+async def test_lone_surrogates_cross_as_replacement_characters(host: Host) -> None:
+    host.add_tool(lambda: "a\udc80b", name="surrogate_text", description="Text with a lone surrogate.")
+    host.add_tool(
+        lambda: ToolResult.from_text("t", {"k\ud800": ["\udfff"]}),
+        name="surrogate_data",
+        description="Data, lone surrogates.",
+    )
+    source = r"""
+print("p\ud800q");
+print(await tools.shout({text: "x\udc00y"}));
+print(await tools.surrogate_text());
+print(JSON.stringify(await tools.surrogate_data()));
+await store.set("s", "v\ud800");
+print(await store.get("s"));
+throw new Error("bad \ud800");
+"""
+    result = await run(host, source)
+    assert result.text.splitlines()[:5] == [
+        "p\ufffdq",
+        "X\ufffdY",
+        "a\ufffdb",
+        '{"k\ufffd":["\ufffd"]}',
+        "v\ufffd",
+    ]
+    assert result.error is not None and result.error.message == "bad \ufffd"
+    result.model_dump_json()  # the recorded form stays valid UTF-8
+    await assert_healthy(host)
+
+
 async def test_a_nul_character_in_the_source_is_a_clear_syntax_error(host: Host) -> None:
     result = await run(host, 'print("a");\nprint("b\x00");')
     assert result.error is not None and result.error.kind == "syntax_error"

@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -296,23 +296,26 @@ class Host:
         archive = self.archive
         session = session_id or self.config.session_id
         call = call_id or f"run_{uuid.uuid4().hex}"
-        replayed = await self._replay(call)
+        # Call ids are the caller's; records are kept per session so one session can never
+        # replay (read) another's result by guessing its id.
+        record_key = f"{session}\x1f{call}"
+        replayed = await self._replay(record_key)
         if replayed is not None:
             return replayed
-        done = self._in_flight[call] = anyio.Event()
+        done = self._in_flight[record_key] = anyio.Event()
         try:
             result = await self._run_code(source, session, call, max_output_tokens, timeout_seconds)
-            archive.record_run(call, session, result.model_dump_json())
+            archive.record_run(record_key, session, result.model_dump_json())
             return result
         finally:
-            self._in_flight.pop(call, None)
+            self._in_flight.pop(record_key, None)
             done.set()
 
-    async def _replay(self, call_id: str) -> RunResult | None:
-        in_flight = self._in_flight.get(call_id)
+    async def _replay(self, record_key: str) -> RunResult | None:
+        in_flight = self._in_flight.get(record_key)
         if in_flight is not None:
             await in_flight.wait()
-        recorded = self.archive.get_run(call_id)
+        recorded = self.archive.get_run(record_key)
         return None if recorded is None else RunResult.model_validate_json(recorded)
 
     async def _run_code(
@@ -399,42 +402,70 @@ class Host:
             trailer_lines.append(description)
         trailer_lines.extend(f"[note: {n}]" for n in notices)
         trailer_lines.extend(self._take_notifications(session))
-        trailer = "\n".join(trailer_lines)
-        cut = self._fit(self.archive.redactor.redact(output), trailer, budget, session)
-        text = cut.text
-        if trailer:
-            text = (text.rstrip("\n") + "\n" + trailer) if text else trailer
+        fitted = self._fit(output, "\n".join(trailer_lines), budget, session)
         return RunResult(
             call_id=call,
             session_id=session,
             ok=error is None,
-            text=text,
-            truncated=cut.truncated,
-            refs=[cut.ref.ref] if cut.ref is not None else [],
+            text=fitted.text,
+            truncated=fitted.truncated,
+            refs=fitted.refs,
             error=error,
             cancelled_calls=cancelled,
             notices=notices,
             usage=Usage(
-                output_tokens=cut.tokens + (self.counter.count(trailer) if trailer else 0),
+                output_tokens=fitted.tokens,
                 max_output_tokens=budget,
-                printed_bytes=cut.total_bytes,
+                printed_bytes=fitted.printed_bytes,
                 tool_calls=tool_calls,
                 cpu_ms=round(cpu_ms, 3),
                 wall_ms=round((time.perf_counter() - started) * 1000, 3),
             ),
         )
 
-    def _fit(self, text: str, trailer: str, budget: int, session: str) -> Any:
-        """Cut ``text`` so that it plus ``trailer`` fits ``budget`` tokens."""
-        reserve = self.counter.count(trailer) + 1 if trailer else 0
-        room = max(MIN_BUDGET, budget - reserve)
+    def _fit(self, text: str, trailer: str, budget: int, session: str) -> _Fitted:
+        """Redact ``text`` and ``trailer`` and fit both into ``budget`` tokens.
+
+        The trailer (errors, notes, notifications) comes last and is never dropped: it gets
+        up to half the budget (cut and archived itself when longer), the output the rest.
+        """
+        redact = self.archive.redactor.redact
         archive = self.archive
+        refs: list[str] = []
 
         def keep(whole: str) -> ArchiveRef:
-            # ``text`` is redacted already; bytes are archived as given.
-            return archive.put(whole.encode("utf-8", "surrogatepass"), kind="output", session_id=session)
+            # The text is redacted already; bytes are archived as given.
+            ref = archive.put(whole.encode("utf-8", "surrogatepass"), kind="output", session_id=session)
+            refs.append(ref.ref)
+            return ref
 
-        return cut_to_budget(text, room, self.counter, keep)
+        trailer = redact(trailer) if trailer else ""
+        trailer_tokens = 0
+        truncated = False
+        if trailer:
+            share = max(MIN_BUDGET, budget // 2)
+            if len(trailer.encode("utf-8", "surrogatepass")) > share:
+                trailer_cut = cut_to_budget(trailer, share, self.counter, keep)
+                trailer, truncated = trailer_cut.text, trailer_cut.truncated
+            trailer_tokens = self.counter.count(trailer) + 1
+        room = budget - trailer_tokens
+        output = redact(text) if text else ""
+        size = len(output.encode("utf-8", "surrogatepass"))
+        if size <= room:
+            shown, tokens = output, size
+        elif room >= MIN_BUDGET:
+            cut = cut_to_budget(output, room, self.counter, keep)
+            shown, tokens, truncated = cut.text, cut.tokens, truncated or cut.truncated
+        else:
+            ref = keep(output)
+            shown = (
+                f"[{size:,} bytes of output archived as {ref.ref}: "
+                f'read_archive({{ref: "{ref.ref}", offset: 0, limit: 65536}})]\n'
+            )
+            tokens, truncated = self.counter.count(shown), True
+        if trailer:
+            shown = (shown.rstrip("\n") + "\n" + trailer) if shown else trailer
+        return _Fitted(shown, truncated, refs, tokens + trailer_tokens, size)
 
     # -- direct calls -----------------------------------------------------------------------
 
@@ -460,16 +491,14 @@ class Host:
         result: ToolResult = await self.registry.call(name, args if args is not None else {}, context)
         budget = min(max_output_tokens or self.config.max_output_tokens, self.config.max_output_tokens_limit)
         trailer = "\n".join(self._take_notifications(session))
-        redactor = self.archive.redactor
-        cut = self._fit(redactor.redact(result.text), trailer, max(budget, MIN_BUDGET), session)
-        text = cut.text if not trailer else (cut.text.rstrip("\n") + "\n" + trailer if cut.text else trailer)
+        fitted = self._fit(result.text, trailer, max(budget, MIN_BUDGET), session)
         return CallResult(
             tool=name,
-            text=text,
-            structured_content=_redact_json(result.structured_content, redactor.redact),
+            text=fitted.text,
+            structured_content=_redact_json(result.structured_content, self.archive.redactor.redact),
             is_error=result.is_error,
-            truncated=cut.truncated,
-            refs=[cut.ref.ref] if cut.ref is not None else [],
+            truncated=fitted.truncated,
+            refs=fitted.refs,
         )
 
     def search_tools(self, query: str, limit: int = 10) -> list[dict[str, str]]:
@@ -564,6 +593,15 @@ class Host:
                 "summary": status.describe(),
             },
         }
+
+
+@dataclass(frozen=True)
+class _Fitted:
+    text: str
+    truncated: bool
+    refs: list[str]
+    tokens: int
+    printed_bytes: int
 
 
 def _redact_json(value: Any, redact: Callable[[str], str]) -> Any:

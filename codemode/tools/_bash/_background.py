@@ -7,9 +7,12 @@ import hashlib
 import json
 import os
 import select
+import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +63,7 @@ def start_background(
     *,
     process_id: str,
     archive: Archive,
-    conn: Any,
+    db: Callable[[], AbstractContextManager[sqlite3.Connection]],
 ) -> dict[str, Any]:
     """Record, then start, one background process under a new supervisor (blocking).
 
@@ -82,24 +85,25 @@ def start_background(
     # grows) until finish_log() records its size and sha256.
     _release_writer_fd(log)
     input_path = str(run_dir / f"{process_id}.in")
-    _records.insert(
-        conn,
-        process_id=process_id,
-        session_id=spec.session_id,
-        command=spec.command,
-        cwd=str(spec.cwd),
-        kind="background",
-        marker=process_id,
-        lifecycle=spec.lifecycle,
-        completion_mode=spec.completion_mode,
-        purpose=spec.purpose,
-        scope=spec.scope,
-        state="starting",
-        log_path=log_path,
-        log_ref=log.ref,
-        input_path=input_path,
-        started_at=time.time(),
-    )
+    with db() as conn:
+        _records.insert(
+            conn,
+            process_id=process_id,
+            session_id=spec.session_id,
+            command=spec.command,
+            cwd=str(spec.cwd),
+            kind="background",
+            marker=process_id,
+            lifecycle=spec.lifecycle,
+            completion_mode=spec.completion_mode,
+            purpose=spec.purpose,
+            scope=spec.scope,
+            state="starting",
+            log_path=log_path,
+            log_ref=log.ref,
+            input_path=input_path,
+            started_at=time.time(),
+        )
     with conf:
         env = command_env(spec.environ, process_id, conf.env, term=PTY_TERM)
         payload = {
@@ -128,7 +132,8 @@ def start_background(
                     close_fds=True,
                 )
             except OSError as exc:
-                _records.update(conn, process_id, state="failed", error=str(exc), ended_at=time.time())
+                with db() as conn:
+                    _records.update(conn, process_id, state="failed", error=str(exc), ended_at=time.time())
                 raise ToolError(f"could not start the background supervisor: {exc}") from exc
     assert proc.stdin is not None and proc.stdout is not None
     try:
@@ -143,9 +148,15 @@ def start_background(
         answer: dict[str, Any] = json.loads(line)
     except ValueError:
         detail = err_path.read_text(errors="replace").strip()[-2000:] if err_path.exists() else ""
-        _records.record_end(
-            conn, process_id, exit_code=None, exit_signal=None, state="failed", error=detail or "no answer"
-        )
+        with db() as conn:
+            _records.record_end(
+                conn,
+                process_id,
+                exit_code=None,
+                exit_signal=None,
+                state="failed",
+                error=detail or "no answer",
+            )
         raise ToolError(
             "the background supervisor did not start" + (f": {detail}" if detail else ""),
             {"error": "supervisor_failed"},

@@ -132,6 +132,7 @@ class ProcessManager:
         self._foreground: set[Running] = set()
         self._promoted: dict[str, _Promoted] = {}
         self._lock = threading.Lock()
+        self._start_lock = threading.Lock()
         self._db_lock = threading.RLock()
         self._conn = _records.connect(archive.db_path)
         _records.ensure_schema(self._conn)
@@ -340,15 +341,16 @@ class ProcessManager:
         return sum(1 for r in live if self._reconcile(r).live) < self._max_background
 
     def _start_background(self, spec: RunSpec) -> dict[str, Any]:
-        if not self._check_cap(spec.session_id):
-            raise ToolError(
-                f"this session already has {self._max_background} background processes running (the cap); "
-                'stop one with bash({action: "stop", process_id}) or wait for one to finish',
-                {"error": "background_cap", "cap": self._max_background},
-            )
         process_id = f"p_{secrets.token_hex(6)}"
+        with self._start_lock:  # the cap check and the start are one step
+            if not self._check_cap(spec.session_id):
+                raise ToolError(
+                    f"this session already has {self._max_background} background processes running (the "
+                    'cap); stop one with bash({action: "stop", process_id}) or wait for one to finish',
+                    {"error": "background_cap", "cap": self._max_background},
+                )
+            answer = start_background(spec, process_id=process_id, archive=self._archive, db=self._db)
         with self._db() as conn:
-            answer = start_background(spec, process_id=process_id, archive=self._archive, conn=conn)
             record = _records.get(conn, process_id)
         assert record is not None
         return {

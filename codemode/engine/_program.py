@@ -276,6 +276,7 @@ class ProgramThread:
         self._waiting: collections.deque[tuple[int, Tool, Any]] = collections.deque()
         self._deadline = 0.0
         self._cpu_start = 0.0
+        self._armed_for_wall = False
 
     # -- the run loop ---------------------------------------------------------------------
 
@@ -302,9 +303,15 @@ class ProgramThread:
         )
 
     def _arm(self, ctx: quickjs.Context) -> None:
-        """Give the next entry into JS whatever CPU and wall time is left."""
+        """Give the next entry into JS whatever CPU and wall time is left.
+
+        The binding measures the limit with clock(), the CPU time of the whole process, so
+        an interrupt can come early when other threads are busy; which limit was armed (not
+        the clocks read afterwards) therefore says which one the interrupt stands for.
+        """
         cpu_left = self.limits.cpu_seconds - (time.thread_time() - self._cpu_start)
         wall_left = self._deadline - time.monotonic()
+        self._armed_for_wall = wall_left <= cpu_left
         ctx.set_time_limit(max(0.001, min(cpu_left, wall_left)))
 
     def _run(self, warm: PreparedContext) -> GuestError | None:
@@ -594,7 +601,7 @@ class ProgramThread:
                 col,
             )
         if message == "interrupted":
-            if time.monotonic() >= self._deadline - 0.01:
+            if self._armed_for_wall or time.monotonic() >= self._deadline - 0.01:
                 return GuestError(
                     "timeout",
                     "Timeout",

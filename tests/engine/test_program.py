@@ -161,6 +161,15 @@ async def test_endless_loop_is_interrupted_at_the_cpu_limit(make_host: Any) -> N
         await assert_healthy(host)
 
 
+async def test_wall_clock_limit_while_computing(host: Host) -> None:
+    result = await run(host, '// @run_code: {"timeout_seconds": 0.5}\nprint("spinning");\nfor (;;) {}\n')
+    assert result.error is not None
+    assert (result.error.kind, result.error.name) == ("timeout", "Timeout"), result.text
+    assert "0.5 s wall-clock limit" in result.error.message
+    assert result.text.startswith("spinning\n")
+    await assert_healthy(host)
+
+
 async def test_code_that_closes_the_wrapper_still_meets_the_cpu_limit(make_host: Any) -> None:
     async with make_host(cpu_seconds=1) as (host, _probe):
         with anyio.fail_after(30):

@@ -65,14 +65,15 @@ def resolve_cwd(cwd: str | None, workspace: Path, policy: SandboxPolicy) -> Path
         if not target.is_absolute():
             target = workspace / target
     try:
-        resolved = target.resolve(strict=True)
+        resolved = Path(os.path.realpath(target, strict=True))
+        mode = os.stat(resolved).st_mode
     except (OSError, RuntimeError, ValueError) as exc:
         raise ToolError(
             f"cwd {cwd!r} does not exist (resolved against the workspace {str(workspace)!r}); "
             "pass an existing directory or leave cwd out to use the workspace root",
             {"error": "bad_cwd", "cwd": cwd},
         ) from exc
-    if not resolved.is_dir():
+    if not stat.S_ISDIR(mode):
         raise ToolError(
             f"cwd {cwd!r} is not a directory; pass a directory or leave cwd out",
             {"error": "bad_cwd", "cwd": cwd},

@@ -7,6 +7,7 @@ the whole tree can be signalled), confined before exec. One worker thread reads 
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import signal
@@ -30,7 +31,14 @@ from codemode.tools._bash._pump import Pump
 from codemode.tools._bash._shape import build_result
 from codemode.tools._bash._spawner import Spawners
 from codemode.tools._capture import StreamCapture
-from codemode.tools._verification import classify_command
+from codemode.tools._verification import Classification, classify_command
+
+
+@functools.lru_cache(maxsize=512)
+def _classify(command: str) -> Classification | None:
+    """``classify_command``, remembered: agents repeat the same test and build commands."""
+    return classify_command(command)
+
 
 # A dirty check (``git status``) costs about 2 ms; do it only where that is noise.
 _DIRTY_CHECK_AFTER_MS = 100
@@ -252,7 +260,7 @@ def finish(
     else:
         next_offset = running.pump.log_bytes
         log_name = running.log.stream().ref
-    classification = classify_command(spec.command)
+    classification = _classify(spec.command)
     check_dirty = promoted_process_id is None and (
         duration_ms >= _DIRTY_CHECK_AFTER_MS or classification is not None
     )

@@ -169,15 +169,19 @@ def description(handoff_seconds: float | None) -> str:
 
 def guidance(handoff_seconds: float | None) -> str:
     """The text the bash tool adds to the run_code description."""
-    return f"""\
-### bash
-- `await tools.bash({{command: "pytest -q", cwd: "sub/dir", timeout_seconds: 600}})` runs a command in a
-  new shell (no cd/export carries over; stdin closed). Result: `exit_code`, `stdout.excerpt`,
-  `stderr.excerpt`, `verification` (parsed test/lint summaries), `log.ref` (full output: `read_archive`).
-- {_handoff_words(handoff_seconds)} Start one in the background directly with
-  `run_in_background: true` (returns `process_id`).
-- `bash({{action: "read", process_id, offset_bytes: next_offset, wait_ms: 5000}})` waits for new output
-  or exit; `bash({{action: "write", process_id, input}})`, `bash({{action: "stop", process_id}})`,
-  `bash({{action: "list"}})`. Process ids are opaque and belong to this session; keep one in `store` to
-  use it in a later program.
-"""
+    return "\n".join(
+        [
+            "### bash",
+            '- `await tools.bash({command: "pytest -q", cwd: "sub/dir", timeout_seconds: 600})` runs a command '
+            "in a new shell (no cd/export carries over; stdin closed). Result: `exit_code`, `stdout.excerpt`, "
+            "`stderr.excerpt`, `verification` (parsed test/lint summaries), `log.ref` (full output: "
+            "`read_archive`).",
+            f"- {_handoff_words(handoff_seconds)} Start long commands with `run_in_background: true` "
+            "(returns `process_id` at once).",
+            '- `bash({action: "read", process_id, offset_bytes: next_offset, wait_ms: 5000})` waits for new '
+            'output or exit; `bash({action: "write", process_id, input})` types into its terminal '
+            '("\\u0003" is Ctrl-C); `bash({action: "stop", process_id})`; `bash({action: "list"})`.',
+            "- Process ids are opaque and belong to this session; keep one in `store` to use it in a later "
+            "program.",
+        ]
+    )

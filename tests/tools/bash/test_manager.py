@@ -359,3 +359,11 @@ async def test_supervisor_killed_exit_code_unknown(
     assert note.exit_code is None and "unknown" in note.text
     read = await bash(action="read", process_id=pid)
     assert read.structured_content["exited"] and "exit code unknown" in read.text
+
+
+async def test_write_ctrl_c_interrupts_through_the_pty(bash: Caller) -> None:
+    pid = await _start(bash, "trap 'echo interrupted; exit 9' INT; echo ready; while :; do sleep 0.05; done")
+    await _read_until(bash, pid, "ready")
+    await bash(action="write", process_id=pid, input="\x03")
+    assert "interrupted" in await _read_until(bash, pid, "interrupted")
+    assert (await _wait_exited(bash, pid))["exit_code"] == 9

@@ -240,11 +240,12 @@ def supervise(spec: dict[str, Any]) -> int:
         os.close(log_fd)
         if fifo_fd is not None:
             os.close(fifo_fd)
-        try:
-            os.unlink(fifo_path)
-        except OSError:
-            pass
     exit_code, exit_signal = _exit_status(child)
+    # The FIFO's absence tells readers the command has ended: remove it only now.
+    try:
+        os.unlink(fifo_path)
+    except OSError:
+        pass
     child.delayafterclose = child.delayafterterminate = 0  # it has exited: no need to wait
     try:
         child.close(force=True)

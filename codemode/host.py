@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import shutil
 import tempfile
@@ -355,6 +356,11 @@ class Host:
         context = self._context(session, call)
         outcome = await self.engine.run(source, context, timeout_seconds=timeout)
         error = _run_error(outcome.error) if outcome.error is not None else None
+        if outcome.dropped_timers and outcome.error is None:
+            notices.append(
+                f"{outcome.dropped_timers} timer(s) had not fired when the program ended and were dropped; "
+                "await them (e.g. await sleep(ms)) if their callbacks matter"
+            )
         if outcome.output_dropped_bytes:
             notices.append(
                 f"{outcome.output_dropped_bytes:,} printed characters beyond the in-memory limit were "
@@ -390,7 +396,8 @@ class Host:
     ) -> RunResult:
         trailer_lines: list[str] = []
         if cancelled:
-            names = ", ".join(f"tools.{n}" for n in cancelled)
+            counts = collections.Counter(cancelled)
+            names = ", ".join(f"tools.{n}" + (f" x{c}" if c > 1 else "") for n, c in counts.most_common())
             trailer_lines.append(
                 f"[{len(cancelled)} tool call(s) still pending when the program ended were cancelled: {names}; "
                 "await every call you start]"

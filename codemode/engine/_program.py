@@ -112,6 +112,7 @@ class ProgramOutcome:
     cancelled: list[str]
     cpu_seconds: float
     output_dropped_bytes: int = 0
+    dropped_timers: int = 0
 
 
 def _finite(value: Any) -> Any:
@@ -300,6 +301,7 @@ class ProgramThread:
             cancelled=list(self._pending.values()),
             cpu_seconds=time.thread_time() - self._cpu_start,
             output_dropped_bytes=self._output_dropped,
+            dropped_timers=len(self._live_timers),
         )
 
     def _arm(self, ctx: quickjs.Context) -> None:

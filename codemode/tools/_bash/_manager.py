@@ -58,6 +58,7 @@ from codemode.tools._terminal import clean_terminal_text
 
 _EXPIRE_SECONDS = 30 * 24 * 3600
 _POLL_SECONDS = 0.005
+_LIVENESS_SECONDS = 0.25
 _RECORD_END_WAIT_SECONDS = 5.0
 
 
@@ -513,7 +514,14 @@ class ProcessManager:
         limit = max_bytes or DEFAULT_READ_BYTES
         if wait_ms and record.live:
             deadline = time.monotonic() + wait_ms / 1000
+            next_check = time.monotonic() + _LIVENESS_SECONDS
             while time.monotonic() < deadline:
+                if time.monotonic() >= next_check:
+                    # A supervisor that died leaves no signal: look at it now and then.
+                    next_check = time.monotonic() + _LIVENESS_SECONDS
+                    if not self._supervisor_alive(record):
+                        record = await anyio.to_thread.run_sync(self._get, session_id, process_id)
+                        break
                 if self._ended(record):
                     record = await anyio.to_thread.run_sync(self._await_end, record)
                     break

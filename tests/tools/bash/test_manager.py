@@ -348,10 +348,16 @@ async def test_supervisor_killed_exit_code_unknown(
         "SELECT supervisor_pid FROM bash_processes WHERE process_id = ?", (pid,)
     ).fetchone()
     conn.close()
-    os.kill(supervisor, 9)
-    with anyio.fail_after(10):
-        while psutil.pid_exists(supervisor) and psutil.Process(supervisor).status() != psutil.STATUS_ZOMBIE:
-            await anyio.sleep(0.01)
+    waiting: list[Any] = []
+
+    async def reader() -> None:
+        waiting.append(await bash(action="read", process_id=pid, wait_ms=300_000))
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)  # a read waiting for output that will never come
+            os.kill(supervisor, 9)
+    assert waiting[0].structured_content["exited"]  # it noticed, long before its wait_ms
     rows = {p["process_id"]: p for p in manager.list_processes("s1")}
     assert (rows[pid]["state"], rows[pid]["exit_code"]) == ("lost", None)
     assert _survivors(token) == []

@@ -371,6 +371,8 @@ class ProcessManager:
         with self._lock:
             if active:
                 self._foreground.add(running)
+                if self._closed:  # started while shutting down: stop it at once
+                    running.pump.wake()
             else:
                 self._foreground.discard(running)
 
@@ -733,10 +735,10 @@ class ProcessManager:
 
     async def aclose(self) -> None:
         """Host shutdown: stop foreground and promoted runs; background processes live on."""
-        if self._closed:
-            return
-        self._closed = True
         with self._lock:
+            if self._closed:
+                return
+            self._closed = True
             runs = list(self._foreground)
             promoted = list(self._promoted.values())
         for running in runs:

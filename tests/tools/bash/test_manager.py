@@ -373,3 +373,25 @@ async def test_write_ctrl_c_interrupts_through_the_pty(bash: Caller) -> None:
     await bash(action="write", process_id=pid, input="\x03")
     assert "interrupted" in await _read_until(bash, pid, "interrupted")
     assert (await _wait_exited(bash, pid))["exit_code"] == 9
+
+
+async def test_aclose_stops_a_running_foreground_command(
+    archive: Archive, workspace: Path, policy: SandboxPolicy
+) -> None:
+    manager = ProcessManager(archive, handoff_seconds=None)
+    bash = Caller(manager, ToolContext("s1", workspace, policy, archive))
+    token = f"fgshutdown{os.getpid()}"
+    started = workspace / "started"
+    results: list[Any] = []
+
+    async def run() -> None:
+        results.append(await bash(command=f"touch {started}; exec -a {token} sleep 1000"))
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            while not started.exists():
+                await anyio.sleep(0.01)
+            await manager.aclose()
+    assert results[0].is_error and "stopped" in results[0].text
+    assert _survivors(token) == []

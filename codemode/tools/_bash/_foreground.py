@@ -258,8 +258,11 @@ def finish(
         log_ref = running.log.close()
         log_name = log_ref.ref if log_ref is not None else None
     else:
-        next_offset = running.pump.log_bytes
-        log_name = running.log.stream().ref
+        writer = running.log.stream()
+        # Offsets are into the log as stored (redacted); a partial last line still held back
+        # by the redactor comes later, from this offset.
+        next_offset = writer.bytes_written
+        log_name = writer.ref
     classification = _classify(spec.command)
     check_dirty = promoted_process_id is None and (
         duration_ms >= _DIRTY_CHECK_AFTER_MS or classification is not None

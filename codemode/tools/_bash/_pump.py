@@ -56,7 +56,6 @@ class Pump:
         assert proc.stdout is not None and proc.stderr is not None
         self.proc = proc
         self.log = log
-        self.log_bytes = 0
         self.exited = False
         self.done = threading.Event()
         self._captures = {proc.stdout.fileno(): stdout, proc.stderr.fileno(): stderr}
@@ -143,7 +142,6 @@ class Pump:
             return
         self._captures[fd].feed(data)
         self.log.write(data)
-        self.log_bytes += len(data)
 
     def _close_stream(self, fd: int) -> None:
         self._poll.unregister(fd)

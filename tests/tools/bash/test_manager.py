@@ -395,3 +395,34 @@ async def test_aclose_stops_a_running_foreground_command(
             await manager.aclose()
     assert results[0].is_error and "stopped" in results[0].text
     assert _survivors(token) == []
+
+
+async def test_promoted_offsets_follow_the_stored_redacted_log(
+    workspace: Path, policy: SandboxPolicy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "s3cr3t-" + "z" * 24
+    monkeypatch.setenv("MY_SERVICE_TOKEN", secret)
+    archive = Archive(tmp_path / "state2")  # its redactor knows the secret
+    manager = ProcessManager(archive, handoff_seconds=0.3)
+    bash = Caller(manager, ToolContext("s1", workspace, policy, archive))
+    go = workspace / "go"
+    command = (
+        f'echo "key=$MY_SERVICE_TOKEN"; printf partial; while [ ! -e {go} ]; do sleep 0.02; done; '
+        'echo " rest"; echo done'
+    )
+    result = await bash(command=command)
+    data = result.structured_content
+    pid = data["promoted_process_id"]
+    assert secret not in result.text
+    go.touch()
+    output = ""
+    offset = data["next_offset"]
+    with anyio.fail_after(10):
+        while "done" not in output:
+            page = await bash(action="read", process_id=pid, offset_bytes=offset, wait_ms=2000)
+            output += page.structured_content["output"]
+            offset = page.structured_content["next_offset"]
+    assert output.startswith("partial rest")  # nothing lost at the hand-off point
+    assert secret not in output
+    await manager.aclose()
+    archive.close()

@@ -92,8 +92,22 @@ def resolve_cwd(cwd: str | None, workspace: Path, policy: SandboxPolicy) -> Path
     return resolved
 
 
-def _find_git_dir(cwd: Path) -> tuple[Path, Path] | None:
-    """(work tree root, git dir) for the tree containing ``cwd``, or None (plain stat calls)."""
+def _read_small(path: str) -> str | None:
+    """The stripped text of a small file, or None (plain syscalls: this is on the hot path)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 65536).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _find_git_dir(cwd: Path) -> tuple[str, str, bool] | None:
+    """(work tree root, git dir, linked work tree) containing ``cwd``, or None."""
     directory = str(cwd)
     while True:
         dot_git = os.path.join(directory, ".git")
@@ -102,45 +116,34 @@ def _find_git_dir(cwd: Path) -> tuple[Path, Path] | None:
         except OSError:
             mode = 0
         if stat.S_ISDIR(mode):
-            return Path(directory), Path(dot_git)
+            return directory, dot_git, False
         if stat.S_ISREG(mode):
-            try:
-                with open(dot_git, encoding="utf-8", errors="replace") as f:
-                    text = f.read().strip()
-            except OSError:
+            text = _read_small(dot_git)
+            if text is None or not text.startswith("gitdir:"):
                 return None
-            if text.startswith("gitdir:"):
-                git_dir = Path(text[len("gitdir:") :].strip())
-                root = Path(directory)
-                return root, git_dir if git_dir.is_absolute() else (root / git_dir).resolve()
-            return None
+            git_dir = os.path.join(directory, text[len("gitdir:") :].strip())
+            return directory, os.path.realpath(git_dir), True
         parent = os.path.dirname(directory)
         if parent == directory:
             return None
         directory = parent
 
 
-def _read_ref(git_dir: Path, ref: str) -> str | None:
+def _read_ref(git_dir: str, ref: str, linked: bool) -> str | None:
     common = git_dir
-    commondir = git_dir / "commondir"
-    if commondir.is_file():
-        try:
-            common = (git_dir / commondir.read_text().strip()).resolve()
-        except OSError:
-            return None
-    for base in (git_dir, common):
-        try:
-            return (base / ref).read_text().strip() or None
-        except OSError:
-            continue
-    try:
-        with open(common / "packed-refs", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) == 2 and parts[1] == ref:
-                    return parts[0]
-    except OSError:
-        return None
+    if linked:  # a linked work tree keeps shared refs in the common dir
+        relative = _read_small(os.path.join(git_dir, "commondir"))
+        if relative:
+            common = os.path.realpath(os.path.join(git_dir, relative))
+    for base in (git_dir, common) if common != git_dir else (git_dir,):
+        value = _read_small(os.path.join(base, ref))
+        if value:
+            return value
+    packed = _read_small(os.path.join(common, "packed-refs"))
+    for line in (packed or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1] == ref:
+            return parts[0]
     return None
 
 
@@ -154,16 +157,15 @@ def workspace_revision(cwd: Path, *, check_dirty: bool) -> dict[str, Any] | None
     found = _find_git_dir(cwd)
     if found is None:
         return None
-    root, git_dir = found
-    try:
-        head = (git_dir / "HEAD").read_text().strip()
-    except OSError:
+    root, git_dir, linked = found
+    head = _read_small(os.path.join(git_dir, "HEAD"))
+    if head is None:
         return None
     ref: str | None = None
     commit: str | None
     if head.startswith("ref:"):
         ref = head[4:].strip()
-        commit = _read_ref(git_dir, ref)
+        commit = _read_ref(git_dir, ref, linked)
     else:
         commit = head or None
     dirty: bool | None = None
@@ -181,4 +183,4 @@ def workspace_revision(cwd: Path, *, check_dirty: bool) -> dict[str, Any] | None
                 dirty = bool(status.stdout.strip())
         except (OSError, subprocess.SubprocessError):
             dirty = None
-    return {"root": str(root), "head": commit, "ref": ref, "dirty": dirty}
+    return {"root": root, "head": commit, "ref": ref, "dirty": dirty}

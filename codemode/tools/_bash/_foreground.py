@@ -8,11 +8,11 @@ the whole tree can be signalled), confined before exec. One worker thread reads 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import secrets
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +27,7 @@ from codemode.errors import SandboxUnavailable, ToolError
 from codemode.sandbox import SandboxPolicy, prepare_confinement
 from codemode.tools._bash._env import command_env, workspace_revision
 from codemode.tools._bash._proctree import create_time, markers_with_prefix, terminate_tree
-from codemode.tools._bash._pump import Pump
+from codemode.tools._bash._pump import Pump, PumpStatus
 from codemode.tools._bash._shape import build_result
 from codemode.tools._bash._spawner import Spawners
 from codemode.tools._capture import StreamCapture
@@ -46,6 +46,8 @@ _DIRTY_CHECK_AFTER_MS = 100
 TERM_GRACE_SECONDS = 2.0
 # Output up to this size is kept in memory and archived in one piece at the end.
 _LOG_IN_MEMORY_BYTES = 64 * 1024
+# Output read on the event loop before the pump moves to a worker thread.
+_LOOP_BYTES = 256 * 1024
 
 
 class LazyLog:
@@ -77,6 +79,11 @@ class LazyLog:
         self._buffer += data
         if len(self._buffer) > _LOG_IN_MEMORY_BYTES:
             self.stream()
+
+    @property
+    def in_memory(self) -> bool:
+        """Whether the log is still only in memory (small)."""
+        return self._writer is None
 
     def stream(self) -> LogWriter:
         """Switch to streaming into an archive log (readable while it grows) and return it."""
@@ -322,13 +329,18 @@ async def run_foreground(
     Raises:
         ToolError: The command could not be started.
     """
-    leg = _FirstLeg(spec, archive, redactor, handoff_seconds, track, spawners)
+    # Spawning is quick (vfork) and happens on the loop, as asyncio's own subprocesses do.
+    running = spawn(spec, archive, foreground_marker(), redactor, spawners)
+    if track is not None:
+        track(running, True)
+    timeout_at = running.started + spec.timeout_seconds
+    wait_until = timeout_at
+    if handoff_seconds is not None:
+        wait_until = min(timeout_at, running.started + handoff_seconds)
     try:
-        status, outcome = await anyio.to_thread.run_sync(leg.run, abandon_on_cancel=True)
-        if outcome is not None:
-            return outcome
-        running = leg.running
-        assert running is not None
+        status = await _wait(running.pump, wait_until)
+        if status == "finished":
+            return await _finish(running, redactor)
         if status == "deadline" and handoff_seconds is not None:
             process_id = await anyio.to_thread.run_sync(promote, running)
             if process_id is not None:
@@ -336,9 +348,9 @@ async def run_foreground(
                     lambda: finish(running, redactor=redactor, promoted_process_id=process_id)
                 )
             # Not promoted (cap reached or shutting down): wait to the timeout instead.
-            status = await anyio.to_thread.run_sync(running.pump.run, leg.timeout_at, abandon_on_cancel=True)
+            status = await _wait(running.pump, timeout_at)
             if status == "finished":
-                return await anyio.to_thread.run_sync(lambda: finish(running, redactor=redactor))
+                return await _finish(running, redactor)
         # Timed out (or woken at shutdown): stop the tree, then collect what it wrote.
         timed_out = status == "deadline"
         with anyio.CancelScope(shield=True):
@@ -348,74 +360,38 @@ async def run_foreground(
         return stopped
     except anyio.get_cancelled_exc_class():
         with anyio.CancelScope(shield=True):
-            to_stop = leg.cancel()
-            if to_stop is not None:
-                to_stop.pump.wake()
-                await anyio.to_thread.run_sync(lambda: _stop_and_finish(to_stop, redactor, cancelled=True))
+            running.pump.wake()  # a pump reading in a worker thread lets go
+            await anyio.to_thread.run_sync(lambda: _stop_and_finish(running, redactor, cancelled=True))
         raise
     finally:
-        if track is not None and leg.running is not None:
-            track(leg.running, False)
+        if track is not None:
+            track(running, False)
 
 
-class _FirstLeg:
-    """Spawn, read to the end or the first deadline, and shape: one worker-thread hop.
+async def _wait(pump: Pump, deadline: float) -> PumpStatus:
+    """Read on the event loop while output is small, then in a worker thread.
 
-    Cancellation can arrive at any point; whoever comes second (the thread after spawning, or
-    :meth:`cancel`) stops the command, and a command that already finished is not stopped.
+    Returns:
+        How the pump stopped: finished, deadline reached, or woken.
     """
+    while pump.bytes_read < _LOOP_BYTES:
+        status = pump.step(deadline)
+        if status is not None:
+            return status
+        limit = pump.wake_time(deadline)
+        with anyio.move_on_after(max(limit - time.monotonic(), 0.0) if limit is not None else math.inf):
+            await anyio.wait_readable(pump.fileno())
+    # Much output: keep the loop free.
+    return await anyio.to_thread.run_sync(pump.run, deadline, abandon_on_cancel=True)
 
-    def __init__(
-        self,
-        spec: RunSpec,
-        archive: Archive,
-        redactor: Redactor,
-        handoff_seconds: float | None,
-        track: Callable[[Running, bool], None] | None,
-        spawners: Spawners | None,
-    ) -> None:
-        self.spec = spec
-        self.spawners = spawners
-        self.archive = archive
-        self.redactor = redactor
-        self.handoff_seconds = handoff_seconds
-        self.track = track
-        self.running: Running | None = None
-        self.timeout_at = 0.0
-        self._lock = threading.Lock()
-        self._cancelled = False
-        self._finishing = False
 
-    def run(self) -> tuple[str, Outcome | None]:
-        running = spawn(self.spec, self.archive, foreground_marker(), self.redactor, self.spawners)
-        with self._lock:
-            self.running = running
-            cancelled = self._cancelled
-        if self.track is not None:
-            self.track(running, True)
-        if cancelled:
-            _stop_and_finish(running, self.redactor, cancelled=True)
-            if self.track is not None:
-                self.track(running, False)
-            return "woken", None
-        self.timeout_at = running.started + self.spec.timeout_seconds
-        wait_until = self.timeout_at
-        if self.handoff_seconds is not None:
-            wait_until = min(self.timeout_at, running.started + self.handoff_seconds)
-        status = running.pump.run(wait_until)
-        with self._lock:
-            if self._cancelled:
-                return status, None
-            self._finishing = status == "finished"
-        if self._finishing:
-            return status, finish(running, redactor=self.redactor)
-        return status, None
-
-    def cancel(self) -> Running | None:
-        """Mark cancelled; return the command if the caller must stop it."""
-        with self._lock:
-            self._cancelled = True
-            return None if self._finishing else self.running
+async def _finish(running: Running, redactor: Redactor) -> Outcome:
+    """Shape a finished run: on the loop when that is cheap, else in a worker thread."""
+    quick = (time.monotonic() - running.started) * 1000 < _DIRTY_CHECK_AFTER_MS
+    if quick and running.log.in_memory and _classify(running.spec.command) is None:
+        # No `git status`, at most one small archive write: cheaper than a thread hop.
+        return finish(running, redactor=redactor)
+    return await anyio.to_thread.run_sync(lambda: finish(running, redactor=redactor))
 
 
 def _stop_and_finish(

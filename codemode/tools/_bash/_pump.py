@@ -1,9 +1,11 @@
-"""Reading a piped command's output in one worker thread, in big chunks.
+"""Reading a piped command's output in big chunks, on the event loop or in a worker thread.
 
-One thread per command polls (epoll) both pipes, the command's pidfd (exit) and a wake pipe
-(control), reads up to 1 MiB at a time, feeds each stream's :class:`StreamCapture` and writes
-the combined stream to the command's log. Measured faster than anyio byte streams (no event-loop
-round trip per chunk, no intermediate buffering) and it keeps the event loop free.
+One epoll set per command holds both pipes, the command's pidfd (exit) and a wake eventfd
+(control). :meth:`Pump.step` handles what is ready without blocking, so a quick command is read
+on the event loop (the epoll fd is itself pollable): no thread hop. :meth:`Pump.run` blocks and
+is used in a worker thread once output turns large, so the loop stays free. Reads take up to
+1 MiB at a time, feed each stream's :class:`StreamCapture` and write the combined stream to the
+command's log; measured faster than anyio byte streams (no intermediate buffering).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class LogSink(Protocol):
 
 _CHUNK = 1 << 20
 _F_SETPIPE_SZ = 1031
+_PIPE_DEFAULT = 65536
 # After the command's shell exits, descendants it left behind may hold the pipes open; stop
 # reading after this long instead of waiting for them.
 DRAIN_SECONDS = 0.25
@@ -57,19 +60,19 @@ class Pump:
         self.proc = proc
         self.log = log
         self.exited = False
+        self.bytes_read = 0
         self.done = threading.Event()
         self._captures = {proc.stdout.fileno(): stdout, proc.stderr.fileno(): stderr}
         self._files = {proc.stdout.fileno(): proc.stdout, proc.stderr.fileno(): proc.stderr}
         self._pidfd = os.pidfd_open(proc.pid)
-        self._wake_r, self._wake_w = os.pipe()
+        self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._poll = select.epoll()
         for fd in self._captures:
             os.set_blocking(fd, False)
-            with contextlib.suppress(OSError):  # bigger reads, fewer wake-ups; best effort
-                fcntl.fcntl(fd, _F_SETPIPE_SZ, _CHUNK)
             self._poll.register(fd, select.EPOLLIN)
         self._poll.register(self._pidfd, select.EPOLLIN)
-        self._poll.register(self._wake_r, select.EPOLLIN)
+        self._poll.register(self._wake, select.EPOLLIN)
+        self._grown: set[int] = set()
         self._drain_deadline: float | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -80,10 +83,18 @@ class Pump:
         with self._wake_lock:
             if self._closed:
                 return
-            try:
-                os.write(self._wake_w, b"x")
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):
+                os.eventfd_write(self._wake, 1)
+
+    def fileno(self) -> int:
+        """An fd that is readable whenever :meth:`step` has something to do (the epoll fd)."""
+        return self._poll.fileno()
+
+    def wake_time(self, deadline: float | None) -> float | None:
+        """When :meth:`step` must be called again even without events."""
+        if self._drain_deadline is not None and (deadline is None or self._drain_deadline < deadline):
+            return self._drain_deadline
+        return deadline
 
     def run(self, deadline: float | None) -> PumpStatus:
         """Read until the command has exited and its pipes closed, or ``deadline`` passes.
@@ -96,39 +107,50 @@ class Pump:
             or ``"woken"`` (someone called :meth:`wake`).
         """
         with self._lock:
-            if self.done.is_set():
-                return "finished"
             while True:
-                now = time.monotonic()
-                limit = deadline
-                if self._drain_deadline is not None and (limit is None or self._drain_deadline < limit):
-                    limit = self._drain_deadline
-                if limit is not None and now >= limit:
-                    if self._drain_deadline is not None and now >= self._drain_deadline:
-                        self._finish()
-                        return "finished"
-                    return "deadline"
-                timeout = -1.0 if limit is None else max(limit - now, 0.0)
-                try:
-                    events = self._poll.poll(timeout)
-                except InterruptedError:
-                    continue
-                for fd, _mask in events:
-                    if fd == self._wake_r:
-                        try:
-                            os.read(self._wake_r, 4096)
-                        except BlockingIOError:
-                            pass
-                        return "woken"
-                    if fd == self._pidfd:
-                        self._poll.unregister(self._pidfd)
-                        self.exited = True
-                        self._drain_deadline = time.monotonic() + DRAIN_SECONDS
-                        continue
-                    self._read(fd)
-                if self.exited and not self._captures:
-                    self._finish()
-                    return "finished"
+                status = self._cycle(deadline, block=True)
+                if status is not None:
+                    return status
+
+    def step(self, deadline: float | None) -> PumpStatus | None:
+        """Handle what is ready now without blocking (for an event loop).
+
+        Returns:
+            As :meth:`run`, or None when there is nothing more to do for now.
+        """
+        with self._lock:
+            return self._cycle(deadline, block=False)
+
+    def _cycle(self, deadline: float | None, *, block: bool) -> PumpStatus | None:
+        if self.done.is_set():
+            return "finished"
+        now = time.monotonic()
+        limit = self.wake_time(deadline)
+        if limit is not None and now >= limit:
+            if self._drain_deadline is not None and now >= self._drain_deadline:
+                self._finish()
+                return "finished"
+            return "deadline"
+        timeout = 0.0 if not block else -1.0 if limit is None else max(limit - now, 0.0)
+        try:
+            events = self._poll.poll(timeout)
+        except InterruptedError:
+            return None
+        for fd, _mask in events:
+            if fd == self._wake:
+                with contextlib.suppress(BlockingIOError):
+                    os.eventfd_read(self._wake)
+                return "woken"
+            if fd == self._pidfd:
+                self._poll.unregister(self._pidfd)
+                self.exited = True
+                self._drain_deadline = time.monotonic() + DRAIN_SECONDS
+                continue
+            self._read(fd)
+        if self.exited and not self._captures:
+            self._finish()
+            return "finished"
+        return None
 
     def _read(self, fd: int) -> None:
         try:
@@ -140,6 +162,12 @@ class Pump:
         if not data:
             self._close_stream(fd)
             return
+        if len(data) >= _PIPE_DEFAULT and fd not in self._grown:
+            # A full pipe: a lot of output is coming. Bigger pipe, bigger reads, fewer wake-ups.
+            self._grown.add(fd)
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(fd, _F_SETPIPE_SZ, _CHUNK)
+        self.bytes_read += len(data)
         self._captures[fd].feed(data)
         self.log.write(data)
 
@@ -162,9 +190,8 @@ class Pump:
                 self._finish()
 
     def close(self) -> None:
-        """Release the wake pipe; call once, after the last :meth:`run` returned."""
+        """Release the wake eventfd; call once, after the last :meth:`run` returned."""
         with self._wake_lock:
             if not self._closed:
                 self._closed = True
-                os.close(self._wake_r)
-                os.close(self._wake_w)
+                os.close(self._wake)

@@ -1,0 +1,74 @@
+"""Working directory checks and the workspace revision read from .git files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from codemode.errors import ToolError
+from codemode.sandbox import SandboxPolicy
+from codemode.tools._bash._env import command_env, resolve_cwd, workspace_revision
+
+_GIT_ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@t",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@t",
+}
+
+
+def _git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=cwd, env=_GIT_ENV, check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def test_revision_of_a_linked_worktree_with_packed_refs(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "one")
+    _git(repo, "worktree", "add", "-q", "-b", "feature", str(tmp_path / "wt"))
+    _git(repo, "pack-refs", "--all")
+    (tmp_path / "wt" / "sub").mkdir()
+    rev = workspace_revision(tmp_path / "wt" / "sub", check_dirty=True)
+    assert rev is not None
+    assert rev["head"] == _git(tmp_path / "wt", "rev-parse", "HEAD")
+    assert (rev["ref"], rev["dirty"], rev["root"]) == ("refs/heads/feature", False, str(tmp_path / "wt"))
+
+
+def test_revision_of_a_detached_head(tmp_path: Path) -> None:
+    _git(tmp_path, "init", "-q", "-b", "main")
+    _git(tmp_path, "commit", "-q", "--allow-empty", "-m", "one")
+    head = _git(tmp_path, "rev-parse", "HEAD")
+    _git(tmp_path, "checkout", "-q", "--detach")
+    rev = workspace_revision(tmp_path, check_dirty=False)
+    assert rev is not None and (rev["head"], rev["ref"], rev["dirty"]) == (head, None, None)
+
+
+def test_cwd_checks(tmp_path: Path) -> None:
+    policy = SandboxPolicy(protected=(tmp_path / "state",))
+    (tmp_path / "state").mkdir()
+    (tmp_path / "file").write_text("x")
+    assert resolve_cwd(None, tmp_path, policy) == tmp_path.resolve()
+    with pytest.raises(ToolError, match="not a directory"):
+        resolve_cwd("file", tmp_path, policy)
+    with pytest.raises(ToolError, match="state directory"):
+        resolve_cwd("state", tmp_path, policy)
+    with pytest.raises(ToolError, match="does not exist"):
+        resolve_cwd("missing", tmp_path, policy)
+
+
+def test_command_env_is_non_interactive() -> None:
+    env = command_env({"GOROOT": "/go", "HOME": "/h"}, "f_1", {"TMPDIR": "/t"}, term="dumb")
+    assert "GOROOT" not in env
+    assert env["HOME"] == "/h" and env["TMPDIR"] == "/t" and env["CODEMODE_PROCESS_ID"] == "f_1"
+    assert (env["PAGER"], env["GIT_PAGER"], env["GIT_TERMINAL_PROMPT"], env["TERM"]) == (
+        "cat",
+        "cat",
+        "0",
+        "dumb",
+    )

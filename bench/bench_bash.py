@@ -66,8 +66,14 @@ async def bench_true(root: Path, archive: Archive, n: int) -> None:
         await full(command="true")
         await confined(command="true")
         subprocess.run(["bash", "-c", "true"])
-    base, tool_full, tool_confined = [], [], []
-    for _ in range(n):  # interleaved, so load changes hit all three alike
+    repo = ws / "repo"
+    repo.mkdir()
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b"}
+    env["GIT_COMMITTER_EMAIL"] = "b@b"
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True, env=env)
+    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "x"], cwd=repo, check=True, env=env)
+    base, tool_full, tool_confined, in_git = [], [], [], []
+    for _ in range(n):  # interleaved, so load changes hit all alike
         t = time.perf_counter()
         subprocess.run(["bash", "-c", "true"])
         base.append(time.perf_counter() - t)
@@ -77,14 +83,6 @@ async def bench_true(root: Path, archive: Archive, n: int) -> None:
         t = time.perf_counter()
         await confined(command="true")
         tool_confined.append(time.perf_counter() - t)
-    repo = ws / "repo"
-    repo.mkdir()
-    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b"}
-    env["GIT_COMMITTER_EMAIL"] = "b@b"
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True, env=env)
-    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "x"], cwd=repo, check=True, env=env)
-    in_git = []
-    for _ in range(n):
         t = time.perf_counter()
         await confined(command="true", cwd="repo")
         in_git.append(time.perf_counter() - t)

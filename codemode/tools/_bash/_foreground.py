@@ -1,8 +1,12 @@
 """A foreground command: spawn, read, time out or hand off, and stop its whole tree.
 
 The light path: ``bash -c`` with stdin closed and both streams piped, in a new session (so
-the whole tree can be signalled), confined before exec. One worker thread reads the pipes
-(:class:`Pump`); the event loop only waits.
+the whole tree can be signalled), confined before exec (from the policy's confined spawner
+thread). A quick command is read and shaped on the event loop itself (:class:`Pump` steps when
+its epoll fd is readable) with no thread hop; past 256 KiB of output, or for slow shaping (a
+``git status`` for the dirty marker), the work moves to a worker thread so the loop stays free.
+Timeouts stop the whole tree; a run still going at the hand-off time is promoted (see
+``_manager``); cancelling the caller stops the command.
 """
 
 from __future__ import annotations

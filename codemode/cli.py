@@ -289,7 +289,7 @@ def _cmd_logs(args: argparse.Namespace) -> int:
             sys.stdout.write(page["output"])
             sys.stdout.flush()
             offset = page["next_offset"]
-            if page["exited"] or (not args.follow and not page["output"]):
+            if page["eof"] and (page["exited"] or not args.follow):
                 break
         return 0
 
@@ -299,7 +299,7 @@ def _cmd_logs(args: argparse.Namespace) -> int:
 def _cmd_stop(args: argparse.Namespace) -> int:
     async def body(host: Host) -> int:
         result = await host.processes.stop(_owner(host, args.process_id), args.process_id)
-        _emit(json.dumps(result, indent=2) if args.json else str(result.get("text", result)))
+        _emit(json.dumps(result, indent=2) if args.json else str(result.get("message", result)))
         return 0
 
     return anyio.run(_with_host, args, body)

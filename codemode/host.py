@@ -127,11 +127,14 @@ class Host:
         if self._archive is not None:
             return
         self._archive = Archive(self.config.state_dir.expanduser())
-        self._archive.maintain()
         # Loading the tokenizer takes about a second; do it now, off the loop, so the first
         # long output does not pay for it. Counting waits for this load if it comes first.
         threading.Thread(target=lambda: self.counter.exact, name="codemode-tokenizer", daemon=True).start()
-        if self.config.builtin_tools:
+        if not self.config.builtin_tools:
+            self._archive.maintain()
+        else:
+            # The process manager runs the archive's upkeep itself, after pinning the logs of
+            # completions not yet delivered (so they survive compaction and expiry).
             self._processes = ProcessManager(
                 self._archive,
                 handoff_seconds=self.config.handoff_seconds,

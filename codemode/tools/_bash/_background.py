@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import select
@@ -16,8 +15,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-import psutil  # type: ignore[import-untyped,unused-ignore]
-import ptyprocess  # type: ignore[import-untyped,unused-ignore]
+import psutil
+import ptyprocess
 
 from codemode.archive import Archive
 from codemode.errors import SandboxUnavailable, ToolError
@@ -82,8 +81,8 @@ def start_background(
     log = archive.open_log(kind="log", session_id=spec.session_id, redact=False)
     log_path = str(log.path)
     # The supervisor appends to the file from now on; the entry stays open (readable while it
-    # grows) until finish_log() records its size and sha256.
-    _release_writer_fd(log)
+    # grows) until Archive.finish_log records its size and sha256.
+    log.detach()
     input_path = str(run_dir / f"{process_id}.in")
     with db() as conn:
         _records.insert(
@@ -169,38 +168,3 @@ def start_background(
         if err_path.stat().st_size == 0:
             err_path.unlink()
     return answer
-
-
-def _release_writer_fd(log: Any) -> None:
-    # WORKAROUND: the archive has no "log written by another process" entry point; close the
-    # writer's own fd without finishing the entry (finish_log() does that at the end).
-    fd = getattr(log, "_fd", None)
-    if isinstance(fd, int):
-        os.close(fd)
-        log._fd = None
-
-
-def finish_log(archive: Archive, ref: str, path: str) -> tuple[int, str] | None:
-    """Mark a background log finished in the archive (size, sha256), so maintenance can
-    compact it. Returns ``(bytes, sha256)``, or None when the file is gone."""
-    digest = hashlib.sha256()
-    size = 0
-    try:
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
-                size += len(chunk)
-    except OSError:
-        return None
-    # WORKAROUND (asked the lead for an Archive API): the archive's own finish of a log.
-    conn = archive.connect()
-    try:
-        conn.execute(
-            "UPDATE archive_entries SET finished = ?, total_bytes = ?, sha256 = ?, needs_compact = ? "
-            "WHERE ref = ? AND finished IS NULL",
-            (time.time(), size, digest.hexdigest(), int(size > 8 * 1024 * 1024), ref),
-        )
-        conn.commit()
-    finally:
-        conn.close()
-    return size, digest.hexdigest()

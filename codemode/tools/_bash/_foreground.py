@@ -33,7 +33,6 @@ from codemode.tools._bash._env import command_env, workspace_revision
 from codemode.tools._bash._proctree import create_time, markers_with_prefix, terminate_tree
 from codemode.tools._bash._pump import Pump, PumpStatus
 from codemode.tools._bash._shape import build_result
-from codemode.tools._bash._spawner import Spawners
 from codemode.tools._capture import StreamCapture
 from codemode.tools._verification import Classification, classify_command
 
@@ -191,13 +190,11 @@ def orphaned_foreground_markers() -> list[str]:
     return orphans
 
 
-def spawn(
-    spec: RunSpec, archive: Archive, marker: str, redactor: Redactor, spawners: Spawners | None = None
-) -> Running:
+def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> Running:
     """Start ``spec.command`` confined, with its (lazy) log.
 
-    A confined policy starts the shell from that policy's confined spawner thread (see
-    ``_spawner``) when ``spawners`` is given, else through the sandbox's ``preexec_fn``.
+    The child confines itself between fork and exec (``Confinement.popen``: the sandbox's
+    vfork fast path); the host stays unconfined.
 
     Raises:
         ToolError: The sandbox cannot be enforced (fail closed) or the shell cannot start.
@@ -213,20 +210,14 @@ def spawn(
     argv = ["/bin/bash", "-c", spec.command]
     started = time.monotonic()
     try:
-        if spec.policy.confined and spawners is not None:
-            spawner = spawners.get(spec.policy)
-            options["env"] = command_env(spec.environ, marker, spawner.env, term="dumb")
+        try:
+            conf = prepare_confinement(spec.policy)
+        except SandboxUnavailable as exc:
+            raise ToolError(str(exc), {"error": "sandbox_unavailable"}) from exc
+        with conf:
+            options["env"] = command_env(spec.environ, marker, conf.env, term="dumb")
             started = time.monotonic()
-            proc = spawner.popen(argv, **options)
-        else:
-            try:
-                conf = prepare_confinement(spec.policy)
-            except SandboxUnavailable as exc:
-                raise ToolError(str(exc), {"error": "sandbox_unavailable"}) from exc
-            with conf:
-                options["env"] = command_env(spec.environ, marker, conf.env, term="dumb")
-                started = time.monotonic()
-                proc = subprocess.Popen(argv, preexec_fn=conf.preexec, pass_fds=conf.pass_fds, **options)
+            proc = conf.popen(argv, **options)
     except OSError as exc:
         raise ToolError(
             f"could not start /bin/bash in {str(spec.cwd)!r}: {exc.strerror or exc}",
@@ -313,7 +304,6 @@ async def run_foreground(
     handoff_seconds: float | None,
     promote: Callable[[Running], str | None],
     track: Callable[[Running, bool], None] | None = None,
-    spawners: Spawners | None = None,
 ) -> Outcome:
     """Run one foreground command to its end, its timeout, or its hand-off.
 
@@ -328,13 +318,12 @@ async def run_foreground(
             caller of ``promote`` owns the pump), or None to keep waiting to the timeout.
         track: Told when the command starts (True) and ends or is promoted (False), so the
             manager can stop foreground runs at shutdown.
-        spawners: Confined spawner threads (the fast way to start confined commands).
 
     Raises:
         ToolError: The command could not be started.
     """
     # Spawning is quick (vfork) and happens on the loop, as asyncio's own subprocesses do.
-    running = spawn(spec, archive, foreground_marker(), redactor, spawners)
+    running = spawn(spec, archive, foreground_marker(), redactor)
     if track is not None:
         track(running, True)
     timeout_at = running.started + spec.timeout_seconds

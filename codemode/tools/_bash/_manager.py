@@ -34,7 +34,7 @@ import anyio.to_thread
 from codemode.archive import Archive, Redactor
 from codemode.errors import ProcessNotFound, ToolError
 from codemode.tools._bash import _records
-from codemode.tools._bash._background import finish_log, start_background
+from codemode.tools._bash._background import start_background
 from codemode.tools._bash._env import resolve_cwd
 from codemode.tools._bash._foreground import (
     TERM_GRACE_SECONDS,
@@ -45,7 +45,6 @@ from codemode.tools._bash._foreground import (
 )
 from codemode.tools._bash._proctree import create_time, is_same_process, terminate_tree
 from codemode.tools._bash._records import ProcessRecord
-from codemode.tools._bash._spawner import Spawners
 from codemode.tools._bash._tool import (
     DEFAULT_READ_BYTES,
     DEFAULT_TIMEOUT_SECONDS,
@@ -140,7 +139,6 @@ class ProcessManager:
         me = os.getpid()
         self._me = (me, create_time(me))
         self._closed = False
-        self._spawners = Spawners()
         self.maintain()
 
     # ------------------------------------------------------------------ plumbing
@@ -236,7 +234,8 @@ class ProcessManager:
             if record.live or record.log_ref is None:
                 continue
             if record.kind == "background" and not self._log_finished(record.log_ref):
-                finish_log(self._archive, record.log_ref, record.log_path)
+                with contextlib.suppress(ToolError):
+                    self._archive.finish_log(record.log_ref)
             with contextlib.suppress(ToolError):
                 self._archive.pin(record.log_ref, record.process_id in pending_ids)
             if (record.ended_at or record.started_at) < cutoff and record.process_id not in pending_ids:
@@ -330,7 +329,6 @@ class ProcessManager:
             handoff_seconds=self._handoff,
             promote=self._promote,
             track=self._track,
-            spawners=self._spawners,
         )
         return ToolResult.from_text(outcome.text, outcome.structured, is_error=outcome.is_error)
 
@@ -759,7 +757,6 @@ class ProcessManager:
             deadline = time.monotonic() + 10
             while self._foreground and time.monotonic() < deadline:
                 await anyio.sleep(0.01)
-        self._spawners.close()
         with self._db() as conn:
             conn.close()
 

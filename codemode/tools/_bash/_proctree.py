@@ -15,7 +15,7 @@ import signal
 import time
 from collections.abc import Iterable
 
-import psutil  # type: ignore[import-untyped,unused-ignore]
+import psutil
 
 MARKER_VAR = "CODEMODE_PROCESS_ID"
 

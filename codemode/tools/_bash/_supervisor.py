@@ -34,8 +34,8 @@ from typing import Any
 # directories holding psutil and ptyprocess as arguments.
 sys.path.extend(arg for arg in sys.argv[1:] if arg not in sys.path)
 
-import psutil  # type: ignore[import-untyped,unused-ignore]
-import ptyprocess  # type: ignore[import-untyped,unused-ignore]
+import psutil
+import ptyprocess
 
 _READ = 1 << 16
 # After bash exits, descendants may hold the PTY open; stop copying after this long.

@@ -77,6 +77,25 @@ async def test_host_sigkill_then_restart(state_dir: Path, workspace: Path, tmp_p
         stdout=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
     )
+    try:
+        await _kill_restart_and_check(host, state_dir, go, token)
+    finally:
+        # Whatever failed above, leave nothing running: release the waiting loop, then stop
+        # every process the dead host started.
+        go.touch()
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+        cleanup = ProcessManager(Archive(state_dir), handoff_seconds=None)
+        for process in cleanup.list_processes("s1"):
+            if process["state"] == "running":
+                await cleanup.stop("s1", process["process_id"])
+        await cleanup.aclose()
+
+
+async def _kill_restart_and_check(
+    host: subprocess.Popen[bytes], state_dir: Path, go: Path, token: str
+) -> None:
     assert host.stdout is not None
     with anyio.fail_after(60):
         line = await anyio.to_thread.run_sync(host.stdout.readline)

@@ -334,10 +334,11 @@ class ProgramThread:
             self._salvage_output()
             return self._limit_error(text, None)
         try:
+            # One arm per cycle (start, then each wake-up) covers every entry into JS until
+            # the next wait: each call gets at most what was left when armed.
             self._arm(ctx)
             start(main)
             while True:
-                self._arm(ctx)
                 while ctx.execute_pending_job():
                     pass
                 self._drain(ctx, drain, settle)
@@ -377,7 +378,6 @@ class ProgramThread:
 
     def _drain(self, ctx: quickjs.Context, drain: Any, settle: Any) -> None:
         """Handle everything the program queued since the last drain (prints, calls, ...)."""
-        self._arm(ctx)
         raw = drain()
         if not raw:
             return
@@ -485,6 +485,7 @@ class ProgramThread:
         if self._timers:
             timeout = min(timeout, max(0.0, self._timers[0][0] - now))
         items = self.inbox.take(timeout)
+        self._arm(ctx)
         for call_id, result in items:
             if call_id is _DONE:
                 continue
@@ -495,14 +496,12 @@ class ProgramThread:
             tool_name = self._pending.pop(call_id, None)
             if tool_name is None:
                 continue
-            self._arm(ctx)
             self._deliver(settle, call_id, result, tool_name)
         now = time.monotonic()
         while self._timers and self._timers[0][0] <= now:
             _, tid = heapq.heappop(self._timers)
             if tid in self._live_timers:
                 self._live_timers.discard(tid)
-                self._arm(ctx)
                 fire(tid)
         return True
 

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -108,7 +109,7 @@ def _host(args: argparse.Namespace) -> Host:
     return Host(
         workspace=args.workspace,
         state_dir=args.state_dir or default_state_dir(),
-        session_id=args.session,
+        session_id=args.session or ("mcp-" + uuid.uuid4().hex[:12] if args.command == "mcp" else "cli"),
         sandbox=SandboxMode(args.sandbox),
         network=args.network == "on",
     )
@@ -259,12 +260,14 @@ def _owner(host: Host, process_id: str) -> str:
 
 def _cmd_ps(args: argparse.Namespace) -> int:
     async def body(host: Host) -> int:
-        rows = host.processes.list_processes(None if args.all else args.session)
+        rows = host.processes.list_processes(None if args.all else host.config.session_id)
         if args.json:
             _emit(json.dumps(rows, indent=2))
             return 0
         if not rows:
-            _emit("no processes" + ("" if args.all else f" in session {args.session!r} (try --all)"))
+            _emit(
+                "no processes" + ("" if args.all else f" in session {host.config.session_id!r} (try --all)")
+            )
             return 0
         _emit(f"{'ID':<24} {'SESSION':<12} {'STATE':<9} {'EXIT':>5} {'LOG':>10}  COMMAND")
         for r in rows:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import shutil
 import tempfile
 import threading
@@ -140,22 +141,36 @@ class Host:
                 handoff_seconds=self.config.handoff_seconds,
                 max_background_per_session=self.config.max_background_per_session,
             )
+            # A reopened host replaces the built-ins of its previous opening (new manager).
+            for name in ("files", "archive", "bash"):
+                self.registry.remove_extension(name)
             self.registry.add_extension(Extension("files", file_tools()))
-            self.registry.add(read_archive_tool())
+            self.registry.add_extension(Extension("archive", [read_archive_tool()]))
             self.registry.add_extension(self._processes.extension())
 
     async def aclose(self) -> None:
-        """Stop foreground commands and close the archive. Background processes survive."""
+        """Stop foreground commands and close the archive. Background processes survive.
+
+        A session's temp dir (its commands' ``TMPDIR``) is removed unless the session still
+        has running background processes, which keep using it.
+        """
         self.engine.close()
-        if self._processes is not None:
-            await self._processes.aclose()
+        try:
+            if self._processes is not None:
+                for session, path in list(self._session_tmp.items()):
+                    running = [p for p in self._processes.list_processes(session) if p["state"] == "running"]
+                    if not running:
+                        shutil.rmtree(path, ignore_errors=True)
+                await self._processes.aclose()
+            else:
+                for path in self._session_tmp.values():
+                    shutil.rmtree(path, ignore_errors=True)
+        finally:
             self._processes = None
-        if self._archive is not None:
-            self._archive.close()
-            self._archive = None
-        for path in self._session_tmp.values():
-            shutil.rmtree(path, ignore_errors=True)
-        self._session_tmp.clear()
+            self._session_tmp.clear()
+            if self._archive is not None:
+                self._archive.close()
+                self._archive = None
 
     @property
     def archive(self) -> Archive:
@@ -298,6 +313,12 @@ class Host:
             UserError: The host is not open, or not running on asyncio.
         """
         archive = self.archive
+        if timeout_seconds is not None and not (math.isfinite(timeout_seconds) and timeout_seconds > 0):
+            raise UserError(f"timeout_seconds must be a positive number of seconds, got {timeout_seconds!r}")
+        if max_output_tokens is not None and max_output_tokens <= 0:
+            raise UserError(f"max_output_tokens must be positive, got {max_output_tokens!r}")
+        # Lone surrogates (non-UTF-8 input) cannot cross into QuickJS; show them as U+FFFD.
+        source = source.encode("utf-8", "replace").decode("utf-8") if not source.isascii() else source
         session = session_id or self.config.session_id
         call = call_id or f"run_{uuid.uuid4().hex}"
         # Call ids are the caller's; records are kept per session so one session can never
@@ -358,7 +379,7 @@ class Host:
             timeout = config.max_timeout_seconds
         context = self._context(session, call)
         outcome = await self.engine.run(source, context, timeout_seconds=timeout)
-        error = _run_error(outcome.error) if outcome.error is not None else None
+        error = _run_error(outcome.error, self.archive.redactor.redact) if outcome.error is not None else None
         if outcome.dropped_timers and outcome.error is None:
             notices.append(
                 f"{outcome.dropped_timers} timer(s) had not fired when the program ended and were dropped; "
@@ -453,10 +474,16 @@ class Host:
         trailer_tokens = 0
         truncated = False
         if trailer:
-            share = max(MIN_BUDGET, budget // 2)
+            share = budget // 2
             if len(trailer.encode("utf-8", "surrogatepass")) > share:
-                trailer_cut = cut_to_budget(trailer, share, self.counter, keep)
-                trailer, truncated = trailer_cut.text, trailer_cut.truncated
+                if share >= MIN_BUDGET:
+                    trailer_cut = cut_to_budget(trailer, share, self.counter, keep)
+                    trailer, truncated = trailer_cut.text, trailer_cut.truncated
+                else:  # too little room to cut it nicely: first line, and where the rest is
+                    ref = keep(trailer)
+                    first = trailer.split("\n", 1)[0][:200]
+                    trailer = f'{first}\n[the full error and notes are archived as {ref.ref}: read_archive({{ref: "{ref.ref}"}})]'
+                    truncated = True
             trailer_tokens = self.counter.count(trailer) + 1
         room = budget - trailer_tokens
         output = redact(text) if text else ""
@@ -625,14 +652,14 @@ def _redact_json(value: Any, redact: Callable[[str], str]) -> Any:
     return value
 
 
-def _run_error(error: GuestError) -> RunError:
+def _run_error(error: GuestError, redact: Callable[[str], str]) -> RunError:
     return RunError(
         kind=error.kind,
         name=error.name,
-        message=error.message,
+        message=redact(error.message),
         line=error.line,
         column=error.column,
-        stack=error.stack,
+        stack=redact(error.stack),
         tool=error.tool,
     )
 

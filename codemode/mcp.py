@@ -6,6 +6,7 @@ own JSON Schemas and MCP-shaped results; the SDK only needs to list and route th
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import mcp.types as types
@@ -51,6 +52,12 @@ def create_server(host: Host, *, name: str = "codemode") -> Server[Any]:
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        try:
+            return await dispatch(params)
+        except Exception as exc:  # a host fault: an error result, never a protocol error
+            return _error(f"{params.name} failed on the host: {type(exc).__name__}: {exc}")
+
+    async def dispatch(params: types.CallToolRequestParams) -> types.CallToolResult:
         args = dict(params.arguments or {})
         if params.name == "run_code":
             code = args.get("code")
@@ -74,6 +81,10 @@ def create_server(host: Host, *, name: str = "codemode") -> Server[Any]:
         structured = called.structured_content
         if structured is not None and not isinstance(structured, dict):
             structured = {"result": structured}
+        # Clients may hand structured content to the model too: send it only when it fits the
+        # same budget as the text (its JSON bytes bound its tokens), else the text says it all.
+        if structured is not None and len(json.dumps(structured).encode()) > host.config.max_output_tokens:
+            structured = None
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=called.text)],
             structured_content=structured,

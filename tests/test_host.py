@@ -360,3 +360,43 @@ def test_sync_run_code_works_outside_a_loop(tmp_path: Path) -> None:
     assert result.ok, result.text
     assert result.text == "sum 6\n"
     assert result.session_id == "sync"
+
+
+# -- review fixes: redacted errors, small budgets, reopen, bad run options -------------------
+
+
+async def test_error_details_are_redacted_like_the_text(
+    make_host: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "s3cr3t-value-for-the-test-9f8e7d"
+    monkeypatch.setenv("MY_API_TOKEN", secret)
+    async with make_host() as (host, _probe):
+        result = await run(host, f'throw new Error("leaked: {secret}")')
+        assert not result.ok and result.error is not None
+        assert secret not in result.text
+        assert secret not in result.error.message and secret not in result.error.stack
+        assert secret not in result.model_dump_json()
+
+
+@pytest.mark.parametrize("budget", [256, 300])
+async def test_a_long_error_after_output_fits_a_small_budget(make_host: Any, budget: int) -> None:
+    async with make_host() as (host, _probe):
+        source = 'for (let i = 0; i < 500; i++) print("row " + i);\nthrow new Error("why ".repeat(400));'
+        result = await run(host, source, max_output_tokens=budget)
+        assert host.counter.count(result.text) <= budget
+        assert result.refs  # what did not fit is archived, not dropped
+        assert "Uncaught Error" in result.text
+
+
+async def test_a_closed_host_opens_again_and_runs(make_host: Any) -> None:
+    async with make_host() as (host, _probe):
+        assert (await run(host, "print(1)")).text == "1\n"
+        await host.aclose()
+        await host.open()
+        assert (await run(host, "print(2)")).text == "2\n"
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), -1.0, 0.0, float("inf")])
+async def test_bad_run_options_are_the_developers_mistake(host: Host, timeout: float) -> None:
+    with pytest.raises(UserError, match="timeout_seconds"):
+        await host.run_code("print(1)", timeout_seconds=timeout)

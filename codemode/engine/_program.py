@@ -265,6 +265,8 @@ class ProgramThread:
     cancelled: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
+        self._take_output: Any = None  # the context's functions, set in _run
+        self._take_chunk: Any = None
         self._output: list[str] = []
         self._output_bytes = 0
         self._output_dropped = 0
@@ -294,6 +296,10 @@ class ProgramThread:
             error = self._run(warm)
         except BaseException as exc:
             error = GuestError("internal", type(exc).__name__, f"engine fault: {exc}")
+        finally:
+            # Drop our references to the context's functions here, so the runtime is freed
+            # on this thread (with the worker's) and not later on the event loop's.
+            self._take_output = self._take_chunk = None
         return ProgramOutcome(
             output="".join(self._output),
             error=error,

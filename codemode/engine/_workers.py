@@ -67,11 +67,13 @@ class WorkerPool:
             previous = threading.stack_size()
             try:
                 threading.stack_size(_STACK_BYTES)
-                threading.Thread(target=self._work, name="codemode-js", daemon=True).start()
+                threading.Thread(
+                    target=self._work, args=(self._jobs,), name="codemode-js", daemon=True
+                ).start()
             finally:
                 threading.stack_size(previous)
 
-    def _work(self) -> None:
+    def _work(self, jobs: queue.SimpleQueue[Any]) -> None:
         warm: Any = None
         while True:
             if warm is None:
@@ -79,12 +81,14 @@ class WorkerPool:
                     warm = self._prepare()
                 except BaseException as exc:
                     warm = exc
-            item = self._jobs.get()
+            item = jobs.get()
             if item is None:
                 return
             with self._lock:
-                self._idle -= 1
-                self._queued -= 1
+                current = jobs is self._jobs  # False once close() retired this generation
+                if current:
+                    self._idle -= 1
+                    self._queued -= 1
             job, done = item
             try:
                 if isinstance(warm, BaseException):
@@ -96,6 +100,8 @@ class WorkerPool:
                 done(value, None)
             warm = None
             with self._lock:
+                if not current or jobs is not self._jobs:
+                    return  # retired by close(): the new generation starts its own workers
                 self._idle += 1
 
     async def run(self, job: Job, on_abandon: Callable[[], None]) -> Any:
@@ -128,8 +134,10 @@ class WorkerPool:
             return value
 
     def close(self) -> None:
-        """Let idle workers exit (running jobs finish first)."""
+        """Let the idle workers exit (running jobs finish first); the pool stays usable."""
         with self._lock:
-            count = self._workers
+            jobs, count = self._jobs, self._workers
+            self._jobs = queue.SimpleQueue()
+            self._workers = self._idle = 0
         for _ in range(count):
-            self._jobs.put(None)
+            jobs.put(None)

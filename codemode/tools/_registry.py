@@ -113,6 +113,14 @@ class ToolRegistry:
             self._tools.pop(t.name, None)
         self._disabled[name] = extension
 
+    def remove_extension(self, name: str) -> None:
+        """Forget an extension (enabled or disabled) and its tools; no error if unknown."""
+        extension = self._extensions.pop(name, None) or self._disabled.pop(name, None)
+        if extension is not None:
+            for t in extension.tools:
+                if self._tools.get(t.name) is t:
+                    del self._tools[t.name]
+
     def enable_extension(self, name: str) -> None:
         """Bring back a disabled extension.
 

@@ -265,6 +265,7 @@ class ProgramThread:
     cancelled: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
+        self._settled_inline = False  # an inline call was settled: run jobs before waiting
         self._take_output: Any = None  # the context's functions, set in _run
         self._take_chunk: Any = None
         self._output: list[str] = []
@@ -345,11 +346,20 @@ class ProgramThread:
             self._arm(ctx)
             start(main)
             while True:
-                while ctx.execute_pending_job():
-                    pass
+                stopped = self._run_jobs(ctx)
+                if stopped is not None:
+                    self._salvage_output()
+                    return stopped
                 self._drain(ctx, drain, settle)
                 if self._done is not None:
                     return self._finish_error()
+                if self._settled_inline:
+                    self._settled_inline = False
+                    stopped = self._check_limits()
+                    if stopped is not None:
+                        return stopped
+                    self._arm(ctx)
+                    continue
                 if self.cancelled.is_set():
                     return GuestError("cancelled", "Cancelled", "the run was cancelled by the host")
                 if not self._pending and not self._live_timers:
@@ -377,6 +387,43 @@ class ProgramThread:
         except quickjs.JSException as exc:
             self._salvage_output()
             return self._limit_error(str(exc), None)
+
+    def _run_jobs(self, ctx: quickjs.Context) -> GuestError | None:
+        """Run pending jobs until none is left, re-checking the limits as it goes.
+
+        Each call into QuickJS restarts its time limit, so a program that only chains
+        promises (``while (true) await null``) would never trip it: check every few hundred
+        jobs and re-arm.
+        """
+        count = 0
+        while ctx.execute_pending_job():
+            count += 1
+            if count % 256 == 0:
+                stopped = self._check_limits()
+                if stopped is not None:
+                    return stopped
+                self._arm(ctx)
+        return None
+
+    def _check_limits(self) -> GuestError | None:
+        """The error for a limit already passed (cancel, wall clock, CPU), or None."""
+        if self.cancelled.is_set():
+            return GuestError("cancelled", "Cancelled", "the run was cancelled by the host")
+        if time.monotonic() >= self._deadline:
+            return GuestError(
+                "timeout",
+                "Timeout",
+                f"the program ran past its {self.timeout_seconds:g} s wall-clock limit; "
+                "raise timeout_seconds in the // @run_code header or do less per program",
+            )
+        if time.thread_time() - self._cpu_start >= self.limits.cpu_seconds:
+            return GuestError(
+                "cpu_limit",
+                "CpuLimit",
+                f"the program used its {self.limits.cpu_seconds:g} s of JS CPU time (an endless loop?) "
+                "and was interrupted",
+            )
+        return None
 
     @staticmethod
     def _has_jobs(ctx: quickjs.Context) -> bool:
@@ -433,6 +480,14 @@ class ProgramThread:
             self._reject(settle, call_id, message, {"path": problem.path, "problem": problem.message})
             return
         self._tool_calls += 1
+        if tool.inline:
+            try:
+                result = self.registry.invoke_inline(tool, args, self.context)
+            except Exception as exc:  # a UserError from the handler: still only this call fails
+                result = ToolResult.from_text(f"{tool.name} failed: {exc}", is_error=True)
+            self._deliver(settle, call_id, result, tool.name)
+            self._settled_inline = True
+            return
         self._pending[call_id] = tool.name
         if self._running < self.limits.tool_concurrency:
             self._running += 1

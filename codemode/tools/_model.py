@@ -46,7 +46,12 @@ class ToolResult(pydantic.BaseModel):
     @classmethod
     def from_text(cls, text: str, structured: Any = None, *, is_error: bool = False) -> ToolResult:
         """Build a result from one text block and optional structured data."""
-        return cls(content=[TextContent(text=text)], structured_content=structured, is_error=is_error)
+        # model_construct: the fields are known-good here, and this runs once per tool call.
+        return cls.model_construct(
+            content=[TextContent.model_construct(type="text", text=text)],
+            structured_content=structured,
+            is_error=is_error,
+        )
 
     def producer_data(self) -> Any:
         """The value a program's ``await tools.x()`` resolves with."""
@@ -87,6 +92,9 @@ class Tool:
             thread.
         output_schema: Optional JSON Schema of ``structured_content``.
         extension: Name of the extension that registered it, if any.
+        inline: A cheap, non-blocking sync handler that a program calls directly on its own
+            JS thread, without the trip to the event loop (its time counts as the program's
+            CPU time, and inline calls run one at a time).
     """
 
     name: str
@@ -98,6 +106,7 @@ class Tool:
     context_param: str | None = None
     model_param: str | None = None
     is_async: bool = True
+    inline: bool = False
 
     def bind(self, args: pydantic.BaseModel, ctx: ToolContext) -> dict[str, Any]:
         """Keyword arguments for the handler: the model (or its fields) and the context."""
@@ -191,17 +200,22 @@ def make_tool(
     input_model: type[pydantic.BaseModel] | None = None,
     output_schema: dict[str, Any] | None = None,
     extension: str | None = None,
+    inline: bool = False,
 ) -> Tool:
     """Build a `Tool` from a handler function.
 
     Raises:
-        UserError: The name is not a valid identifier or the signature cannot be described.
+        UserError: The name is not a valid identifier, the signature cannot be described, or
+            ``inline`` was asked for an async handler.
     """
     tool_name: str = name or str(getattr(fn, "__name__", ""))
     if not tool_name.isidentifier():
         raise UserError(f"tool name {tool_name!r} must be a valid identifier (letters, digits, _)")
     model, context_param, model_param = _plan_from_signature(fn, tool_name, input_model)
     target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)  # noqa: B004
+    is_async = inspect.iscoroutinefunction(target)
+    if inline and is_async:
+        raise UserError(f"tool {tool_name!r}: inline tools must be plain (sync) functions")
     return Tool(
         name=tool_name,
         description=description if description is not None else _first_paragraph(fn.__doc__),
@@ -211,7 +225,8 @@ def make_tool(
         extension=extension,
         context_param=context_param,
         model_param=model_param,
-        is_async=inspect.iscoroutinefunction(target),
+        is_async=is_async,
+        inline=inline,
     )
 
 
@@ -221,8 +236,9 @@ def tool(
     description: str | None = None,
     input_model: type[pydantic.BaseModel] | None = None,
     output_schema: dict[str, Any] | None = None,
+    inline: bool = False,
 ) -> Callable[[Handler], Tool]:
-    """Decorator that turns a function into a `Tool`.
+    """Decorator that turns a function into a `Tool` (arguments as `make_tool`).
 
     Example:
         ```python
@@ -235,7 +251,12 @@ def tool(
 
     def decorate(fn: Handler) -> Tool:
         return make_tool(
-            fn, name=name, description=description, input_model=input_model, output_schema=output_schema
+            fn,
+            name=name,
+            description=description,
+            input_model=input_model,
+            output_schema=output_schema,
+            inline=inline,
         )
 
     return decorate

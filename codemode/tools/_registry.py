@@ -277,24 +277,44 @@ class ToolRegistry:
 
     async def invoke(self, t: Tool, args: Any, ctx: ToolContext) -> ToolResult:
         """Run a tool's handler on already-validated arguments, mapping failures to results."""
+        parsed = self._parse(t, args)
+        if isinstance(parsed, ToolResult):
+            return parsed
         try:
-            model = t.input_model.model_validate(args)
+            return to_tool_result(await self._run_handler(t, parsed, ctx))
+        except Exception as exc:  # a handler bug must not take the host down
+            return self._failure(t, exc)
+
+    def invoke_inline(self, t: Tool, args: Any, ctx: ToolContext) -> ToolResult:
+        """Run an ``inline`` tool's sync handler on the calling thread (the program's JS thread)."""
+        parsed = self._parse(t, args)
+        if isinstance(parsed, ToolResult):
+            return parsed
+        try:
+            return to_tool_result(t.handler(**t.bind(parsed, ctx)))
+        except Exception as exc:
+            return self._failure(t, exc)
+
+    @staticmethod
+    def _parse(t: Tool, args: Any) -> pydantic.BaseModel | ToolResult:
+        try:
+            return t.input_model.model_validate(args)
         except pydantic.ValidationError as exc:
             first = exc.errors()[0]
             message = f"Invalid arguments for {t.name}: at {_json_path(first['loc'])}: {first['msg']}"
             return ToolResult.from_text(message, {"error": "invalid_arguments"}, is_error=True)
-        try:
-            value = to_tool_result(await self._run_handler(t, model, ctx))
-        except ToolError as exc:
+
+    @staticmethod
+    def _failure(t: Tool, exc: Exception) -> ToolResult:
+        """The error result for a handler failure; `UserError` (the developer's) is re-raised."""
+        if isinstance(exc, ToolError):
             return ToolResult.from_text(f"{t.name}: {exc.message}", exc.data, is_error=True)
-        except UserError:
-            raise
-        except Exception as exc:  # a handler bug must not take the host down
-            detail = f"{type(exc).__name__}: {exc}"
-            return ToolResult.from_text(
-                f"{t.name} failed: {detail}", {"error": "handler_failed", "detail": detail}, is_error=True
-            )
-        return value
+        if isinstance(exc, UserError):
+            raise exc
+        detail = f"{type(exc).__name__}: {exc}"
+        return ToolResult.from_text(
+            f"{t.name} failed: {detail}", {"error": "handler_failed", "detail": detail}, is_error=True
+        )
 
     async def _run_handler(self, t: Tool, model: pydantic.BaseModel, ctx: ToolContext) -> Any:
         kwargs = t.bind(model, ctx)

@@ -1,0 +1,87 @@
+"""Inline tools (run on the program's own thread) and programs that only chain promises."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import anyio
+import pytest
+from host_support import assert_healthy
+
+from codemode import Host, ToolError, UserError, make_tool, tool
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_pure_promise_loop_meets_the_cpu_limit(make_host: Any) -> None:
+    async with make_host(cpu_seconds=0.5, timeout_seconds=60) as (host, _probe):
+        with anyio.fail_after(30):
+            result = await host.run_code("print('start'); while (true) { await null; }")
+        assert result.error is not None and result.error.kind == "cpu_limit"
+        assert result.text.startswith("start\n")
+        await assert_healthy(host)
+
+
+async def test_a_pure_promise_loop_meets_the_wall_clock_limit(host: Host) -> None:
+    with anyio.fail_after(30):
+        result = await host.run_code("while (true) { await Promise.resolve(1); }", timeout_seconds=0.3)
+    assert result.error is not None and result.error.kind == "timeout"
+    await assert_healthy(host)
+
+
+async def test_inline_tools_run_on_the_program_thread(make_host: Any) -> None:
+    threads: set[int] = set()
+
+    @tool(inline=True)
+    def double(n: int) -> int:
+        "Double n."
+        threads.add(threading.get_ident())
+        return n * 2
+
+    @tool(inline=True)
+    def refuse(n: int) -> int:
+        "Always refuses."
+        raise ToolError("not today", {"n": n})
+
+    async with make_host() as (host, _probe):
+        host.add_tool(double)
+        host.add_tool(refuse)
+        result = await host.run_code(
+            "let s = 0; for (let i = 0; i < 100; i++) s += await tools.double({n: i});\n"
+            "const both = await Promise.all([tools.double({n: 1}), tools.echo({value: 2})]);\n"
+            "try { await tools.refuse({n: 3}) } catch (e) { print(e.name, e.tool, e.message, JSON.stringify(e.data)) }\n"
+            "try { await tools.double({n: 'x'}) } catch (e) { print(e.message.split(':')[0]) }\n"
+            "print(s, both)"
+        )
+        assert result.ok, result.text
+        assert result.text.splitlines() == [
+            'ToolError refuse refuse: not today {"n":3}',
+            "Invalid arguments for double",
+            '9900 [2,{"value":2}]',
+        ]
+        assert len(threads) == 1 and threading.get_ident() not in threads
+        assert result.usage.tool_calls == 103  # the call with bad arguments never started
+
+
+async def test_an_endless_loop_of_inline_calls_meets_the_limits(make_host: Any) -> None:
+    @tool(inline=True)
+    def tick() -> int:
+        "Return 1."
+        return 1
+
+    async with make_host(cpu_seconds=0.5, timeout_seconds=60) as (host, _probe):
+        host.add_tool(tick)
+        with anyio.fail_after(30):
+            result = await host.run_code("while (true) { await tools.tick(); }")
+        assert result.error is not None and result.error.kind in {"cpu_limit", "timeout"}
+        await assert_healthy(host)
+
+
+def test_inline_is_only_for_sync_handlers() -> None:
+    async def fetch(url: str) -> str:
+        "Fetch."
+        return url
+
+    with pytest.raises(UserError, match="inline tools must be plain"):
+        make_tool(fetch, inline=True)

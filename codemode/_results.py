@@ -81,7 +81,12 @@ class RunError(pydantic.BaseModel):
 
 
 class Usage(pydantic.BaseModel):
-    """What one run used."""
+    """What one run used.
+
+    ``output_tokens`` counts the returned text: exact when it had to be counted (it was cut),
+    else its UTF-8 size, an upper bound (every token covers at least one byte) that avoids
+    tokenizing output that clearly fits.
+    """
 
     output_tokens: int
     max_output_tokens: int

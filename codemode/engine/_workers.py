@@ -21,13 +21,6 @@ _STACK_BYTES = 8 * 1024 * 1024  # QuickJS's own stack limit is far below this
 _MIN_IDLE = 2
 
 
-class WarmContext:
-    """A fresh context with the prelude loaded, and the prelude's host entry points."""
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self.parts = make()
-
-
 Job = Callable[[Any], Any]
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import re
 from collections.abc import Iterable
@@ -321,8 +320,3 @@ class ToolRegistry:
         if t.is_async:
             return await t.handler(**kwargs)
         return await anyio.to_thread.run_sync(lambda: t.handler(**kwargs))
-
-
-def dumps_json(value: Any) -> str:
-    """Serialise producer data for the JS side (compact, unicode kept)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

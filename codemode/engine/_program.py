@@ -265,7 +265,7 @@ class ProgramThread:
     cancelled: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
-        self._settled_inline = False  # an inline call was settled: run jobs before waiting
+        self._settled_in_drain = False  # a promise was settled while draining: run jobs first
         self._take_output: Any = None  # the context's functions, set in _run
         self._take_chunk: Any = None
         self._output: list[str] = []
@@ -353,8 +353,8 @@ class ProgramThread:
                 self._drain(ctx, drain, settle)
                 if self._done is not None:
                     return self._finish_error()
-                if self._settled_inline:
-                    self._settled_inline = False
+                if self._settled_in_drain:
+                    self._settled_in_drain = False
                     stopped = self._check_limits()
                     if stopped is not None:
                         return stopped
@@ -363,8 +363,6 @@ class ProgramThread:
                 if self.cancelled.is_set():
                     return GuestError("cancelled", "Cancelled", "the run was cancelled by the host")
                 if not self._pending and not self._live_timers:
-                    if self._has_jobs(ctx):
-                        continue
                     return GuestError(
                         "deadlock",
                         "Deadlock",
@@ -425,7 +423,6 @@ class ProgramThread:
             )
         return None
 
-    @staticmethod
     def _has_jobs(ctx: quickjs.Context) -> bool:
         return bool(ctx.execute_pending_job())
 
@@ -438,12 +435,19 @@ class ProgramThread:
         if print_bytes:
             text = self._take_output()
             self._append_output(json.loads(text) if print_json else text)
+
+        def settle_now(*args: Any) -> None:
+            # Refused calls, store.* and inline tools settle here; the run loop must run the
+            # jobs this creates before it waits for anything else.
+            self._settled_in_drain = True
+            settle(*args)
+
         for message in messages:
             kind = message[0]
             if kind == "call":
-                self._start_call(settle, message[1], message[2], message[3])
+                self._start_call(settle_now, message[1], message[2], message[3])
             elif kind == "sync":
-                self._sync(settle, message[1], message[2], message[3], message[4])
+                self._sync(settle_now, message[1], message[2], message[3], message[4])
             elif kind == "timer":
                 self._live_timers.add(message[1])
                 heapq.heappush(self._timers, (time.monotonic() + message[2] / 1000.0, message[1]))
@@ -486,7 +490,6 @@ class ProgramThread:
             except Exception as exc:  # a UserError from the handler: still only this call fails
                 result = ToolResult.from_text(f"{tool.name} failed: {exc}", is_error=True)
             self._deliver(settle, call_id, result, tool.name)
-            self._settled_inline = True
             return
         self._pending[call_id] = tool.name
         if self._running < self.limits.tool_concurrency:

@@ -85,3 +85,35 @@ def test_inline_is_only_for_sync_handlers() -> None:
 
     with pytest.raises(UserError, match="inline tools must be plain"):
         make_tool(fetch, inline=True)
+
+
+async def test_store_and_refused_calls_settle_while_another_call_is_pending(make_host: Any) -> None:
+    # A store.* result or a call refused for its arguments is settled while the host drains the
+    # program's messages; the program must go on at once, not only when the other call ends.
+    released = anyio.Event()
+
+    @tool()
+    async def hold() -> str:
+        "Wait until release() is called."
+        await released.wait()
+        return "held"
+
+    @tool()
+    async def release() -> str:
+        "Let hold() return."
+        released.set()
+        return "released"
+
+    async with make_host(timeout_seconds=60) as (host, _probe):
+        host.add_tool(hold)
+        host.add_tool(release)
+        with anyio.fail_after(30):
+            result = await host.run_code(
+                "const pending = tools.hold();\n"
+                "await store.set('k', 1);\n"
+                "try { await tools.release({unexpected: true}) } catch (e) { print(e.name) }\n"
+                "await tools.release();\n"
+                "print(await pending, await store.get('k'));"
+            )
+        assert result.ok, result.text
+        assert result.text == "ToolError\nheld 1\n"

@@ -226,6 +226,34 @@ async def test_redaction_of_secret_env_values(archive: Any, workspace: Path, pol
     await manager.aclose()
 
 
+async def test_a_streamed_log_is_redacted_when_read(archive: Any, workspace: Path, policy: Any) -> None:
+    from codemode.archive import Redactor
+
+    secret = "s3cr3t-STREAMED-" + "q" * 20
+    env = {**os.environ, "MY_API_TOKEN": secret}
+    manager = ProcessManager(archive, handoff_seconds=None, redactor=Redactor(env), environ=env)
+    archive_with_rules = type(archive)(archive.state_dir, redactor=Redactor(env))
+    caller = Caller(manager, ToolContext("s1", workspace, policy, archive))
+    # 200 KB of output streams the log to disk; the secret sits in its middle and at its end.
+    command = 'yes filler | head -c 100000; echo "token=$MY_API_TOKEN"; yes more | head -c 100000; printf "$MY_API_TOKEN"'
+    result = await caller(command=command)
+    ref = result.structured_content["log"]["ref"]
+    assert secret not in result.text
+    pages, offset = [], 0
+    while True:
+        page = archive_with_rules.read(ref, offset, 64 * 1024)
+        pages.append(page.data)
+        if page.eof:
+            break
+        offset = page.next_offset
+    text = b"".join(pages).decode()
+    assert secret not in text
+    assert text.count("[REDACTED:env:MY_API_TOKEN]") == 2
+    assert text.startswith("filler\n") and "more\n" in text
+    await manager.aclose()
+    archive_with_rules.close()
+
+
 async def test_workspace_revision_in_git_tree(bash: Caller, workspace: Path) -> None:
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
     env["GIT_COMMITTER_EMAIL"] = "t@t"

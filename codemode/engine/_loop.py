@@ -3,21 +3,104 @@
 anyio's ``from_thread.run_sync`` waits for the callback to finish, and anyio task groups
 spawn only from inside a task, which together cost two extra thread hops per tool call.
 A program that awaits tools in a loop needs a one-way hand-off instead, so this module
-uses asyncio's thread-safe ``call_soon_threadsafe`` and ``create_task`` directly. It is
-the only backend-specific code in codemode; the host therefore runs on anyio's asyncio
-backend.
+uses asyncio's thread-safe ``call_soon_threadsafe`` directly. It is the only
+backend-specific code in codemode; the host therefore runs on anyio's asyncio backend.
+
+Tasks start eagerly: the first step of a tool's coroutine runs inside the very callback
+that received the hand-off, as a task (``asyncio.current_task()`` is the task, so anyio
+works in the handler), instead of one loop iteration later. A tool that finishes without
+waiting for anything (most do, or do so quickly) thus hands its result back to the JS
+thread before the loop goes back to sleep. Python 3.12 has this built in
+(``eager_start``); on 3.11 `_Continuation` does the same with the task API asyncio itself
+uses for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import contextvars
+import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from codemode.errors import UserError
 
 TaskFactory = Callable[[], Coroutine[Any, Any, None]]
+
+_EAGER_START = sys.version_info >= (3, 12)
+_enter_task: Callable[[asyncio.AbstractEventLoop, asyncio.Task[Any]], None] | None = getattr(
+    asyncio.tasks, "_enter_task", None
+)
+_leave_task: Callable[[asyncio.AbstractEventLoop, asyncio.Task[Any]], None] | None = getattr(
+    asyncio.tasks, "_leave_task", None
+)
+
+
+class _Continuation(collections.abc.Coroutine[Any, Any, Any]):
+    """A coroutine whose first step has already run, handed to the task that drives the rest.
+
+    The task's first ``send`` gets what that first step produced: the future it waits on
+    (passed on to the task), its return value (the task ends) or its exception. Everything
+    after that, cancellation included, goes straight to the wrapped coroutine.
+    """
+
+    __slots__ = ("_coro", "_first", "_outcome")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
+        self._coro = coro
+        self._first = True
+        self._outcome: tuple[str, Any] = ("yield", None)
+
+    def run_first_step(self) -> BaseException | None:
+        """Run the coroutine up to its first wait (or its end).
+
+        Returns:
+            The exception the first step ended with, if any (the task then ends quietly).
+
+        Raises:
+            KeyboardInterrupt, SystemExit: As asyncio lets them through a task.
+        """
+        try:
+            self._outcome = ("yield", self._coro.send(None))
+        except StopIteration as stop:
+            self._outcome = ("return", stop.value)
+        except (KeyboardInterrupt, SystemExit):
+            self._outcome = ("return", None)
+            raise
+        except BaseException as exc:
+            self._outcome = ("return", None)
+            return exc
+        return None
+
+    @property
+    def finished(self) -> bool:
+        """Whether the first step ended the coroutine (returned or raised)."""
+        return self._first and self._outcome[0] != "yield"
+
+    def send(self, value: Any) -> Any:
+        if self._first:
+            self._first = False
+            kind, produced = self._outcome
+            self._outcome = ("yield", None)
+            if kind == "return":
+                raise StopIteration(produced)
+            return produced
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        # Cancelled before the task took its first step: the coroutine is still waiting at
+        # its first await, so it gets the exception there.
+        self._first = False
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)  # pragma: no cover - the legacy signature
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self) -> Any:  # pragma: no cover - tasks drive it with send/throw only
+        return self._coro.__await__()
 
 
 class LoopSpawner:
@@ -34,14 +117,14 @@ class LoopSpawner:
             self._loop = asyncio.get_running_loop()
         except RuntimeError as exc:
             raise UserError("codemode runs on anyio's asyncio backend; start it with asyncio") from exc
-        # Tasks run in the creator's context, so anyio and contextvars behave as usual.
+        # Tasks run in (a copy of) the creator's context, so anyio and contextvars behave as usual.
         self._context = contextvars.copy_context()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
 
     def spawn(self, factory: TaskFactory, on_refused: Callable[[], None]) -> None:
         """Start ``factory()`` as a task soon; thread-safe. ``on_refused`` runs if closed."""
-        self._loop.call_soon_threadsafe(self._start, factory, on_refused, context=self._context)
+        self._loop.call_soon_threadsafe(self._start, factory, on_refused)
 
     def call_soon(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` soon on the loop; thread-safe."""
@@ -51,12 +134,48 @@ class LoopSpawner:
         if self._closed:
             on_refused()
             return
-        task = self._loop.create_task(factory())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        context = self._context.copy()
+        task = _start_eagerly(self._loop, context.run(factory), context)
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     def close(self) -> None:
         """Refuse new tasks and cancel the running ones. Call on the loop thread."""
         self._closed = True
         for task in list(self._tasks):
             task.cancel()
+
+
+def _start_eagerly(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None], context: contextvars.Context
+) -> asyncio.Task[None] | None:
+    """Run the first step of ``coro`` as a task, now (call on the loop thread).
+
+    Returns:
+        The task while it still has work to do; None when the first step finished it.
+    """
+    if _EAGER_START:
+        task_type: Any = asyncio.Task
+        eager: asyncio.Task[None] = task_type(coro, loop=loop, context=context, eager_start=True)
+        if not eager.done():
+            return eager
+        if not eager.cancelled() and (failure := eager.exception()) is not None:
+            loop.call_exception_handler(
+                {"message": "codemode task failed", "exception": failure, "task": eager}
+            )
+        return None
+    if _enter_task is None or _leave_task is None:  # pragma: no cover - not CPython 3.11
+        return loop.create_task(coro, context=context)
+    continuation = _Continuation(coro)
+    task: asyncio.Task[None] = loop.create_task(continuation, context=context)
+    _enter_task(loop, task)
+    try:
+        failure = context.run(continuation.run_first_step)
+    finally:
+        _leave_task(loop, task)
+    if failure is not None:
+        # Reported now, not by the task's finaliser at some garbage collection later.
+        loop.call_exception_handler({"message": "codemode task failed", "exception": failure, "task": task})
+    # Finished in its first step, the task only has to take one (empty) step to end.
+    return None if continuation.finished else task

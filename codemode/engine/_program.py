@@ -23,7 +23,7 @@ from typing import Any
 import quickjs
 
 from codemode.errors import ToolError
-from codemode.tools import Tool, ToolContext, ToolRegistry, ToolResult
+from codemode.tools import Tool, ToolContext, ToolRegistry, ToolResult, to_tool_result
 
 # The program is wrapped on its own first line so its line numbers stay the model's own.
 _PREFIX = "(async function __cm_main() {"
@@ -140,10 +140,31 @@ def _js_text(text: str) -> str:
     return text
 
 
+_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """``value`` (decoded JSON) with lone surrogates in its strings and keys replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_SURROGATE.sub("\ufffd", k): _without_lone_surrogates(v) for k, v in value.items()}
+    return value
+
+
 def _to_json(value: Any) -> str | None:
     """Strict JSON text of ``value`` (non-finite numbers become null); None when it is not JSON."""
+    kind = type(value)
+    if kind is int:
+        return str(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is float:
+        return repr(value) if math.isfinite(value) else "null"
     try:
-        return _js_text(json.dumps(value, ensure_ascii=False, allow_nan=False))
+        return _js_text(_ENCODE(value))
     except ValueError:
         try:
             return _js_text(json.dumps(_finite(value), ensure_ascii=False, allow_nan=False))
@@ -268,6 +289,7 @@ class ProgramThread:
         self._settled_in_drain = False  # a promise was settled while draining: run jobs first
         self._take_output: Any = None  # the context's functions, set in _run
         self._take_chunk: Any = None
+        self._settle: Any = None
         self._output: list[str] = []
         self._output_bytes = 0
         self._output_dropped = 0
@@ -300,7 +322,7 @@ class ProgramThread:
         finally:
             # Drop our references to the context's functions here, so the runtime is freed
             # on this thread (with the worker's) and not later on the event loop's.
-            self._take_output = self._take_chunk = None
+            self._take_output = self._take_chunk = self._settle = None
         return ProgramOutcome(
             output="".join(self._output),
             error=error,
@@ -326,7 +348,7 @@ class ProgramThread:
     def _run(self, warm: PreparedContext) -> GuestError | None:
         ctx = warm.ctx
         start, settle, fire, drain = warm.start, warm.settle, warm.fire, warm.drain
-        self._take_output, self._take_chunk = warm.take_output, warm.take_chunk
+        self._take_output, self._take_chunk, self._settle = warm.take_output, warm.take_chunk, settle
         if "\x00" in self.source:  # the binding refuses such source with a bare ValueError
             return self._nul_in_source()
         # Armed before the eval: a program that closes the wrapper ("}); while (true) {} ...")
@@ -431,17 +453,14 @@ class ProgramThread:
         raw = drain()
         if not raw:
             return
-        print_bytes, messages, print_json = json.loads(raw)
+        print_bytes, print_json, messages = json.loads(raw)
+        if "\\ud" in raw:  # JSON.stringify escapes a lone surrogate; Python text cannot hold one
+            messages = _without_lone_surrogates(messages)
         if print_bytes:
             text = self._take_output()
             self._append_output(json.loads(text) if print_json else text)
 
-        def settle_now(*args: Any) -> None:
-            # Refused calls, store.* and inline tools settle here; the run loop must run the
-            # jobs this creates before it waits for anything else.
-            self._settled_in_drain = True
-            settle(*args)
-
+        settle_now = self._settle_now
         for message in messages:
             kind = message[0]
             if kind == "call":
@@ -455,6 +474,12 @@ class ProgramThread:
                 self._live_timers.discard(message[1])
             elif kind == "done":
                 self._done = (bool(message[1]), str(message[2]), str(message[3]))
+
+    def _settle_now(self, *args: Any) -> None:
+        # Refused calls, store.* and inline tools settle while draining; the run loop must run
+        # the jobs this creates before it waits for anything else.
+        self._settled_in_drain = True
+        self._settle(*args)
 
     def _append_output(self, text: str) -> None:
         size = len(text)
@@ -472,12 +497,11 @@ class ProgramThread:
         except (quickjs.JSException, TypeError, ValueError):  # a value the binding cannot convert
             pass
 
-    def _start_call(self, settle: Any, call_id: int, name: str, args_json: str) -> None:
+    def _start_call(self, settle: Any, call_id: int, name: str, args: Any) -> None:
         tool = self.registry.get(name)
         if tool is None:
             self._reject(settle, call_id, self.registry.unknown_tool_message(name), None)
             return
-        args = json.loads(args_json)
         problem = self.registry.validate(tool, args)
         if problem is not None:
             message = self.registry.argument_error_message(tool, problem)
@@ -486,10 +510,10 @@ class ProgramThread:
         self._tool_calls += 1
         if tool.inline:
             try:
-                result = self.registry.invoke_inline(tool, args, self.context)
+                value = self.registry.invoke_inline(tool, args, self.context)
             except Exception as exc:  # a UserError from the handler: still only this call fails
-                result = ToolResult.from_text(f"{tool.name} failed: {exc}", is_error=True)
-            self._deliver(settle, call_id, result, tool.name)
+                value = ToolResult.from_text(f"{tool.name} failed: {exc}", is_error=True)
+            self._deliver(settle, call_id, value, tool.name)
             return
         self._pending[call_id] = tool.name
         if self._running < self.limits.tool_concurrency:
@@ -570,7 +594,29 @@ class ProgramThread:
         return True
 
     @classmethod
-    def _deliver(cls, settle: Any, call_id: int, result: ToolResult, tool_name: str) -> None:
+    def _deliver(cls, settle: Any, call_id: int, value: Any, tool_name: str) -> None:
+        """Settle a call with what its handler returned (a `ToolResult` or plain data)."""
+        kind = type(value)
+        if kind is str:
+            settle(call_id, True, _js_text(value), True)
+            return
+        if value is None:
+            settle(call_id, True, "", True)
+            return
+        if kind is int or kind is float or kind is bool:
+            settle(call_id, True, _to_json(value), False)
+            return
+        if kind is ToolResult:
+            result: ToolResult = value
+        else:
+            try:
+                result = to_tool_result(value)
+            except Exception as exc:  # a value pydantic cannot serialise
+                result = ToolResult.from_text(
+                    f"{tool_name} failed: its result cannot be turned into JSON: {type(exc).__name__}: {exc}",
+                    {"error": "result_not_json"},
+                    is_error=True,
+                )
         if result.is_error:
             data = result.structured_content
             if _to_json(data) is None:

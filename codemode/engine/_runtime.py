@@ -31,11 +31,12 @@ class _Dispatcher(ToolDispatcher):
         assert program is not None
 
         async def run_tool() -> None:
+            # The result is turned into JSON on the program's thread, not on the event loop.
             try:
-                result = await self.registry.invoke(tool, args, self.context)
-            except Exception as exc:  # invoke maps handler errors; this is a last resort
-                result = ToolResult.from_text(f"{tool.name} failed: {exc}", is_error=True)
-            program.inbox.put((call_id, result))
+                value = await self.registry.invoke_raw(tool, args, self.context)
+            except Exception as exc:  # invoke_raw maps handler errors; this is a last resort
+                value = ToolResult.from_text(f"{tool.name} failed: {exc}", is_error=True)
+            program.inbox.put((call_id, value))
 
         def refused() -> None:
             ended = ToolResult.from_text(f"{tool.name}: the program has ended", is_error=True)

@@ -19,6 +19,7 @@
   const ObjectDefineProperty = Object.defineProperty;
   const ObjectKeys = Object.keys;
   const ObjectGetPrototypeOf = Object.getPrototypeOf;
+  const ObjectHasOwn = Object.hasOwn;
   const ObjectPrototype = Object.prototype;
   const ArrayIsArray = Array.isArray;
   const ArrayPrototype = Array.prototype;
@@ -47,7 +48,7 @@
   const FunctionToString = Function.prototype.toString;
 
   const pending = new MapCtor();   // call id -> {resolve, reject, name}
-  let outbox = [];
+  let outbox = [];  // messages to the host, each one JSON text (see __cm_post)
   let prints = [];
   let printBytes = 0;
   let printNul = false;  // the Python binding cuts strings at U+0000: such output travels as JSON
@@ -65,6 +66,22 @@
         value: data === undefined ? null : data, writable: true, enumerable: true, configurable: true,
       });
     }
+  }
+
+  // ---- messages to the host ----
+  // Every message is JSON text built here from primitives (JSON.stringify never consults
+  // `toJSON` for a primitive) and argument JSON made by one of the encoders below, so no
+  // prototype change of the program's can alter it.
+  function __cm_q(value) {
+    return value === undefined ? "null" : JSONstringify(value);
+  }
+
+  function __cm_post(text) {
+    ReflectApply(ArrayPush, outbox, [text]);
+  }
+
+  function __cm_post_call(id, name, argsJson) {
+    __cm_post(`["call",${id},${JSONstringify(StringCtor(name))},${argsJson}]`);
   }
 
   // ---- JSON encoding that the program's prototype changes cannot redirect ----
@@ -107,6 +124,39 @@
       ReflectApply(ArrayPush, parts, [JSONstringify(__cm_well_formed(keys[i])) + ":" + __cm_encode(v, true)]);
     }
     return "{" + ReflectApply(ArrayJoin, parts, [","]) + "}";
+  }
+
+  // ---- Fast path: plain data needs no checking beyond one walk, and encodes natively ----
+  // Native JSON.stringify is safe when nothing can redirect it: no `toJSON` on the two
+  // prototypes plain data inherits from (checked without running any of the program's code),
+  // and values that are plain (objects of Object.prototype or null, arrays of Array.prototype,
+  // strings, finite numbers, booleans, null). Lone surrogates come out escaped; the host
+  // replaces them with U+FFFD. Anything else takes the checked path below.
+  function __cm_native_json_ok() {
+    return !("toJSON" in ObjectPrototype) && ObjectGetPrototypeOf(ArrayPrototype) === ObjectPrototype &&
+      !ObjectHasOwn(ArrayPrototype, "toJSON");
+  }
+
+  function __cm_plain(value, depth) {
+    const t = typeof value;
+    if (t === "string" || t === "boolean" || value === null) return true;
+    if (t === "number") return NumberIsFinite(value);
+    if (t !== "object" || depth > 64) return false;
+    const proto = ObjectGetPrototypeOf(value);
+    if (ArrayIsArray(value)) {
+      if (proto !== ArrayPrototype) return false;
+      for (let i = 0; i < value.length; i++) {
+        if (!__cm_plain(value[i], depth + 1)) return false;
+      }
+      return true;
+    }
+    if (proto !== ObjectPrototype && proto !== null) return false;
+    const keys = ObjectKeys(value);
+    for (let i = 0; i < keys.length; i++) {
+      const v = value[keys[i]];
+      if (v !== undefined && !__cm_plain(v, depth + 1)) return false;
+    }
+    return true;
   }
 
   // ---- JSON checking: arguments must be plain JSON, with a path when they are not ----
@@ -203,6 +253,19 @@
   function __cm_call_tool(name, args) {
     return new PromiseCtor(function __cm_executor(resolve, reject) {
       if (args === undefined) args = {};
+      if (__cm_plain(args, 0) && __cm_native_json_ok()) {
+        let argsJson;
+        try {
+          argsJson = JSONstringify(args);
+        } catch (e) {
+          reject(new ToolError(name, `tools.${name}: arguments cannot be turned into JSON: ${e.message}`, null));
+          return;
+        }
+        const id = nextCallId++;
+        __cm_post_call(id, name, argsJson);
+        ReflectApply(MapSet, pending, [id, { resolve, reject, name }]);
+        return;
+      }
       const problem = __cm_check_json(args, "arguments", new SetCtor());
       if (problem) {
         reject(new ToolError(name, `tools.${name}: ${problem}. Arguments must be JSON: objects, arrays, strings, finite numbers, booleans, null.`, null));
@@ -216,7 +279,7 @@
         return;
       }
       const id = nextCallId++;
-      ReflectApply(ArrayPush, outbox, [["call", id, StringCtor(name), argsJson]]);
+      __cm_post_call(id, name, argsJson);
       ReflectApply(MapSet, pending, [id, { resolve, reject, name }]);
     });
   }
@@ -238,7 +301,7 @@
   function __cm_sync(op, a, b) {
     return new PromiseCtor(function __cm_sync_executor(resolve, reject) {
       const id = nextCallId++;
-      ReflectApply(ArrayPush, outbox, [["sync", id, op, a === undefined ? null : a, b === undefined ? null : b]]);
+      __cm_post(`["sync",${id},${JSONstringify(op)},${__cm_q(a)},${__cm_q(b)}]`);
       ReflectApply(MapSet, pending, [id, { resolve, reject, name: op }]);
     });
   }
@@ -294,14 +357,14 @@
     if (typeof fn !== "function") throw new TypeErrorCtor("setTimeout: the first argument must be a function");
     const id = nextTimerId++;
     ReflectApply(MapSet, timers, [id, { fn, args }]);
-    ReflectApply(ArrayPush, outbox, [["timer", id, NumberIsFinite(+delay) && +delay > 0 ? +delay : 0]]);
+    __cm_post(`["timer",${id},${NumberIsFinite(+delay) && +delay > 0 ? JSONstringify(+delay) : 0}]`);
     return id;
   }
 
   function __cm_clear_timeout(id) {
     if (ReflectApply(MapHas, timers, [id])) {
       ReflectApply(MapDelete, timers, [id]);
-      ReflectApply(ArrayPush, outbox, [["untimer", id]]);
+      __cm_post(`["untimer",${id}]`);
     }
   }
 
@@ -323,7 +386,7 @@
 
   // ---- host entry points, returned to Python (never reachable from the program) ----
   function __cm_done(ok, value, errorJson) {
-    ReflectApply(ArrayPush, outbox, [["done", ok, value, errorJson]]);
+    __cm_post(`["done",${ok ? "true" : "false"},${__cm_q(value)},${__cm_q(errorJson)}]`);
   }
 
   // Strings handed to Python must be flat: quickjs-ng builds long concatenations as ropes,
@@ -334,7 +397,10 @@
 
   function __cm_drain() {
     if (outbox.length === 0 && printBytes === 0) return "";
-    const text = __cm_flat(__cm_encode([printBytes, outbox, printNul], false));
+    // Each message is JSON text already; joining also flattens the string (see __cm_flat).
+    const text = ReflectApply(ArrayJoin, [
+      "[", printBytes, ",", printNul ? "true" : "false", ",[", ReflectApply(ArrayJoin, outbox, [","]), "]]",
+    ], [""]);
     outbox = [];
     return text;
   }

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_type_hints
 
 import jsonschema
+import jsonschema_rs
 import pydantic
 
 from codemode.errors import UserError
@@ -126,10 +127,26 @@ class Tool:
 
     @functools.cached_property
     def validator(self) -> Any:
-        """A compiled jsonschema validator for the arguments."""
+        """A compiled jsonschema validator for the arguments (the reference, and its messages)."""
         cls = jsonschema.validators.validator_for(self.input_schema)
         cls.check_schema(self.input_schema)
         return cls(self.input_schema)
+
+    @functools.cached_property
+    def fast_validator(self) -> Any:
+        """A compiled jsonschema-rs validator that says quickly whether arguments are valid.
+
+        It only ever accepts: a "no" goes to `validator`, whose verdict and message stand.
+        None when the schema uses regular expressions (the two libraries' regex dialects
+        differ) or jsonschema-rs cannot compile it.
+        """
+        text = json.dumps(self.input_schema)
+        if '"pattern' in text:
+            return None
+        try:
+            return jsonschema_rs.validator_for(self.input_schema)
+        except (ValueError, jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError):
+            return None
 
 
 @dataclass

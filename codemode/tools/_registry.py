@@ -236,6 +236,13 @@ class ToolRegistry:
 
     def validate(self, t: Tool, args: Any) -> ArgumentProblem | None:
         """Check arguments against the tool's JSON Schema; None when valid."""
+        fast = t.fast_validator
+        if fast is not None:
+            try:
+                if fast.is_valid(args):
+                    return None
+            except (ValueError, OverflowError):  # e.g. an integer beyond 64 bits: ask jsonschema
+                pass
         if t.validator.is_valid(args):
             return None
         error = min(t.validator.iter_errors(args), key=lambda e: (len(e.path), str(e.message)))
@@ -276,21 +283,34 @@ class ToolRegistry:
 
     async def invoke(self, t: Tool, args: Any, ctx: ToolContext) -> ToolResult:
         """Run a tool's handler on already-validated arguments, mapping failures to results."""
+        value = await self.invoke_raw(t, args, ctx)
+        try:
+            return to_tool_result(value)
+        except Exception as exc:  # a value pydantic cannot serialise
+            return self._failure(t, exc)
+
+    async def invoke_raw(self, t: Tool, args: Any, ctx: ToolContext) -> Any:
+        """Like `invoke`, but return what the handler returned as it is (a `ToolResult` or
+        plain data; `to_tool_result` makes it a result). Failures are error results."""
         parsed = self._parse(t, args)
         if isinstance(parsed, ToolResult):
             return parsed
         try:
-            return to_tool_result(await self._run_handler(t, parsed, ctx))
+            return await self._run_handler(t, parsed, ctx)
         except Exception as exc:  # a handler bug must not take the host down
             return self._failure(t, exc)
 
-    def invoke_inline(self, t: Tool, args: Any, ctx: ToolContext) -> ToolResult:
-        """Run an ``inline`` tool's sync handler on the calling thread (the program's JS thread)."""
+    def invoke_inline(self, t: Tool, args: Any, ctx: ToolContext) -> Any:
+        """Run an ``inline`` tool's sync handler on the calling thread (the program's JS thread).
+
+        Returns:
+            What the handler returned, as `invoke_raw` does.
+        """
         parsed = self._parse(t, args)
         if isinstance(parsed, ToolResult):
             return parsed
         try:
-            return to_tool_result(t.handler(**t.bind(parsed, ctx)))
+            return t.handler(**t.bind(parsed, ctx))
         except Exception as exc:
             return self._failure(t, exc)
 

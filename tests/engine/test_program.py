@@ -670,3 +670,30 @@ def test_map_stack_drops_prelude_frames_and_names_the_program() -> None:
         "    at <program> (line 1:4)",
         "    at <program> (line 9:1)",
     ]
+
+
+async def test_plain_return_values_reach_the_program_as_json_data(host: Host) -> None:
+    import datetime
+
+    from codemode import make_tool
+
+    host.add_tool(
+        lambda: {"when": datetime.datetime(2020, 1, 2, tzinfo=datetime.UTC), "pair": (1, 2)},
+        name="dated",
+        description="A dict holding a datetime and a tuple.",
+    )
+    host.add_tool(lambda: object(), name="opaque", description="Returns something JSON cannot hold.")
+    host.add_tool(lambda: float("nan"), name="not_a_number", description="NaN.")
+    host.add_tool(lambda: None, name="nothing", description="None.")
+    host.add_tool(make_tool(lambda: 2**60 + 1, name="huge", description="A big integer.", inline=True))
+    source = """
+print(JSON.stringify(await tools.dated()));
+try { await tools.opaque(); } catch (e) { print(e.name, e.tool, e.data.error); }
+print(await tools.not_a_number(), JSON.stringify(await tools.nothing()), typeof (await tools.huge()));
+"""
+    result = await run(host, source)
+    assert result.ok, result.text
+    assert result.text == (
+        '{"when":"2020-01-02T00:00:00Z","pair":[1,2]}\nToolError opaque result_not_json\nnull "" number\n'
+    )
+    await assert_healthy(host)

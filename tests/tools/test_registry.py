@@ -383,3 +383,49 @@ def test_describe_gives_schema_signature_and_output_schema() -> None:
     assert described["output_schema"]["required"] == ["mean"]
     with pytest.raises(ToolError, match="stats"):
         registry.describe("stat")
+
+
+# -- the fast validity check ------------------------------------------------------------------
+
+
+def test_the_fast_check_agrees_with_jsonschema() -> None:
+    registry = ToolRegistry()
+    place = registry.add(make_tool(lambda order: order, name="place", input_model=Order))
+    assert place.fast_validator is not None
+    cases: list[Any] = [
+        {"customer": "c", "items": []},
+        {"customer": "c", "items": [{"n": 1}, {"n": 2.0, "label": "x"}], "priority": "high"},
+        {"customer": "c", "items": [{"n": 1.5}]},
+        {"customer": "c", "items": [{"n": True}]},
+        {"customer": "c", "items": [], "extra": 1},
+        {"customer": None, "items": []},
+        {"customer": "c", "items": {}},
+        {"customer": "c", "items": [], "priority": "urgent"},
+        {"items": []},
+        [],
+        "text",
+    ]
+    for args in cases:
+        assert (registry.validate(place, args) is None) == place.validator.is_valid(args), args
+
+
+def test_schemas_with_patterns_are_checked_by_jsonschema_alone() -> None:
+    class Code(pydantic.BaseModel):
+        code: str = pydantic.Field(pattern=r"^[A-Z]{3}$")
+
+    registry = ToolRegistry()
+    check = registry.add(make_tool(lambda args: args, name="check", input_model=Code))
+    assert check.fast_validator is None
+    assert registry.validate(check, {"code": "ABC"}) is None
+    problem = registry.validate(check, {"code": "abc"})
+    assert problem is not None and problem.path == "$.code"
+
+
+def test_integers_beyond_64_bits_are_still_validated() -> None:
+    registry = ToolRegistry()
+    big = registry.add(
+        make_tool(lambda a: a, name="big", input_model=pydantic.create_model("Big", a=(int, ...)))
+    )
+    assert registry.validate(big, {"a": 2**70}) is None
+    problem = registry.validate(big, {"a": 1.5})
+    assert problem is not None and problem.path == "$.a"

@@ -73,20 +73,31 @@ async def bench_true(root: Path, archive: Archive, n: int) -> None:
     env["GIT_COMMITTER_EMAIL"] = "b@b"
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True, env=env)
     subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "x"], cwd=repo, check=True, env=env)
-    base, tool_full, tool_confined, in_git = [], [], [], []
-    for _ in range(n):  # interleaved, so load changes hit all alike
-        t = time.perf_counter()
+    base: list[float] = []
+    tool_full: list[float] = []
+    tool_confined: list[float] = []
+    in_git: list[float] = []
+
+    async def run_base() -> None:
         subprocess.run(["bash", "-c", "true"])
-        base.append(time.perf_counter() - t)
-        t = time.perf_counter()
+
+    async def run_full() -> None:
         await full(command="true")
-        tool_full.append(time.perf_counter() - t)
-        t = time.perf_counter()
+
+    async def run_confined() -> None:
         await confined(command="true")
-        tool_confined.append(time.perf_counter() - t)
-        t = time.perf_counter()
+
+    async def run_in_git() -> None:
         await confined(command="true", cwd="repo")
-        in_git.append(time.perf_counter() - t)
+
+    kinds = [(run_base, base), (run_full, tool_full), (run_confined, tool_confined), (run_in_git, in_git)]
+    for i in range(n):
+        # Interleaved, so load changes hit all alike, and in turn first, second, ...: whatever
+        # runs right after another kind (caches, the allocator) does not favour one of them.
+        for run, samples in kinds[i % 4 :] + kinds[: i % 4]:
+            t = time.perf_counter()
+            await run()
+            samples.append(time.perf_counter() - t)
     b = _median_ms(base)
     print(f"[true] subprocess.run(bash -c true): {b:.2f} ms median (n={n})")
     print(

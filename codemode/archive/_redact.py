@@ -184,6 +184,8 @@ class Redactor:
 
     def redact(self, text: str) -> str:
         """Return ``text`` with every recognised secret replaced by a marker."""
+        if not text:
+            return text
         for value, marker in self._env_s:
             if value in text:
                 text = text.replace(value, marker)
@@ -196,6 +198,8 @@ class Redactor:
 
     def redact_bytes(self, data: bytes) -> bytes:
         """Return ``data`` (any bytes, UTF-8 or not) with every recognised secret replaced."""
+        if not data:
+            return data
         for value, marker in self._env_b:
             if value in data:
                 data = data.replace(value, marker)

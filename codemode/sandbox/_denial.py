@@ -95,14 +95,21 @@ def _host_could_write(path: str) -> bool:
     return os.access(probe, os.W_OK)
 
 
-def _denied_path(output: str, policy: SandboxPolicy, cwd: Path | None) -> str | None:
+def _writable_roots(policy: SandboxPolicy) -> list[str]:
     roots = [os.path.realpath(p) for p in policy.all_writable()]
     if policy.mode is SandboxMode.WORKSPACE_WRITE:
         roots.append("/dev/shm")
     roots.extend(_WRITABLE_DEVICES)
+    return roots
+
+
+def _denied_path(output: str, policy: SandboxPolicy, cwd: Path | None) -> str | None:
+    roots: list[str] | None = None  # resolved only when some line looks like a denial
     for line in output.splitlines():
         if not _FS_ERROR.search(line):
             continue
+        if roots is None:
+            roots = _writable_roots(policy)
         for candidate in _candidates(line):
             path = _absolute(candidate, cwd)
             if (

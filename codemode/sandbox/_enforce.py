@@ -107,12 +107,27 @@ class Confinement:
         env: dict[str, str] | None = None,
         description: str = "",
         ruleset_fd: int | None = None,
+        make_preexec: Callable[[], Callable[[], None]] | None = None,
     ) -> None:
-        self.preexec = preexec
+        self._preexec = preexec
+        # Built on first use: the exec helper path (`popen`) never needs it.
+        self._make_preexec = make_preexec
         self.env: dict[str, str] = dict(env or {})
         self.description = description
         self._fd = ruleset_fd
         self.closed = False
+
+    @property
+    def preexec(self) -> Callable[[], None] | None:
+        """Pass as ``preexec_fn``; ``None`` means unconfined (full-access)."""
+        if self._preexec is None and self._make_preexec is not None:
+            self._preexec = self._make_preexec()
+        return self._preexec
+
+    @property
+    def confined(self) -> bool:
+        """Whether children started through this Confinement are confined."""
+        return self._preexec is not None or self._make_preexec is not None
 
     @property
     def ruleset_fd(self) -> int | None:
@@ -147,7 +162,7 @@ class Confinement:
         """
         if "preexec_fn" in kwargs:
             raise TypeError("Confinement.popen sets preexec_fn itself")
-        if self.preexec is None:
+        if not self.confined:
             return subprocess.Popen(argv, **kwargs)
         if self.closed or self._fd is None:
             raise UserError("This Confinement was closed; prepare a new one to start a command.")
@@ -303,7 +318,7 @@ def prepare_confinement(policy: SandboxPolicy) -> Confinement:
     roots = ", ".join(writable) if writable else "none"
     description = f"landlock ABI {status.abi}, {policy.mode.value}, writable: {roots}; network {net}"
     conf = Confinement(None, env, description, ruleset_fd=fd)
-    conf.preexec = _make_preexec(conf, fd)
+    conf._make_preexec = lambda: _make_preexec(conf, fd)
     return conf
 
 
@@ -327,9 +342,9 @@ def _stamp(paths: Sequence[str]) -> _Stamp | None:
 
 
 def _rule_paths(policy: SandboxPolicy) -> list[str]:
-    paths = [str(p) for p in (*policy.all_writable(), *policy.protected)]
-    paths.extend(p for p in (*_DEVICE_PATHS, *_extra_writable(policy)) if os.path.exists(p))
-    return paths
+    """The directories a ruleset's rules bind, to check it is still current (device nodes,
+    which are not replaced while the host runs, are left out)."""
+    return [str(p) for p in (*policy.all_writable(), *policy.protected)]
 
 
 def _cached_ruleset(policy: SandboxPolicy, abi: int) -> int:

@@ -164,6 +164,8 @@ class StreamCapture:
         Returns:
             The excerpt; its ``text`` is the whole cleaned stream when nothing was cut.
         """
+        if self._total == 0:
+            return _NOTHING
         if not self.truncated:
             raw = bytes(self._head) + bytes(self._tail)
             text = clean_terminal_text(raw)
@@ -218,6 +220,11 @@ class StreamCapture:
             omitted_lines=omitted_lines,
             marker=marker,
         )
+
+
+_NOTHING = Excerpt(
+    text="", total_bytes=0, shown_bytes=0, omitted_bytes=0, truncated=False, head_text="", tail_text=""
+)
 
 
 def shape_output(stdout: Excerpt, stderr: Excerpt) -> str:

@@ -47,12 +47,8 @@ class ToolResult(pydantic.BaseModel):
     @classmethod
     def from_text(cls, text: str, structured: Any = None, *, is_error: bool = False) -> ToolResult:
         """Build a result from one text block and optional structured data."""
-        # model_construct: the fields are known-good here, and this runs once per tool call.
-        return cls.model_construct(
-            content=[TextContent.model_construct(type="text", text=text)],
-            structured_content=structured,
-            is_error=is_error,
-        )
+        # Plain construction: pydantic's model_construct is pure Python and twice as slow.
+        return cls(content=[TextContent(text=text)], structured_content=structured, is_error=is_error)
 
     def producer_data(self) -> Any:
         """The value a program's ``await tools.x()`` resolves with."""

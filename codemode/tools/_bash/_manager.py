@@ -25,7 +25,6 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -298,7 +297,7 @@ class ProcessManager:
             )
         return RunSpec(
             command=args.command,
-            cwd=resolve_cwd(args.cwd, Path(ctx.workspace), ctx.policy),
+            cwd=resolve_cwd(args.cwd, ctx.workspace, ctx.policy),
             timeout_seconds=args.timeout_seconds or DEFAULT_TIMEOUT_SECONDS,
             session_id=ctx.session_id,
             policy=ctx.policy,

@@ -34,6 +34,8 @@ _MODULE_STATEMENT = re.compile(r"^\s*(import|export)\b")
 _PRELUDE_SOURCE: str | None = None
 
 _DONE = object()
+# Between tool calls that settle at once, CPU time and limits are re-read at most this often.
+_RECHECK_SECONDS = 0.001
 
 
 def _prelude() -> str:
@@ -303,6 +305,8 @@ class ProgramThread:
         self._deadline = 0.0
         self._cpu_start = 0.0
         self._armed_for_wall = False
+        self._armed_at = -math.inf  # time.monotonic() of the last arming
+        self._cpu_checked_at = -math.inf
 
     # -- the run loop ---------------------------------------------------------------------
 
@@ -334,14 +338,23 @@ class ProgramThread:
         )
 
     def _arm(self, ctx: quickjs.Context) -> None:
-        """Give the next entry into JS whatever CPU and wall time is left.
+        """Give the next entries into JS whatever CPU and wall time is left.
 
         The binding measures the limit with clock(), the CPU time of the whole process, so
         an interrupt can come early when other threads are busy; which limit was armed (not
         the clocks read afterwards) therefore says which one the interrupt stands for.
+
+        Reading the thread's CPU clock is a system call (several µs on a VM), so within
+        `_RECHECK_SECONDS` of wall time of the last arming nothing is re-read: every entry
+        still gets at most what was left then, and the next one after that window is
+        re-armed with what is left now.
         """
+        now = time.monotonic()
+        if now - self._armed_at < _RECHECK_SECONDS:
+            return
+        self._armed_at = now
         cpu_left = self.limits.cpu_seconds - (time.thread_time() - self._cpu_start)
-        wall_left = self._deadline - time.monotonic()
+        wall_left = self._deadline - now
         self._armed_for_wall = wall_left <= cpu_left
         ctx.set_time_limit(max(0.001, min(cpu_left, wall_left)))
 
@@ -429,13 +442,17 @@ class ProgramThread:
         """The error for a limit already passed (cancel, wall clock, CPU), or None."""
         if self.cancelled.is_set():
             return GuestError("cancelled", "Cancelled", "the run was cancelled by the host")
-        if time.monotonic() >= self._deadline:
+        now = time.monotonic()
+        if now >= self._deadline:
             return GuestError(
                 "timeout",
                 "Timeout",
                 f"the program ran past its {self.timeout_seconds:g} s wall-clock limit; "
                 "raise timeout_seconds in the // @run_code header or do less per program",
             )
+        if now - self._cpu_checked_at < _RECHECK_SECONDS:
+            return None
+        self._cpu_checked_at = now
         if time.thread_time() - self._cpu_start >= self.limits.cpu_seconds:
             return GuestError(
                 "cpu_limit",
@@ -444,9 +461,6 @@ class ProgramThread:
                 "and was interrupted",
             )
         return None
-
-    def _has_jobs(ctx: quickjs.Context) -> bool:
-        return bool(ctx.execute_pending_job())
 
     def _drain(self, ctx: quickjs.Context, drain: Any, settle: Any) -> None:
         """Handle everything the program queued since the last drain (prints, calls, ...)."""

@@ -78,6 +78,20 @@ async def test_an_endless_loop_of_inline_calls_meets_the_limits(make_host: Any) 
         await assert_healthy(host)
 
 
+async def test_an_endless_loop_of_inline_calls_meets_the_wall_clock_limit(make_host: Any) -> None:
+    @tool(inline=True)
+    def tick() -> int:
+        "Return 1."
+        return 1
+
+    async with make_host(cpu_seconds=600, timeout_seconds=60) as (host, _probe):
+        host.add_tool(tick)
+        with anyio.fail_after(30):
+            result = await host.run_code("while (true) { await tools.tick(); }", timeout_seconds=0.3)
+        assert result.error is not None and result.error.kind == "timeout"
+        await assert_healthy(host)
+
+
 def test_inline_is_only_for_sync_handlers() -> None:
     async def fetch(url: str) -> str:
         "Fetch."

@@ -130,7 +130,9 @@ async def main() -> None:
             per_floor.append((time.perf_counter() - start) / n)
         print(f"2. sequential await tools.echo x {n:,} (best of 3)")
         print(f"   echo, inline=True      {min(per_inline) * 1e6:8.1f} us   (target <= 50 us)")
-        print(f"   echo, async def        {min(per_call) * 1e6:8.1f} us   (a trip to the event loop and back)")
+        print(
+            f"   echo, async def        {min(per_call) * 1e6:8.1f} us   (a trip to the event loop and back)"
+        )
         print(f"   plain JS await floor   {min(per_floor) * 1e6:8.2f} us")
 
         # 3. Promise.all of 32 x 100 ms

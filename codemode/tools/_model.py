@@ -61,7 +61,8 @@ class ToolContext:
 
     Attributes:
         session_id: The calling session; process ids and ``store`` are scoped to it.
-        workspace: The workspace root; relative paths resolve against it.
+        workspace: The workspace root (absolute, symlinks resolved: the Host resolves it);
+            relative paths resolve against it.
         policy: The sandbox policy in force for this call.
         archive: The durable archive (logs, overflow text, records).
         call_id: Id of the surrounding ``run_code`` or direct call, when there is one.

@@ -74,16 +74,17 @@ def _real_directory(path: str) -> str:
 
 
 def resolve_cwd(cwd: str | None, workspace: Path, policy: SandboxPolicy) -> Path:
-    """Resolve a command's working directory against the workspace.
+    """Resolve a command's working directory against the workspace (already resolved).
 
     Raises:
         ToolError: The directory does not exist, is not a directory, or is not readable.
     """
-    # os.path on strings: this runs before every command, and pathlib costs several times more.
     if cwd is None or cwd == "":
-        target = os.fspath(workspace)
-    else:
-        target = os.path.join(workspace, os.path.expanduser(cwd))
+        # The workspace root: resolved and checked when the host started. Should it have gone
+        # since, starting the command fails with a clear error naming it.
+        return workspace
+    # os.path on strings: this runs before every command, and pathlib costs several times more.
+    target = os.path.join(workspace, os.path.expanduser(cwd))
     try:
         resolved = _real_directory(target)
         mode = os.stat(resolved).st_mode

@@ -193,6 +193,12 @@ def orphaned_foreground_markers() -> list[str]:
     return orphans
 
 
+@functools.cache
+def _devnull() -> int:
+    """One read-only ``/dev/null`` fd (close-on-exec), every command's stdin."""
+    return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+
+
 def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> Running:
     """Start ``spec.command`` confined, with its (lazy) log.
 
@@ -202,33 +208,42 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
     Raises:
         ToolError: The sandbox cannot be enforced (fail closed) or the shell cannot start.
     """
+    try:
+        conf = prepare_confinement(spec.policy)
+    except SandboxUnavailable as exc:
+        raise ToolError(str(exc), {"error": "sandbox_unavailable"}) from exc
+    # The pipes are made here rather than by Popen, which would wrap each in a file object
+    # the pump does not use; the read ends stay in this process, the write ends go to the child.
+    out_read, out_write = os.pipe2(os.O_CLOEXEC)
+    err_read, err_write = os.pipe2(os.O_CLOEXEC)
     options: dict[str, Any] = {
-        "stdin": subprocess.DEVNULL,
-        "stdout": subprocess.PIPE,
-        "stderr": subprocess.PIPE,
+        "stdin": _devnull(),
+        "stdout": out_write,
+        "stderr": err_write,
         "cwd": spec.cwd,
         "start_new_session": True,
-        "bufsize": 0,
     }
     argv = ["/bin/bash", "-c", spec.command]
-    started = time.monotonic()
     try:
-        try:
-            conf = prepare_confinement(spec.policy)
-        except SandboxUnavailable as exc:
-            raise ToolError(str(exc), {"error": "sandbox_unavailable"}) from exc
         with conf:
             options["env"] = command_env(spec.environ, marker, conf.env, term="dumb")
             started = time.monotonic()
             proc = conf.popen(argv, **options)
-    except OSError as exc:
-        raise ToolError(
-            f"could not start /bin/bash in {str(spec.cwd)!r}: {exc.strerror or exc}",
-            {"error": "spawn_failed"},
-        ) from exc
+    except BaseException as exc:
+        os.close(out_read)
+        os.close(err_read)
+        if isinstance(exc, OSError):
+            raise ToolError(
+                f"could not start /bin/bash in {str(spec.cwd)!r}: {exc.strerror or exc}",
+                {"error": "spawn_failed"},
+            ) from exc
+        raise
+    finally:
+        os.close(out_write)
+        os.close(err_write)
     stdout, stderr = StreamCapture(), StreamCapture()
     log = LazyLog(archive, spec.session_id, redactor)
-    pump = Pump(proc, stdout, stderr, log)
+    pump = Pump(proc, (out_read, err_read), stdout, stderr, log)
     return Running(spec, marker, proc, pump, stdout, stderr, log, started, time.time())
 
 

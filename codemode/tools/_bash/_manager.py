@@ -486,7 +486,7 @@ class ProcessManager:
         """Cheap check (no SQL) that a live record's process has finished."""
         if record.kind == "promoted":
             promoted = self._promoted.get(record.process_id)
-            return promoted is None or promoted.running.pump.done.is_set()
+            return promoted is None or promoted.running.pump.finished
         return record.input_path is None or not os.path.exists(record.input_path)
 
     async def read(

@@ -42,7 +42,8 @@ class Pump:
     """Owns a piped command's output fds until they close.
 
     Args:
-        proc: The command, started with ``stdout`` and ``stderr`` pipes.
+        proc: The command.
+        pipes: The read ends of its stdout and stderr pipes (the pump owns and closes them).
         stdout: Capture for stdout.
         stderr: Capture for stderr.
         log: Where the combined output goes (the archive log); may be swapped while the
@@ -52,23 +53,23 @@ class Pump:
     def __init__(
         self,
         proc: subprocess.Popen[bytes],
+        pipes: tuple[int, int],
         stdout: StreamCapture,
         stderr: StreamCapture,
         log: LogSink,
     ) -> None:
-        assert proc.stdout is not None and proc.stderr is not None
         self.proc = proc
         self.log = log
         self.exited = False
         self.bytes_read = 0
-        self.done = threading.Event()
-        self._captures = {proc.stdout.fileno(): stdout, proc.stderr.fileno(): stderr}
-        self._files = {proc.stdout.fileno(): proc.stdout, proc.stderr.fileno(): proc.stderr}
+        self._finished = False  # set once, under the lock; read from any thread
+        out, err = pipes
+        self._captures = {out: stdout, err: stderr}
         self._pidfd = os.pidfd_open(proc.pid)
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._poll = select.epoll()
         for fd in self._captures:
-            os.set_blocking(fd, False)
+            fcntl.fcntl(fd, fcntl.F_SETFL, os.O_NONBLOCK)  # a pipe's read end has no other flags
             self._poll.register(fd, select.EPOLLIN)
         self._poll.register(self._pidfd, select.EPOLLIN)
         self._poll.register(self._wake, select.EPOLLIN)
@@ -77,6 +78,11 @@ class Pump:
         self._lock = threading.Lock()
         self._closed = False
         self._wake_lock = threading.Lock()
+
+    @property
+    def finished(self) -> bool:
+        """Whether the command has exited and its pipes are closed (thread-safe to read)."""
+        return self._finished
 
     def wake(self) -> None:
         """Make a running :meth:`run` return ``"woken"`` soon (thread-safe)."""
@@ -122,7 +128,7 @@ class Pump:
             return self._cycle(deadline, block=False)
 
     def _cycle(self, deadline: float | None, *, block: bool) -> PumpStatus | None:
-        if self.done.is_set():
+        if self._finished:
             return "finished"
         now = time.monotonic()
         limit = self.wake_time(deadline)
@@ -174,19 +180,19 @@ class Pump:
     def _close_stream(self, fd: int) -> None:
         self._poll.unregister(fd)
         del self._captures[fd]
-        self._files.pop(fd).close()
+        os.close(fd)
 
     def _finish(self) -> None:
         for fd in list(self._captures):
             self._close_stream(fd)
         self._poll.close()
         os.close(self._pidfd)
-        self.done.set()
+        self._finished = True
 
     def force_finish(self) -> None:
         """Stop reading now and release the pipes, even if something still holds them open."""
         with self._lock:
-            if not self.done.is_set():
+            if not self._finished:
                 self._finish()
 
     def close(self) -> None:

@@ -354,3 +354,16 @@ async def test_nul_in_command_or_cwd_is_a_clear_error(bash: Caller) -> None:
         await bash(command="echo a\x00b")
     with pytest.raises(ToolError, match="cwd"):
         await bash(command="true", cwd="a\x00b")
+
+
+async def test_a_workspace_that_has_gone_is_a_clear_error(archive: Any, tmp_path: Path, policy: Any) -> None:
+    from codemode.sandbox import SandboxMode
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    manager = ProcessManager(archive, handoff_seconds=None)
+    caller = Caller(manager, ToolContext("s1", gone, policy.with_mode(SandboxMode.FULL_ACCESS), archive))
+    gone.rmdir()
+    with pytest.raises(ToolError, match=r"could not start /bin/bash in .*gone.*No such file"):
+        await caller(command="true")
+    await manager.aclose()

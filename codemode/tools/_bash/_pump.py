@@ -178,9 +178,8 @@ class Pump:
         self.log.write(data)
 
     def _close_stream(self, fd: int) -> None:
-        self._poll.unregister(fd)
         del self._captures[fd]
-        os.close(fd)
+        os.close(fd)  # which also takes it out of the epoll set (no other fd shares its file)
 
     def _finish(self) -> None:
         for fd in list(self._captures):

@@ -67,6 +67,7 @@ class Pump:
         self._captures = {out: stdout, err: stderr}
         self._pidfd = os.pidfd_open(proc.pid)
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._wake_requested = False
         self._poll = select.epoll()
         for fd in self._captures:
             fcntl.fcntl(fd, fcntl.F_SETFL, os.O_NONBLOCK)  # a pipe's read end has no other flags
@@ -89,8 +90,17 @@ class Pump:
         with self._wake_lock:
             if self._closed:
                 return
+            self._wake_requested = True
             with contextlib.suppress(OSError):
                 os.eventfd_write(self._wake, 1)
+
+    def tick(self) -> None:
+        """Make :meth:`fileno` readable without waking, so a waiter calls :meth:`step`
+        (which then sees whether its deadline has come); thread-safe."""
+        with self._wake_lock:
+            if not self._closed:
+                with contextlib.suppress(OSError):
+                    os.eventfd_write(self._wake, 1)
 
     def fileno(self) -> int:
         """An fd that is readable whenever :meth:`step` has something to do (the epoll fd)."""
@@ -146,7 +156,10 @@ class Pump:
             if fd == self._wake:
                 with contextlib.suppress(BlockingIOError):
                     os.eventfd_read(self._wake)
-                return "woken"
+                if self._wake_requested:
+                    self._wake_requested = False
+                    return "woken"
+                continue  # a tick: the caller re-checks the time
             if fd == self._pidfd:
                 self._poll.unregister(self._pidfd)
                 self.exited = True

@@ -34,7 +34,7 @@ _MODULE_STATEMENT = re.compile(r"^\s*(import|export)\b")
 _PRELUDE_SOURCE: str | None = None
 
 _DONE = object()
-# Between tool calls that settle at once, CPU time and limits are re-read at most this often.
+# Between tool calls that settle at once, the limits are re-armed at most this often.
 _RECHECK_SECONDS = 0.001
 
 
@@ -344,10 +344,10 @@ class ProgramThread:
         an interrupt can come early when other threads are busy; which limit was armed (not
         the clocks read afterwards) therefore says which one the interrupt stands for.
 
-        Reading the thread's CPU clock is a system call (several µs on a VM), so within
-        `_RECHECK_SECONDS` of wall time of the last arming nothing is re-read: every entry
-        still gets at most what was left then, and the next one after that window is
-        re-armed with what is left now.
+        Re-arming (two clocks and a new limit in the binding) costs several µs, a fifth of
+        a cheap tool call, so within `_RECHECK_SECONDS` of wall time of the last arming it is
+        skipped: every entry still gets at most what was left then, and the first one after
+        that window is armed with what is left now.
         """
         now = time.monotonic()
         if now - self._armed_at < _RECHECK_SECONDS:

@@ -142,7 +142,7 @@ class Tool:
             return None
         try:
             return jsonschema_rs.validator_for(self.input_schema)
-        except (ValueError, jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError):
+        except Exception:  # whatever it cannot compile, jsonschema checks alone
             return None
 
 

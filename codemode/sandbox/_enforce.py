@@ -24,11 +24,13 @@ import ctypes
 import errno
 import fcntl
 import os
+import select
 import shutil
+import signal
 import subprocess
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -167,7 +169,13 @@ class Confinement:
         if self.closed or self._fd is None:
             raise UserError("This Confinement was closed; prepare a new one to start a command.")
         hfd = helper_fd()
-        if hfd is None or kwargs.get("shell") or kwargs.get("executable") is not None:
+        if (
+            hfd is None
+            or kwargs.get("shell")
+            or kwargs.get("executable") is not None
+            or kwargs.get("pass_fds")
+        ):
+            # The helper hands the command fds 0-2 only: extra pass_fds need the preexec path.
             return subprocess.Popen(argv, preexec_fn=self.preexec, **kwargs)
         program = argv[0]
         if "/" not in program:
@@ -177,9 +185,67 @@ class Confinement:
             if found is None:
                 raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
             program = found
-        pass_fds = (*kwargs.pop("pass_fds", ()), self._fd, hfd)
-        wrapped = [f"/proc/self/fd/{hfd}", str(self._fd), str(hfd), program, *argv]
+        kwargs.pop("pass_fds", None)
+        pass_fds = (self._fd, hfd)  # the helper closes every fd from 3 up before exec
+        wrapped = [f"/proc/self/fd/{hfd}", str(self._fd), "", program, *argv]
         return subprocess.Popen(wrapped, pass_fds=pass_fds, **kwargs)
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str | os.PathLike[str],
+        stdin: int,
+        stdout: int,
+        stderr: int,
+    ) -> SpawnedProcess | subprocess.Popen[bytes]:
+        """Start ``argv`` confined in a new session, with ``posix_spawn`` and the exec helper.
+
+        ``subprocess.Popen`` spends ~65 µs of Python per start that ``posix_spawn`` does not;
+        the helper changes directory (which ``posix_spawn`` cannot on Python 3.11) before it
+        confines itself and executes the command. The command gets ``stdin``, ``stdout``
+        and ``stderr`` as fds 0-2 and no other fd; SIGPIPE and SIGXFSZ are reset to their
+        defaults, as ``subprocess`` does. Where this path cannot be used (unconfined, no
+        helper, one of the fds below 3) it is :meth:`popen` with the same meaning.
+
+        Returns:
+            The started process (``pid``, ``returncode``, ``poll()``, ``wait(timeout)``).
+
+        Raises:
+            UserError: The confinement was closed already.
+            OSError: The command could not be started.
+        """
+        hfd = helper_fd() if self.confined else None
+        fd = self._fd
+        if self.closed and self.confined:
+            raise UserError("This Confinement was closed; prepare a new one to start a command.")
+        if hfd is None or fd is None or min(stdin, stdout, stderr, hfd, fd) < 3:
+            return self.popen(
+                argv, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True
+            )
+        program = argv[0]
+        if "/" not in program:
+            found = _which(program, env.get("PATH", os.defpath))
+            if found is None:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+            program = found
+        target = next(n for n in (3, 4, 5) if n not in (hfd, fd))  # where the child finds the ruleset
+        helper = f"/proc/self/fd/{hfd}"
+        pid = os.posix_spawn(
+            helper,
+            [helper, str(target), os.fspath(cwd), program, *argv],
+            env,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, stdin, 0),
+                (os.POSIX_SPAWN_DUP2, stdout, 1),
+                (os.POSIX_SPAWN_DUP2, stderr, 2),
+                (os.POSIX_SPAWN_DUP2, fd, target),
+            ],
+            setsid=True,
+            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+        )
+        return SpawnedProcess(pid, list(argv))
 
     def close(self) -> None:
         """Close the ruleset fd in this (parent) process; later spawns fail closed."""
@@ -207,6 +273,67 @@ class Confinement:
 
     def __repr__(self) -> str:
         return f"Confinement({self.description!r}, fd={self.ruleset_fd})"
+
+
+class SpawnedProcess:
+    """A child started by :meth:`Confinement.spawn`: the part of ``subprocess.Popen`` callers use.
+
+    Attributes:
+        pid: The process id.
+        args: The command's argv.
+        returncode: None while it runs; its exit status, or ``-signal`` when a signal ended it.
+    """
+
+    def __init__(self, pid: int, args: list[str]) -> None:
+        self.pid = pid
+        self.args = args
+        self.returncode: int | None = None
+        self._lock = threading.Lock()
+
+    def poll(self) -> int | None:
+        """Reap the process if it has exited; return ``returncode``."""
+        with self._lock:
+            if self.returncode is None:
+                try:
+                    pid, status = os.waitpid(self.pid, os.WNOHANG)
+                except ChildProcessError:  # reaped elsewhere, as subprocess assumes success
+                    self.returncode = 0
+                else:
+                    if pid:
+                        self.returncode = os.waitstatus_to_exitcode(status)
+            return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the process to exit and return ``returncode``.
+
+        Raises:
+            subprocess.TimeoutExpired: It is still running after ``timeout`` seconds.
+        """
+        if self.poll() is not None:
+            assert self.returncode is not None
+            return self.returncode
+        if timeout is not None:
+            try:
+                pidfd = os.pidfd_open(self.pid)
+            except ProcessLookupError:
+                pidfd = None
+            if pidfd is not None:
+                try:
+                    poller = select.poll()
+                    poller.register(pidfd, select.POLLIN)
+                    ready = poller.poll(max(timeout, 0.0) * 1000)
+                finally:
+                    os.close(pidfd)
+                if not ready:
+                    raise subprocess.TimeoutExpired(self.args, timeout)
+        with self._lock:
+            if self.returncode is None:
+                try:
+                    _, status = os.waitpid(self.pid, 0)
+                    self.returncode = os.waitstatus_to_exitcode(status)
+                except ChildProcessError:
+                    self.returncode = 0
+            return self.returncode
 
 
 _which_cache: dict[tuple[str, str], str] = {}

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import selectors
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from landlock import landlock_abi_version
@@ -47,9 +50,43 @@ class Dirs:
         )
 
 
-#: How run_confined starts children: "helper" (Confinement.popen, the vfork + exec helper path)
-#: or "preexec" (subprocess.Popen with preexec_fn=conf.preexec). Tests parametrize over both.
+#: How run_confined starts children: "helper" (Confinement.popen, the vfork + exec helper path),
+#: "spawn" (Confinement.spawn: posix_spawn + the exec helper, as the bash tool does) or
+#: "preexec" (subprocess.Popen with preexec_fn=conf.preexec). Tests parametrize over all three.
 SPAWN_VIA = {"mode": "helper"}
+
+
+def _spawn_and_collect(
+    conf: Any, argv: list[str], env: dict[str, str], cwd: Path | None, timeout: float
+) -> tuple[int, str, str]:
+    """Start through ``conf.spawn`` with pipes, read both to the end, wait."""
+    out_read, out_write = os.pipe2(os.O_CLOEXEC)
+    err_read, err_write = os.pipe2(os.O_CLOEXEC)
+    devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        proc = conf.spawn(
+            argv, env=env, cwd=cwd or os.getcwd(), stdin=devnull, stdout=out_write, stderr=err_write
+        )
+    finally:
+        for fd in (out_write, err_write, devnull):
+            os.close(fd)
+    chunks: dict[int, list[bytes]] = {out_read: [], err_read: []}
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        for fd in chunks:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            for key, _ in sel.select(max(deadline - time.monotonic(), 0.01)):
+                data = os.read(key.fd, 65536)
+                if data:
+                    chunks[key.fd].append(data)
+                else:
+                    sel.unregister(key.fd)
+                    os.close(key.fd)
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(argv, timeout)
+    code = proc.wait(timeout=timeout)
+    return code, b"".join(chunks[out_read]).decode(), b"".join(chunks[err_read]).decode()
 
 
 def run_confined(
@@ -66,6 +103,9 @@ def run_confined(
     }
     with prepare_confinement(policy) as conf:
         env.update(conf.env)
+        if SPAWN_VIA["mode"] == "spawn":
+            code, out, err = _spawn_and_collect(conf, argv, env, cwd, timeout)
+            return subprocess.CompletedProcess(argv, code, out, err)
         if SPAWN_VIA["mode"] == "helper":
             proc = conf.popen(argv, env=env, **kwargs)
         else:

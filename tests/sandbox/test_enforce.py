@@ -31,7 +31,7 @@ from codemode.sandbox import (
 pytestmark = needs_landlock
 
 
-@pytest.fixture(autouse=True, params=["helper", "preexec"])
+@pytest.fixture(autouse=True, params=["helper", "spawn", "preexec"])
 def spawn_via(request: pytest.FixtureRequest) -> Iterator[str]:
     """Run every test through both ways of starting a confined child."""
     sandbox_support.SPAWN_VIA["mode"] = request.param

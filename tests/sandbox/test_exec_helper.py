@@ -67,7 +67,7 @@ def test_helper_refuses_a_bad_ruleset_fd(helper: int, dirs: Dirs) -> None:
             [
                 f"/proc/self/fd/{helper}",
                 str(not_a_ruleset.fileno()),
-                str(helper),
+                "",  # no cwd change
                 "/usr/bin/touch",
                 "touch",
                 "x",

@@ -28,7 +28,7 @@ import anyio.to_thread
 
 from codemode.archive import Archive, ArchiveRef, LogWriter, Redactor
 from codemode.errors import SandboxUnavailable, ToolError
-from codemode.sandbox import SandboxPolicy, prepare_confinement
+from codemode.sandbox import SandboxPolicy, SpawnedProcess, prepare_confinement
 from codemode.tools._bash._env import command_env, workspace_revision
 from codemode.tools._bash._proctree import create_time, markers_with_prefix, terminate_tree
 from codemode.tools._bash._pump import Pump, PumpStatus
@@ -133,7 +133,7 @@ class Running:
 
     spec: RunSpec
     marker: str
-    proc: subprocess.Popen[bytes]
+    proc: SpawnedProcess | subprocess.Popen[bytes]
     pump: Pump
     stdout: StreamCapture
     stderr: StreamCapture
@@ -202,8 +202,8 @@ def _devnull() -> int:
 def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> Running:
     """Start ``spec.command`` confined, with its (lazy) log.
 
-    The child confines itself between fork and exec (``Confinement.popen``: the sandbox's
-    vfork fast path); the host stays unconfined.
+    The child confines itself before it executes the shell (``Confinement.spawn``: the
+    sandbox's exec helper, started with ``posix_spawn``); the host stays unconfined.
 
     Raises:
         ToolError: The sandbox cannot be enforced (fail closed) or the shell cannot start.
@@ -216,19 +216,14 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
     # the pump does not use; the read ends stay in this process, the write ends go to the child.
     out_read, out_write = os.pipe2(os.O_CLOEXEC)
     err_read, err_write = os.pipe2(os.O_CLOEXEC)
-    options: dict[str, Any] = {
-        "stdin": _devnull(),
-        "stdout": out_write,
-        "stderr": err_write,
-        "cwd": spec.cwd,
-        "start_new_session": True,
-    }
     argv = ["/bin/bash", "-c", spec.command]
     try:
         with conf:
-            options["env"] = command_env(spec.environ, marker, conf.env, term="dumb")
+            env = command_env(spec.environ, marker, conf.env, term="dumb")
             started = time.monotonic()
-            proc = conf.popen(argv, **options)
+            proc = conf.spawn(
+                argv, env=env, cwd=spec.cwd, stdin=_devnull(), stdout=out_write, stderr=err_write
+            )
     except BaseException as exc:
         os.close(out_read)
         os.close(err_read)

@@ -19,6 +19,7 @@ import threading
 import time
 from typing import Literal, Protocol
 
+from codemode.sandbox import SpawnedProcess
 from codemode.tools._capture import StreamCapture
 
 
@@ -52,7 +53,7 @@ class Pump:
 
     def __init__(
         self,
-        proc: subprocess.Popen[bytes],
+        proc: SpawnedProcess | subprocess.Popen[bytes],
         pipes: tuple[int, int],
         stdout: StreamCapture,
         stderr: StreamCapture,

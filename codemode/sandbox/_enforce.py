@@ -4,15 +4,17 @@ How a caller starts a confined command::
 
     with prepare_confinement(policy) as conf:       # raises SandboxUnavailable: do not run
         env.update(conf.env)
-        proc = conf.popen(argv, env=env, ...)        # fast path (subprocess.Popen arguments)
+        proc = conf.spawn(argv, env=env, cwd=..., stdin=fd, stdout=fd, stderr=fd)  # fastest
+        # or: conf.popen(argv, env=env, ...)         # fast (subprocess.Popen arguments)
         # or: subprocess.Popen(argv, env=env, preexec_fn=conf.preexec)
         # or: ptyprocess.PtyProcess.spawn(argv, env=env, preexec_fn=conf.preexec,
         #                                 pass_fds=conf.pass_fds)   # pass_fds REQUIRED here
 
 The ruleset is built in the parent; the child only sets ``no_new_privs``, calls
 ``landlock_restrict_self`` and closes the ruleset fd — either in ``preexec`` (Python, which
-forces a full ``fork()`` of the host) or, with :meth:`Confinement.popen`, in a tiny exec helper
-started with ``vfork`` (see ``_exec_helper``). If that fails, the child writes one line starting
+forces a full ``fork()`` of the host) or, with :meth:`Confinement.spawn` and
+:meth:`Confinement.popen`, in a tiny exec helper started with ``posix_spawn`` or ``vfork``
+(see ``_exec_helper``). If that fails, the child writes one line starting
 with :data:`ENFORCEMENT_FAILED_MARKER` to fd 2 and exits with status
 :data:`ENFORCEMENT_FAILED_EXIT` before exec, so the command never runs unconfined;
 :func:`explain_denial` turns that output into a clear line.
@@ -91,9 +93,11 @@ class Confinement:
     before it is closed. The fd is ``O_CLOEXEC`` and closed by the child itself after
     ``landlock_restrict_self``, so it never reaches the command.
 
-    Start commands with :meth:`popen` (fast: ``vfork`` plus a tiny exec helper) or pass
-    ``preexec`` as ``preexec_fn`` (works everywhere, including ptyprocess, but makes
-    subprocess ``fork()`` the whole host: several times slower for short commands).
+    Start commands with :meth:`spawn` (fastest: ``posix_spawn`` of a tiny exec helper that
+    changes directory, confines itself and executes the command), :meth:`popen` (the same
+    helper under ``subprocess.Popen``, for its full set of arguments) or pass ``preexec`` as
+    ``preexec_fn`` (works everywhere, including ptyprocess, but makes subprocess ``fork()``
+    the whole host: several times slower for short commands).
 
     Attributes:
         preexec: Pass as ``preexec_fn``; ``None`` means unconfined (full-access).

@@ -1,8 +1,9 @@
 """Cost of Landlock confinement: `true` started through subprocess, confined vs full-access.
 
 Both sides take the same code path (prepare_confinement, Confinement.popen, wait, close);
-full-access just is unconfined there. Also shown: the ``preexec_fn=conf.preexec`` path, which
-forces a full fork() of the host. Runs are interleaved so drift on a shared machine hits all
+full-access just is unconfined there. Also shown: ``Confinement.spawn`` (posix_spawn of the
+exec helper, what the bash tool uses) and the ``preexec_fn=conf.preexec`` path, which forces a
+full fork() of the host. Runs are interleaved so drift on a shared machine hits all
 alike. Target: confined median <= 1.3x full-access median.
 
     PYTHONPATH=. python bench/bench_sandbox.py [N]
@@ -18,16 +19,21 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from codemode.sandbox import SandboxMode, SandboxPolicy, landlock_status, prepare_confinement
 
+_DEVNULL = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
 
-def one_run(policy: SandboxPolicy, via_preexec: bool = False) -> float:
+
+def one_run(policy: SandboxPolicy, via: str = "popen") -> float:
     start = time.perf_counter()
     with prepare_confinement(policy) as conf:
         env = {**os.environ, **conf.env}
-        if via_preexec:
-            proc = subprocess.Popen(["true"], preexec_fn=conf.preexec, env=env)
+        if via == "preexec":
+            proc: Any = subprocess.Popen(["true"], preexec_fn=conf.preexec, env=env)
+        elif via == "spawn":
+            proc = conf.spawn(["true"], env=env, cwd=".", stdin=_DEVNULL, stdout=_DEVNULL, stderr=_DEVNULL)
         else:
             proc = conf.popen(["true"], env=env)
     proc.wait()
@@ -46,15 +52,16 @@ def main() -> None:
         cases = {
             "full-access": (
                 SandboxPolicy(mode=SandboxMode.FULL_ACCESS, writable_roots=(ws,), temp_dir=tmpdir),
-                False,
+                "popen",
             ),
-            "workspace-write": (confined, False),
+            "workspace-write": (confined, "popen"),
             "workspace-write, network off": (
                 SandboxPolicy(writable_roots=(ws,), temp_dir=tmpdir, network=False),
-                False,
+                "popen",
             ),
-            "read-only": (confined.with_mode(SandboxMode.READ_ONLY), False),
-            "workspace-write via preexec_fn": (confined, True),
+            "read-only": (confined.with_mode(SandboxMode.READ_ONLY), "popen"),
+            "workspace-write via spawn": (confined, "spawn"),
+            "workspace-write via preexec_fn": (confined, "preexec"),
         }
         times: dict[str, list[float]] = {name: [] for name in cases}
         for policy, via in cases.values():  # warm-up (and the exec helper's one-time self-test)

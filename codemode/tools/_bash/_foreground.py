@@ -12,6 +12,7 @@ Timeouts stop the whole tree; a run still going at the hand-off time is promoted
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import secrets
@@ -238,7 +239,16 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
         os.close(err_write)
     stdout, stderr = StreamCapture(), StreamCapture()
     log = LazyLog(archive, spec.session_id, redactor)
-    pump = Pump(proc, (out_read, err_read), stdout, stderr, log)
+    try:
+        pump = Pump(proc, (out_read, err_read), stdout, stderr, log)
+    except BaseException:
+        # Nothing would ever read, stop or reap this command: end it here.
+        with contextlib.suppress(Exception):
+            os.close(out_read)
+            os.close(err_read)
+            terminate_tree(marker, pgid=proc.pid, root_pid=proc.pid, grace_seconds=0)
+            proc.wait(timeout=5)
+        raise
     return Running(spec, marker, proc, pump, stdout, stderr, log, started, time.time())
 
 

@@ -367,3 +367,19 @@ async def test_a_workspace_that_has_gone_is_a_clear_error(archive: Any, tmp_path
     with pytest.raises(ToolError, match=r"could not start /bin/bash in .*gone.*No such file"):
         await caller(command="true")
     await manager.aclose()
+
+
+async def test_a_command_whose_pump_cannot_be_set_up_is_ended(
+    bash: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from codemode.tools._bash import _foreground
+
+    token = f"29.{int.from_bytes(os.urandom(3), 'big')}"  # a sleep length no other process uses
+
+    def no_pump(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(_foreground, "Pump", no_pump)
+    with pytest.raises(OSError, match="Too many open files"):
+        await bash(command=f"sleep {token}; true")
+    assert _survivors(token) == []

@@ -128,7 +128,10 @@ def _read_small(path: str) -> str | None:
         os.close(fd)
 
 
-def _find_git_dir(cwd: Path) -> tuple[str, str, bool] | None:
+WorkTree = tuple[str, str, bool]
+
+
+def find_work_tree(cwd: Path) -> WorkTree | None:
     """(work tree root, git dir, linked work tree) containing ``cwd``, or None."""
     directory = str(cwd)
     while True:
@@ -169,14 +172,29 @@ def _read_ref(git_dir: str, ref: str, linked: bool) -> str | None:
     return None
 
 
-def workspace_revision(cwd: Path, *, check_dirty: bool) -> dict[str, Any] | None:
+_NOT_LOOKED_UP: Any = object()
+
+
+def workspace_revision(
+    cwd: Path, *, check_dirty: bool, found: WorkTree | None = _NOT_LOOKED_UP
+) -> dict[str, Any] | None:
     """Git HEAD (and, when asked, a dirty marker) of the work tree containing ``cwd``.
 
     HEAD is read from the files in ``.git`` (no process). The dirty check runs
     ``git status --porcelain --untracked-files=no`` (about 2 ms), so callers ask for it only
     where that cost is small next to the command's own. Returns None outside a git work tree.
+
+    Args:
+        cwd: The command's directory.
+        check_dirty: Also say whether tracked files differ from HEAD.
+        found: `find_work_tree` of ``cwd`` looked up earlier (while the command ran, off the
+            critical path). A repository the command created in ``cwd`` itself, or one it
+            removed, is still noticed.
     """
-    found = _find_git_dir(cwd)
+    if found is _NOT_LOOKED_UP:
+        found = find_work_tree(cwd)
+    elif found is None and os.path.lexists(os.path.join(cwd, ".git")):
+        found = find_work_tree(cwd)
     if found is None:
         return None
     root, git_dir, linked = found

@@ -30,7 +30,7 @@ import anyio.to_thread
 from codemode.archive import Archive, ArchiveRef, LogWriter, Redactor
 from codemode.errors import SandboxUnavailable, ToolError
 from codemode.sandbox import SandboxPolicy, SpawnedProcess, prepare_confinement
-from codemode.tools._bash._env import command_env, workspace_revision
+from codemode.tools._bash._env import WorkTree, command_env, find_work_tree, workspace_revision
 from codemode.tools._bash._proctree import create_time, markers_with_prefix, terminate_tree
 from codemode.tools._bash._pump import Pump, PumpStatus
 from codemode.tools._bash._shape import build_result
@@ -141,6 +141,7 @@ class Running:
     log: LazyLog
     started: float  # time.monotonic()
     started_wall: float  # time.time()
+    work_tree: WorkTree | None = None  # looked up while the command starts
 
     def terminate(self) -> None:
         """Stop the whole tree (blocking; the root is not reaped yet, so its pgid is ours)."""
@@ -249,7 +250,10 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
             terminate_tree(marker, pgid=proc.pid, root_pid=proc.pid, grace_seconds=0)
             proc.wait(timeout=5)
         raise
-    return Running(spec, marker, proc, pump, stdout, stderr, log, started, time.time())
+    # The work tree is looked up now, while the command starts on another core, rather than
+    # after it has ended; workspace_revision re-checks what the command could have changed.
+    work_tree = find_work_tree(spec.cwd)
+    return Running(spec, marker, proc, pump, stdout, stderr, log, started, time.time(), work_tree)
 
 
 @dataclass
@@ -291,7 +295,7 @@ def finish(
     check_dirty = promoted_process_id is None and (
         duration_ms >= _DIRTY_CHECK_AFTER_MS or classification is not None
     )
-    revision = workspace_revision(spec.cwd, check_dirty=check_dirty)
+    revision = workspace_revision(spec.cwd, check_dirty=check_dirty, found=running.work_tree)
     text, structured = build_result(
         command=spec.command,
         cwd=spec.cwd,

@@ -383,3 +383,14 @@ async def test_a_command_whose_pump_cannot_be_set_up_is_ended(
     with pytest.raises(OSError, match="Too many open files"):
         await bash(command=f"sleep {token}; true")
     assert _survivors(token) == []
+
+
+async def test_a_repository_the_command_creates_or_removes_shows_in_its_revision(
+    bash: Caller, workspace: Path
+) -> None:
+    env = "GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@t GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@t"
+    made = await bash(command=f"git init -q -b main . && {env} git commit -q --allow-empty -m x")
+    revision = made.structured_content["workspace_revision"]
+    assert revision is not None and revision["ref"] == "refs/heads/main" and len(revision["head"]) == 40
+    removed = await bash(command="rm -rf .git")
+    assert removed.structured_content["workspace_revision"] is None

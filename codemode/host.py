@@ -106,7 +106,6 @@ class Host:
         self._processes: ProcessManager | None = None
         self._session_tmp: dict[str, Path] = {}
         self._in_flight: dict[str, anyio.Event] = {}
-        self._notify_waiters: dict[str, anyio.Event] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -324,9 +323,10 @@ class Host:
         # Call ids are the caller's; records are kept per session so one session can never
         # replay (read) another's result by guessing its id.
         record_key = f"{session}\x1f{call}"
-        replayed = await self._replay(record_key)
-        if replayed is not None:
-            return replayed
+        if call_id is not None:  # a fresh id has nothing to replay
+            replayed = await self._replay(record_key)
+            if replayed is not None:
+                return replayed
         done = self._in_flight[record_key] = anyio.Event()
         try:
             result = await self._run_code(source, session, call, max_output_tokens, timeout_seconds)

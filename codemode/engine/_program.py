@@ -104,6 +104,9 @@ class GuestError:
         return head
 
 
+_CANCELLED = GuestError("cancelled", "Cancelled", "the run was cancelled by the host")
+
+
 @dataclass
 class ProgramOutcome:
     """What running one program produced (before budgeting)."""
@@ -385,7 +388,7 @@ class ProgramThread:
                 if stopped is not None:
                     self._salvage_output()
                     return stopped
-                self._drain(ctx, drain, settle)
+                self._drain(drain)
                 if self._done is not None:
                     return self._finish_error()
                 if self._settled_in_drain:
@@ -396,7 +399,7 @@ class ProgramThread:
                     self._arm(ctx)
                     continue
                 if self.cancelled.is_set():
-                    return GuestError("cancelled", "Cancelled", "the run was cancelled by the host")
+                    return _CANCELLED
                 if not self._pending and not self._live_timers:
                     return GuestError(
                         "deadlock",
@@ -408,12 +411,7 @@ class ProgramThread:
                 if not self._wait_and_deliver(ctx, settle, fire):
                     names_waiting = sorted(set(self._pending.values()))
                     waiting = f" while waiting for {', '.join(names_waiting)}" if names_waiting else ""
-                    return GuestError(
-                        "timeout",
-                        "Timeout",
-                        f"the program ran past its {self.timeout_seconds:g} s wall-clock limit{waiting}; "
-                        "raise timeout_seconds in the // @run_code header or do less per program",
-                    )
+                    return self._timeout_error(waiting)
         except quickjs.StackOverflow as exc:
             self._salvage_output()
             return self._limit_error(str(exc), "stack_overflow")
@@ -441,28 +439,36 @@ class ProgramThread:
     def _check_limits(self) -> GuestError | None:
         """The error for a limit already passed (cancel, wall clock, CPU), or None."""
         if self.cancelled.is_set():
-            return GuestError("cancelled", "Cancelled", "the run was cancelled by the host")
+            return _CANCELLED
         now = time.monotonic()
         if now >= self._deadline:
-            return GuestError(
-                "timeout",
-                "Timeout",
-                f"the program ran past its {self.timeout_seconds:g} s wall-clock limit; "
-                "raise timeout_seconds in the // @run_code header or do less per program",
-            )
+            return self._timeout_error()
         if now - self._cpu_checked_at < _RECHECK_SECONDS:
             return None
         self._cpu_checked_at = now
         if time.thread_time() - self._cpu_start >= self.limits.cpu_seconds:
-            return GuestError(
-                "cpu_limit",
-                "CpuLimit",
-                f"the program used its {self.limits.cpu_seconds:g} s of JS CPU time (an endless loop?) "
-                "and was interrupted",
-            )
+            return self._cpu_error()
         return None
 
-    def _drain(self, ctx: quickjs.Context, drain: Any, settle: Any) -> None:
+    def _timeout_error(self, waiting: str = "") -> GuestError:
+        return GuestError(
+            "timeout",
+            "Timeout",
+            f"the program ran past its {self.timeout_seconds:g} s wall-clock limit{waiting}; "
+            "raise timeout_seconds in the // @run_code header or do less per program",
+        )
+
+    def _cpu_error(self, line: int | None = None, col: int | None = None) -> GuestError:
+        return GuestError(
+            "cpu_limit",
+            "CpuLimit",
+            f"the program used its {self.limits.cpu_seconds:g} s of JS CPU time (an endless loop?) "
+            "and was interrupted",
+            line,
+            col,
+        )
+
+    def _drain(self, drain: Any) -> None:
         """Handle everything the program queued since the last drain (prints, calls, ...)."""
         raw = drain()
         if not raw:
@@ -734,12 +740,5 @@ class ProgramThread:
                     line,
                     col,
                 )
-            return GuestError(
-                "cpu_limit",
-                "CpuLimit",
-                f"the program used its {self.limits.cpu_seconds:g} s of JS CPU time (an endless loop?) "
-                "and was interrupted",
-                line,
-                col,
-            )
+            return self._cpu_error(line, col)
         return GuestError("uncaught", name or "Error", message, line, col, stack)

@@ -81,14 +81,11 @@ class Engine:
         )
         dispatcher.program = program
 
-        def abandon() -> None:
-            program.cancelled.set()
-            program.inbox.put((_DONE, None))
-
         try:
-            outcome: ProgramOutcome = await self._workers.run(program.run, abandon)
+            outcome: ProgramOutcome = await self._workers.run(program.run)
             return outcome
         finally:
+            # Also what stops the program when this call is cancelled.
             spawner.close()
             program.cancelled.set()
             program.inbox.put((_DONE, None))

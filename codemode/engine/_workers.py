@@ -97,10 +97,10 @@ class WorkerPool:
                     return  # retired by close(): the new generation starts its own workers
                 self._idle += 1
 
-    async def run(self, job: Job, on_abandon: Callable[[], None]) -> Any:
+    async def run(self, job: Job) -> Any:
         """Run ``job(warm_context)`` on a worker thread and return its value.
 
-        If the caller is cancelled, ``on_abandon`` is called and the job finishes on its own.
+        If the caller is cancelled, the job goes on on its own; the caller must tell it to stop.
         """
         async with self._slots:
             spawner = LoopSpawner()
@@ -116,11 +116,7 @@ class WorkerPool:
 
             self._ensure_worker()
             self._jobs.put((job, done))
-            try:
-                await finished.wait()
-            except BaseException:
-                on_abandon()
-                raise
+            await finished.wait()
             value, error = outcome[0]
             if error is not None:
                 raise error

@@ -45,7 +45,6 @@
   const ArrayJoin = Array.prototype.join;
   const ArrayPush = Array.prototype.push;
   const ArrayShift = Array.prototype.shift;
-  const FunctionToString = Function.prototype.toString;
 
   const pending = new MapCtor();   // call id -> {resolve, reject, name}
   let outbox = [];  // messages to the host, each one JSON text (see __cm_post)
@@ -253,27 +252,17 @@
   function __cm_call_tool(name, args) {
     return new PromiseCtor(function __cm_executor(resolve, reject) {
       if (args === undefined) args = {};
-      if (__cm_plain(args, 0) && __cm_native_json_ok()) {
-        let argsJson;
-        try {
-          argsJson = JSONstringify(args);
-        } catch (e) {
-          reject(new ToolError(name, `tools.${name}: arguments cannot be turned into JSON: ${e.message}`, null));
+      const plain = __cm_plain(args, 0) && __cm_native_json_ok();
+      if (!plain) {
+        const problem = __cm_check_json(args, "arguments", new SetCtor());
+        if (problem) {
+          reject(new ToolError(name, `tools.${name}: ${problem}. Arguments must be JSON: objects, arrays, strings, finite numbers, booleans, null.`, null));
           return;
         }
-        const id = nextCallId++;
-        __cm_post_call(id, name, argsJson);
-        ReflectApply(MapSet, pending, [id, { resolve, reject, name }]);
-        return;
-      }
-      const problem = __cm_check_json(args, "arguments", new SetCtor());
-      if (problem) {
-        reject(new ToolError(name, `tools.${name}: ${problem}. Arguments must be JSON: objects, arrays, strings, finite numbers, booleans, null.`, null));
-        return;
       }
       let argsJson;
       try {
-        argsJson = __cm_encode(args, true);
+        argsJson = plain ? JSONstringify(args) : __cm_encode(args, true);
       } catch (e) {
         reject(new ToolError(name, `tools.${name}: arguments cannot be turned into JSON: ${e.message}`, null));
         return;
@@ -389,15 +378,10 @@
     __cm_post(`["done",${ok ? "true" : "false"},${__cm_q(value)},${__cm_q(errorJson)}]`);
   }
 
-  // Strings handed to Python must be flat: quickjs-ng builds long concatenations as ropes,
-  // which the Python binding cannot convert ("Unknown quickjs tag: -6"). Joining flattens.
-  function __cm_flat(text) {
-    return ReflectApply(ArrayJoin, [text], [""]);
-  }
-
   function __cm_drain() {
     if (outbox.length === 0 && printBytes === 0) return "";
-    // Each message is JSON text already; joining also flattens the string (see __cm_flat).
+    // Each message is JSON text already. Joining also flattens the string: quickjs-ng builds
+    // long concatenations as ropes, which the Python binding cannot convert.
     const text = ReflectApply(ArrayJoin, [
       "[", printBytes, ",", printNul ? "true" : "false", ",[", ReflectApply(ArrayJoin, outbox, [","]), "]]",
     ], [""]);

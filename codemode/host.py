@@ -316,8 +316,6 @@ class Host:
             raise UserError(f"timeout_seconds must be a positive number of seconds, got {timeout_seconds!r}")
         if max_output_tokens is not None and max_output_tokens <= 0:
             raise UserError(f"max_output_tokens must be positive, got {max_output_tokens!r}")
-        # Lone surrogates (non-UTF-8 input) cannot cross into QuickJS; show them as U+FFFD.
-        source = source.encode("utf-8", "replace").decode("utf-8") if not source.isascii() else source
         session = session_id or self.config.session_id
         call = call_id or f"run_{uuid.uuid4().hex}"
         # Call ids are the caller's; records are kept per session so one session can never

@@ -291,6 +291,8 @@ class ProgramThread:
     cancelled: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
+        # Lone surrogates (non-UTF-8 input) cannot cross into QuickJS: they become U+FFFD.
+        self.source = _js_text(self.source)
         self._settled_in_drain = False  # a promise was settled while draining: run jobs first
         self._take_output: Any = None  # the context's functions, set in _run
         self._take_chunk: Any = None

@@ -697,3 +697,10 @@ print(await tools.not_a_number(), JSON.stringify(await tools.nothing()), typeof 
         '{"when":"2020-01-02T00:00:00Z","pair":[1,2]}\nToolError opaque result_not_json\nnull "" number\n'
     )
     await assert_healthy(host)
+
+
+async def test_lone_surrogates_in_the_source_become_replacement_characters(host: Host) -> None:
+    result = await run(host, 'print("a\ud800b")')  # a real lone surrogate in the Python string
+    assert result.ok, result.text
+    assert result.text == "a\ufffdb\n"
+    await assert_healthy(host)

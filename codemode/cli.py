@@ -27,7 +27,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "--state-dir", type=Path, default=None, help="state directory (default: $CODEMODE_HOME or XDG state)"
     )
     parser.add_argument(
-        "--session", default="cli", help="session id (runs with one id share store and processes)"
+        "--session",
+        default=None,
+        help="session id (runs with one id share store and processes; default: cli, and for mcp a "
+        "fresh one per server)",
     )
     parser.add_argument(
         "--sandbox",

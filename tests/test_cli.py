@@ -116,3 +116,15 @@ def test_survey_example_runs(tmp_path: Path, workspace: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "README.md" in done.stdout
     assert (workspace / "SURVEY.md").read_text().startswith("# Survey")
+
+
+def test_mcp_servers_get_their_own_session_and_other_commands_cli(tmp_path: Path) -> None:
+    from codemode.cli import _host, build_parser
+
+    parser = build_parser()
+    common = ["--state-dir", str(tmp_path / "state")]
+    first = _host(parser.parse_args(["mcp", *common])).config.session_id
+    second = _host(parser.parse_args(["mcp", *common])).config.session_id
+    assert first.startswith("mcp-") and second.startswith("mcp-") and first != second
+    assert _host(parser.parse_args(["run", "-", *common])).config.session_id == "cli"
+    assert _host(parser.parse_args(["mcp", "--session", "s9", *common])).config.session_id == "s9"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -287,7 +288,7 @@ def to_tool_result(value: Any) -> ToolResult:
         return ToolResult.from_text(json.dumps(data, ensure_ascii=False), data)
     if value is None:
         return ToolResult.from_text("", None)
-    if isinstance(value, int | float | bool):
+    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):  # bool is an int
         return ToolResult.from_text(json.dumps(value), value)
     data = _ANY_ADAPTER.dump_python(value, mode="json")
     return ToolResult.from_text(json.dumps(data, ensure_ascii=False), data)

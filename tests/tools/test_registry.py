@@ -258,6 +258,7 @@ async def test_an_async_handler_runs_on_the_loop_with_its_model(ctx: ToolContext
         ("plain", "plain", None),
         (5, "5", 5),
         (None, "", None),
+        (float("nan"), "null", None),  # as JSON has it, not Python's "NaN"
         ({"a": [1, "é"]}, '{"a": [1, "é"]}', {"a": [1, "é"]}),
         (ToolResult.from_text("t", {"s": 1}), "t", {"s": 1}),
     ],

@@ -6,7 +6,13 @@ import os
 import re
 from pathlib import Path
 
-from codemode.sandbox._policy import SandboxMode, SandboxPolicy
+from codemode.sandbox._policy import (
+    WRITABLE_DEVICES,
+    SandboxMode,
+    SandboxPolicy,
+    extra_writable,
+    is_within,
+)
 
 __all__ = ["ENFORCEMENT_FAILED_MARKER", "explain_denial"]
 
@@ -45,11 +51,6 @@ _PROGRAM_PREFIX = re.compile(r"^[^\s:'\"]+: (?:line \d+: |\d+: )?(?=.*: )")
 _NOT_PATHS = frozenset({"connect", "bind", "socket", "kill", "cd", "exec", "write error", "fork"})
 _PATHLIKE = re.compile(r"[\w.~/+@%-][^\s\[\]()]*$")
 _KILL_DENIED = re.compile(r"kill: \(?(\d+)\)?(?: - |: )operation not permitted", re.IGNORECASE)
-_WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts")
-
-
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _candidates(line: str) -> list[str]:
@@ -97,9 +98,8 @@ def _host_could_write(path: str) -> bool:
 
 def _writable_roots(policy: SandboxPolicy) -> list[str]:
     roots = [os.path.realpath(p) for p in policy.all_writable()]
-    if policy.mode is SandboxMode.WORKSPACE_WRITE:
-        roots.append("/dev/shm")
-    roots.extend(_WRITABLE_DEVICES)
+    roots.extend(extra_writable(policy))
+    roots.extend(WRITABLE_DEVICES)
     return roots
 
 
@@ -115,7 +115,7 @@ def _denied_path(output: str, policy: SandboxPolicy, cwd: Path | None) -> str | 
             if (
                 path is None
                 or path.startswith(("/dev/tcp/", "/dev/udp/"))
-                or any(_within(path, root) for root in roots)
+                or any(is_within(path, root) for root in roots)
             ):
                 continue
             if _host_could_write(path):
@@ -124,7 +124,7 @@ def _denied_path(output: str, policy: SandboxPolicy, cwd: Path | None) -> str | 
 
 
 def _protected(path: str, policy: SandboxPolicy) -> bool:
-    return any(_within(path, os.path.realpath(p)) for p in policy.protected)
+    return any(is_within(path, os.path.realpath(p)) for p in policy.protected)
 
 
 def _network_denial(output: str) -> str | None:

@@ -62,7 +62,12 @@ from codemode.sandbox._landlock import (
     ruleset_attr_size,
     syscall_fn,
 )
-from codemode.sandbox._policy import SandboxMode, SandboxPolicy
+from codemode.sandbox._policy import (
+    WRITABLE_DEVICES,
+    SandboxPolicy,
+    extra_writable,
+    is_within,
+)
 
 __all__ = [
     "ENFORCEMENT_FAILED_EXIT",
@@ -78,10 +83,6 @@ __all__ = [
 #: Exit status of a child whose confinement could not be enforced (it never ran the command).
 ENFORCEMENT_FAILED_EXIT = 126
 
-# Devices every confined command may write (and ioctl, so terminals keep working).
-_DEVICE_PATHS = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts")
-# POSIX shared memory and semaphores (multiprocessing locks): writable in workspace-write only.
-_WORKSPACE_EXTRA_PATHS = ("/dev/shm",)
 _DEVICE_RIGHTS = FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV
 
 
@@ -108,32 +109,25 @@ class Confinement:
     """
 
     def __init__(
-        self,
-        preexec: Callable[[], None] | None,
-        env: dict[str, str] | None = None,
-        description: str = "",
-        ruleset_fd: int | None = None,
-        make_preexec: Callable[[], Callable[[], None]] | None = None,
+        self, env: dict[str, str] | None = None, description: str = "", ruleset_fd: int | None = None
     ) -> None:
-        self._preexec = preexec
-        # Built on first use: the exec helper path (`popen`) never needs it.
-        self._make_preexec = make_preexec
         self.env: dict[str, str] = dict(env or {})
         self.description = description
-        self._fd = ruleset_fd
+        self._fd = ruleset_fd  # None: unconfined
+        self._preexec: Callable[[], None] | None = None  # built on first use: spawn/popen never need it
         self.closed = False
 
     @property
     def preexec(self) -> Callable[[], None] | None:
         """Pass as ``preexec_fn``; ``None`` means unconfined (full-access)."""
-        if self._preexec is None and self._make_preexec is not None:
-            self._preexec = self._make_preexec()
+        if self._preexec is None and self._fd is not None:
+            self._preexec = _make_preexec(self, self._fd)
         return self._preexec
 
     @property
     def confined(self) -> bool:
         """Whether children started through this Confinement are confined."""
-        return self._preexec is not None or self._make_preexec is not None
+        return self._fd is not None
 
     @property
     def ruleset_fd(self) -> int | None:
@@ -181,14 +175,8 @@ class Confinement:
         ):
             # The helper hands the command fds 0-2 only: extra pass_fds need the preexec path.
             return subprocess.Popen(argv, preexec_fn=self.preexec, **kwargs)
-        program = argv[0]
-        if "/" not in program:
-            env = kwargs.get("env")
-            search = (env if env is not None else os.environ).get("PATH", os.defpath)
-            found = _which(program, search)
-            if found is None:
-                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
-            program = found
+        env = kwargs.get("env")
+        program = _program_path(argv[0], (env if env is not None else os.environ).get("PATH", os.defpath))
         kwargs.pop("pass_fds", None)
         pass_fds = (self._fd, hfd)  # the helper closes every fd from 3 up before exec
         wrapped = [f"/proc/self/fd/{hfd}", str(self._fd), "", program, *argv]
@@ -228,12 +216,7 @@ class Confinement:
             return self.popen(
                 argv, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True
             )
-        program = argv[0]
-        if "/" not in program:
-            found = _which(program, env.get("PATH", os.defpath))
-            if found is None:
-                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
-            program = found
+        program = _program_path(argv[0], env.get("PATH", os.defpath))
         target = next(n for n in (3, 4, 5) if n not in (hfd, fd))  # where the child finds the ruleset
         helper = f"/proc/self/fd/{hfd}"
         pid = os.posix_spawn(
@@ -340,6 +323,20 @@ class SpawnedProcess:
             return self.returncode
 
 
+def _program_path(program: str, search: str) -> str:
+    """``program``'s path: as given when it has a ``/``, else found on ``search`` (a PATH).
+
+    Raises:
+        FileNotFoundError: Not found, as ``subprocess.Popen`` raises it.
+    """
+    if "/" in program:
+        return program
+    found = _which(program, search)
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    return found
+
+
 _which_cache: dict[tuple[str, str], str] = {}
 
 
@@ -355,14 +352,6 @@ def _which(program: str, search: str) -> str | None:
             _which_cache.clear()
         _which_cache[key] = found
     return found
-
-
-def _is_within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def _extra_writable(policy: SandboxPolicy) -> tuple[str, ...]:
-    return _WORKSPACE_EXTRA_PATHS if policy.mode is SandboxMode.WORKSPACE_WRITE else ()
 
 
 def check_policy(policy: SandboxPolicy) -> None:
@@ -381,11 +370,11 @@ def check_policy(policy: SandboxPolicy) -> None:
     if not policy.confined:
         return
     roots = [os.path.realpath(p) for p in policy.all_writable()]
-    roots.extend(_extra_writable(policy))
+    roots.extend(extra_writable(policy))
     for protected in policy.protected:
         real = os.path.realpath(protected)
         for root in roots:
-            if _is_within(real, root):
+            if is_within(real, root):
                 raise UserError(
                     f"The protected directory {real} (codemode's state directory) lies inside the "
                     f"writable root {root}, so sandboxed commands could change the archive, logs and "
@@ -433,7 +422,7 @@ def prepare_confinement(policy: SandboxPolicy) -> Confinement:
     """
     env = _base_env(policy)
     if not policy.confined:
-        return Confinement(None, env, "full-access: unconfined")
+        return Confinement(env, "full-access: unconfined")
     status = landlock_status()
     if status.abi < 3:
         raise SandboxUnavailable(_unavailable_message(policy, status))
@@ -448,9 +437,7 @@ def prepare_confinement(policy: SandboxPolicy) -> Confinement:
     writable = [str(p) for p in policy.all_writable()]
     roots = ", ".join(writable) if writable else "none"
     description = f"landlock ABI {status.abi}, {policy.mode.value}, writable: {roots}; network {net}"
-    conf = Confinement(None, env, description, ruleset_fd=fd)
-    conf._make_preexec = lambda: _make_preexec(conf, fd)
-    return conf
+    return Confinement(env, description, ruleset_fd=fd)
 
 
 # Built rulesets, reused while every path they name still is the same inode (Landlock rules
@@ -520,7 +507,7 @@ def _build_ruleset(policy: SandboxPolicy, abi: int) -> int:
         ) from exc
     try:
         add_path_rule(fd, "/", FS_READ_FILE | FS_READ_DIR | FS_EXECUTE)
-        for path in (*_DEVICE_PATHS, *_extra_writable(policy)):
+        for path in (*WRITABLE_DEVICES, *extra_writable(policy)):
             if os.path.exists(path):
                 add_path_rule(fd, path, (_DEVICE_RIGHTS if path != "/dev/shm" else fs_all) & fs_all)
         for root in policy.all_writable():

@@ -64,3 +64,19 @@ class SandboxPolicy:
         if self.temp_dir is not None:
             roots.append(self.temp_dir)
         return tuple(roots)
+
+
+#: Devices every confined command may write (and ioctl, so terminals keep working).
+WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts")
+#: POSIX shared memory and semaphores (multiprocessing locks): writable in workspace-write only.
+WORKSPACE_EXTRA_PATHS = ("/dev/shm",)
+
+
+def extra_writable(policy: SandboxPolicy) -> tuple[str, ...]:
+    """System directories writable under ``policy`` besides its roots and the devices."""
+    return WORKSPACE_EXTRA_PATHS if policy.mode is SandboxMode.WORKSPACE_WRITE else ()
+
+
+def is_within(path: str, root: str) -> bool:
+    """Whether the resolved ``path`` is ``root`` or lies under it."""
+    return path == root or path.startswith(root.rstrip("/") + "/")

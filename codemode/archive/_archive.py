@@ -25,7 +25,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import wraps
 from pathlib import Path
@@ -188,6 +188,12 @@ def _host_faults(fn: Callable[_P, _T]) -> Callable[_P, _T]:
     return wrapper
 
 
+def _write_fully(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _configure(conn: sqlite3.Connection) -> sqlite3.Connection:
     conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA synchronous = NORMAL")
@@ -244,10 +250,7 @@ class LogWriter:
     def _write_all(self, data: bytes) -> None:
         assert self._fd is not None
         self._hash.update(data)
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        _write_fully(self._fd, data)
         self._bytes += len(data)
 
     def detach(self) -> None:
@@ -262,7 +265,6 @@ class LogWriter:
         self.flush()
         os.close(self._fd)
         self._fd = None
-        self._result = None
 
     def close(self) -> ArchiveRef:
         """Finish the entry (idempotent) and return its reference, size and sha256.
@@ -391,6 +393,15 @@ class Archive:
             self._all.append(conn)
         return conn
 
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """A pooled connection for the block (any open transaction is rolled back after)."""
+        conn = self._acquire()
+        try:
+            yield conn
+        finally:
+            self._release(conn)
+
     def _release(self, conn: sqlite3.Connection) -> None:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
@@ -430,9 +441,7 @@ class Archive:
         path = self._blob_dir / ref
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            view = memoryview(blob)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_fully(fd, blob)
         finally:
             os.close(fd)
         digest = hashlib.sha256(blob).hexdigest()
@@ -487,11 +496,8 @@ class Archive:
         """
         file, retained_from, total, _raw, _stream = self._lookup(ref)
         if total is not None:
-            conn = self._acquire()
-            try:
+            with self._connection() as conn:
                 row = conn.execute("SELECT sha256 FROM archive_entries WHERE ref = ?", (ref,)).fetchone()
-            finally:
-                self._release(conn)
             return ArchiveRef(ref, total, str(row[0]) if row else "")
         digest = hashlib.sha256()
         size = 0
@@ -520,11 +526,8 @@ class Archive:
         )
 
     def _execute(self, sql: str, params: tuple[object, ...]) -> int:
-        conn = self._acquire()
-        try:
+        with self._connection() as conn:
             return conn.execute(sql, params).rowcount
-        finally:
-            self._release(conn)
 
     def _lookup(self, ref: str) -> tuple[str, int, int | None, int, int]:
         """Return (file, retained_from, total_bytes if finished else None, raw, stream)."""
@@ -534,15 +537,12 @@ class Archive:
                 "from truncation notices and bash log fields",
                 {"ref": ref},
             )
-        conn = self._acquire()
-        try:
+        with self._connection() as conn:
             row = conn.execute(
                 "SELECT file, retained_from, finished, total_bytes, raw, stream"
                 " FROM archive_entries WHERE ref = ?",
                 (ref,),
             ).fetchone()
-        finally:
-            self._release(conn)
         if row is None:
             raise UnknownRefError(
                 f"no archived text {ref!r} (it may have expired after 30 days); use a reference from a "
@@ -650,13 +650,10 @@ class Archive:
             UnknownRefError: No such entry.
         """
         self._lookup(ref)
-        conn = self._acquire()
-        try:
+        with self._connection() as conn:
             cursor = conn.execute("SELECT * FROM archive_entries WHERE ref = ?", (ref,))
             names = [d[0] for d in cursor.description]
             row = cursor.fetchone()
-        finally:
-            self._release(conn)
         if row is None:
             raise UnknownRefError(f"no archived text {ref!r}", {"ref": ref})
         return dict(zip(names, row, strict=True))
@@ -679,8 +676,7 @@ class Archive:
         now = time.time() if now is None else now
         cutoff = now - EXPIRE_AFTER_SECONDS
         counts = {"compacted": 0, "expired": 0, "expired_runs": 0}
-        conn = self._acquire()
-        try:
+        with self._connection() as conn:
             old = conn.execute(
                 "SELECT ref, file, finished FROM archive_entries WHERE created < ? AND pinned = 0", (cutoff,)
             ).fetchall()
@@ -704,8 +700,6 @@ class Archive:
             for (ref,) in todo:
                 if self._compact(conn, ref):
                     counts["compacted"] += 1
-        finally:
-            self._release(conn)
         return counts
 
     def _compact(self, conn: sqlite3.Connection, ref: str) -> bool:
@@ -767,13 +761,10 @@ class Archive:
             ToolError: The key is not 1 to 256 characters.
         """
         self._check_key(key)
-        conn = self._acquire()
-        try:
+        with self._connection() as conn:
             row = conn.execute(
                 "SELECT value FROM store_values WHERE session_id = ? AND key = ?", (session_id, key)
             ).fetchone()
-        finally:
-            self._release(conn)
         return None if row is None else str(row[0])
 
     @_host_faults
@@ -799,8 +790,7 @@ class Archive:
         except ValueError as exc:
             raise ToolError(f"store value for {key!r} is not valid JSON: {exc}", {"field": "value"}) from exc
         cost = size + len(key.encode("utf-8"))
-        conn = self._acquire()
-        try:
+        with self._connection() as conn:
             conn.execute("BEGIN IMMEDIATE")
             (used,) = conn.execute(
                 "SELECT COALESCE(SUM(size + length(CAST(key AS BLOB))), 0) FROM store_values"
@@ -821,8 +811,6 @@ class Archive:
                 (session_id, key, value_json, size, time.time()),
             )
             conn.execute("COMMIT")
-        finally:
-            self._release(conn)
 
     @_host_faults
     def store_delete(self, session_id: str, key: str) -> bool:
@@ -839,13 +827,10 @@ class Archive:
     @_host_faults
     def store_keys(self, session_id: str) -> list[str]:
         """The session's keys, sorted."""
-        conn = self._acquire()
-        try:
+        with self._connection() as conn:
             rows = conn.execute(
                 "SELECT key FROM store_values WHERE session_id = ? ORDER BY key", (session_id,)
             ).fetchall()
-        finally:
-            self._release(conn)
         return [str(row[0]) for row in rows]
 
     # -- run records ------------------------------------------------------------------------
@@ -853,11 +838,8 @@ class Archive:
     @_host_faults
     def get_run(self, call_id: str) -> str | None:
         """The recorded result (JSON text) of call ``call_id``, or ``None``."""
-        conn = self._acquire()
-        try:
+        with self._connection() as conn:
             row = conn.execute("SELECT result FROM run_records WHERE call_id = ?", (call_id,)).fetchone()
-        finally:
-            self._release(conn)
         return None if row is None else str(row[0])
 
     @_host_faults

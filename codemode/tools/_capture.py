@@ -10,8 +10,7 @@ marker line between head and tail saying how much was cut.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from codemode.tools._terminal import clean_terminal_text
 
@@ -47,10 +46,6 @@ class Excerpt:
     tail_text: str
     omitted_lines: int = 0
     marker: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the excerpt as a JSON-serialisable dict."""
-        return asdict(self)
 
 
 def _trim_partial_utf8_end(data: bytes) -> bytes:

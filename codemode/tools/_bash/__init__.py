@@ -15,9 +15,10 @@ Public surface (wired by the host and the CLI):
 
 Design notes:
 
-* Foreground: ``bash -c`` in a new session, stdin closed, pipes read by one worker thread;
-  confined commands start through ``Confinement.popen`` (the child confines itself between
-  vfork and exec; the host stays unconfined).
+* Foreground: ``bash -c`` in a new session, stdin closed, pipes read on the event loop (in a
+  worker thread once output is large); confined commands start through ``Confinement.spawn``
+  (``posix_spawn`` of an exec helper that confines itself, then executes bash; the host stays
+  unconfined).
 * Background: one small supervisor process per command (``_supervisor.py``) owns the PTY,
   writes the raw log into the archive's blob file and records the exit and the completion in
   SQLite (``_records.py``); it outlives the host.

@@ -19,11 +19,11 @@ import psutil
 import ptyprocess
 
 from codemode.archive import Archive
-from codemode.errors import SandboxUnavailable, ToolError
-from codemode.sandbox import ENFORCEMENT_FAILED_EXIT, ENFORCEMENT_FAILED_MARKER, prepare_confinement
+from codemode.errors import ToolError
+from codemode.sandbox import ENFORCEMENT_FAILED_EXIT, ENFORCEMENT_FAILED_MARKER
 from codemode.tools._bash import _records
 from codemode.tools._bash._env import command_env
-from codemode.tools._bash._foreground import RunSpec
+from codemode.tools._bash._foreground import RunSpec, confine
 
 SUPERVISOR = Path(__file__).with_name("_supervisor.py")
 # Where the supervisor (started without site processing) finds its two dependencies.
@@ -67,16 +67,13 @@ def start_background(
     """Record, then start, one background process under a new supervisor (blocking).
 
     Returns:
-        The supervisor's answer: ``{"pid", "pid_started"}``.
+        The supervisor's answer (``pid``, ``pid_started``) and the log's ``log_ref``.
 
     Raises:
         ToolError: The sandbox cannot be enforced, or the supervisor or the command could not
             be started (the record is marked ``failed``).
     """
-    try:
-        conf = prepare_confinement(spec.policy)
-    except SandboxUnavailable as exc:
-        raise ToolError(str(exc), {"error": "sandbox_unavailable"}) from exc
+    conf = confine(spec.policy)
     run_dir = runtime_dir(archive)
     log = archive.open_log(kind="log", session_id=spec.session_id, redact=False)
     log_path = str(log.path)
@@ -88,20 +85,14 @@ def start_background(
         _records.insert(
             conn,
             process_id=process_id,
-            session_id=spec.session_id,
-            command=spec.command,
-            cwd=str(spec.cwd),
             kind="background",
             marker=process_id,
-            lifecycle=spec.lifecycle,
-            completion_mode=spec.completion_mode,
-            purpose=spec.purpose,
-            scope=spec.scope,
             state="starting",
             log_path=log_path,
             log_ref=log.ref,
             input_path=input_path,
             started_at=time.time(),
+            **spec.record_fields(),
         )
     with conf:
         env = command_env(spec.environ, process_id, conf.env, term=PTY_TERM)
@@ -167,4 +158,4 @@ def start_background(
     with contextlib.suppress(OSError):
         if err_path.stat().st_size == 0:
             err_path.unlink()
-    return answer
+    return {**answer, "log_ref": log.ref}

@@ -1,8 +1,8 @@
 """A foreground command: spawn, read, time out or hand off, and stop its whole tree.
 
 The light path: ``bash -c`` with stdin closed and both streams piped, in a new session (so
-the whole tree can be signalled), confined before exec (from the policy's confined spawner
-thread). A quick command is read and shaped on the event loop itself (:class:`Pump` steps when
+the whole tree can be signalled), confined before bash runs (``Confinement.spawn``). A quick
+command is read and shaped on the event loop itself (:class:`Pump` steps when
 its epoll fd is readable) with no thread hop; past 256 KiB of output, or for slow shaping (a
 ``git status`` for the dirty marker), the work moves to a worker thread so the loop stays free.
 Timeouts stop the whole tree; a run still going at the hand-off time is promoted (see
@@ -29,7 +29,7 @@ import anyio.to_thread
 
 from codemode.archive import Archive, ArchiveRef, LogWriter, Redactor
 from codemode.errors import SandboxUnavailable, ToolError
-from codemode.sandbox import SandboxPolicy, SpawnedProcess, prepare_confinement
+from codemode.sandbox import Confinement, SandboxPolicy, SpawnedProcess, prepare_confinement
 from codemode.tools._bash._env import WorkTree, command_env, find_work_tree, workspace_revision
 from codemode.tools._bash._proctree import create_time, markers_with_prefix, terminate_tree
 from codemode.tools._bash._pump import Pump, PumpStatus
@@ -127,6 +127,18 @@ class RunSpec:
     completion_mode: str = "resume"
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
+    def record_fields(self) -> dict[str, Any]:
+        """The fields of a process record that come from this request."""
+        return {
+            "session_id": self.session_id,
+            "command": self.command,
+            "cwd": str(self.cwd),
+            "lifecycle": self.lifecycle,
+            "completion_mode": self.completion_mode,
+            "purpose": self.purpose,
+            "scope": self.scope,
+        }
+
 
 @dataclass(eq=False)
 class Running:
@@ -195,6 +207,18 @@ def orphaned_foreground_markers() -> list[str]:
     return orphans
 
 
+def confine(policy: SandboxPolicy) -> Confinement:
+    """`prepare_confinement`, its refusal as the error the model sees.
+
+    Raises:
+        ToolError: The sandbox cannot be enforced (fail closed).
+    """
+    try:
+        return prepare_confinement(policy)
+    except SandboxUnavailable as exc:
+        raise ToolError(str(exc), {"error": "sandbox_unavailable"}) from exc
+
+
 @functools.cache
 def _devnull() -> int:
     """One read-only ``/dev/null`` fd (close-on-exec), every command's stdin."""
@@ -210,10 +234,7 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
     Raises:
         ToolError: The sandbox cannot be enforced (fail closed) or the shell cannot start.
     """
-    try:
-        conf = prepare_confinement(spec.policy)
-    except SandboxUnavailable as exc:
-        raise ToolError(str(exc), {"error": "sandbox_unavailable"}) from exc
+    conf = confine(spec.policy)
     # The pipes are made here rather than by Popen, which would wrap each in a file object
     # the pump does not use; the read ends stay in this process, the write ends go to the child.
     out_read, out_write = os.pipe2(os.O_CLOEXEC)

@@ -191,8 +191,7 @@ class ProcessManager:
         assert fresh is not None
         if fresh.state == "lost":
             # Nothing reads its output any more: end what is left of it (found by its marker).
-            alive = record.pid is not None and is_same_process(record.pid, record.pid_started or 0.0)
-            root = record.pid if alive else None
+            root = _live_root(record)
             terminate_tree(record.marker, pgid=root, root_pid=root, grace_seconds=TERM_GRACE_SECONDS)
         return fresh
 
@@ -348,9 +347,6 @@ class ProcessManager:
                     {"error": "background_cap", "cap": self._max_background},
                 )
             answer = start_background(spec, process_id=process_id, archive=self._archive, db=self._db)
-        with self._db() as conn:
-            record = _records.get(conn, process_id)
-        assert record is not None
         return {
             "process_id": process_id,
             "state": "running",
@@ -359,7 +355,7 @@ class ProcessManager:
             "cwd": str(spec.cwd),
             "lifecycle": spec.lifecycle,
             "completion_mode": spec.completion_mode,
-            "log": {"ref": record.log_ref},
+            "log": {"ref": answer["log_ref"]},
             "purpose": spec.purpose,
             "scope": spec.scope,
         }
@@ -393,15 +389,8 @@ class ProcessManager:
                 _records.insert(
                     conn,
                     process_id=process_id,
-                    session_id=spec.session_id,
-                    command=spec.command,
-                    cwd=str(spec.cwd),
                     kind="promoted",
                     marker=running.marker,
-                    lifecycle=spec.lifecycle,
-                    completion_mode=spec.completion_mode,
-                    purpose=spec.purpose,
-                    scope=spec.scope,
                     state="running",
                     pid=running.proc.pid,
                     pid_started=started,
@@ -411,6 +400,7 @@ class ProcessManager:
                     log_ref=log.ref,
                     input_path=None,
                     started_at=running.started_wall,
+                    **spec.record_fields(),
                 )
         except BaseException:
             with self._lock:
@@ -643,26 +633,17 @@ class ProcessManager:
                 "state": record.state,
                 "exit_code": record.exit_code,
             }
-        if (
-            record.pid is None
-            or record.pid_started is None
-            or not is_same_process(record.pid, record.pid_started)
-        ):
-            if record.pid is not None and create_time(record.pid) is not None:
-                with self._db() as conn:
-                    _records.update(conn, pid, stop_requested=1)
-                raise ToolError(
-                    f"process {pid}: its pid {record.pid} now belongs to another process (the start time "
-                    "differs), so nothing was signalled; the original process has ended",
-                    {"error": "pid_reused", "process_id": pid},
-                )
+        root = _live_root(record)
+        if root is None and record.pid is not None and create_time(record.pid) is not None:
+            with self._db() as conn:
+                _records.update(conn, pid, stop_requested=1)
+            raise ToolError(
+                f"process {pid}: its pid {record.pid} now belongs to another process (the start time "
+                "differs), so nothing was signalled; the original process has ended",
+                {"error": "pid_reused", "process_id": pid},
+            )
         with self._db() as conn:
             _records.update(conn, pid, stop_requested=1)
-        root = (
-            record.pid
-            if record.pid is not None and is_same_process(record.pid, record.pid_started or 0)
-            else None
-        )
         terminate_tree(record.marker, pgid=root, root_pid=root, grace_seconds=TERM_GRACE_SECONDS)
         fresh = self._await_end(record)
         if fresh.live and not self._supervisor_alive(fresh):
@@ -743,14 +724,7 @@ class ProcessManager:
         with anyio.CancelScope(shield=True):
             for item in promoted:
                 item.shutdown = True
-                await anyio.to_thread.run_sync(
-                    lambda item=item: terminate_tree(  # type: ignore[misc]
-                        item.running.marker,
-                        pgid=item.running.proc.pid,
-                        root_pid=item.running.proc.pid,
-                        grace_seconds=TERM_GRACE_SECONDS,
-                    )
-                )
+                await anyio.to_thread.run_sync(item.running.terminate)
                 if item.thread is not None:
                     await anyio.to_thread.run_sync(item.thread.join, 10)
             deadline = time.monotonic() + 10
@@ -760,14 +734,20 @@ class ProcessManager:
             conn.close()
 
 
+def _live_root(record: _records.ProcessRecord) -> int | None:
+    """The record's root pid while it still names the same process (start time checked)."""
+    if record.pid is None or record.pid_started is None:
+        return None
+    return record.pid if is_same_process(record.pid, record.pid_started) else None
+
+
 def _list_text(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "No background processes in this session."
     lines = []
     for row in rows:
         code = "" if row["exit_code"] is None else f" exit {row['exit_code']}"
-        command = " ".join(row["command"].split())
-        command = command if len(command) <= 60 else command[:57] + "..."
+        command = _records.short_command(row["command"], 60)
         lines.append(
             f"{row['process_id']}  {row['state']}{code}  started {row['started']}  "
             f"log {row['log_bytes']} B  {command}"

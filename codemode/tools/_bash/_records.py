@@ -167,14 +167,15 @@ def live_records(conn: sqlite3.Connection, session_id: str | None = None) -> lis
     return [ProcessRecord(**dict(row)) for row in rows]
 
 
-def _short(command: str, limit: int = 80) -> str:
+def short_command(command: str, limit: int = 80) -> str:
+    """``command`` on one line, cut to ``limit`` characters."""
     command = " ".join(command.split())
     return command if len(command) <= limit else command[: limit - 3] + "..."
 
 
 def completion_text(process_id: str, command: str, state: str, exit_code: int | None, note: str = "") -> str:
     """The one line a session gets when a background process ends."""
-    what = f"Background process {process_id} (`{_short(command)}`)"
+    what = f"Background process {process_id} (`{short_command(command)}`)"
     if state == "lost" or exit_code is None:
         line = f"{what} ended; its exit code is unknown"
     elif state == "stopped":

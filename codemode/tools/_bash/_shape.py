@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -13,17 +12,6 @@ from codemode.tools._capture import Excerpt, shape_output
 from codemode.tools._verification import Classification, failure_summary, parse_verification
 
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-
-
-def _as_dict(value: Any) -> Any:
-    if value is None:
-        return None
-    to_dict = getattr(value, "to_dict", None)
-    if callable(to_dict):
-        return to_dict()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    return value
 
 
 def _stream(excerpt: Excerpt, text: str) -> dict[str, Any]:
@@ -113,8 +101,8 @@ def build_result(
         "duration_ms": duration_ms,
         "stdout": _stream(stdout, out_text),
         "stderr": _stream(stderr, err_text),
-        "classification": _as_dict(classification),
-        "verification": _as_dict(verification),
+        "classification": None if classification is None else classification.to_dict(),
+        "verification": None if verification is None else verification.to_dict(),
         "workspace_revision": revision,
         "log": (
             {"ref": log.ref, "sha256": log.sha256, "bytes": log.total_bytes}

@@ -221,7 +221,7 @@ def supervise(spec: dict[str, Any]) -> int:
             echo=False,
             preexec_fn=_child_setup(ruleset_fd, spec["failed_marker"], spec["failed_exit"]),
             pass_fds=(ruleset_fd,) if ruleset_fd is not None else (),
-            dimensions=(spec.get("rows", 50), spec.get("cols", 200)),
+            dimensions=(50, 200),
         )
     except Exception as exc:
         message = f"could not start the command: {exc}"

@@ -81,6 +81,20 @@ def _char_start(data: bytes, pos: int) -> int:
     return pos
 
 
+def _window_ids(data: bytes, tokens: int, counter: TokenCounter, *, from_end: bool) -> list[int]:
+    """Token ids of the shortest window at the start (or end) of ``data`` holding more than
+    ``tokens`` tokens, or of all of it: the window doubles, so the cost follows the cut, not
+    the size of ``data``."""
+    size = len(data)
+    window = min(size, max(tokens * 6, 1024))
+    while True:
+        piece = data[size - window :] if from_end else data[:window]
+        ids = counter.encode(piece.decode("utf-8", "ignore")) or []
+        if len(ids) > tokens or window >= size:
+            return ids
+        window = min(size, window * 2)
+
+
 def _head_end(data: bytes, tokens: int, counter: TokenCounter) -> int:
     """Byte length of a prefix of at most ``tokens`` tokens, ending at a line end if one is near."""
     if tokens <= 0:
@@ -88,13 +102,7 @@ def _head_end(data: bytes, tokens: int, counter: TokenCounter) -> int:
     if not counter.exact:
         end = min(len(data), tokens)
     else:
-        window = min(len(data), max(tokens * 6, 1024))
-        while True:
-            ids = counter.encode(data[:window].decode("utf-8", "ignore")) or []
-            if len(ids) > tokens or window >= len(data):
-                break
-            window = min(len(data), window * 2)
-        end = len(counter.decode_bytes(ids[:tokens]))
+        end = len(counter.decode_bytes(_window_ids(data, tokens, counter, from_end=False)[:tokens]))
     end = _char_start(data, end)
     newline = data.rfind(b"\n", 0, end)
     if newline >= end // 2:
@@ -110,13 +118,7 @@ def _tail_start(data: bytes, tokens: int, counter: TokenCounter) -> int:
     if not counter.exact:
         start = max(0, size - tokens)
     else:
-        window = min(size, max(tokens * 6, 1024))
-        while True:
-            ids = counter.encode(data[size - window :].decode("utf-8", "ignore")) or []
-            if len(ids) > tokens or window >= size:
-                break
-            window = min(size, window * 2)
-        start = size - len(counter.decode_bytes(ids[-tokens:]))
+        start = size - len(counter.decode_bytes(_window_ids(data, tokens, counter, from_end=True)[-tokens:]))
     while start < size and (data[start] & 0xC0) == 0x80:
         start += 1
     newline = data.find(b"\n", start, start + (size - start) // 2)

@@ -803,7 +803,7 @@ def _hint(window: list[str], wanted: list[str]) -> str:
     return "the region has a different number of lines"
 
 
-def _candidate_starts(file_lines: list[str], wanted: list[str], k: int) -> list[int]:
+def _candidate_starts(text: str, file_lines: list[str], wanted: list[str], k: int) -> list[int]:
     """Window starts worth an exact similarity check, found cheaply.
 
     Windows are ranked by how many of their lines equal a line of ``old_text`` (ignoring
@@ -814,7 +814,6 @@ def _candidate_starts(file_lines: list[str], wanted: list[str], k: int) -> list[
     keys = {_norm_ws(line).lower() for line in wanted if line.strip()}
     words = {word for line in wanted for word in line.split()}
     # Words of old_text weigh by rarity in the file, so a distinctive word outranks "the".
-    text = "\n".join(file_lines)
     weight = {word: 1.0 / max(1, text.count(word)) for word in words}
     per_line: list[float] = []
     for line in file_lines:
@@ -859,7 +858,7 @@ def _no_match(text: str, old: str, shown: str, real: str) -> ToolError:
     matcher = difflib.SequenceMatcher(autojunk=False)
     matcher.set_seq2("\n".join(wanted))
     searched = len(file_lines) <= NEAR_MISS_MAX_LINES
-    for start in _candidate_starts(file_lines, wanted, k) if searched else []:
+    for start in _candidate_starts(text, file_lines, wanted, k) if searched else []:
         matcher.set_seq1("\n".join(file_lines[start : start + k]))
         ratio = matcher.ratio()
         if best is None or ratio > best[0]:

@@ -160,6 +160,11 @@ class Extension:
     on_close: Callable[[], Awaitable[None]] | None = None
 
 
+def _call_target(fn: Handler) -> Any:
+    """What actually runs when ``fn`` is called: itself, or a callable object's ``__call__``."""
+    return fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)  # noqa: B004
+
+
 def _plan_from_signature(
     fn: Handler, name: str, input_model: type[pydantic.BaseModel] | None
 ) -> tuple[type[pydantic.BaseModel], str | None, str | None]:
@@ -173,7 +178,7 @@ def _plan_from_signature(
         ``(input_model, context_param, model_param)``; ``model_param`` is None when the
         model's fields are passed as keyword arguments.
     """
-    target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)  # noqa: B004
+    target = _call_target(fn)
     hints = get_type_hints(target)
     params = [p for p in inspect.signature(target).parameters.values() if p.name != "self"]
     context_param = next((p.name for p in params if hints.get(p.name) is ToolContext), None)
@@ -227,7 +232,7 @@ def make_tool(
     if not tool_name.isidentifier():
         raise UserError(f"tool name {tool_name!r} must be a valid identifier (letters, digits, _)")
     model, context_param, model_param = _plan_from_signature(fn, tool_name, input_model)
-    target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)  # noqa: B004
+    target = _call_target(fn)
     is_async = inspect.iscoroutinefunction(target)
     if inline and is_async:
         raise UserError(f"tool {tool_name!r}: inline tools must be plain (sync) functions")

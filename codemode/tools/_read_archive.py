@@ -6,12 +6,13 @@ import base64
 
 import pydantic
 
+from codemode.budget import READ_LIMIT
 from codemode.tools._model import Tool, ToolContext, ToolResult, make_tool
 
 __all__ = ["MAX_LIMIT", "ReadArchiveArgs", "read_archive_tool"]
 
 MAX_LIMIT = 1024 * 1024
-DEFAULT_LIMIT = 65536
+DEFAULT_LIMIT = READ_LIMIT  # what the budget's recovery line tells the model to pass
 
 
 class ReadArchiveArgs(pydantic.BaseModel):
@@ -80,7 +81,7 @@ def read_archive(args: ReadArchiveArgs, ctx: ToolContext) -> ToolResult:
             f'[{page.total_bytes - next_offset:,} more bytes: read_archive({{ref: "{page.ref}", '
             f"offset: {next_offset}, limit: {args.limit}}}) reads on]"
         )
-    joined = lines[0] if len(lines) == 1 else "\n".join(lines)
+    joined = "\n".join(lines)
     return ToolResult.from_text(joined, structured)
 
 

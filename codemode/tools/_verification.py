@@ -82,6 +82,7 @@ class Verification:
 # ---------------------------------------------------------------------------------------------
 
 _ASSIGN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_COUNT_RE = re.compile(r"(\d+) (\w+)")
 _PYTHON_RE = re.compile(r"^(?:python(?:\d+(?:\.\d+)?)?|pypy3?)$")
 _SEPARATOR_RE = re.compile(r"^[;&|()]+$")
 _REDIRECT_RE = re.compile(r"^[0-9]*[<>&]+$")
@@ -287,7 +288,7 @@ def _classify_words(words: list[str], depth: int = 0) -> Classification | None:
         return _classify_words(args[_skip_options(args, 1, _UV_VALUE_OPTS) :], depth + 1)
     if prog == "uv" and args[:2] == ["tool", "run"]:
         return _classify_words(args[_skip_options(args, 2, _UV_VALUE_OPTS) :], depth + 1)
-    if prog in ("uvx", "bunx", "pipx") or (prog == "pipx" and args[:1] == ["run"]):
+    if prog in ("uvx", "bunx", "pipx"):
         rest = args[1:] if args[:1] == ["run"] else args
         return _classify_words(rest[_skip_options(rest, 0, _UV_VALUE_OPTS) :], depth + 1)
     if prog in ("poetry", "pipenv", "pdm", "hatch", "rye", "conda", "mamba") and args[:1] == ["run"]:
@@ -383,6 +384,11 @@ class _Parsed:
 
 
 _Parser = Callable[[list[str], bool], "_Parsed | None"]
+
+
+def _counts(text: str) -> dict[str, int]:
+    """``{"passed": 3, "failed": 1}`` from text such as ``3 passed, 1 failed``."""
+    return {word: int(n) for n, word in _COUNT_RE.findall(text)}
 
 
 def _last(lines: list[str], pattern: re.Pattern[str]) -> tuple[int, re.Match[str]] | None:
@@ -484,7 +490,7 @@ def _parse_cargo(lines: list[str], cut: bool) -> _Parsed | None:
         )
     nextest = _last(lines, _NEXTEST_RE)
     if nextest:
-        counts = {w: int(n) for n, w in re.findall(r"(\d+) (\w+)", nextest[1].group(2))}
+        counts = _counts(nextest[1].group(2))
         return _Parsed(
             passed=counts.get("passed", 0),
             failed=counts.get("failed", 0),
@@ -557,12 +563,12 @@ def _parse_jest(lines: list[str], cut: bool) -> _Parsed | None:
     suites = _last(lines, _JEST_SUITES_RE)
     if tests is None and suites is None:
         return None
-    suite_counts = {w: int(n) for n, w in re.findall(r"(\d+) (\w+)", suites[1].group(1))} if suites else {}
+    suite_counts = _counts(suites[1].group(1)) if suites else {}
     if tests is None:
         return _Parsed(
             errors=suite_counts.get("failed", 0), summary_line=_squash(suites[1].group(0)) if suites else None
         )
-    counts = {w: int(n) for n, w in re.findall(r"(\d+) (\w+)", tests[1].group(1))}
+    counts = _counts(tests[1].group(1))
     # A suite that failed to run (syntax error, import error) is reported only in "Test Suites".
     suite_errors = suite_counts.get("failed", 0) if counts.get("failed", 0) == 0 else 0
     return _Parsed(
@@ -582,7 +588,7 @@ def _parse_vitest(lines: list[str], cut: bool) -> _Parsed | None:
     hit = _last(lines, _VITEST_RE)
     if hit is None:
         return None
-    counts = {w: int(n) for n, w in re.findall(r"(\d+) (\w+)", hit[1].group(1))}
+    counts = _counts(hit[1].group(1))
     errors = _last(lines, _VITEST_ERRORS_RE)
     return _Parsed(
         passed=counts.get("passed", 0),
@@ -594,10 +600,11 @@ def _parse_vitest(lines: list[str], cut: bool) -> _Parsed | None:
 
 
 _MOCHA_RE = re.compile(r"^\s*(\d+) (passing|failing|pending)(?: \(([^)]*)\))?\s*$")
+_MOCHA_PASSING_RE = re.compile(r"^\s*\d+ passing \(")
 
 
 def _parse_mocha(lines: list[str], cut: bool) -> _Parsed | None:
-    hit = _last(lines, re.compile(r"^\s*\d+ passing \("))
+    hit = _last(lines, _MOCHA_PASSING_RE)
     if hit is None:
         return None
     counts = {"passing": 0, "failing": 0, "pending": 0}

@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 
+from codemode._ids import check_id
 from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage
 from codemode.archive import Archive, ArchiveRef
 from codemode.budget import MIN_BUDGET, TokenCounter, cut_to_budget
@@ -81,6 +82,7 @@ class Host:
             raise UserError(f"invalid Host configuration: {exc}") from exc
         if self.config.max_output_tokens > self.config.max_output_tokens_limit:
             raise UserError("max_output_tokens must not exceed max_output_tokens_limit")
+        check_id(self.config.session_id, "session_id")
         workspace = self.config.workspace.expanduser().resolve()
         if not workspace.is_dir():
             raise UserError(f"workspace {workspace} is not a directory")
@@ -105,7 +107,7 @@ class Host:
         self._archive: Archive | None = None
         self._processes: ProcessManager | None = None
         self._session_tmp: dict[str, Path] = {}
-        self._in_flight: dict[str, anyio.Event] = {}
+        self._in_flight: dict[tuple[str, str], anyio.Event] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -217,6 +219,14 @@ class Host:
         check_policy(candidate)
         self._policy = candidate
 
+    def _session(self, session_id: str | None) -> str:
+        """The session a call names (checked), or the configured one.
+
+        Raises:
+            UserError: The id is empty, too long or holds control characters.
+        """
+        return self.config.session_id if session_id is None else check_id(session_id, "session_id")
+
     def _context(self, session_id: str, call_id: str | None) -> ToolContext:
         temp = self._session_tmp.get(session_id)
         if temp is None:
@@ -309,18 +319,19 @@ class Host:
             timeout_seconds: Wall-clock limit when the header gives none (clamped).
 
         Raises:
-            UserError: The host is not open, or not running on asyncio.
+            UserError: The host is not open, or not running on asyncio; or ``session_id`` or
+                ``call_id`` is empty, longer than 256 characters or holds control characters.
         """
         archive = self.archive
         if timeout_seconds is not None and not (math.isfinite(timeout_seconds) and timeout_seconds > 0):
             raise UserError(f"timeout_seconds must be a positive number of seconds, got {timeout_seconds!r}")
         if max_output_tokens is not None and max_output_tokens <= 0:
             raise UserError(f"max_output_tokens must be positive, got {max_output_tokens!r}")
-        session = session_id or self.config.session_id
-        call = call_id or f"run_{uuid.uuid4().hex}"
-        # Call ids are the caller's; records are kept per session so one session can never
-        # replay (read) another's result by guessing its id.
-        record_key = f"{session}\x1f{call}"
+        session = self._session(session_id)
+        call = check_id(call_id, "call_id") if call_id is not None else f"run_{uuid.uuid4().hex}"
+        # Call ids are the caller's; records are kept per session (two columns, never one joined
+        # key) so one session can never replay (read) another's result by choosing its id.
+        record_key = (session, call)
         if call_id is not None:  # a fresh id has nothing to replay
             replayed = await self._replay(record_key)
             if replayed is not None:
@@ -328,17 +339,17 @@ class Host:
         done = self._in_flight[record_key] = anyio.Event()
         try:
             result = await self._run_code(source, session, call, max_output_tokens, timeout_seconds)
-            archive.record_run(record_key, session, result.model_dump_json())
+            archive.record_run(session, call, result.model_dump_json())
             return result
         finally:
             self._in_flight.pop(record_key, None)
             done.set()
 
-    async def _replay(self, record_key: str) -> RunResult | None:
+    async def _replay(self, record_key: tuple[str, str]) -> RunResult | None:
         in_flight = self._in_flight.get(record_key)
         if in_flight is not None:
             await in_flight.wait()
-        recorded = self.archive.get_run(record_key)
+        recorded = self.archive.get_run(*record_key)
         return None if recorded is None else RunResult.model_validate_json(recorded)
 
     async def _run_code(
@@ -519,9 +530,12 @@ class Host:
         results; the text is cut to the budget (the rest archived, as for ``run_code``).
 
         Raises:
-            UserError: The host is not open.
+            UserError: The host is not open; or ``session_id`` or ``call_id`` is empty, longer
+                than 256 characters or holds control characters.
         """
-        session = session_id or self.config.session_id
+        session = self._session(session_id)
+        if call_id is not None:
+            check_id(call_id, "call_id")
         context = self._context(session, call_id)
         result: ToolResult = await self.registry.call(name, args if args is not None else {}, context)
         budget = min(max_output_tokens or self.config.max_output_tokens, self.config.max_output_tokens_limit)
@@ -551,15 +565,25 @@ class Host:
     # -- background processes and notifications ---------------------------------------------
 
     def pending_notifications(self, session_id: str | None = None) -> list[Notification]:
-        """Completions of background processes not yet acknowledged."""
+        """Completions of background processes not yet acknowledged.
+
+        Raises:
+            UserError: ``session_id`` is not a valid id.
+        """
+        session = self._session(session_id)
         if self._processes is None:
             return []
-        return self._processes.pending_notifications(session_id or self.config.session_id)
+        return self._processes.pending_notifications(session)
 
     def ack_notifications(self, ids: list[int], session_id: str | None = None) -> None:
-        """Mark notifications delivered; they are never returned again."""
+        """Mark notifications delivered; they are never returned again.
+
+        Raises:
+            UserError: ``session_id`` is not a valid id.
+        """
+        session = self._session(session_id)
         if self._processes is not None:
-            self._processes.ack(session_id or self.config.session_id, ids)
+            self._processes.ack(session, ids)
 
     async def notifications(
         self, session_id: str | None = None, *, poll_seconds: float = 0.25
@@ -583,7 +607,12 @@ class Host:
         return [n.text for n in notes]
 
     async def close_session(self, session_id: str) -> None:
-        """Stop the session's ``lifecycle: session`` processes and drop its temp dir."""
+        """Stop the session's ``lifecycle: session`` processes and drop its temp dir.
+
+        Raises:
+            UserError: ``session_id`` is not a valid id.
+        """
+        check_id(session_id, "session_id")
         if self._processes is not None:
             await self._processes.close_session(session_id)
         temp = self._session_tmp.pop(session_id, None)

@@ -13,6 +13,8 @@ import mcp.types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
+from codemode._ids import ID_MAX_CHARS, check_id
+from codemode.errors import UserError
 from codemode.host import Host
 
 RUN_CODE_SCHEMA: dict[str, Any] = {
@@ -25,7 +27,10 @@ RUN_CODE_SCHEMA: dict[str, Any] = {
         },
         "call_id": {
             "type": "string",
-            "description": "Optional id; calling again with a recorded id returns the recorded result.",
+            "description": f"Optional id (1 to {ID_MAX_CHARS} characters, no control characters); "
+            "calling again with a recorded id returns the recorded result.",
+            "minLength": 1,
+            "maxLength": ID_MAX_CHARS,
         },
     },
     "required": ["code"],
@@ -64,7 +69,12 @@ def create_server(host: Host, *, name: str = "codemode") -> Server[Any]:
             if not isinstance(code, str):
                 return _error('run_code needs {"code": "<JavaScript program>"}')
             call_id = args.get("call_id")
-            result = await host.run_code(code, call_id=call_id if isinstance(call_id, str) else None)
+            if call_id is not None:
+                try:
+                    check_id(call_id, "call_id")
+                except UserError as exc:
+                    return _error(f"run_code: {exc}; nothing ran")
+            result = await host.run_code(code, call_id=call_id)
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=result.text)],
                 structured_content={

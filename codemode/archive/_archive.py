@@ -60,7 +60,7 @@ READ_MAX_LIMIT = 16 * 1024 * 1024
 
 _REF_RE = re.compile(r"ar_[A-Za-z0-9_\-]{20}")
 _BUSY_TIMEOUT_MS = 10_000
-_SCHEMA_VERSION = 1
+_SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS archive_entries (
     ref TEXT PRIMARY KEY,
@@ -88,13 +88,42 @@ CREATE TABLE IF NOT EXISTS store_values (
     PRIMARY KEY (session_id, key)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS run_records (
-    call_id TEXT PRIMARY KEY,
     session_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
     result TEXT NOT NULL,
-    created REAL NOT NULL
-);
+    created REAL NOT NULL,
+    PRIMARY KEY (session_id, call_id)
+) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS run_records_created ON run_records(created);
 """
+
+
+def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
+    """Run records: one key ``session + "\\x1f" + call`` becomes two columns.
+
+    A key joined with a separator let session ``team`` with call id ``"victim\\x1fc1"`` hit the
+    record of session ``team\\x1fvictim``'s call ``c1``. Version 1 stored the owner beside the
+    joined key, so each row splits back exactly: the call id is the key without the
+    ``session + "\\x1f"`` prefix (a key without that prefix was a plain call id).
+    """
+    conn.execute("ALTER TABLE run_records RENAME TO run_records_v1")
+    conn.execute(
+        "CREATE TABLE run_records (session_id TEXT NOT NULL, call_id TEXT NOT NULL, result TEXT NOT NULL,"
+        " created REAL NOT NULL, PRIMARY KEY (session_id, call_id)) WITHOUT ROWID"
+    )
+    conn.execute(
+        "INSERT OR IGNORE INTO run_records (session_id, call_id, result, created)"
+        " SELECT session_id,"
+        " CASE WHEN substr(call_id, 1, length(session_id) + 1) = session_id || char(31)"
+        " THEN substr(call_id, length(session_id) + 2) ELSE call_id END,"
+        " result, created FROM run_records_v1"
+    )
+    conn.execute("DROP TABLE run_records_v1")  # and its index
+    conn.execute("CREATE INDEX run_records_created ON run_records(created)")
+
+
+# _MIGRATIONS[v] brings a database from version v to v + 1, inside the caller's transaction.
+_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _migrate_1_to_2}
 
 
 @dataclass(frozen=True)
@@ -365,6 +394,12 @@ class Archive:
         return _configure(conn)
 
     def _init_schema(self, conn: sqlite3.Connection) -> None:
+        """Create the schema in a new database, or migrate an older one step by step.
+
+        Raises:
+            StateDirError: The database is in WAL-incapable storage, or was written by a newer
+                codemode (its schema version is unknown here).
+        """
         (version,) = conn.execute("PRAGMA user_version").fetchone()
         if version == _SCHEMA_VERSION:
             return
@@ -373,9 +408,20 @@ class Archive:
             raise StateDirError(f"the state database {self._db_path} cannot use WAL mode (got {mode})")
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
+            # Another process may have created or migrated it while this one waited for the lock.
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+            if version > _SCHEMA_VERSION:
+                raise StateDirError(
+                    f"the state database {self._db_path} has schema version {version}, newer than this "
+                    f"codemode's ({_SCHEMA_VERSION}); upgrade codemode or use another state directory"
+                )
+            if version == 0:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+            else:
+                for step in range(version, _SCHEMA_VERSION):
+                    _MIGRATIONS[step](conn)
             conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
@@ -529,8 +575,12 @@ class Archive:
         with self._connection() as conn:
             return conn.execute(sql, params).rowcount
 
-    def _lookup(self, ref: str) -> tuple[str, int, int | None, int, int]:
-        """Return (file, retained_from, total_bytes if finished else None, raw, stream)."""
+    def _lookup(self, ref: str, session_id: str | None = None) -> tuple[str, int, int | None, int, int]:
+        """Return (file, retained_from, total_bytes if finished else None, raw, stream).
+
+        With ``session_id``, an entry of another session (or of none) is unknown, in the
+        very words used for a reference that never existed.
+        """
         if not isinstance(ref, str) or not _REF_RE.fullmatch(ref):
             raise UnknownRefError(
                 f"{ref!r} is not an archive reference; references look like ar_xxxxxxxxxxxxxxxxxxxx and come "
@@ -539,28 +589,39 @@ class Archive:
             )
         with self._connection() as conn:
             row = conn.execute(
-                "SELECT file, retained_from, finished, total_bytes, raw, stream"
+                "SELECT file, retained_from, finished, total_bytes, raw, stream, session_id"
                 " FROM archive_entries WHERE ref = ?",
                 (ref,),
             ).fetchone()
-        if row is None:
+        if row is None or (session_id is not None and row[6] != session_id):
             raise UnknownRefError(
                 f"no archived text {ref!r} (it may have expired after 30 days); use a reference from a "
                 "truncation notice or a bash log field",
                 {"ref": ref},
             )
-        file, retained_from, finished, total, raw, stream = row
+        file, retained_from, finished, total, raw, stream, _owner = row
         return file, retained_from, (total if finished is not None else None), raw, stream
 
     @_host_faults
-    def read(self, ref: str, offset: int = 0, limit: int = 65536) -> ArchivePage:
+    def read(
+        self, ref: str, offset: int = 0, limit: int = 65536, *, session_id: str | None = None
+    ) -> ArchivePage:
         """Read up to ``limit`` bytes of an entry from byte ``offset``.
 
         Concatenating the pages of a whole read gives back the stored bytes exactly. An
         ``offset`` before the retained part of a compacted log reads from ``retained_from``.
 
+        Args:
+            ref: The entry.
+            offset: Byte offset to start at.
+            limit: Most bytes to return.
+            session_id: The reading session: every read on behalf of a model passes it, and
+                an entry another session owns (or no session owns) is then reported exactly
+                like a reference that never existed. ``None`` reads any entry: for the operator
+                (the CLI) and for callers that checked the owner themselves.
+
         Raises:
-            UnknownRefError: No such entry.
+            UnknownRefError: No such entry (for ``session_id``: none of its own).
             ToolError: ``offset`` or ``limit`` is not a valid number, or ``offset`` is past the end.
         """
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
@@ -570,7 +631,7 @@ class Archive:
                 f"limit must be an integer from 1 to {READ_MAX_LIMIT} (got {limit!r})", {"field": "limit"}
             )
         for _attempt in range(3):
-            file, retained_from, total, raw, _stream = self._lookup(ref)
+            file, retained_from, total, raw, _stream = self._lookup(ref, session_id)
             try:
                 fd = os.open(self._blob_dir / file, os.O_RDONLY)
             except FileNotFoundError:
@@ -836,16 +897,22 @@ class Archive:
     # -- run records ------------------------------------------------------------------------
 
     @_host_faults
-    def get_run(self, call_id: str) -> str | None:
-        """The recorded result (JSON text) of call ``call_id``, or ``None``."""
+    def get_run(self, session_id: str, call_id: str) -> str | None:
+        """The recorded result (JSON text) of the session's call ``call_id``, or ``None``.
+
+        Records are keyed by both ids (two columns): a call id never reaches another
+        session's record, whatever characters either id holds.
+        """
         with self._connection() as conn:
-            row = conn.execute("SELECT result FROM run_records WHERE call_id = ?", (call_id,)).fetchone()
+            row = conn.execute(
+                "SELECT result FROM run_records WHERE session_id = ? AND call_id = ?", (session_id, call_id)
+            ).fetchone()
         return None if row is None else str(row[0])
 
     @_host_faults
-    def record_run(self, call_id: str, session_id: str, result_json: str) -> None:
-        """Record the result of call ``call_id``. The first record wins: a later one is ignored."""
+    def record_run(self, session_id: str, call_id: str, result_json: str) -> None:
+        """Record the result of the session's call ``call_id``. The first record wins."""
         self._execute(
-            "INSERT OR IGNORE INTO run_records (call_id, session_id, result, created) VALUES (?, ?, ?, ?)",
-            (call_id, session_id, result_json, time.time()),
+            "INSERT OR IGNORE INTO run_records (session_id, call_id, result, created) VALUES (?, ?, ?, ?)",
+            (session_id, call_id, result_json, time.time()),
         )

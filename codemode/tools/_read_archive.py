@@ -48,15 +48,20 @@ def read_archive(args: ReadArchiveArgs, ctx: ToolContext) -> ToolResult:
     """Read archived text by byte offset: the rest of a cut output or a command's full log.
 
     Returns the page's text and the next_offset to pass to read on; concatenating the pages
-    gives back the archived text exactly. Binary data comes back base64-encoded.
+    gives back the archived text exactly. Binary data comes back base64-encoded. Only the
+    calling session's archive is readable: another session's reference is unknown here.
+
+    Raises:
+        UnknownRefError: No such reference in this session.
+        ToolError: The offset is past the end.
     """
-    page = ctx.archive.read(args.ref, args.offset, args.limit)
+    page = ctx.archive.read(args.ref, args.offset, args.limit, session_id=ctx.session_id)
     data = page.data
     exact = len(data) == page.next_offset - page.offset  # False for the redacted view of a raw log
     text, used, encoding = _decode(data, at_end=page.eof or not exact)
     if used == 0 and data and not page.eof:
         # The limit is smaller than one character: return that whole character.
-        page = ctx.archive.read(args.ref, page.offset, 4)
+        page = ctx.archive.read(args.ref, page.offset, 4, session_id=ctx.session_id)
         text, used, encoding = _decode(page.data, at_end=page.eof)
     next_offset = page.offset + used if exact else page.next_offset
     eof = next_offset >= page.total_bytes

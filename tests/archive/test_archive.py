@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -139,6 +140,30 @@ def test_unknown_ref_says_where_refs_come_from(archive: Archive, ref: str) -> No
     assert "truncation notice" in info.value.message and "bash log" in info.value.message
 
 
+def test_a_session_reads_only_its_own_entries(archive: Archive) -> None:
+    mine = archive.put("mine", kind="output", session_id="A")
+    theirs = archive.put("theirs", kind="output", session_id="B")
+    nobodys = archive.put("nobody's", kind="output")
+    log = archive.open_log(kind="log", session_id="B", redact=False)
+    log.write(b"B's log\n")
+    assert archive.read(mine.ref, session_id="A").data == b"mine"
+    never = "ar_" + "n" * 20
+    with pytest.raises(UnknownRefError) as info:
+        archive.read(never, session_id="A")
+    expected = info.value.message.replace(never, "REF")
+    for ref in (theirs.ref, nobodys.ref, log.ref):
+        with pytest.raises(UnknownRefError) as info:
+            archive.read(ref, session_id="A")
+        assert info.value.message.replace(ref, "REF") == expected
+    # The operator reads them all.
+    assert [archive.read(r).data for r in (theirs.ref, nobodys.ref, log.ref)] == [
+        b"theirs",
+        b"nobody's",
+        b"B's log\n",
+    ]
+    log.close()
+
+
 def test_empty_entry(archive: Archive) -> None:
     ref = archive.put("", kind="output")
     page = archive.read(ref.ref)
@@ -259,7 +284,7 @@ def test_maintain_expires_old_entries_unless_pinned(archive: Archive) -> None:
     old = archive.put("old", kind="output")
     kept = archive.put("pinned", kind="output")
     archive.pin(kept.ref, True)
-    archive.record_run("call-1", "s", '{"x": 1}')
+    archive.record_run("s", "call-1", '{"x": 1}')
     later = time.time() + EXPIRE_AFTER_SECONDS + 60
     counts = archive.maintain(now=later)
     assert counts["expired"] == 1 and counts["expired_runs"] == 1
@@ -267,7 +292,7 @@ def test_maintain_expires_old_entries_unless_pinned(archive: Archive) -> None:
         archive.read(old.ref)
     assert not (archive.state_dir / "blobs" / old.ref).exists()
     assert archive.read(kept.ref).data == b"pinned"
-    assert archive.get_run("call-1") is None
+    assert archive.get_run("s", "call-1") is None
     archive.pin(kept.ref, False)
     assert archive.maintain(now=later)["expired"] == 1
     assert archive.maintain(now=time.time())["expired"] == 0
@@ -345,8 +370,8 @@ def test_store_and_records_from_many_threads(archive: Archive) -> None:
             for i in range(100):
                 archive.store_set(f"s{n % 3}", f"t{n}-{i}", json.dumps({"n": n, "i": i}))
                 assert json.loads(archive.store_get(f"s{n % 3}", f"t{n}-{i}") or "") == {"n": n, "i": i}
-                archive.record_run(f"c{n}-{i}", "s", json.dumps(i))
-                assert archive.get_run(f"c{n}-{i}") == json.dumps(i)
+                archive.record_run("s", f"c{n}-{i}", json.dumps(i))
+                assert archive.get_run("s", f"c{n}-{i}") == json.dumps(i)
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
@@ -370,7 +395,7 @@ def test_two_processes_write_at_once(tmp_path: Path) -> None:
         "tag = sys.argv[2]\n"
         "for i in range(200):\n"
         "    a.store_set('shared', f'{tag}-{i}', json.dumps(i))\n"
-        "    a.record_run(f'{tag}-{i}', 'shared', json.dumps(tag))\n"
+        "    a.record_run('shared', f'{tag}-{i}', json.dumps(tag))\n"
         "    ref = a.put(f'{tag} {i}', kind='output')\n"
         "    assert a.read(ref.ref).data == f'{tag} {i}'.encode()\n"
         "a.close()\n"
@@ -386,7 +411,7 @@ def test_two_processes_write_at_once(tmp_path: Path) -> None:
     archive = Archive(state)
     keys = archive.store_keys("shared")
     assert len(keys) == 400
-    assert archive.get_run("a-199") == '"a"' and archive.get_run("b-0") == '"b"'
+    assert archive.get_run("shared", "a-199") == '"a"' and archive.get_run("shared", "b-0") == '"b"'
     archive.close()
 
 
@@ -394,10 +419,94 @@ def test_two_processes_write_at_once(tmp_path: Path) -> None:
 
 
 def test_run_record_first_wins(archive: Archive) -> None:
-    assert archive.get_run("c1") is None
-    archive.record_run("c1", "s", '{"text": "first"}')
-    archive.record_run("c1", "s", '{"text": "second"}')
-    assert archive.get_run("c1") == '{"text": "first"}'
+    assert archive.get_run("s", "c1") is None
+    archive.record_run("s", "c1", '{"text": "first"}')
+    archive.record_run("s", "c1", '{"text": "second"}')
+    assert archive.get_run("s", "c1") == '{"text": "first"}'
+
+
+def test_run_records_of_two_sessions_never_meet_whatever_the_ids_hold(archive: Archive) -> None:
+    # Issue 8, item 11: one joined key "session\x1fcall" let ("team", "victim\x1fc1") read
+    # ("team\x1fvictim", "c1"). Two columns keep every pair apart.
+    archive.record_run("team\x1fvictim", "c1", '"victim"')
+    assert archive.get_run("team", "victim\x1fc1") is None
+    archive.record_run("team", "victim\x1fc1", '"attacker"')
+    assert archive.get_run("team\x1fvictim", "c1") == '"victim"'
+    assert archive.get_run("team", "victim\x1fc1") == '"attacker"'
+    assert archive.get_run("c1", "team\x1fvictim") is None
+
+
+# The version-1 schema, as codemode created it before run records had two key columns.
+_V1_SCHEMA = """
+CREATE TABLE archive_entries (
+    ref TEXT PRIMARY KEY, kind TEXT NOT NULL, session_id TEXT, created REAL NOT NULL, finished REAL,
+    total_bytes INTEGER NOT NULL DEFAULT 0, sha256 TEXT, retained_from INTEGER NOT NULL DEFAULT 0,
+    raw INTEGER NOT NULL DEFAULT 0, stream INTEGER NOT NULL DEFAULT 0, pinned INTEGER NOT NULL DEFAULT 0,
+    needs_compact INTEGER NOT NULL DEFAULT 0, file TEXT NOT NULL
+);
+CREATE INDEX archive_entries_created ON archive_entries(created);
+CREATE INDEX archive_entries_compact ON archive_entries(needs_compact) WHERE needs_compact = 1;
+CREATE TABLE store_values (
+    session_id TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, size INTEGER NOT NULL,
+    updated REAL NOT NULL, PRIMARY KEY (session_id, key)
+) WITHOUT ROWID;
+CREATE TABLE run_records (
+    call_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, result TEXT NOT NULL, created REAL NOT NULL
+);
+CREATE INDEX run_records_created ON run_records(created);
+PRAGMA user_version = 1;
+"""
+
+
+def test_a_version_1_state_db_migrates_its_run_records_to_two_columns(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    with sqlite3.connect(state / "state.db") as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.executescript(_V1_SCHEMA)
+        now = time.time()
+        rows = [
+            # What Host.run_code recorded: the key session + "\x1f" + call, the owner beside it.
+            ("A\x1f1", "A", '"a1"', now),
+            ("team\x1fvictim\x1fc1", "team\x1fvictim", '"victim"', now),
+            # A record made through the Archive API with a plain call id.
+            ("plain", "s", '"plain"', now),
+            ("old\x1fx", "old", '"old"', now - EXPIRE_AFTER_SECONDS - 10),
+        ]
+        conn.executemany("INSERT INTO run_records VALUES (?, ?, ?, ?)", rows)
+        conn.execute("INSERT INTO store_values VALUES ('A', 'k', '1', 1, ?)", (now,))
+    conn.close()
+    arch = Archive(state)
+    try:
+        assert arch.get_run("A", "1") == '"a1"'
+        assert arch.get_run("team\x1fvictim", "c1") == '"victim"'
+        assert arch.get_run("team", "victim\x1fc1") is None
+        assert arch.get_run("s", "plain") == '"plain"'
+        assert arch.store_get("A", "k") == "1"  # the other tables are untouched
+        arch.record_run("A", "2", '"a2"')
+        assert arch.get_run("A", "2") == '"a2"'
+        assert arch.maintain()["expired_runs"] == 1  # the created index moved with the rows
+        assert arch.get_run("old", "x") is None
+    finally:
+        arch.close()
+    with sqlite3.connect(state / "state.db") as conn:
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(run_records)")]
+        indexes = [row[1] for row in conn.execute("PRAGMA index_list(run_records)")]
+        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    conn.close()
+    assert columns[:2] == ["session_id", "call_id"]
+    assert "run_records_created" in indexes
+    assert "run_records_v1" not in tables
+    Archive(state).close()  # opening a migrated database again changes nothing
+
+
+def test_a_state_db_from_a_newer_codemode_is_refused(tmp_path: Path) -> None:
+    Archive(tmp_path / "state").close()
+    with sqlite3.connect(tmp_path / "state" / "state.db") as conn:
+        conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    with pytest.raises(StateDirError, match="schema version 99, newer"):
+        Archive(tmp_path / "state")
 
 
 def test_connect_gives_a_configured_connection(archive: Archive) -> None:

@@ -59,14 +59,14 @@ def test_tool_shape() -> None:
 @pytest.mark.parametrize("limit", [1, 2, 3, 5, 7, 10, 4093, 65536])
 def test_concatenation_exact_over_cjk_and_emoji(ctx: ToolContext, limit: int) -> None:
     text = "".join(f"{i}: 数字のテキスト 🎉👩‍👩‍👧 ünïcödé\n" for i in range(200 if limit < 100 else 3000))
-    ref = ctx.archive.put(text, kind="output")
+    ref = ctx.archive.put(text, kind="output", session_id="s")
     data, pages = read_pages(ctx, ref.ref, limit)
     assert data == text.encode()
     assert pages >= len(data) // limit // 4  # a split character costs at most 3 bytes of a page
 
 
 def test_page_text_and_hint(ctx: ToolContext) -> None:
-    ref = ctx.archive.put("a" * 100 + "é" + "b" * 50, kind="output")
+    ref = ctx.archive.put("a" * 100 + "é" + "b" * 50, kind="output", session_id="s")
     res = call(ctx, ref=ref.ref, limit=101)  # would split "é"
     sc = res.structured_content
     assert sc["text"] == "a" * 100 and sc["next_offset"] == 100 and not sc["eof"]
@@ -79,7 +79,7 @@ def test_page_text_and_hint(ctx: ToolContext) -> None:
 
 def test_binary_comes_back_base64(ctx: ToolContext) -> None:
     blob = bytes(range(256)) * 10
-    ref = ctx.archive.put(blob, kind="blob")
+    ref = ctx.archive.put(blob, kind="blob", session_id="s")
     res = call(ctx, ref=ref.ref, limit=1000)
     assert res.structured_content["encoding"] == "base64"
     assert base64.b64decode(res.structured_content["text"]) == blob[:1000]
@@ -104,7 +104,7 @@ def test_bad_limit_rejected_by_schema() -> None:
 
 
 def test_compacted_log_says_where_it_resumes(ctx: ToolContext) -> None:
-    log = ctx.archive.open_log(kind="log")
+    log = ctx.archive.open_log(kind="log", session_id="s")
     log.write(b"z" * (COMPACT_KEEP_BYTES + 5000))
     log.close()
     ctx.archive.maintain()
@@ -114,3 +114,27 @@ def test_compacted_log_says_where_it_resumes(ctx: ToolContext) -> None:
     assert re.match(
         r"\[bytes before offset 5,000 were compacted away; showing from 5,000\]\nzzzzzzzzzz\n", res.text
     )
+
+
+@pytest.mark.parametrize("owner", ["other", None])
+def test_another_sessions_ref_is_unknown_in_the_same_words(ctx: ToolContext, owner: str | None) -> None:
+    # Issue 8, item 6: session B read session A's overflow by its ref.
+    theirs = ctx.archive.put("their secret", kind="output", session_id=owner)
+    made_up = "ar_" + "q" * 20
+    with pytest.raises(UnknownRefError) as refused:
+        call(ctx, ref=theirs.ref)
+    with pytest.raises(UnknownRefError) as never:
+        call(ctx, ref=made_up)
+    assert refused.value.message.replace(theirs.ref, "REF") == never.value.message.replace(made_up, "REF")
+    assert refused.value.data == {"ref": theirs.ref}
+    # Their log too, also while it is still being written.
+    log = ctx.archive.open_log(kind="log", session_id=owner, redact=False)
+    log.write(b"their log\n")
+    with pytest.raises(UnknownRefError, match="no archived text"):
+        call(ctx, ref=log.ref)
+    log.close()
+    with pytest.raises(UnknownRefError, match="no archived text"):
+        call(ctx, ref=log.ref)
+    # The operator (no session) reads any entry.
+    assert ctx.archive.read(theirs.ref).data == b"their secret"
+    assert ctx.archive.read(log.ref).data == b"their log\n"

@@ -183,7 +183,7 @@ class EnteredProtected(Exception):
     def __init__(self, root: str, at: str) -> None:
         super().__init__(root, at)
         self.root = root
-        self.at = at  # the real path walked so far, with the rest of the path appended
+        self.at = at  # the real path walked so far, the rest of the path appended (lexically)
 
 
 class Changed(Exception):
@@ -302,7 +302,9 @@ def walk(path: str, protected: dict[tuple[int, int], str] | None = None) -> Walk
                 if stat.S_ISDIR(st.st_mode):
                     hit = deny.get((st.st_dev, st.st_ino))
                     if hit is not None:
-                        raise EnteredProtected(hit, _join([*names, part, *reversed(pending)]))
+                        raise EnteredProtected(
+                            hit, os.path.normpath(_join([*names, part, *reversed(pending)]))
+                        )
                     if len(stack) > MAX_DEPTH:
                         raise OSError(errno.ENAMETOOLONG, "too many directory levels", _join(names))
                     stack.append(fd)

@@ -1,15 +1,29 @@
-"""Path policy: real-path resolution and the write/read checks, on real files and symlinks."""
+"""Path policy: real-path resolution and the write/read checks, on real files and symlinks.
+
+Every test runs twice: resolving with openat2 and with the O_NOFOLLOW openat walk.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from codemode.errors import SandboxDenied, ToolError
-from codemode.sandbox._paths import check_readable, check_writable, resolve_path
+from codemode.sandbox import _fs
+from codemode.sandbox._paths import check_readable, check_writable, locate_writable, resolve_path
 from codemode.sandbox._policy import SandboxMode, SandboxPolicy
+
+
+@pytest.fixture(params=["openat2", "openat"], autouse=True)
+def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    if request.param == "openat":
+        monkeypatch.setattr(_fs, "USE_OPENAT2", False)
+    elif not _fs.openat2_available():
+        pytest.skip("this kernel has no openat2")
+    yield request.param
 
 
 @pytest.fixture
@@ -197,3 +211,71 @@ def test_denied_is_a_tool_error(layout: tuple[Path, Path, Path]) -> None:
     workspace, _, state = layout
     with pytest.raises(ToolError):
         check_writable(policy(workspace, state), workspace, os.path.join("..", "..", "etc", "passwd"))
+
+
+@pytest.mark.parametrize("link", ["absolute", "relative", "chained", "dangling"])
+def test_symlinks_into_the_state_dir_are_refused_for_read_and_write(
+    layout: tuple[Path, Path, Path], link: str
+) -> None:
+    workspace, _, state = layout
+    (state / "secret").write_text("token")
+    alias = workspace / "alias"
+    if link == "absolute":
+        alias.symlink_to(state / "secret")
+    elif link == "relative":
+        alias.symlink_to("../state/secret")
+    elif link == "chained":
+        (workspace / "hop").symlink_to("../state")
+        alias.symlink_to("hop/secret")
+    else:
+        alias.symlink_to("../state/not-yet")
+    pol = policy(workspace, state)
+    for check, verb in ((check_readable, "reading"), (check_writable, "writing")):
+        with pytest.raises(SandboxDenied) as info:
+            check(pol, workspace, "alias")
+        assert info.value.message.startswith(f"sandbox denied {verb} 'alias'")
+        assert info.value.data["reason"] == "protected" and info.value.data["protected"] == str(state)
+        assert "state directory" in info.value.message
+
+
+def test_a_path_through_the_state_dir_is_refused(layout: tuple[Path, Path, Path]) -> None:
+    workspace, _, state = layout
+    with pytest.raises(SandboxDenied) as info:
+        check_readable(policy(workspace, state), workspace, str(state / ".." / "ws" / "f"))
+    assert f"goes through {state}" in info.value.message
+
+
+def test_a_file_used_as_a_directory_is_named(layout: tuple[Path, Path, Path]) -> None:
+    workspace, _, state = layout
+    (workspace / "f.txt").write_text("x")
+    with pytest.raises(ToolError) as info:
+        check_writable(policy(workspace, state), workspace, "f.txt/new.txt")
+    assert str(workspace / "f.txt") in info.value.message and "not a directory" in info.value.message
+
+
+def test_checks_leave_no_descriptor_open(layout: tuple[Path, Path, Path]) -> None:
+    workspace, outside, state = layout
+    (workspace / "escape").symlink_to(outside)
+    pol = policy(workspace, state)
+    before = len(os.listdir("/proc/self/fd"))
+    check_writable(pol, workspace, "a/b/c")
+    check_readable(pol, workspace, str(outside))
+    for bad in ("escape/x", str(state / "x")):
+        with pytest.raises(SandboxDenied):
+            check_writable(pol, workspace, bad)
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_locate_writable_pins_the_deepest_existing_directory(layout: tuple[Path, Path, Path]) -> None:
+    workspace, _, state = layout
+    (workspace / "a").mkdir()
+    with locate_writable(policy(workspace, state), workspace, "a/b/c/f.txt") as found:
+        assert (found.parent_path, found.missing_dirs, found.name) == (
+            str(workspace / "a"),
+            ("b", "c"),
+            "f.txt",
+        )
+        assert found.fd is None
+        # The directory held is the one that was checked, whatever the name points to later.
+        (workspace / "a").rename(workspace / "moved")
+        assert os.path.samestat(os.fstat(found.parent_fd), os.stat(workspace / "moved"))

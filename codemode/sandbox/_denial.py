@@ -17,7 +17,7 @@ from codemode.sandbox._policy import (
 __all__ = ["ENFORCEMENT_FAILED_MARKER", "explain_denial"]
 
 #: Start of the line a child writes to fd 2 when its confinement could not be enforced.
-ENFORCEMENT_FAILED_MARKER = "codemode sandbox: enforcing the Landlock ruleset in the child:"
+ENFORCEMENT_FAILED_MARKER = "codemode sandbox: confining the command:"
 
 # Errors Landlock produces for filesystem writes: EACCES, EPERM (some tools), EXDEV (rename or
 # link across directories without the REFER right), and EROFS as some tools word it.

@@ -1,44 +1,48 @@
-"""Landlock enforcement of a :class:`SandboxPolicy` for one child process, fail closed.
+"""The one launch path: every process started under a policy goes through :func:`launch`.
 
-How a caller starts a confined command::
+How a caller starts a command::
 
-    with prepare_confinement(policy) as conf:       # raises SandboxUnavailable: do not run
-        env.update(conf.env)
-        proc = conf.spawn(argv, env=env, cwd=..., stdin=fd, stdout=fd, stderr=fd)  # fastest
-        # or: conf.popen(argv, env=env, ...)         # fast (subprocess.Popen arguments)
-        # or: subprocess.Popen(argv, env=env, preexec_fn=conf.preexec)
-        # or: ptyprocess.PtyProcess.spawn(argv, env=env, preexec_fn=conf.preexec,
-        #                                 pass_fds=conf.pass_fds)   # pass_fds REQUIRED here
+    proc = launch(LaunchSpec(argv, cwd=..., env=..., policy=policy, stdio=(0_fd, 1_fd, 2_fd)))
+    # raises SandboxUnavailable (a layer cannot be applied: nothing ran)
 
-The ruleset is built in the parent; the child only sets ``no_new_privs``, calls
-``landlock_restrict_self`` and closes the ruleset fd — either in ``preexec`` (Python, which
-forces a full ``fork()`` of the host) or, with :meth:`Confinement.spawn` and
-:meth:`Confinement.popen`, in a tiny exec helper started with ``posix_spawn`` or ``vfork``
-(see ``_exec_helper``). If that fails, the child writes one line starting
-with :data:`ENFORCEMENT_FAILED_MARKER` to fd 2 and exits with status
-:data:`ENFORCEMENT_FAILED_EXIT` before exec, so the command never runs unconfined;
-:func:`explain_denial` turns that output into a clear line.
+The host builds everything in its own process (the Landlock ruleset, the seccomp program, the
+command's cgroup) and starts the exec helper with ``posix_spawn`` (:mod:`._spawn`); the helper
+applies every layer in one place, in a fixed order, and executes the command
+(``exec_helper_x86_64.S``):
+
+1. cgroup: the command joins its own cgroup, so ``stop`` ends every descendant;
+2. capabilities: bounding, ambient, effective, permitted and inheritable sets all emptied;
+3. ``no_new_privs``: setuid binaries and file capabilities grant nothing;
+4. Landlock: the filesystem rules of the policy (reads everywhere but the protected state
+   directory, writes beneath the writable roots only), TCP with the network off, and the
+   signal / abstract-socket scopes;
+5. seccomp: :mod:`._seccomp`'s filter (terminal injection, raw and packet sockets, ptrace,
+   mounts, namespaces, host-wide settings, resource calls on other processes, ...).
+
+A layer that cannot be applied refuses the command with a message naming it: the host raises
+:class:`SandboxUnavailable` before starting anything, and the helper exits 126 with one line
+starting with :data:`ENFORCEMENT_FAILED_MARKER` on fd 2 before it executes anything. There is no
+fallback with fewer layers. ``full-access`` starts through the same helper with no layer but the
+cgroup. The background supervisor starts its command with the same helper and fds
+(:meth:`Confinement.fds` gives them), through the same :func:`._spawn.spawn_helper`.
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import fcntl
 import os
-import select
 import shutil
-import signal
-import subprocess
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
 
 from codemode.errors import SandboxUnavailable, UserError
+from codemode.sandbox._cgroup import cgroup_root
 from codemode.sandbox._denial import ENFORCEMENT_FAILED_MARKER, explain_denial
-from codemode.sandbox._exec_helper import helper_fd
+from codemode.sandbox._exec_helper import helper_fd, helper_unavailable_reason
 from codemode.sandbox._landlock import (
     FS_EXECUTE,
     FS_IOCTL_DEV,
@@ -49,18 +53,14 @@ from codemode.sandbox._landlock import (
     FS_WRITE_FILE,
     KNOWN_ABI,
     NET_RIGHTS,
-    PR_SET_NO_NEW_PRIVS,
     SCOPES,
-    SYS_RESTRICT_SELF,
     LandlockStatus,
     RulesetAttr,
     add_path_rule,
     create_ruleset,
     landlock_status,
     mask_for,
-    prctl_fn,
     ruleset_attr_size,
-    syscall_fn,
 )
 from codemode.sandbox._policy import (
     WRITABLE_DEVICES,
@@ -68,15 +68,19 @@ from codemode.sandbox._policy import (
     extra_writable,
     is_within,
 )
+from codemode.sandbox._seccomp import filter_fd
+from codemode.sandbox._spawn import Layers, Process, spawn_helper
 
 __all__ = [
     "ENFORCEMENT_FAILED_EXIT",
     "ENFORCEMENT_FAILED_MARKER",
     "Confinement",
     "LandlockStatus",
+    "LaunchSpec",
     "check_policy",
     "explain_denial",
     "landlock_status",
+    "launch",
     "prepare_confinement",
 ]
 
@@ -84,171 +88,79 @@ __all__ = [
 ENFORCEMENT_FAILED_EXIT = 126
 
 _DEVICE_RIGHTS = FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV
+_MAKE_CHAR, _MAKE_BLOCK = 1 << 6, 1 << 11
+#: Rights never granted anywhere: a device node made in the workspace would reach the device.
+_NEVER = _MAKE_CHAR | _MAKE_BLOCK
+#: What "readable" means: files may be read and executed (directories may be listed everywhere).
+_READ = FS_READ_FILE | FS_EXECUTE
 
 
-class Confinement:
-    """How to start one child process under a policy; owns the Landlock ruleset fd.
-
-    Use it as a context manager (or call :meth:`close`) so the ruleset fd is closed in the
-    parent once the child has been spawned; one Confinement may start several children
-    before it is closed. The fd is ``O_CLOEXEC`` and closed by the child itself after
-    ``landlock_restrict_self``, so it never reaches the command.
-
-    Start commands with :meth:`spawn` (fastest: ``posix_spawn`` of a tiny exec helper that
-    changes directory, confines itself and executes the command), :meth:`popen` (the same
-    helper under ``subprocess.Popen``, for its full set of arguments) or pass ``preexec`` as
-    ``preexec_fn`` (works everywhere, including ptyprocess, but makes subprocess ``fork()``
-    the whole host: several times slower for short commands).
+@dataclass(frozen=True)
+class LaunchSpec:
+    """One process to start under a policy.
 
     Attributes:
-        preexec: Pass as ``preexec_fn``; ``None`` means unconfined (full-access).
-        env: Variables to add to the child's environment (``TMPDIR``).
-        description: One line saying what is enforced (for logs and ``doctor``).
-        pass_fds: Pass as ``pass_fds``. Required with ptyprocess, which closes every other fd
-            before ``preexec_fn`` runs; harmless with subprocess.
+        argv: The program and its arguments (a bare name is looked up on ``env``'s PATH).
+        cwd: The working directory.
+        env: The whole environment (the policy's own variables, ``TMPDIR``, are added).
+        policy: The sandbox policy to apply.
+        stdio: fds for the command's 0, 1 and 2; or None with ``terminal``.
+        terminal: A terminal device to open as 0-2 and make the controlling terminal.
+        cgroup: A cgroup directory for the command to join (``CgroupRoot.make``), or None.
     """
 
-    def __init__(
-        self, env: dict[str, str] | None = None, description: str = "", ruleset_fd: int | None = None
-    ) -> None:
-        self.env: dict[str, str] = dict(env or {})
-        self.description = description
-        self._fd = ruleset_fd  # None: unconfined
-        self._preexec: Callable[[], None] | None = None  # built on first use: spawn/popen never need it
-        self.closed = False
+    argv: Sequence[str]
+    cwd: str
+    env: Mapping[str, str]
+    policy: SandboxPolicy
+    stdio: tuple[int, int, int] | None = None
+    terminal: str | None = None
+    cgroup: str | None = None
 
-    @property
-    def preexec(self) -> Callable[[], None] | None:
-        """Pass as ``preexec_fn``; ``None`` means unconfined (full-access)."""
-        if self._preexec is None and self._fd is not None:
-            self._preexec = _make_preexec(self, self._fd)
-        return self._preexec
 
-    @property
-    def confined(self) -> bool:
-        """Whether children started through this Confinement are confined."""
-        return self._fd is not None
+@dataclass
+class Confinement:
+    """The prepared layers of one policy, as fds the exec helper applies in the child.
 
-    @property
-    def ruleset_fd(self) -> int | None:
-        """The Landlock ruleset fd (``None`` when unconfined or closed)."""
-        return None if self.closed else self._fd
+    Use it as a context manager (or call :meth:`close`): the ruleset fd is this Confinement's
+    own; the helper and seccomp memfds are shared per process and stay open.
 
-    @property
-    def pass_fds(self) -> tuple[int, ...]:
-        """File descriptors the child needs until ``preexec`` has run."""
-        return () if self._fd is None or self.closed else (self._fd,)
+    Attributes:
+        env: Variables the policy adds to the command's environment (``TMPDIR``).
+        description: One line saying what is enforced (for logs and ``doctor``).
+        confined: Whether the layers are applied (False in full-access).
+    """
 
-    def popen(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
-        """Start ``argv`` confined: ``subprocess.Popen(argv, **kwargs)`` plus this confinement.
+    env: dict[str, str]
+    description: str
+    confined: bool
+    _helper: int
+    _ruleset: int | None = None
+    _seccomp: int | None = None
+    _closed: bool = field(default=False, repr=False)
 
-        The fast path: the command is started through the exec helper with ``vfork``, so a
-        confined start costs about what an unconfined one does. Where the helper is unavailable
-        (or ``shell``/``executable`` are given) it falls back to ``preexec_fn=self.preexec``.
-        Unconfined (full-access) it is plain ``subprocess.Popen``. ``env`` is used as given
-        (add :attr:`env` to it yourself). ``proc.args`` shows the helper's argv.
-
-        Args:
-            argv: The program and its arguments (a bare name is looked up in ``env``'s PATH).
-            **kwargs: Any ``subprocess.Popen`` argument but ``preexec_fn``.
-
-        Returns:
-            The started process.
-
-        Raises:
-            TypeError: ``preexec_fn`` was given.
-            UserError: The confinement was closed already.
-            FileNotFoundError: The program was not found (as ``subprocess.Popen`` raises).
-        """
-        if "preexec_fn" in kwargs:
-            raise TypeError("Confinement.popen sets preexec_fn itself")
-        if not self.confined:
-            return subprocess.Popen(argv, **kwargs)
-        if self.closed or self._fd is None:
-            raise UserError("This Confinement was closed; prepare a new one to start a command.")
-        hfd = helper_fd()
-        if (
-            hfd is None
-            or kwargs.get("shell")
-            or kwargs.get("executable") is not None
-            or kwargs.get("pass_fds")
-        ):
-            # The helper hands the command fds 0-2 only: extra pass_fds need the preexec path.
-            return subprocess.Popen(argv, preexec_fn=self.preexec, **kwargs)
-        env = kwargs.get("env")
-        program = _program_path(argv[0], (env if env is not None else os.environ).get("PATH", os.defpath))
-        kwargs.pop("pass_fds", None)
-        pass_fds = (self._fd, hfd)  # the helper closes every fd from 3 up before exec
-        wrapped = [f"/proc/self/fd/{hfd}", str(self._fd), "", program, *argv]
-        return subprocess.Popen(wrapped, pass_fds=pass_fds, **kwargs)
-
-    def spawn(
-        self,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str],
-        cwd: str | os.PathLike[str],
-        stdin: int,
-        stdout: int,
-        stderr: int,
-    ) -> SpawnedProcess | subprocess.Popen[bytes]:
-        """Start ``argv`` confined in a new session, with ``posix_spawn`` and the exec helper.
-
-        ``subprocess.Popen`` spends ~65 µs of Python per start that ``posix_spawn`` does not;
-        the helper changes directory (which ``posix_spawn`` cannot on Python 3.11) before it
-        confines itself and executes the command. The command gets ``stdin``, ``stdout``
-        and ``stderr`` as fds 0-2 and no other fd; SIGPIPE and SIGXFSZ are reset to their
-        defaults, as ``subprocess`` does. Where this path cannot be used (unconfined, no
-        helper, one of the fds below 3) it is :meth:`popen` with the same meaning.
-
-        Returns:
-            The started process (``pid``, ``returncode``, ``poll()``, ``wait(timeout)``).
+    def fds(self) -> Layers:
+        """``helper_fd``, ``ruleset_fd`` and ``seccomp_fd`` for :func:`._spawn.spawn_helper`.
 
         Raises:
             UserError: The confinement was closed already.
-            OSError: The command could not be started.
         """
-        hfd = helper_fd() if self.confined else None
-        fd = self._fd
-        if self.closed and self.confined:
+        if self._closed:
             raise UserError("This Confinement was closed; prepare a new one to start a command.")
-        if hfd is None or fd is None or min(stdin, stdout, stderr, hfd, fd) < 3:
-            return self.popen(
-                argv, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True
-            )
-        program = _program_path(argv[0], env.get("PATH", os.defpath))
-        target = next(n for n in (3, 4, 5) if n not in (hfd, fd))  # where the child finds the ruleset
-        helper = f"/proc/self/fd/{hfd}"
-        pid = os.posix_spawn(
-            helper,
-            [helper, str(target), os.fspath(cwd), program, *argv],
-            env,
-            file_actions=[
-                (os.POSIX_SPAWN_DUP2, stdin, 0),
-                (os.POSIX_SPAWN_DUP2, stdout, 1),
-                (os.POSIX_SPAWN_DUP2, stderr, 2),
-                (os.POSIX_SPAWN_DUP2, fd, target),
-            ],
-            setsid=True,
-            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
-        )
-        return SpawnedProcess(pid, list(argv))
+        return Layers(helper_fd=self._helper, ruleset_fd=self._ruleset, seccomp_fd=self._seccomp)
 
     def close(self) -> None:
-        """Close the ruleset fd in this (parent) process; later spawns fail closed."""
-        if not self.closed:
-            self.closed = True
-            if self._fd is not None:
-                os.close(self._fd)
+        """Close the ruleset fd in this (parent) process."""
+        if not self._closed:
+            self._closed = True
+            if self._ruleset is not None:
+                os.close(self._ruleset)
 
     def __enter__(self) -> Confinement:
         return self
 
     def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
 
@@ -258,69 +170,41 @@ class Confinement:
         except (OSError, AttributeError, TypeError):  # already closed elsewhere, or interpreter exit
             pass
 
-    def __repr__(self) -> str:
-        return f"Confinement({self.description!r}, fd={self.ruleset_fd})"
 
+def launch(spec: LaunchSpec) -> Process:
+    """Start ``spec.argv`` under ``spec.policy``, every layer applied before it runs.
 
-class SpawnedProcess:
-    """A child started by :meth:`Confinement.spawn`: the part of ``subprocess.Popen`` callers use.
+    Returns:
+        The started process (in a new session; ``pid``, ``poll()``, ``wait(timeout)``, and the
+        ``cgroup`` it joined).
 
-    Attributes:
-        pid: The process id.
-        args: The command's argv.
-        returncode: None while it runs; its exit status, or ``-signal`` when a signal ended it.
+    Raises:
+        SandboxUnavailable: A layer of a confined mode cannot be applied here; nothing ran.
+        UserError: The policy would make the state directory writable, or a root is missing.
+        FileNotFoundError: The program was not found.
+        OSError: The process could not be started.
     """
-
-    def __init__(self, pid: int, args: list[str]) -> None:
-        self.pid = pid
-        self.args = args
-        self.returncode: int | None = None
-        self._lock = threading.Lock()
-
-    def poll(self) -> int | None:
-        """Reap the process if it has exited; return ``returncode``."""
-        with self._lock:
-            if self.returncode is None:
-                try:
-                    pid, status = os.waitpid(self.pid, os.WNOHANG)
-                except ChildProcessError:  # reaped elsewhere, as subprocess assumes success
-                    self.returncode = 0
-                else:
-                    if pid:
-                        self.returncode = os.waitstatus_to_exitcode(status)
-            return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        """Wait for the process to exit and return ``returncode``.
-
-        Raises:
-            subprocess.TimeoutExpired: It is still running after ``timeout`` seconds.
-        """
-        if self.poll() is not None:
-            assert self.returncode is not None
-            return self.returncode
-        if timeout is not None:
-            try:
-                pidfd = os.pidfd_open(self.pid)
-            except ProcessLookupError:
-                pidfd = None
-            if pidfd is not None:
-                try:
-                    poller = select.poll()
-                    poller.register(pidfd, select.POLLIN)
-                    ready = poller.poll(max(timeout, 0.0) * 1000)
-                finally:
-                    os.close(pidfd)
-                if not ready:
-                    raise subprocess.TimeoutExpired(self.args, timeout)
-        with self._lock:
-            if self.returncode is None:
-                try:
-                    _, status = os.waitpid(self.pid, 0)
-                    self.returncode = os.waitstatus_to_exitcode(status)
-                except ChildProcessError:
-                    self.returncode = 0
-            return self.returncode
+    with prepare_confinement(spec.policy) as conf:
+        env = {**spec.env, **conf.env}
+        program = _program_path(spec.argv[0], env.get("PATH", os.defpath))
+        procs_fd = None
+        if spec.cgroup is not None:
+            procs_fd = os.open(os.path.join(spec.cgroup, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            return spawn_helper(
+                **conf.fds(),
+                program=program,
+                argv=spec.argv,
+                env=env,
+                cwd=spec.cwd,
+                stdio=spec.stdio,
+                terminal=spec.terminal,
+                cgroup_procs_fd=procs_fd,
+                cgroup=spec.cgroup,
+            )
+        finally:
+            if procs_fd is not None:
+                os.close(procs_fd)
 
 
 def _program_path(program: str, search: str) -> str:
@@ -392,21 +276,29 @@ def _unavailable_message(policy: SandboxPolicy, status: LandlockStatus) -> str:
     )
 
 
-def _base_env(policy: SandboxPolicy) -> dict[str, str]:
-    return {"TMPDIR": str(policy.temp_dir)} if policy.temp_dir is not None else {}
+def _helper_or_refuse(policy: SandboxPolicy) -> int:
+    fd = helper_fd()
+    if fd is None:
+        raise SandboxUnavailable(
+            f"Commands start through codemode's exec helper, which cannot run here "
+            f"({helper_unavailable_reason()}); the command was not run. The helper exists for x86_64 "
+            f"Linux with /proc mounted. Sandbox mode '{policy.mode.value}' cannot be applied without it."
+        )
+    return fd
 
 
 def prepare_confinement(policy: SandboxPolicy) -> Confinement:
-    """Build the Landlock ruleset for ``policy`` in this process and return how to apply it.
+    """Build every layer of ``policy`` in this process, as fds for the exec helper.
 
-    ``full-access`` returns an unconfined Confinement (``preexec`` is ``None``). Confined modes
-    handle every filesystem right the running ABI knows, allow read and execute everywhere,
-    all rights beneath each writable root, and writes (and ioctls) on ``/dev/null``, ``/dev/zero``,
-    ``/dev/full``, ``/dev/tty``, ``/dev/ptmx`` and ``/dev/pts`` so terminals work; in
-    ``workspace-write`` also ``/dev/shm`` (POSIX semaphores, multiprocessing). ``network:
-    false`` handles TCP bind and connect with no port allowed. On ABI 6 and later the command
-    also cannot signal, or connect to abstract unix sockets of, processes outside its own
-    sandbox (it can still signal its own children).
+    Confined modes handle every filesystem right the running ABI knows. Files may be read and
+    executed everywhere except beneath the protected directories (directories may be listed
+    everywhere); beneath each writable root every right but making device nodes is granted;
+    ``/dev/null``, ``/dev/zero``, ``/dev/full``, ``/dev/tty`` and ``/dev/ptmx`` may be written
+    (the command's own terminal and pipes are its fds 0-2; other terminals in ``/dev/pts`` are
+    out of reach); in ``workspace-write`` also ``/dev/shm``. ``network: false`` handles TCP
+    bind and connect with no port allowed (the seccomp filter also refuses every socket but
+    netlink). On ABI 6 and later the command also cannot signal, or connect to abstract unix
+    sockets of, processes outside its own sandbox.
 
     Args:
         policy: The sandbox policy.
@@ -415,14 +307,15 @@ def prepare_confinement(policy: SandboxPolicy) -> Confinement:
         A Confinement; close it (or use ``with``) after spawning.
 
     Raises:
-        SandboxUnavailable: Landlock (ABI >= 3), or its network rules (ABI >= 4) when the
-            network is off, is unavailable, or the ruleset cannot be built.
+        SandboxUnavailable: The exec helper, Landlock (ABI >= 3), its network rules (ABI >= 4)
+            when the network is off, or the seccomp filter is unavailable.
         UserError: A protected directory lies under a writable root, or a writable root does
             not exist.
     """
-    env = _base_env(policy)
+    env = {"TMPDIR": str(policy.temp_dir)} if policy.temp_dir is not None else {}
+    helper = _helper_or_refuse(policy)
     if not policy.confined:
-        return Confinement(env, "full-access: unconfined")
+        return Confinement(env, "full-access: unconfined", False, helper)
     status = landlock_status()
     if status.abi < 3:
         raise SandboxUnavailable(_unavailable_message(policy, status))
@@ -432,17 +325,27 @@ def prepare_confinement(policy: SandboxPolicy) -> Confinement:
             f"Landlock ABI {status.abi}; the command was not run. Use a newer kernel, or turn the network "
             "on (network=True / --network on)."
         )
+    try:
+        seccomp = filter_fd(policy.network)
+    except OSError as exc:
+        raise SandboxUnavailable(
+            f"The seccomp filter could not be prepared ({exc.strerror or exc}); the command was not run."
+        ) from exc
     fd = _cached_ruleset(policy, status.abi)
-    net = "on" if policy.network else "off (TCP bind/connect denied)"
+    net = "on" if policy.network else "off (every socket but netlink refused, TCP denied by Landlock)"
     writable = [str(p) for p in policy.all_writable()]
     roots = ", ".join(writable) if writable else "none"
-    description = f"landlock ABI {status.abi}, {policy.mode.value}, writable: {roots}; network {net}"
-    return Confinement(env, description, ruleset_fd=fd)
+    description = (
+        f"landlock ABI {status.abi}, {policy.mode.value}, writable: {roots}; network {net}; "
+        "capabilities dropped, no_new_privs, seccomp"
+    )
+    return Confinement(env, description, True, helper, fd, seccomp)
 
 
-# Built rulesets, reused while every path they name still is the same inode (Landlock rules
-# bind inodes, so a root deleted and re-created needs a new ruleset). Key: (policy, ABI).
-_Stamp = tuple[tuple[str, int, int], ...]
+# Built rulesets, reused while every path they name is the same inode and every directory
+# whose entries were granted one by one is unchanged (Landlock rules bind inodes, so a root
+# re-created, or a new entry beside the state directory, needs a new ruleset). Key: (policy, ABI).
+_Stamp = tuple[tuple[str, int, int, int], ...]
 _cache: OrderedDict[tuple[SandboxPolicy, int], tuple[int, _Stamp]] = OrderedDict()
 _cache_lock = threading.Lock()
 _CACHE_SIZE = 16
@@ -455,14 +358,45 @@ def _stamp(paths: Sequence[str]) -> _Stamp | None:
             st = os.stat(path)
         except OSError:
             return None
-        stamps.append((path, st.st_dev, st.st_ino))
+        stamps.append((path, st.st_dev, st.st_ino, st.st_mtime_ns))
     return tuple(stamps)
 
 
-def _rule_paths(policy: SandboxPolicy) -> list[str]:
-    """The directories a ruleset's rules bind, to check it is still current (device nodes,
-    which are not replaced while the host runs, are left out)."""
-    return [str(p) for p in (*policy.all_writable(), *policy.protected)]
+def read_grants(protected: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Where to grant reading so that everything but ``protected`` (real paths) is readable.
+
+    Landlock grants by hierarchy, so a directory cannot be carved out of a readable tree. Instead
+    each ancestor of a protected directory is split: every entry of it is granted on its own,
+    except the one leading to the protected directory, which is split in turn. Symbolic links
+    are not granted (their targets are, on their own paths).
+
+    Returns:
+        The paths to grant, and the ancestors that were split (a new entry in one of them
+        needs a new ruleset).
+    """
+    targets = [p.rstrip("/") or "/" for p in protected]
+    if not targets or "/" in targets:
+        return ([] if "/" in targets else ["/"]), []
+    grants: list[str] = []
+    split: list[str] = []
+
+    def walk(directory: str) -> None:
+        split.append(directory)
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            return
+        for entry in entries:
+            path = entry.path
+            if path in targets or entry.is_symlink():
+                continue
+            if any(is_within(t, path) for t in targets):
+                walk(path)
+            else:
+                grants.append(path)
+
+    walk("/")
+    return grants, split
 
 
 def _cached_ruleset(policy: SandboxPolicy, abi: int) -> int:
@@ -478,9 +412,11 @@ def _cached_ruleset(policy: SandboxPolicy, abi: int) -> int:
             del _cache[key]
             os.close(fd)
     check_policy(policy)
-    paths = _rule_paths(policy)
+    protected = [os.path.realpath(p) for p in policy.protected]
+    grants, split = read_grants(protected)
+    paths = [str(p) for p in policy.all_writable()] + protected + split
     before = _stamp(paths)
-    fd = _build_ruleset(policy, abi)
+    fd = _build_ruleset(policy, abi, grants)
     with _cache_lock:
         if before is not None and _stamp(paths) == before and key not in _cache:
             _cache[key] = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 0), before)
@@ -490,7 +426,7 @@ def _cached_ruleset(policy: SandboxPolicy, abi: int) -> int:
     return fd
 
 
-def _build_ruleset(policy: SandboxPolicy, abi: int) -> int:
+def _build_ruleset(policy: SandboxPolicy, abi: int, read_paths: Sequence[str]) -> int:
     abi = min(abi, KNOWN_ABI)
     fs_all = mask_for(FS_RIGHTS, abi)
     attr = RulesetAttr(
@@ -505,14 +441,20 @@ def _build_ruleset(policy: SandboxPolicy, abi: int) -> int:
             f"Creating the Landlock ruleset failed ({exc.strerror}); the command was not run. "
             "Run `codemode doctor` to see what this kernel supports, or ask explicitly for full-access."
         ) from exc
+    writable = fs_all & ~_NEVER
     try:
-        add_path_rule(fd, "/", FS_READ_FILE | FS_READ_DIR | FS_EXECUTE)
+        add_path_rule(fd, "/", FS_READ_DIR)
+        for path in read_paths:
+            try:
+                add_path_rule(fd, path, _READ, follow=False)
+            except FileNotFoundError:  # removed since it was listed: nothing to grant
+                continue
         for path in (*WRITABLE_DEVICES, *extra_writable(policy)):
             if os.path.exists(path):
-                add_path_rule(fd, path, (_DEVICE_RIGHTS if path != "/dev/shm" else fs_all) & fs_all)
+                add_path_rule(fd, path, (_DEVICE_RIGHTS if path != "/dev/shm" else writable) & fs_all)
         for root in policy.all_writable():
             try:
-                add_path_rule(fd, str(root), fs_all)
+                add_path_rule(fd, str(root), writable)
             except FileNotFoundError as exc:
                 raise UserError(
                     f"The writable root {root} does not exist; create it or remove it from the sandbox "
@@ -530,34 +472,6 @@ def _build_ruleset(policy: SandboxPolicy, abi: int) -> int:
     return fd
 
 
-def _make_preexec(conf: Confinement, fd: int) -> Callable[[], None]:
-    """The child side: prctl + restrict_self + close, everything bound in the parent."""
-    prctl = prctl_fn()
-    syscall = syscall_fn()
-    get_errno = ctypes.get_errno
-    write, exit_, close = os.write, os._exit, os.close
-    args = (ctypes.c_long(SYS_RESTRICT_SELF), ctypes.c_long(fd), ctypes.c_uint32(0))
-    marker = ENFORCEMENT_FAILED_MARKER.encode()
-    tail = b"; the command was not run.\n"
-    ebadf_hint = (
-        b" (the ruleset fd was closed before preexec ran: with ptyprocess pass "
-        b"pass_fds=conf.pass_fds, and spawn before conf.close())"
-    )
-
-    def fail(what: bytes) -> None:
-        err = get_errno()
-        hint = ebadf_hint if err in (9, 77) else b""  # EBADF, EBADFD
-        write(2, marker + b" " + what + b" failed with errno " + str(err).encode() + hint + tail)
-        exit_(ENFORCEMENT_FAILED_EXIT)
-
-    def preexec() -> None:
-        if conf.closed:
-            write(2, marker + b" the confinement was closed before the command was spawned" + tail)
-            exit_(ENFORCEMENT_FAILED_EXIT)
-        if prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            fail(b"prctl(PR_SET_NO_NEW_PRIVS)")
-        if syscall(*args) != 0:
-            fail(b"landlock_restrict_self")
-        close(fd)
-
-    return preexec
+def cgroups_available() -> bool:
+    """Whether commands get a cgroup each (see :mod:`._cgroup`)."""
+    return cgroup_root().path is not None

@@ -158,13 +158,13 @@ def create_ruleset(attr: RulesetAttr | None, size: int, flags: int) -> int:
     return int(result)
 
 
-def add_path_rule(ruleset_fd: int, path: str, allowed: int) -> None:
-    """Allow ``allowed`` beneath ``path`` (opened O_PATH, symlinks followed).
+def add_path_rule(ruleset_fd: int, path: str, allowed: int, *, follow: bool = True) -> None:
+    """Allow ``allowed`` beneath ``path`` (opened O_PATH; a final symlink followed if ``follow``).
 
     Raises:
         OSError: The path cannot be opened or the kernel refused the rule.
     """
-    path_fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    path_fd = os.open(path, os.O_PATH | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
     try:
         if not os.path.isdir(f"/proc/self/fd/{path_fd}"):
             allowed &= FS_FILE_RIGHTS

@@ -66,8 +66,10 @@ class SandboxPolicy:
         return tuple(roots)
 
 
-#: Devices every confined command may write (and ioctl, so terminals keep working).
-WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts")
+#: Devices every confined command may open for writing (and ioctl). ``/dev/tty`` is the
+#: command's own controlling terminal; other terminals (``/dev/pts/N``) are out of reach: a
+#: command's terminal and pipes are its fds 0-2, opened before it was confined.
+WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx")
 #: POSIX shared memory and semaphores (multiprocessing locks): writable in workspace-write only.
 WORKSPACE_EXTRA_PATHS = ("/dev/shm",)
 

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import selectors
+import struct
 import subprocess
+import termios
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from landlock import landlock_abi_version
 
-from codemode.sandbox import SandboxMode, SandboxPolicy, prepare_confinement
+from codemode.sandbox import LaunchSpec, SandboxMode, SandboxPolicy, launch
 
 
 def _real_abi() -> int:
@@ -50,22 +52,18 @@ class Dirs:
         )
 
 
-#: How run_confined starts children: "helper" (Confinement.popen, the vfork + exec helper path),
-#: "spawn" (Confinement.spawn: posix_spawn + the exec helper, as the bash tool does) or
-#: "preexec" (subprocess.Popen with preexec_fn=conf.preexec). Tests parametrize over all three.
-SPAWN_VIA = {"mode": "helper"}
-
-
-def _spawn_and_collect(
-    conf: Any, argv: list[str], env: dict[str, str], cwd: Path | None, timeout: float
-) -> tuple[int, str, str]:
-    """Start through ``conf.spawn`` with pipes, read both to the end, wait."""
+def run_confined(
+    policy: SandboxPolicy, argv: list[str], cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Start ``argv`` the way the bash tool does (``launch``, with pipes), wait, return its output."""
     out_read, out_write = os.pipe2(os.O_CLOEXEC)
     err_read, err_write = os.pipe2(os.O_CLOEXEC)
     devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        proc = conf.spawn(
-            argv, env=env, cwd=cwd or os.getcwd(), stdin=devnull, stdout=out_write, stderr=err_write
+        proc = launch(
+            LaunchSpec(
+                argv, str(cwd or os.getcwd()), dict(os.environ), policy, stdio=(devnull, out_write, err_write)
+            )
         )
     finally:
         for fd in (out_write, err_write, devnull):
@@ -86,32 +84,31 @@ def _spawn_and_collect(
             if time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(argv, timeout)
     code = proc.wait(timeout=timeout)
-    return code, b"".join(chunks[out_read]).decode(), b"".join(chunks[err_read]).decode()
+    out, err = (b"".join(chunks[fd]).decode(errors="replace") for fd in (out_read, err_read))
+    return subprocess.CompletedProcess(argv, code, out, err)
 
 
-def run_confined(
-    policy: SandboxPolicy, argv: list[str], cwd: Path | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    """Start ``argv`` the way the bash tool does, wait, return its output."""
-    env = dict(os.environ)
-    kwargs = {
-        "cwd": cwd,
-        "stdin": subprocess.DEVNULL,
-        "stdout": subprocess.PIPE,
-        "stderr": subprocess.PIPE,
-        "text": True,
-    }
-    with prepare_confinement(policy) as conf:
-        env.update(conf.env)
-        if SPAWN_VIA["mode"] == "spawn":
-            code, out, err = _spawn_and_collect(conf, argv, env, cwd, timeout)
-            return subprocess.CompletedProcess(argv, code, out, err)
-        if SPAWN_VIA["mode"] == "helper":
-            proc = conf.popen(argv, env=env, **kwargs)
-        else:
-            proc = subprocess.Popen(argv, env=env, preexec_fn=conf.preexec, **kwargs)
-    out, err = proc.communicate(timeout=timeout)
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+def run_on_pty(policy: SandboxPolicy, argv: list[str], timeout: float = 60) -> tuple[int, str]:
+    """Start ``argv`` on a new PTY (its controlling terminal), as background runs are; read it all."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    terminal = os.ttyname(slave)
+    os.close(slave)
+    try:
+        proc = launch(LaunchSpec(argv, os.getcwd(), dict(os.environ), policy, terminal=terminal))
+        chunks: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                data = os.read(master, 4096)
+            except OSError:  # EIO: the command and everything holding the terminal are gone
+                break
+            if not data:
+                break
+            chunks.append(data)
+        return proc.wait(timeout=timeout), b"".join(chunks).decode(errors="replace")
+    finally:
+        os.close(master)
 
 
 def bash(policy: SandboxPolicy, script: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -67,7 +67,7 @@ def test_simulated_missing_landlock_refuses_confined_modes(dirs: Dirs) -> None:
 def test_simulated_missing_landlock_still_runs_full_access(dirs: Dirs) -> None:
     policy = dirs.policy(FULL)
     with prepare_confinement(policy) as conf:
-        assert conf.preexec is None and conf.env == {"TMPDIR": str(dirs.tmp)}
+        assert not conf.confined and conf.env == {"TMPDIR": str(dirs.tmp)}
     result = bash(policy, f"touch {dirs.out}/free && echo $TMPDIR")
     assert result.returncode == 0 and result.stdout.strip() == str(dirs.tmp)
     assert (dirs.out / "free").exists()
@@ -76,6 +76,6 @@ def test_simulated_missing_landlock_still_runs_full_access(dirs: Dirs) -> None:
 def test_full_access_is_unconfined(dirs: Dirs) -> None:
     policy = dirs.policy(FULL, network=False)
     with prepare_confinement(policy) as conf:
-        assert conf.preexec is None and conf.pass_fds == ()
+        assert not conf.confined and conf.fds()["ruleset_fd"] is None and conf.fds()["seccomp_fd"] is None
     result = bash(policy, f"touch {dirs.out}/x && echo ok > {dirs.state}/db")
     assert result.returncode == 0, result.stderr

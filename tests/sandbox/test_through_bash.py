@@ -138,7 +138,7 @@ async def test_network_off_host_refuses_tcp_connect(places: dict[str, Path]) -> 
     try:
         result = await host.call_tool("bash", {"command": f"exec 3<>/dev/tcp/127.0.0.1/{port}"})
         assert result.is_error
-        assert "connect: Permission denied" in result.text
+        assert "socket: Operation not permitted" in result.text
         assert f"Sandbox denied a TCP connection to 127.0.0.1 port {port}" in result.text, result.text
     finally:
         await host.aclose()

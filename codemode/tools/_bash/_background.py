@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import select
 import sqlite3
 import subprocess
@@ -16,24 +17,22 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import ptyprocess
 
 from codemode.archive import Archive
 from codemode.errors import ToolError
-from codemode.sandbox import ENFORCEMENT_FAILED_EXIT, ENFORCEMENT_FAILED_MARKER
 from codemode.tools._bash import _records
 from codemode.tools._bash._env import command_env
-from codemode.tools._bash._foreground import RunSpec, confine
+from codemode.tools._bash._foreground import RunSpec, command_cgroup, confine
 
 SUPERVISOR = Path(__file__).with_name("_supervisor.py")
-# Where the supervisor (started without site processing) finds its two dependencies.
-_SUPERVISOR_PATHS = sorted({str(Path(m.__file__).parent.parent) for m in (psutil, ptyprocess) if m.__file__})
+# Where the supervisor (started without site processing) finds its one dependency.
+_SUPERVISOR_PATHS = sorted({str(Path(m.__file__).parent.parent) for m in (psutil,) if m.__file__})
 _HANDSHAKE_SECONDS = 30.0
 PTY_TERM = "xterm-256color"
 
 
 def runtime_dir(archive: Archive) -> Path:
-    """Where input FIFOs and supervisor error files live (inside the private state dir)."""
+    """Where supervisor error files live (inside the private state dir)."""
     path = archive.state_dir / "bash"
     path.mkdir(mode=0o700, exist_ok=True)
     return path
@@ -80,7 +79,10 @@ def start_background(
     # The supervisor appends to the file from now on; the entry stays open (readable while it
     # grows) until Archive.finish_log records its size and sha256.
     log.detach()
-    input_path = str(run_dir / f"{process_id}.in")
+    # The input channel: an abstract unix socket and the token a writer must present.
+    input_name = f"codemode-in-{secrets.token_hex(12)}"
+    input_token = secrets.token_hex(32)
+    cgroup = command_cgroup(f"s_{spec.session_id}", process_id)
     with db() as conn:
         _records.insert(
             conn,
@@ -90,41 +92,58 @@ def start_background(
             state="starting",
             log_path=log_path,
             log_ref=log.ref,
-            input_path=input_path,
+            input_path=f"@{input_name}",
+            input_token=input_token,
+            cgroup=cgroup,
             started_at=time.time(),
             **spec.record_fields(),
         )
-    with conf:
-        env = command_env(spec.environ, process_id, conf.env, term=PTY_TERM)
-        payload = {
-            "process_id": process_id,
-            "command": spec.command,
-            "cwd": str(spec.cwd),
-            "env": env,
-            "db_path": str(archive.db_path),
-            "log_path": log_path,
-            "input_path": input_path,
-            "ruleset_fd": conf.ruleset_fd,
-            "failed_marker": ENFORCEMENT_FAILED_MARKER,
-            "failed_exit": ENFORCEMENT_FAILED_EXIT,
-        }
-        err_path = run_dir / f"{process_id}.err"
-        with open(err_path, "wb") as err:
-            try:
-                proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", str(SUPERVISOR), *_SUPERVISOR_PATHS],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=err,
-                    cwd="/",
-                    start_new_session=True,
-                    pass_fds=conf.pass_fds,
-                    close_fds=True,
-                )
-            except OSError as exc:
-                with db() as conn:
-                    _records.update(conn, process_id, state="failed", error=str(exc), ended_at=time.time())
-                raise ToolError(f"could not start the background supervisor: {exc}") from exc
+    procs_fd = None
+    try:
+        with conf:
+            if cgroup is not None:
+                procs_fd = os.open(os.path.join(cgroup, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+            fds = conf.fds()
+            layers: dict[str, int | None] = {
+                "helper_fd": fds["helper_fd"],
+                "ruleset_fd": fds["ruleset_fd"],
+                "seccomp_fd": fds["seccomp_fd"],
+                "cgroup_procs_fd": procs_fd,
+            }
+            payload = {
+                "process_id": process_id,
+                "command": spec.command,
+                "cwd": str(spec.cwd),
+                "env": {**command_env(spec.environ, process_id, term=PTY_TERM), **conf.env},
+                "db_path": str(archive.db_path),
+                "log_path": log_path,
+                "input_name": input_name,
+                "input_token": input_token,
+                "layers": layers,
+                "cgroup": cgroup,
+            }
+            err_path = run_dir / f"{process_id}.err"
+            with open(err_path, "wb") as err:
+                try:
+                    proc = subprocess.Popen(
+                        [sys.executable, "-I", "-S", str(SUPERVISOR), *_SUPERVISOR_PATHS],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=err,
+                        cwd="/",
+                        start_new_session=True,
+                        pass_fds=tuple(fd for fd in layers.values() if fd is not None),
+                        close_fds=True,
+                    )
+                except OSError as exc:
+                    with db() as conn:
+                        _records.update(
+                            conn, process_id, state="failed", error=str(exc), ended_at=time.time()
+                        )
+                    raise ToolError(f"could not start the background supervisor: {exc}") from exc
+    finally:
+        if procs_fd is not None:
+            os.close(procs_fd)
     assert proc.stdin is not None and proc.stdout is not None
     try:
         proc.stdin.write(json.dumps(payload).encode())

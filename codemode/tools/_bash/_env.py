@@ -31,7 +31,6 @@ _REMOVED = ("GOROOT",)
 def command_env(
     base: Mapping[str, str],
     marker: str,
-    extra: Mapping[str, str],
     *,
     term: str,
 ) -> dict[str, str]:
@@ -41,13 +40,11 @@ def command_env(
         base: The host's environment.
         marker: This command's process id, put in ``CODEMODE_PROCESS_ID`` so its
             descendants can be found even when they leave the process group.
-        extra: Variables from the sandbox confinement (``TMPDIR``).
         term: ``TERM`` for the command (``dumb`` for pipes, a real terminal for a PTY).
     """
     env = {k: v for k, v in base.items() if k not in _REMOVED}
     env.update(_NON_INTERACTIVE)
     env["TERM"] = term
-    env.update(extra)
     env[MARKER_VAR] = marker
     return env
 

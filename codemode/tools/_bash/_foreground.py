@@ -29,7 +29,16 @@ import anyio.to_thread
 
 from codemode.archive import Archive, ArchiveRef, LogWriter, Redactor
 from codemode.errors import SandboxUnavailable, ToolError
-from codemode.sandbox import Confinement, SandboxPolicy, SpawnedProcess, prepare_confinement
+from codemode.sandbox import (
+    Confinement,
+    LaunchSpec,
+    Process,
+    SandboxPolicy,
+    cgroup_remove,
+    cgroup_root,
+    launch,
+    prepare_confinement,
+)
 from codemode.tools._bash._env import WorkTree, command_env, find_work_tree, workspace_revision
 from codemode.tools._bash._proctree import create_time, markers_with_prefix, terminate_tree
 from codemode.tools._bash._pump import Pump, PumpStatus
@@ -146,7 +155,7 @@ class Running:
 
     spec: RunSpec
     marker: str
-    proc: SpawnedProcess | subprocess.Popen[bytes]
+    proc: Process
     pump: Pump
     stdout: StreamCapture
     stderr: StreamCapture
@@ -158,7 +167,14 @@ class Running:
     def terminate(self) -> None:
         """Stop the whole tree (blocking; the root is not reaped yet, so its pgid is ours)."""
         root = self.proc.pid if self.proc.returncode is None else None
-        terminate_tree(self.marker, pgid=root, root_pid=root, grace_seconds=TERM_GRACE_SECONDS)
+        terminate_tree(
+            self.marker, pgid=root, root_pid=root, grace_seconds=TERM_GRACE_SECONDS, cgroup=self.proc.cgroup
+        )
+
+    def release_cgroup(self) -> bool:
+        """Remove the command's cgroup if nothing is left in it; False when processes the
+        command left behind still run there (the session's to end, see the manager)."""
+        return self.proc.cgroup is None or cgroup_remove(self.proc.cgroup)
 
     def reap(self) -> tuple[int | None, str | None]:
         """Wait for the root (already exited) and return ``(exit_code, signal name)``."""
@@ -182,6 +198,26 @@ def _host_identity() -> str:
 
 
 _HOST = _host_identity()
+#: The cgroup owner of this host's foreground commands (see `command_cgroup`).
+HOST_CGROUP_OWNER = f"h_{_HOST}"
+
+
+def command_cgroup(owner: str, name: str) -> str | None:
+    """A new cgroup for one command, or None where cgroups are unavailable (see `cgroup_root`).
+
+    Raises:
+        ToolError: cgroups are available but this one cannot be created.
+    """
+    root = cgroup_root()
+    if root.path is None:
+        return None
+    try:
+        return root.make(owner, name)
+    except OSError as exc:
+        raise ToolError(
+            f"could not create the command's cgroup ({exc.strerror or exc}); the command was not run",
+            {"error": "sandbox_unavailable"},
+        ) from exc
 
 
 def foreground_marker() -> str:
@@ -190,21 +226,34 @@ def foreground_marker() -> str:
     return f"f_{_HOST}_{secrets.token_hex(6)}"
 
 
+def _host_is_gone(host: str) -> bool:
+    """Whether the host named ``PIDxSTART`` (see `_host_identity`) no longer runs."""
+    pid_text, _, started_text = host.partition("x")
+    if not (pid_text.isdigit() and started_text.isdigit()):
+        return False
+    alive = create_time(int(pid_text))
+    return alive is None or round(alive * 100) != int(started_text)
+
+
 def orphaned_foreground_markers() -> list[str]:
     """Markers of foreground commands whose host process is gone."""
     orphans = []
     for marker in markers_with_prefix("f_"):
         parts = marker.split("_")
-        if len(parts) != 3 or "x" not in parts[1]:
-            continue
-        pid_text, _, started_text = parts[1].partition("x")
-        if not (pid_text.isdigit() and started_text.isdigit()):
-            continue
-        pid, started = int(pid_text), int(started_text)
-        alive = create_time(pid)
-        if alive is None or round(alive * 100) != started:
+        if len(parts) == 3 and _host_is_gone(parts[1]):
             orphans.append(marker)
     return orphans
+
+
+def orphaned_foreground_cgroups() -> list[str]:
+    """Cgroups of foreground commands (and what they left running) whose host is gone."""
+    root = cgroup_root()
+    return [
+        path
+        for owner in root.owners()
+        if owner.startswith("h_") and _host_is_gone(owner[2:])
+        for path in root.children(owner)
+    ]
 
 
 def confine(policy: SandboxPolicy) -> Confinement:
@@ -219,6 +268,19 @@ def confine(policy: SandboxPolicy) -> Confinement:
         raise ToolError(str(exc), {"error": "sandbox_unavailable"}) from exc
 
 
+def _launch(spec: LaunchSpec) -> Process:
+    """`launch`, its refusal as the error the model sees.
+
+    Raises:
+        ToolError: The sandbox cannot be enforced (fail closed).
+        OSError: The command could not be started.
+    """
+    try:
+        return launch(spec)
+    except SandboxUnavailable as exc:
+        raise ToolError(str(exc), {"error": "sandbox_unavailable"}) from exc
+
+
 @functools.cache
 def _devnull() -> int:
     """One read-only ``/dev/null`` fd (close-on-exec), every command's stdin."""
@@ -228,25 +290,32 @@ def _devnull() -> int:
 def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> Running:
     """Start ``spec.command`` confined, with its (lazy) log.
 
-    The child confines itself before it executes the shell (``Confinement.spawn``: the
-    sandbox's exec helper, started with ``posix_spawn``); the host stays unconfined.
+    The child confines itself before it executes the shell (the sandbox's `launch`: its exec
+    helper, started with ``posix_spawn``, applies every layer); the host stays unconfined.
 
     Raises:
         ToolError: The sandbox cannot be enforced (fail closed) or the shell cannot start.
     """
-    conf = confine(spec.policy)
+    if not os.path.isdir(spec.cwd):  # the helper would refuse too, with exit 126: say it plainly
+        raise ToolError(
+            f"could not start /bin/bash in {str(spec.cwd)!r}: No such file or directory (it was "
+            "removed?); pass an existing cwd",
+            {"error": "spawn_failed"},
+        )
     # The pipes are made here rather than by Popen, which would wrap each in a file object
     # the pump does not use; the read ends stay in this process, the write ends go to the child.
     out_read, out_write = os.pipe2(os.O_CLOEXEC)
     err_read, err_write = os.pipe2(os.O_CLOEXEC)
     argv = ["/bin/bash", "-c", spec.command]
     try:
-        with conf:
-            env = command_env(spec.environ, marker, conf.env, term="dumb")
-            started = time.monotonic()
-            proc = conf.spawn(
-                argv, env=env, cwd=spec.cwd, stdin=_devnull(), stdout=out_write, stderr=err_write
+        env = command_env(spec.environ, marker, term="dumb")
+        started = time.monotonic()
+        cgroup = command_cgroup(HOST_CGROUP_OWNER, marker)
+        proc = _launch(
+            LaunchSpec(
+                argv, str(spec.cwd), env, spec.policy, stdio=(_devnull(), out_write, err_write), cgroup=cgroup
             )
+        )
     except BaseException as exc:
         os.close(out_read)
         os.close(err_read)
@@ -268,7 +337,7 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
         with contextlib.suppress(Exception):
             os.close(out_read)
             os.close(err_read)
-            terminate_tree(marker, pgid=proc.pid, root_pid=proc.pid, grace_seconds=0)
+            terminate_tree(marker, pgid=proc.pid, root_pid=proc.pid, grace_seconds=0, cgroup=proc.cgroup)
             proc.wait(timeout=5)
         raise
     # The work tree is looked up now, while the command starts on another core, rather than

@@ -18,7 +18,7 @@ import contextlib
 import errno
 import os
 import secrets
-import select
+import socket
 import sqlite3
 import threading
 import time
@@ -32,6 +32,7 @@ import anyio.to_thread
 
 from codemode.archive import Archive, Redactor
 from codemode.errors import ProcessNotFound, ToolError
+from codemode.sandbox import cgroup_kill, cgroup_remove
 from codemode.tools._bash import _records
 from codemode.tools._bash._background import start_background
 from codemode.tools._bash._env import resolve_cwd
@@ -39,6 +40,7 @@ from codemode.tools._bash._foreground import (
     TERM_GRACE_SECONDS,
     Running,
     RunSpec,
+    orphaned_foreground_cgroups,
     orphaned_foreground_markers,
     run_foreground,
 )
@@ -130,6 +132,8 @@ class ProcessManager:
         self._environ = dict(environ if environ is not None else os.environ)
         self._foreground: set[Running] = set()
         self._promoted: dict[str, _Promoted] = {}
+        # Cgroups of finished foreground runs that left processes running, per session.
+        self._leftovers: dict[str, set[str]] = {}
         self._lock = threading.Lock()
         self._start_lock = threading.Lock()
         self._db_lock = threading.RLock()
@@ -192,7 +196,13 @@ class ProcessManager:
         if fresh.state == "lost":
             # Nothing reads its output any more: end what is left of it (found by its marker).
             root = _live_root(record)
-            terminate_tree(record.marker, pgid=root, root_pid=root, grace_seconds=TERM_GRACE_SECONDS)
+            terminate_tree(
+                record.marker,
+                pgid=root,
+                root_pid=root,
+                grace_seconds=TERM_GRACE_SECONDS,
+                cgroup=record.cgroup,
+            )
         return fresh
 
     def maintain(self) -> dict[str, int]:
@@ -214,6 +224,9 @@ class ProcessManager:
         for marker in orphaned_foreground_markers():
             terminate_tree(marker, grace_seconds=TERM_GRACE_SECONDS)
             counts["orphans"] += 1
+        for cgroup in orphaned_foreground_cgroups():
+            counts["orphans"] += bool(cgroup_kill(cgroup))
+            cgroup_remove(cgroup)
         with self._db() as conn:
             live = _records.live_records(conn)
         for record in live:
@@ -368,6 +381,10 @@ class ProcessManager:
                     running.pump.wake()
             else:
                 self._foreground.discard(running)
+                # A finished run's cgroup goes, unless processes it left behind still run
+                # there: those belong to the session and end with it (or with this host).
+                if running.proc.returncode is not None and not running.release_cgroup():
+                    self._leftovers.setdefault(running.spec.session_id, set()).add(running.proc.cgroup or "")
 
     def _promote(self, running: Running) -> str | None:
         """Register a still-running foreground command as a background process (worker thread)."""
@@ -430,6 +447,8 @@ class ProcessManager:
                 )
             with self._lock:
                 self._promoted.pop(promoted.process_id, None)
+                if not running.release_cgroup():
+                    self._leftovers.setdefault(running.spec.session_id, set()).add(running.proc.cgroup or "")
 
     # ------------------------------------------------------------------ control actions
 
@@ -477,7 +496,9 @@ class ProcessManager:
         if record.kind == "promoted":
             promoted = self._promoted.get(record.process_id)
             return promoted is None or promoted.running.pump.finished
-        return record.input_path is None or not os.path.exists(record.input_path)
+        if record.pid is None or record.pid_started is None:
+            return record.state != "starting"
+        return not is_same_process(record.pid, record.pid_started)
 
     async def read(
         self,
@@ -580,30 +601,31 @@ class ProcessManager:
             f"{'unknown' if record.exit_code is None else record.exit_code}); it takes no more input",
             {"error": "exited", "process_id": pid},
         )
-        if not record.live or record.input_path is None:
+        if not record.live or record.input_path is None or record.input_token is None:
             raise exited
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock.settimeout(10)
         try:
-            fd = os.open(record.input_path, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.ENXIO):
+            try:
+                sock.connect("\0" + record.input_path.removeprefix("@"))
+            except OSError as exc:
+                if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
+                    raise exited from exc
+                raise ToolError(f"cannot write to process {pid}: {exc.strerror}") from exc
+            try:
+                sock.sendall(record.input_token.encode() + data)
+                sock.shutdown(socket.SHUT_WR)
+                sock.recv(2)  # the supervisor has handed every byte on
+            except TimeoutError:
+                raise ToolError(
+                    f"process {pid} is not reading its input; some of the {len(data)} bytes may not "
+                    "have been sent",
+                    {"error": "input_blocked"},
+                ) from None
+            except OSError as exc:
                 raise exited from exc
-            raise ToolError(f"cannot write to process {pid}: {exc.strerror}") from exc
-        try:
-            view = memoryview(data)
-            deadline = time.monotonic() + 10
-            while view:
-                try:
-                    view = view[os.write(fd, view) :]
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise ToolError(
-                            f"process {pid} is not reading its input; {len(view)} of {len(data)} bytes "
-                            "were not sent",
-                            {"error": "input_blocked", "unsent_bytes": len(view)},
-                        ) from None
-                    select.select([], [fd], [], 0.05)
         finally:
-            os.close(fd)
+            sock.close()
         return {"process_id": pid, "bytes": len(data)}
 
     async def stop(self, session_id: str, process_id: str) -> dict[str, Any]:
@@ -625,7 +647,9 @@ class ProcessManager:
         pid = record.process_id
         if not record.live:
             # Anything it left behind that still carries its marker goes too.
-            terminate_tree(record.marker, grace_seconds=TERM_GRACE_SECONDS)
+            terminate_tree(record.marker, grace_seconds=TERM_GRACE_SECONDS, cgroup=record.cgroup)
+            if record.cgroup:
+                cgroup_remove(record.cgroup)
             return {
                 "message": f"Process {pid} had already ended ({record.state}, exit code "
                 f"{'unknown' if record.exit_code is None else record.exit_code}); nothing to stop.",
@@ -644,7 +668,9 @@ class ProcessManager:
             )
         with self._db() as conn:
             _records.update(conn, pid, stop_requested=1)
-        terminate_tree(record.marker, pgid=root, root_pid=root, grace_seconds=TERM_GRACE_SECONDS)
+        terminate_tree(
+            record.marker, pgid=root, root_pid=root, grace_seconds=TERM_GRACE_SECONDS, cgroup=record.cgroup
+        )
         fresh = self._await_end(record)
         if fresh.live and not self._supervisor_alive(fresh):
             fresh = self._reconcile(fresh)
@@ -710,6 +736,19 @@ class ProcessManager:
                 if record.lifecycle == "session":
                     with contextlib.suppress(ToolError):
                         await anyio.to_thread.run_sync(self._stop, record)
+            await anyio.to_thread.run_sync(self._end_leftovers, session_id)
+
+    def _end_leftovers(self, session_id: str | None) -> None:
+        """End what finished foreground runs of one session (None: every session) left running."""
+        with self._lock:
+            if session_id is None:
+                paths = set().union(*self._leftovers.values()) if self._leftovers else set()
+                self._leftovers.clear()
+            else:
+                paths = self._leftovers.pop(session_id, set())
+        for path in paths:
+            cgroup_kill(path, grace_seconds=TERM_GRACE_SECONDS)
+            cgroup_remove(path)
 
     async def aclose(self) -> None:
         """Host shutdown: stop foreground and promoted runs; background processes live on."""
@@ -730,6 +769,7 @@ class ProcessManager:
             deadline = time.monotonic() + 10
             while self._foreground and time.monotonic() < deadline:
                 await anyio.sleep(0.01)
+            await anyio.to_thread.run_sync(self._end_leftovers, None)
         with self._db() as conn:
             conn.close()
 

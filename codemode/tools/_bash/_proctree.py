@@ -1,9 +1,10 @@
 """Finding and ending every process a command started, including ones that left its group.
 
-A command's processes are found three ways: its process group, the descendants of its root
-process, and the marker variable (``CODEMODE_PROCESS_ID``) every process we start carries in
-its environment. The marker finds double-forked or ``setsid`` descendants that were reparented
-to init; only a process that scrubbed its environment and left the group can escape it.
+A command's processes are found four ways: its cgroup (where the kernel allows one per command:
+nothing escapes it, and ``cgroup.kill`` ends it all), its process group, the descendants of its
+root process, and the marker variable (``CODEMODE_PROCESS_ID``) every process we start carries in
+its environment. Without a cgroup, a process that scrubbed its environment and left the group
+can escape.
 
 Stopping freezes what it finds (SIGSTOP) before killing it, so a fork storm cannot outrun it.
 """
@@ -16,6 +17,8 @@ import time
 from collections.abc import Iterable
 
 import psutil
+
+from codemode.sandbox import cgroup_kill, cgroup_members
 
 MARKER_VAR = "CODEMODE_PROCESS_ID"
 
@@ -124,12 +127,14 @@ def terminate_tree(
     pgid: int | None = None,
     root_pid: int | None = None,
     grace_seconds: float = 2.0,
+    cgroup: str | None = None,
 ) -> int:
     """Ask a command's processes to exit, then kill whatever is left, descendants included.
 
     SIGTERM goes to the process group and to every member found; after ``grace_seconds``
     the survivors are frozen with SIGSTOP (repeatedly, until no new process appears) and
-    then killed with SIGKILL. The caller must make sure ``pgid`` and ``root_pid`` still name
+    then killed with SIGKILL. With a ``cgroup``, its members are asked too and ``cgroup.kill``
+    ends whatever is left in it. The caller must make sure ``pgid`` and ``root_pid`` still name
     its own processes (identity checked, or the root not yet reaped).
 
     Returns:
@@ -140,15 +145,17 @@ def terminate_tree(
             os.killpg(pgid, signal.SIGTERM)
         except OSError:
             pass
-    members = find_members(marker, pgid, root_pid)
+    members = find_members(marker, pgid, root_pid) | set(cgroup_members(cgroup) if cgroup else ())
     _signal_all(members, signal.SIGTERM)
     deadline = time.monotonic() + grace_seconds
     delay = 0.005
     while members and time.monotonic() < deadline:
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
-        members = find_members(marker, pgid, root_pid)
+        members = find_members(marker, pgid, root_pid) | set(cgroup_members(cgroup) if cgroup else ())
     killed = len(members)
+    if cgroup:
+        cgroup_kill(cgroup)
     for _ in range(200):
         if pgid is not None:
             try:

@@ -14,12 +14,11 @@ import contextlib
 import fcntl
 import os
 import select
-import subprocess
 import threading
 import time
 from typing import Literal, Protocol
 
-from codemode.sandbox import SpawnedProcess
+from codemode.sandbox import Process
 from codemode.tools._capture import StreamCapture
 
 
@@ -53,7 +52,7 @@ class Pump:
 
     def __init__(
         self,
-        proc: SpawnedProcess | subprocess.Popen[bytes],
+        proc: Process,
         pipes: tuple[int, int],
         stdout: StreamCapture,
         stderr: StreamCapture,

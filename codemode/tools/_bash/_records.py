@@ -45,6 +45,8 @@ CREATE TABLE IF NOT EXISTS bash_processes (
     log_ref TEXT,
     log_base INTEGER NOT NULL DEFAULT 0,
     input_path TEXT,
+    input_token TEXT,
+    cgroup TEXT,
     started_at REAL NOT NULL,
     ended_at REAL,
     exit_code INTEGER,
@@ -77,10 +79,18 @@ def connect(db_path: str | Path) -> sqlite3.Connection:
     return conn
 
 
+#: Columns added after the first release, with their types: added to older databases.
+_ADDED_COLUMNS = (("input_token", "TEXT"), ("cgroup", "TEXT"))
+
+
 def ensure_schema(conn: sqlite3.Connection) -> None:
-    """Create the tables if they do not exist."""
+    """Create the tables if they do not exist, and add columns an older database lacks."""
     conn.execute("PRAGMA journal_mode = WAL")
     conn.executescript(SCHEMA)
+    have = {row[1] for row in conn.execute("PRAGMA table_info(bash_processes)")}
+    for name, kind in _ADDED_COLUMNS:
+        if name not in have:
+            conn.execute(f"ALTER TABLE bash_processes ADD COLUMN {name} {kind}")
 
 
 @dataclass(frozen=True)
@@ -106,6 +116,8 @@ class ProcessRecord:
     log_ref: str | None
     log_base: int
     input_path: str | None
+    input_token: str | None
+    cgroup: str | None
     started_at: float
     ended_at: float | None
     exit_code: int | None
@@ -219,7 +231,7 @@ def record_end(
         end_state = state or ("stopped" if row["stop_requested"] else "exited")
         conn.execute(
             "UPDATE bash_processes SET state = ?, exit_code = ?, exit_signal = ?, ended_at = ?, "
-            "error = COALESCE(?, error), input_path = NULL WHERE process_id = ?",
+            "error = COALESCE(?, error), input_path = NULL, input_token = NULL WHERE process_id = ?",
             (end_state, exit_code, exit_signal, now, error, process_id),
         )
         if row["completion_mode"] == "resume" and not row["stop_requested"]:

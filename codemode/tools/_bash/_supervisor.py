@@ -3,50 +3,58 @@
 Started by the host as ``python -I -S <this file> SITE_DIRS...`` (or ``python -m
 codemode.tools._bash._supervisor``) in a new session, with the JSON spec on stdin. It forks
 once so the host can reap the first process at once; the second lives on without the host
-(init adopts it). It imports only the standard library, psutil and ptyprocess — not the
-``codemode`` package — so a hundred of them stay cheap; the record SQL comes from the sibling
-``_records.py`` loaded by path.
+(init adopts it). It imports only the standard library and psutil — not the ``codemode``
+package — so a hundred of them stay cheap; the record SQL comes from the sibling
+``_records.py`` and the launch primitive from ``codemode/sandbox/_spawn.py``, loaded by path.
 
-Steps: spawn ``bash -c COMMAND`` in a PTY (confined by the Landlock ruleset fd the host built
-and passed in: ``prctl(NO_NEW_PRIVS)`` and ``landlock_restrict_self`` in the child only),
+Steps: open a PTY and start ``bash -c COMMAND`` on it through the sandbox's exec helper (the
+host prepared every layer and passed their fds: the same launch path as foreground commands),
 record pid and start time, answer the host with one JSON line on stdout, then copy PTY output
-to the log file and the input FIFO to the PTY until the command exits; finally record the exit
-code and queue the completion in one transaction.
+to the log file and input to the PTY until the command exits; end what is left in its cgroup;
+finally record the exit code and queue the completion in one transaction.
+
+Input arrives on an abstract unix socket whose name is in the process record; a connection is
+accepted only after it sends the record's secret token (the state database, which holds it,
+is out of reach of confined commands, and Landlock's scoping keeps them from abstract sockets
+outside their sandbox), so no other command can type into this one.
 """
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import errno
+import fcntl
+import hmac
 import importlib.util
 import json
 import os
 import select
 import signal
+import socket
+import struct
 import sys
+import termios
+import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 # Started with ``python -I -S`` (no site processing: quicker, smaller); the host passes the
-# directories holding psutil and ptyprocess as arguments.
+# directory holding psutil as an argument.
 sys.path.extend(arg for arg in sys.argv[1:] if arg not in sys.path)
 
 import psutil
-import ptyprocess
 
 _READ = 1 << 16
 # After bash exits, descendants may hold the PTY open; stop copying after this long.
 _DRAIN_SECONDS = 0.25
-_SYS_LANDLOCK_RESTRICT_SELF = 446
-_PR_SET_NO_NEW_PRIVS = 38
+_TOKEN_BYTES = 64  # hex of 32 random bytes
+_SPAWN_PATH = Path(__file__).resolve().parents[2] / "sandbox" / "_spawn.py"
 
 
-def _load_records() -> ModuleType:
-    path = Path(__file__).with_name("_records.py")
-    spec = importlib.util.spec_from_file_location("_codemode_bash_records", path)
+def _load(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
@@ -54,41 +62,8 @@ def _load_records() -> ModuleType:
     return module
 
 
-def _child_setup(ruleset_fd: int | None, failed_marker: str, failed_exit: int) -> Callable[[], None]:
-    """The child side, everything bound before fork: default signal dispositions, then confinement."""
-    restore = (signal.SIGPIPE, signal.SIGHUP, signal.SIGINT, signal.SIGXFSZ)
-    set_signal, default = signal.signal, signal.SIG_DFL
-    if ruleset_fd is None:
-
-        def unconfined() -> None:
-            for sig in restore:
-                set_signal(sig, default)
-
-        return unconfined
-    libc = ctypes.CDLL(None, use_errno=True)
-    prctl = libc.prctl
-    prctl.restype = ctypes.c_int
-    prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
-    syscall = libc.syscall
-    syscall.restype = ctypes.c_long
-    args = (ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_long(ruleset_fd), ctypes.c_uint32(0))
-    get_errno, write, exit_, close = ctypes.get_errno, os.write, os._exit, os.close
-    marker = failed_marker.encode()
-
-    def fail(what: bytes) -> None:
-        write(2, marker + b" " + what + b" failed with errno " + str(get_errno()).encode() + b"; not run.\n")
-        exit_(failed_exit)
-
-    def confined() -> None:
-        for sig in restore:
-            set_signal(sig, default)
-        if prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            fail(b"prctl(PR_SET_NO_NEW_PRIVS)")
-        if syscall(*args) != 0:
-            fail(b"landlock_restrict_self")
-        close(ruleset_fd)
-
-    return confined
+def _load_records() -> ModuleType:
+    return _load(Path(__file__).with_name("_records.py"), "_codemode_bash_records")
 
 
 def _answer(message: dict[str, Any]) -> None:
@@ -102,20 +77,77 @@ def _answer(message: dict[str, Any]) -> None:
     os.close(devnull)
 
 
-def _exit_status(child: Any) -> tuple[int | None, str | None]:
+class _Child:
+    """The command on its PTY: what the copier needs (``pid``, the master ``fd``)."""
+
+    def __init__(self, pid: int, fd: int) -> None:
+        self.pid = pid
+        self.fd = fd
+
+
+def _exit_status(pid: int) -> tuple[int | None, str | None]:
     try:
-        child.wait()
-    except ptyprocess.PtyProcessError:
-        pass
-    if child.signalstatus is not None:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return None, None
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
         try:
-            name = signal.Signals(child.signalstatus).name
+            name = signal.Signals(sig).name
         except ValueError:
-            name = f"signal {child.signalstatus}"
-        return 128 + int(child.signalstatus), name
-    if child.exitstatus is not None:
-        return int(child.exitstatus), None
-    return None, None
+            name = f"signal {sig}"
+        return 128 + sig, name
+    return os.waitstatus_to_exitcode(status), None
+
+
+def _open_pty(rows: int, cols: int) -> tuple[int, str]:
+    """A new PTY: the master fd (kept here) and the terminal's path (opened by the command).
+
+    Echo is off (input written by the model is not shown twice); the window is ``rows`` x
+    ``cols``.
+    """
+    master, slave = os.openpty()
+    try:
+        attrs = termios.tcgetattr(slave)
+        attrs[3] &= ~termios.ECHO
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        path = os.ttyname(slave)
+    finally:
+        os.close(slave)
+    os.set_inheritable(master, False)
+    return master, path
+
+
+def _serve_input(server: socket.socket, token: bytes, sink: int) -> None:
+    """Accept input connections for the life of the process (a daemon thread).
+
+    A connection must start with ``token``; the rest of its bytes go to ``sink`` (the pipe the
+    copier forwards to the PTY), in order, one connection at a time.
+    """
+    while True:
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            return
+        with conn:
+            conn.settimeout(10)
+            try:
+                received = b""
+                while len(received) < len(token):
+                    chunk = conn.recv(len(token) - len(received))
+                    if not chunk:
+                        break
+                    received += chunk
+                if not hmac.compare_digest(received, token):
+                    continue
+                while chunk := conn.recv(_READ):
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(sink, view) :]
+                conn.sendall(b"ok")
+            except OSError:
+                continue
 
 
 class _Copier:
@@ -207,29 +239,38 @@ def supervise(spec: dict[str, Any]) -> int:
     process_id = spec["process_id"]
     me = psutil.Process()
     records.update(conn, process_id, supervisor_pid=me.pid, supervisor_started=float(me.create_time()))
-    ruleset_fd = spec.get("ruleset_fd")
-    fifo_path = spec["input_path"]
+    spawn = _load(_SPAWN_PATH, "_codemode_sandbox_spawn")
+    layers = spec["layers"]
     try:
-        os.mkfifo(fifo_path, 0o600)
-        # Read-write, so the FIFO never reports end-of-file between two writers.
-        fifo_fd: int | None = os.open(fifo_path, os.O_RDWR | os.O_NONBLOCK)
-        log_fd = os.open(spec["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        child = ptyprocess.PtyProcess.spawn(
-            ["/bin/bash", "-c", spec["command"]],
-            cwd=spec["cwd"],
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        server.bind("\0" + spec["input_name"])
+        server.listen(8)
+        input_read, input_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        os.set_blocking(input_write, True)
+        fifo_fd: int | None = input_read
+        log_fd = os.open(spec["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        master, terminal = _open_pty(50, 200)
+        proc = spawn.spawn_helper(
+            program="/bin/bash",
+            argv=["/bin/bash", "-c", spec["command"]],
             env=spec["env"],
-            echo=False,
-            preexec_fn=_child_setup(ruleset_fd, spec["failed_marker"], spec["failed_exit"]),
-            pass_fds=(ruleset_fd,) if ruleset_fd is not None else (),
-            dimensions=(50, 200),
+            cwd=spec["cwd"],
+            terminal=terminal,
+            cgroup=spec.get("cgroup"),
+            **layers,
         )
     except Exception as exc:
         message = f"could not start the command: {exc}"
         records.update(conn, process_id, state="failed", error=message, ended_at=time.time())
         _answer({"ok": False, "error": message})
         return 1
-    if ruleset_fd is not None:
-        os.close(ruleset_fd)
+    for fd in layers.values():
+        if fd is not None:
+            os.close(fd)
+    child = _Child(proc.pid, master)
+    threading.Thread(
+        target=_serve_input, args=(server, spec["input_token"].encode(), input_write), daemon=True
+    ).start()
     started = float(psutil.Process(child.pid).create_time())
     records.update(conn, process_id, state="running", pid=child.pid, pid_started=started)
     _answer({"ok": True, "pid": child.pid, "pid_started": started})
@@ -240,20 +281,36 @@ def supervise(spec: dict[str, Any]) -> int:
         os.close(log_fd)
         if fifo_fd is not None:
             os.close(fifo_fd)
-    exit_code, exit_signal = _exit_status(child)
-    # The FIFO's absence tells readers the command has ended: remove it only now.
-    try:
-        os.unlink(fifo_path)
-    except OSError:
-        pass
-    child.delayafterclose = child.delayafterterminate = 0  # it has exited: no need to wait
-    try:
-        child.close(force=True)
-    except Exception:  # the PTY is gone either way
-        pass
+    exit_code, exit_signal = _exit_status(child.pid)
+    with contextlib.suppress(OSError):
+        os.close(master)
+    server.close()
+    # Whatever the command left running ends with it (its cgroup holds every descendant).
+    cgroup = spec.get("cgroup")
+    if cgroup:
+        _end_cgroup(cgroup)
     records.record_end(conn, process_id, exit_code=exit_code, exit_signal=exit_signal)
     conn.close()
     return 0
+
+
+def _end_cgroup(path: str) -> None:
+    """Kill what is left in the command's cgroup and remove it (best effort)."""
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            left = bool(f.read().strip())
+        if left:
+            with open(os.path.join(path, "cgroup.kill"), "w") as f:
+                f.write("1")
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                with open(os.path.join(path, "cgroup.events")) as f:
+                    if "populated 0" in f.read():
+                        break
+                time.sleep(0.005)
+        os.rmdir(path)
+    except OSError:
+        pass
 
 
 def main() -> int:

@@ -63,9 +63,9 @@ def test_cwd_checks(tmp_path: Path) -> None:
 
 
 def test_command_env_is_non_interactive() -> None:
-    env = command_env({"GOROOT": "/go", "HOME": "/h"}, "f_1", {"TMPDIR": "/t"}, term="dumb")
+    env = command_env({"GOROOT": "/go", "HOME": "/h"}, "f_1", term="dumb")
     assert "GOROOT" not in env
-    assert env["HOME"] == "/h" and env["TMPDIR"] == "/t" and env["CODEMODE_PROCESS_ID"] == "f_1"
+    assert env["HOME"] == "/h" and env["CODEMODE_PROCESS_ID"] == "f_1"
     assert (env["PAGER"], env["GIT_PAGER"], env["GIT_TERMINAL_PROMPT"], env["TERM"]) == (
         "cat",
         "cat",

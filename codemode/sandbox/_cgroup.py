@@ -1,0 +1,200 @@
+"""A cgroup (v2) per command, so that stopping it ends every descendant, escaped ones included.
+
+A process that calls ``setsid``, double-forks and clears its environment leaves its process
+group and loses the marker variable, but it cannot leave its cgroup: the cgroup's ``cgroup.kill``
+ends all of it at once. Commands join their cgroup in the exec helper, before they run.
+
+Layout, under the cgroup v2 hierarchy of this host process (``<mount><own cgroup>``)::
+
+    codemode/<owner>/<name>     one per command; <owner> groups them (a host, a session)
+
+Where cgroup v2 is not mounted or not writable (not root, no delegation), :func:`cgroup_root`
+returns None with a reason and the process manager falls back to process groups and the marker
+variable (``codemode doctor`` says which is in use). No controller is enabled: the cgroups only
+group processes, so nothing else about the command changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass
+
+__all__ = ["CgroupRoot", "cgroup_kill", "cgroup_members", "cgroup_remove", "cgroup_root"]
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+#: Set to ``1`` to behave as if cgroups were unavailable (tests, users).
+DISABLE_ENV = "CODEMODE_NO_CGROUPS"
+
+
+@dataclass(frozen=True)
+class CgroupRoot:
+    """Where this host's command cgroups live.
+
+    Attributes:
+        path: The ``codemode`` directory (exists), or None when unavailable.
+        reason: Why cgroups are unavailable (None when available).
+    """
+
+    path: str | None
+    reason: str | None = None
+
+    def make(self, owner: str, name: str) -> str:
+        """Create (or reuse, when it exists and is empty) the cgroup ``owner/name``.
+
+        Raises:
+            OSError: It cannot be created.
+        """
+        assert self.path is not None
+        parent = os.path.join(self.path, _SAFE.sub("_", owner))
+        path = os.path.join(parent, _SAFE.sub("_", name))
+        for attempt in range(3):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(parent)
+            try:
+                os.mkdir(path)
+            except FileExistsError:
+                pass
+            except FileNotFoundError:  # the owner directory was just removed as empty: again
+                if attempt == 2:
+                    raise
+                continue
+            return path
+        return path
+
+    def owners(self) -> list[str]:
+        """The owner directories that exist now."""
+        if self.path is None:
+            return []
+        with contextlib.suppress(OSError):
+            return sorted(e.name for e in os.scandir(self.path) if e.is_dir())
+        return []
+
+    def children(self, owner: str) -> list[str]:
+        """The command cgroups of ``owner``."""
+        if self.path is None:
+            return []
+        parent = os.path.join(self.path, _SAFE.sub("_", owner))
+        with contextlib.suppress(OSError):
+            return sorted(e.path for e in os.scandir(parent) if e.is_dir())
+        return []
+
+
+def _cgroup2_mount() -> str | None:
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            if right.split(" ", 1)[0] == "cgroup2":
+                return left.split(" ")[4]
+    return None
+
+
+def _own_cgroup() -> str | None:
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            if line.startswith("0::"):
+                return line[3:].strip()
+    return None
+
+
+@functools.cache
+def _probe(pid: int) -> CgroupRoot:
+    if os.environ.get(DISABLE_ENV) == "1":
+        return CgroupRoot(None, f"turned off ({DISABLE_ENV}=1)")
+    try:
+        mount, own = _cgroup2_mount(), _own_cgroup()
+    except OSError as exc:
+        return CgroupRoot(None, f"cannot read this process's cgroups ({exc.strerror})")
+    if mount is None or own is None:
+        return CgroupRoot(None, "no cgroup v2 hierarchy is mounted")
+    base = os.path.join(mount, own.lstrip("/"), "codemode")
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(base)
+        probe = os.path.join(base, f"probe-{pid}")
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(probe)
+        has_kill = os.path.exists(os.path.join(probe, "cgroup.kill"))
+        os.rmdir(probe)
+    except OSError as exc:
+        return CgroupRoot(None, f"cannot create cgroups under {os.path.dirname(base)} ({exc.strerror})")
+    if not has_kill:
+        return CgroupRoot(None, "this kernel's cgroups have no cgroup.kill (Linux 5.14 or later)")
+    return CgroupRoot(base)
+
+
+def cgroup_root() -> CgroupRoot:
+    """This host's command cgroup root, probed once per process."""
+    return _probe(os.getpid())
+
+
+def cgroup_members(path: str) -> list[int]:
+    """Pids of the processes in the cgroup (empty when it is gone)."""
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            return [int(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
+def _populated(path: str) -> bool:
+    try:
+        with open(os.path.join(path, "cgroup.events")) as f:
+            return "populated 1" in f.read()
+    except OSError:
+        return False
+
+
+def cgroup_kill(path: str, *, grace_seconds: float = 0.0, wait_seconds: float = 5.0) -> int:
+    """End every process in the cgroup: SIGTERM, ``grace_seconds``, then ``cgroup.kill``.
+
+    Args:
+        path: The cgroup directory.
+        grace_seconds: How long the processes get to exit after SIGTERM (0: kill at once).
+        wait_seconds: How long to wait for the kernel to report the cgroup empty.
+
+    Returns:
+        How many processes were still there for ``cgroup.kill``.
+    """
+    if grace_seconds > 0:
+        members = cgroup_members(path)
+        for pid in members:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_seconds
+        delay = 0.005
+        while members and _populated(path) and time.monotonic() < deadline:
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+    left = len(cgroup_members(path))
+    if left:
+        with contextlib.suppress(OSError), open(os.path.join(path, "cgroup.kill"), "w") as f:
+            f.write("1")
+        deadline = time.monotonic() + wait_seconds
+        while _populated(path) and time.monotonic() < deadline:
+            time.sleep(0.002)
+    return left
+
+
+def cgroup_remove(path: str) -> bool:
+    """Remove an empty cgroup (and its owner directory when that is empty too).
+
+    Returns:
+        False when it still holds processes (EBUSY) and was kept.
+    """
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        if exc.errno == errno.EBUSY:
+            return False
+        raise
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.dirname(path))
+    return True

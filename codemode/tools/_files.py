@@ -14,11 +14,20 @@ Decisions worth knowing:
 * edit_file keeps the encoding, BOM, line endings (a CRLF file is matched and written in LF form
   and converted back) and a missing final newline. write_file writes ``content`` as UTF-8,
   exactly as given.
-* Writes are atomic: a temp file in the same directory, fsync, ``os.replace``, fsync of the
-  directory. The directory is opened once and checked to still be the checked real path, and the
-  temp file and rename go through that descriptor, so a symlink swapped in after the sandbox check
-  cannot redirect the write. An existing file keeps its mode; new files get 0644 minus umask.
-  Replacing the file gives it a new inode, so a hard link to it elsewhere keeps the old content.
+* Paths are resolved by descriptor (`codemode.sandbox._fs`): each component opened without
+  following symlinks, a symlink's target resolved the same way (so the sandbox checks the real
+  path), and every read, ``mkdirat``, temp file and ``renameat`` goes through the descriptors the
+  check was made on, so a component swapped for a symlink after the check redirects nothing.
+* Only regular files on real file systems are opened. The target is first held as an ``O_PATH``
+  descriptor (which opens nothing) and ``fstat``-ed: devices, FIFOs, sockets and files of kernel
+  pseudo file systems (``/proc``, ``/sys``, ...) are refused before any open, so nothing blocks a
+  host thread or consumes data (``/proc/kmsg``). The file is then opened non-blocking, by name
+  under the pinned directory with ``O_NOFOLLOW``, and must be the inode that was checked.
+* Writes are atomic: a temp file in the same directory, fsync, ``renameat``, fsync of the
+  directory. A new file is renamed into place with ``RENAME_NOREPLACE``, an existing one only if
+  its name still holds the file that was read; otherwise nothing is written and the error says
+  so. An existing file keeps its mode; new files get 0644 minus umask. Replacing the file gives it
+  a new inode, so a hard link to it elsewhere keeps the old content.
 """
 
 from __future__ import annotations
@@ -40,7 +49,8 @@ from typing import Any
 import pydantic
 
 from codemode.errors import ToolError
-from codemode.sandbox._paths import check_readable, check_writable
+from codemode.sandbox._fs import Changed, Walk, open_at, pseudo_fs, rename_into, reopen
+from codemode.sandbox._paths import locate_readable, locate_writable
 from codemode.tools._model import Tool, ToolContext, ToolResult, make_tool
 
 __all__ = [
@@ -144,6 +154,8 @@ def _os_error(exc: OSError, action: str, path: str) -> ToolError:
         what = "the file is larger than the file system or process allows"
     elif code == errno.ENOTDIR:
         what = "a component of the path is a file, not a directory"
+    elif code == errno.ENOENT:
+        what = "a directory on the way does not exist (any more: it was removed meanwhile)"
     else:
         what = exc.strerror or str(exc)
     return ToolError(
@@ -152,25 +164,30 @@ def _os_error(exc: OSError, action: str, path: str) -> ToolError:
     )
 
 
-def _close_names(real: Path) -> list[str]:
+def _close_names(found: Walk) -> list[str]:
+    """Names like the missing one in its directory, listed through the walk's descriptor."""
     try:
-        names = os.listdir(real.parent)
+        dfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=found.parent_fd)
     except OSError:
         return []
-    return difflib.get_close_matches(real.name, names, n=5, cutoff=0.5)
+    try:
+        names = os.listdir(dfd)
+    except OSError:
+        return []
+    finally:
+        os.close(dfd)
+    return difflib.get_close_matches(found.name, names, n=5, cutoff=0.5)
 
 
-def _missing(real: Path, shown: str, *, hint: str) -> ToolError:
-    if not real.parent.is_dir():
-        ancestor = real.parent
-        while not ancestor.is_dir() and ancestor != ancestor.parent:
-            ancestor = ancestor.parent
+def _missing(found: Walk, shown: str, *, hint: str) -> ToolError:
+    real = Path(found.path)
+    if found.missing_dirs:
         return ToolError(
             f"{shown} does not exist: directory {real.parent} does not exist "
-            f"(deepest existing directory: {ancestor}). {hint}",
-            {"path": str(real), "missing_dir": str(real.parent), "existing_ancestor": str(ancestor)},
+            f"(deepest existing directory: {found.parent_path}). {hint}",
+            {"path": str(real), "missing_dir": str(real.parent), "existing_ancestor": found.parent_path},
         )
-    close = _close_names(real)
+    close = _close_names(found)
     suggestion = f" Did you mean: {', '.join(close)}?" if close else ""
     return ToolError(
         f"{shown} does not exist.{suggestion} {hint}",
@@ -178,26 +195,84 @@ def _missing(real: Path, shown: str, *, hint: str) -> ToolError:
     )
 
 
-def _stat_regular(real: Path, shown: str, *, hint: str) -> os.stat_result:
-    """Stat a path that must be an existing regular file."""
-    try:
-        st = os.stat(real)
-    except FileNotFoundError:
-        raise _missing(real, shown, hint=hint) from None
-    except OSError as exc:
-        raise _os_error(exc, "read", shown) from exc
+_SPECIAL_KINDS = (
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _refuse_unreadable_kind(found: Walk, st: os.stat_result, shown: str) -> None:
+    """Refuse devices, FIFOs, sockets and kernel pseudo-files, before anything opens them.
+
+    ``st`` and ``found.fd`` come from an ``O_PATH`` descriptor, which runs no driver's open, so
+    a FIFO cannot block here and ``/proc/kmsg`` loses nothing.
+    """
+    quoted = shlex.quote(shown)
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((name for test, name in _SPECIAL_KINDS if test(st.st_mode)), "not a file")
+        raise ToolError(
+            f"{shown} is not a regular file ({kind}); the file tools only handle regular files and never "
+            f"open other kinds (reading one can block or consume data). Use bash for it, e.g. "
+            f"`head -c 4096 {quoted} | xxd`.",
+            {"path": found.path, "kind": "special", "file_type": kind},
+        )
+    assert found.fd is not None
+    pseudo = pseudo_fs(found.fd)
+    if pseudo is not None:
+        raise ToolError(
+            f"{shown} is a file of {pseudo}, a kernel pseudo file system: the kernel makes up its content "
+            "on each read, and reading can block forever or consume what it shows (as /proc/kmsg does), "
+            f"so the file tools do not open such files. Use bash for it, e.g. `head -c 65536 {quoted}`; "
+            "commands run confined and can be stopped.",
+            {"path": found.path, "kind": "pseudo", "file_system": pseudo},
+        )
+
+
+def _regular(found: Walk, shown: str, *, hint: str) -> os.stat_result:
+    """The stat of the located target, which must be an existing regular file on a real file system."""
+    st = found.st
+    if found.fd is None or st is None:
+        raise _missing(found, shown, hint=hint)
     if stat.S_ISDIR(st.st_mode):
         raise ToolError(
             f"{shown} is a directory, not a file. List it with bash (ls {shlex.quote(shown)}).",
-            {"path": str(real), "kind": "directory"},
+            {"path": found.path, "kind": "directory"},
         )
-    if not stat.S_ISREG(st.st_mode):
-        raise ToolError(
-            f"{shown} is not a regular file (a device, FIFO or socket); the file tools only handle "
-            "regular files. Use bash for it.",
-            {"path": str(real), "kind": "special"},
-        )
+    _refuse_unreadable_kind(found, st, shown)
     return st
+
+
+def _open_located(found: Walk, shown: str, action: str) -> io.BufferedReader:
+    """Open the located regular file for reading: non-blocking, no symlink, the same inode."""
+    try:
+        fd = reopen(found, os.O_RDONLY)
+    except Changed:
+        raise ToolError(
+            f"{shown} changed while it was being opened (it was replaced, removed or turned into a "
+            f"symlink); nothing was {'read' if action == 'read' else 'changed'}. Try again.",
+            {"path": found.path, "reason": "changed"},
+        ) from None
+    except OSError as exc:
+        raise _os_error(exc, action, shown) from exc
+    return os.fdopen(fd, "rb")
+
+
+def _read_all(found: Walk, shown: str, limit: int) -> bytes:
+    """The whole located regular file, at most ``limit`` bytes (a larger one is refused)."""
+    with _open_located(found, shown, "read") as fh:
+        try:
+            data = fh.read(limit + 1)
+        except OSError as exc:
+            raise _os_error(exc, "read", shown) from exc
+    if len(data) > limit:
+        raise ToolError(
+            f"{shown} grew past {_fmt_bytes(limit)} while it was being read; nothing was changed. "
+            "Edit it with bash (e.g. sed -i).",
+            {"path": found.path, "limit": limit},
+        )
+    return data
 
 
 def _binary_error(shown: str, size: int, why: str) -> ToolError:
@@ -259,7 +334,9 @@ def _scan(fh: io.BufferedReader, size: int) -> _Scan:
     decoder = codecs.getincrementaldecoder("utf-8")()
     valid = True
     last = b""
-    while chunk := fh.read(_CHUNK):
+    remaining = size  # what the file held when opened: a file growing meanwhile cannot keep us here
+    while remaining > 0 and (chunk := fh.read(min(_CHUNK, remaining))):
+        remaining -= len(chunk)
         newlines += chunk.count(b"\n")
         last = chunk[-1:]
         if valid and not chunk.isascii():
@@ -335,12 +412,18 @@ READ_DESCRIPTION = (
 
 def read_file(args: ReadFileArgs, ctx: ToolContext) -> ToolResult:
     """Read one page of a text file."""
-    real = check_readable(ctx.policy, ctx.workspace, args.path)
+    with locate_readable(ctx.policy, ctx.workspace, args.path) as found:
+        return _read_page(args, ctx, found)
+
+
+def _read_page(args: ReadFileArgs, ctx: ToolContext, found: Walk) -> ToolResult:
+    real = Path(found.path)
     shown = _display(ctx, real)
-    st = _stat_regular(real, shown, hint="Check the path; list the directory with bash ls.")
+    _regular(found, shown, hint="Check the path; list the directory with bash ls.")
     limit = min(args.limit, MAX_LINES)
     try:
-        with open(real, "rb") as fh:
+        with _open_located(found, shown, "read") as fh:
+            st = os.fstat(fh.fileno())
             head = fh.read(SNIFF_BYTES)
             bom = _sniff(head, shown, st.st_size)
             scan = _scan(fh, st.st_size)
@@ -607,46 +690,62 @@ def _diff_for_text(diff: str) -> str:
 # ---------------------------------------------------------------------------- atomic write
 
 
-def _atomic_write(real: Path, data: bytes, shown: str) -> None:
-    """Replace ``real`` with ``data`` atomically, keeping the existing file's mode.
+def _changed_while_writing(shown: str, real: str, what: str) -> ToolError:
+    return ToolError(
+        f"{shown} changed while writing: {what}. Nothing was written; read it again and retry.",
+        {"path": real, "reason": "changed"},
+    )
+
+
+def _atomic_write(found: Walk, data: bytes, shown: str, old: os.stat_result | None) -> None:
+    """Replace the located file with ``data`` atomically, keeping ``old``'s mode and owner.
+
+    Everything goes through the walk's descriptors: missing directories are made with
+    ``mkdirat`` and opened without following links, the temp file is created with ``openat`` and
+    renamed with ``renameat`` in the same directory, so nothing swapped in after the sandbox check
+    can redirect a byte. ``old`` is the file that was read (None: create a new one, and fail if
+    the name appears meanwhile).
 
     Raises:
         ToolError: The write failed; the original file (if any) is intact and no temp file is left.
     """
-    parent, name = real.parent, real.name
+    dfd = found.parent_fd
+    opened: list[int] = []
     try:
-        os.makedirs(parent, exist_ok=True)
-    except OSError as exc:
-        raise _os_error(exc, "create the directory for", shown) from exc
-    try:
-        dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise _os_error(exc, "open the directory of", shown) from exc
+        for part in found.missing_dirs:
+            try:
+                os.mkdir(part, 0o777, dir_fd=dfd)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise _os_error(exc, "create the directory for", shown) from exc
+            try:
+                dfd = open_at(dfd, part, os.O_PATH | os.O_DIRECTORY)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+                    raise _changed_while_writing(
+                        shown, found.path, f"directory {part!r} was replaced by a symlink or a file"
+                    ) from None
+                raise _os_error(exc, "create the directory for", shown) from exc
+            opened.append(dfd)
+        _replace_in(dfd, found.name, data, shown, found.path, old)
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
+def _replace_in(dfd: int, name: str, data: bytes, shown: str, real: str, old: os.stat_result | None) -> None:
     tmp = f".{name[:200]}.{secrets.token_hex(4)}.codemode-tmp"
     made_tmp = False
     try:
-        try:
-            opened = os.readlink(f"/proc/self/fd/{dfd}")
-        except OSError:
-            opened = str(parent)  # no /proc: cannot re-check
-        if opened != str(parent):
-            raise ToolError(
-                f"{shown} changed while writing: its directory now resolves to {opened}, not {parent}. "
-                "Nothing was written.",
-                {"path": str(real), "expected": str(parent), "found": opened},
-            )
-        try:
-            old = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-        except FileNotFoundError:
-            old = None
-        if old is not None and not stat.S_ISREG(old.st_mode):
-            raise ToolError(
-                f"{shown} is no longer a regular file (it changed while writing). Nothing was written.",
-                {"path": str(real)},
-            )
-        fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dfd
-        )
+        if old is not None:
+            try:
+                now: os.stat_result | None = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except FileNotFoundError:
+                now = None
+            if now is None or (now.st_dev, now.st_ino) != (old.st_dev, old.st_ino):
+                raise _changed_while_writing(shown, real, "it was replaced, removed or turned into a symlink")
+        fd = open_at(dfd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         made_tmp = True
         try:
             if old is not None:
@@ -663,9 +762,19 @@ def _atomic_write(real: Path, data: bytes, shown: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        try:
+            rename_into(dfd, tmp, name, replace=old is not None)
+        except FileExistsError:
+            raise _changed_while_writing(shown, real, "something else created it meanwhile") from None
         made_tmp = False
-        os.fsync(dfd)
+        try:
+            sync_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dfd)
+        except PermissionError:
+            return  # a directory we may write but not list: the rename is done, only not synced
+        try:
+            os.fsync(sync_fd)
+        finally:
+            os.close(sync_fd)
     except OSError as exc:
         raise _os_error(exc, "write", shown) from exc
     finally:
@@ -674,7 +783,6 @@ def _atomic_write(real: Path, data: bytes, shown: str) -> None:
                 os.unlink(tmp, dir_fd=dfd)
             except OSError:
                 pass
-        os.close(dfd)
 
 
 # ---------------------------------------------------------------------------- edit_file
@@ -691,7 +799,12 @@ EDIT_DESCRIPTION = (
 
 def edit_file(args: EditFileArgs, ctx: ToolContext) -> ToolResult:
     """Replace exact text in a file."""
-    real = check_writable(ctx.policy, ctx.workspace, args.path)
+    with locate_writable(ctx.policy, ctx.workspace, args.path) as found:
+        return _edit(args, ctx, found)
+
+
+def _edit(args: EditFileArgs, ctx: ToolContext, found: Walk) -> ToolResult:
+    real = Path(found.path)
     shown = _display(ctx, real)
     if not args.old_text:
         raise ToolError(
@@ -706,17 +819,14 @@ def edit_file(args: EditFileArgs, ctx: ToolContext) -> ToolResult:
             "Give the new text in new_text.",
             {"path": str(real)},
         )
-    st = _stat_regular(real, shown, hint="Create new files with write_file.")
+    st = _regular(found, shown, hint="Create new files with write_file.")
     if st.st_size > EDIT_MAX_BYTES:
         raise ToolError(
             f"{shown} is {_fmt_bytes(st.st_size)}, over edit_file's {EDIT_MAX_BYTES // (1024 * 1024)} MiB "
             "limit. Edit it with bash (e.g. sed -i).",
             {"path": str(real), "bytes": st.st_size, "limit": EDIT_MAX_BYTES},
         )
-    try:
-        data = real.read_bytes()
-    except OSError as exc:
-        raise _os_error(exc, "read", shown) from exc
+    data = _read_all(found, shown, EDIT_MAX_BYTES)
     decoded = _decode_for_edit(data, shown)
     text = decoded.text
     old, new = args.old_text, args.new_text
@@ -737,7 +847,7 @@ def edit_file(args: EditFileArgs, ctx: ToolContext) -> ToolResult:
     updated = text.replace(old, new)
     out_text = updated.replace("\n", "\r\n") if decoded.crlf else updated
     payload = _encode(out_text, decoded.encoding, shown, "new_text")
-    _atomic_write(real, payload, shown)
+    _atomic_write(found, payload, shown, st)
     diff = _diff(text, updated, shown)
     summary = (
         f"Edited {shown}: {count} replacement{'s' if count != 1 else ''}, "
@@ -916,15 +1026,15 @@ def write_file(args: WriteFileArgs, ctx: ToolContext) -> ToolResult:
             f"path {args.path!r} ends with '/', so it names a directory; give the file's path.",
             {"path": args.path},
         )
-    real = check_writable(ctx.policy, ctx.workspace, args.path)
+    with locate_writable(ctx.policy, ctx.workspace, args.path) as found:
+        return _write(args, ctx, found)
+
+
+def _write(args: WriteFileArgs, ctx: ToolContext, found: Walk) -> ToolResult:
+    real = Path(found.path)
     shown = _display(ctx, real)
     payload = _encode(args.content, "utf-8", shown, "content")
-    try:
-        st: os.stat_result | None = os.stat(real)
-    except FileNotFoundError:
-        st = None
-    except OSError as exc:
-        raise _os_error(exc, "write", shown) from exc
+    st = found.st
     before = ""
     old_bytes = 0
     binary_before = False
@@ -933,12 +1043,7 @@ def write_file(args: WriteFileArgs, ctx: ToolContext) -> ToolResult:
             raise ToolError(
                 f"{shown} is a directory; give a file path.", {"path": str(real), "kind": "directory"}
             )
-        if not stat.S_ISREG(st.st_mode):
-            raise ToolError(
-                f"{shown} is not a regular file (a device, FIFO or socket); "
-                "write_file only writes regular files.",
-                {"path": str(real), "kind": "special"},
-            )
+        _refuse_unreadable_kind(found, st, shown)
         old_bytes = st.st_size
         if args.create_only:
             raise ToolError(
@@ -953,13 +1058,10 @@ def write_file(args: WriteFileArgs, ctx: ToolContext) -> ToolResult:
                 {"path": str(real), "exists": True, "bytes": st.st_size, "threshold": OVERWRITE_THRESHOLD},
             )
         if st.st_size <= EDIT_MAX_BYTES:
-            try:
-                old_data = real.read_bytes()
-            except OSError as exc:
-                raise _os_error(exc, "read", shown) from exc
+            old_data = _read_all(found, shown, EDIT_MAX_BYTES)
             binary_before = b"\x00" in old_data[:SNIFF_BYTES]
             before = old_data.decode("utf-8", errors="replace")
-    _atomic_write(real, payload, shown)
+    _atomic_write(found, payload, shown, st)
     created = st is None
     lines = args.content.count("\n") + (1 if args.content and not args.content.endswith("\n") else 0)
     if binary_before:

@@ -1,4 +1,8 @@
-"""File tools on real files: paging, edits, writes, encodings, atomicity, sandbox checks."""
+"""File tools on real files: paging, edits, writes, encodings, atomicity, sandbox checks.
+
+Every test runs twice: paths resolved with openat2 and with the O_NOFOLLOW openat walk. Races,
+pseudo-files and the state directory are tested in test_files_safety.py.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import pytest
 
 import codemode.tools._files as files_module
 from codemode.errors import SandboxDenied, ToolError
+from codemode.sandbox import _fs
 from codemode.sandbox._policy import SandboxMode, SandboxPolicy
 from codemode.tools._files import (
     MAX_LINES,
@@ -26,6 +31,15 @@ from codemode.tools._files import (
     file_tools,
 )
 from codemode.tools._model import Tool, ToolContext, ToolResult
+
+
+@pytest.fixture(params=["openat2", "openat"], autouse=True)
+def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    if request.param == "openat":
+        monkeypatch.setattr(_fs, "USE_OPENAT2", False)
+    elif not _fs.openat2_available():
+        pytest.skip("this kernel has no openat2")
+    yield request.param
 
 
 @dataclass

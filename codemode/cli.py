@@ -240,6 +240,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             f"sandbox       {box['mode']}, network {'on' if box['network'] else 'off'}, "
             f"writable: {', '.join(box['writable_roots'])}",
             *box["summary"],
+            "layers (checked by starting one confined command):",
+            *(f"  {layer['name']:<20}{layer['state']:<13}{layer['detail']}" for layer in box["layers"]),
         ]
         _emit("\n".join(lines))
         return 0

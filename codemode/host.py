@@ -230,7 +230,11 @@ class Host:
     def _context(self, session_id: str, call_id: str | None) -> ToolContext:
         temp = self._session_tmp.get(session_id)
         if temp is None:
-            temp = Path(tempfile.mkdtemp(prefix="codemode-tmp-"))
+            # Inside the state directory, so other sessions' commands cannot read it (the sandbox
+            # keeps the whole state directory out of reach but for a session's own temp dir).
+            parent = self.archive.state_dir / "tmp"
+            parent.mkdir(mode=0o700, exist_ok=True)
+            temp = Path(tempfile.mkdtemp(prefix="s-", dir=parent))
             self._session_tmp[session_id] = temp
         return ToolContext(
             session_id=session_id,
@@ -626,7 +630,7 @@ class Host:
         from importlib.metadata import version
 
         from codemode._version import __version__
-        from codemode.sandbox import landlock_status
+        from codemode.sandbox import landlock_status, sandbox_report
 
         state = self.config.state_dir.expanduser()
         status = landlock_status()
@@ -655,6 +659,7 @@ class Host:
                 "scopes": list(status.scopes),
                 "reason": status.reason,
                 "summary": status.describe(),
+                "layers": [vars(layer) for layer in sandbox_report(self._policy)],
             },
         }
 

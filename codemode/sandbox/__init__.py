@@ -7,11 +7,13 @@ from codemode.sandbox._enforce import (
     Confinement,
     LandlockStatus,
     LaunchSpec,
+    Layer,
     check_policy,
     explain_denial,
     landlock_status,
     launch,
     prepare_confinement,
+    sandbox_report,
 )
 from codemode.sandbox._policy import SandboxMode, SandboxPolicy
 from codemode.sandbox._policy_json import policy_from_json, policy_to_json
@@ -24,6 +26,7 @@ __all__ = [
     "Confinement",
     "LandlockStatus",
     "LaunchSpec",
+    "Layer",
     "Process",
     "SandboxMode",
     "SandboxPolicy",
@@ -38,4 +41,5 @@ __all__ = [
     "policy_from_json",
     "policy_to_json",
     "prepare_confinement",
+    "sandbox_report",
 ]

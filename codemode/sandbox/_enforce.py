@@ -77,11 +77,13 @@ __all__ = [
     "Confinement",
     "LandlockStatus",
     "LaunchSpec",
+    "Layer",
     "check_policy",
     "explain_denial",
     "landlock_status",
     "launch",
     "prepare_confinement",
+    "sandbox_report",
 ]
 
 #: Exit status of a child whose confinement could not be enforced (it never ran the command).
@@ -351,15 +353,23 @@ _cache_lock = threading.Lock()
 _CACHE_SIZE = 16
 
 
-def _stamp(paths: Sequence[str]) -> _Stamp | None:
+def _stamp(paths: Sequence[str], listed: Sequence[str] = ()) -> _Stamp | None:
+    """Identity of each path, plus the modification time of each ``listed`` directory (whose
+    entries were granted one by one: a new entry needs a new ruleset). None if one is gone."""
     stamps = []
-    for path in paths:
+    for path in (*paths, *listed):
         try:
             st = os.stat(path)
         except OSError:
             return None
-        stamps.append((path, st.st_dev, st.st_ino, st.st_mtime_ns))
+        stamps.append((path, st.st_dev, st.st_ino, st.st_mtime_ns if path in listed else 0))
     return tuple(stamps)
+
+
+def _still_current(stamp: _Stamp) -> bool:
+    paths = [s[0] for s in stamp if s[3] == 0]
+    listed = [s[0] for s in stamp if s[3] != 0]
+    return _stamp(paths, listed) == stamp
 
 
 def read_grants(protected: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -406,7 +416,7 @@ def _cached_ruleset(policy: SandboxPolicy, abi: int) -> int:
         hit = _cache.get(key)
         if hit is not None:
             fd, stamp = hit
-            if _stamp([s[0] for s in stamp]) == stamp:
+            if _still_current(stamp):
                 _cache.move_to_end(key)
                 return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 0)
             del _cache[key]
@@ -414,11 +424,11 @@ def _cached_ruleset(policy: SandboxPolicy, abi: int) -> int:
     check_policy(policy)
     protected = [os.path.realpath(p) for p in policy.protected]
     grants, split = read_grants(protected)
-    paths = [str(p) for p in policy.all_writable()] + protected + split
-    before = _stamp(paths)
+    paths = [str(p) for p in policy.all_writable()] + protected
+    before = _stamp(paths, split)
     fd = _build_ruleset(policy, abi, grants)
     with _cache_lock:
-        if before is not None and _stamp(paths) == before and key not in _cache:
+        if before is not None and _stamp(paths, split) == before and key not in _cache:
             _cache[key] = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 0), before)
             while len(_cache) > _CACHE_SIZE:
                 old_fd, _ = _cache.popitem(last=False)[1]
@@ -475,3 +485,113 @@ def _build_ruleset(policy: SandboxPolicy, abi: int, read_paths: Sequence[str]) -
 def cgroups_available() -> bool:
     """Whether commands get a cgroup each (see :mod:`._cgroup`)."""
     return cgroup_root().path is not None
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One confinement layer as ``codemode doctor`` shows it.
+
+    Attributes:
+        name: The layer.
+        state: ``on`` (applied to every confined command), ``off`` (not in this mode) or
+            ``unavailable`` (confined commands are refused, or the fallback is named).
+        detail: What it covers here, or why it is unavailable.
+    """
+
+    name: str
+    state: str
+    detail: str
+
+
+def sandbox_report(policy: SandboxPolicy) -> list[Layer]:
+    """Every layer's state for ``policy``, checked by starting one real confined command.
+
+    The probe (``/proc/self/status`` and ``/proc/self/cgroup`` read from inside the sandbox)
+    shows what a command actually gets, not what the host meant to apply.
+    """
+    status = landlock_status()
+    cgroups = cgroup_root()
+    layers = [
+        Layer(
+            "exec helper",
+            "on" if helper_fd() is not None else "unavailable",
+            "applies every layer before the command runs"
+            if helper_fd() is not None
+            else f"{helper_unavailable_reason()}: confined modes refuse every command",
+        ),
+        Layer(
+            "cgroup per command",
+            "on" if cgroups.path else "unavailable",
+            f"under {cgroups.path}: stop and session close end every descendant"
+            if cgroups.path
+            else f"{cgroups.reason}; descendants are found by process group and marker variable, so a "
+            "process that leaves its session and clears its environment can escape stop",
+        ),
+    ]
+    if not policy.confined:
+        off = "full-access: not applied"
+        layers += [
+            Layer(name, "off", off) for name in ("capabilities", "no_new_privs", "landlock", "seccomp")
+        ]
+        return layers
+    observed = _probe_confined(policy)
+    caps = observed.get("CapBnd") == observed.get("CapEff") == observed.get("CapPrm") == "0000000000000000"
+    layers += [
+        Layer(
+            "capabilities",
+            "on" if caps else "unavailable",
+            "bounding, ambient, effective, permitted and inheritable sets empty"
+            if caps
+            else observed.get("error", "the probe saw capabilities left"),
+        ),
+        Layer(
+            "no_new_privs",
+            "on" if observed.get("NoNewPrivs") == "1" else "unavailable",
+            "setuid binaries and file capabilities grant nothing",
+        ),
+        Layer(
+            "landlock",
+            "on" if status.abi >= 3 and "error" not in observed else "unavailable",
+            f"ABI {status.abi}: files beneath the state directory unreadable, writes beneath the writable "
+            f"roots only, no device nodes; network {'on' if policy.network else 'off (TCP denied)'}; "
+            + ("signals and abstract sockets scoped" if status.scopes else "no scoping (needs ABI 6)")
+            if status.abi >= 3
+            else f"{status.reason}: confined modes refuse every command",
+        ),
+        Layer(
+            "seccomp",
+            "on" if observed.get("Seccomp") == "2" else "unavailable",
+            "terminal injection, raw and packet sockets, ptrace, bpf, keyrings, mounts, namespaces, "
+            "host-wide settings and resource calls on other processes refused"
+            + ("" if policy.network else "; every socket but netlink refused (network off)"),
+        ),
+    ]
+    return layers
+
+
+def _probe_confined(policy: SandboxPolicy) -> dict[str, str]:
+    """``/proc/self/status`` fields as a confined ``cat`` sees them, or ``{"error": why}``."""
+    read, write = os.pipe2(os.O_CLOEXEC)
+    devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        try:
+            proc = launch(
+                LaunchSpec(
+                    ["cat", "/proc/self/status"], "/", dict(os.environ), policy, stdio=(devnull, write, write)
+                )
+            )
+        except (SandboxUnavailable, UserError, OSError) as exc:
+            return {"error": str(exc)}
+        finally:
+            os.close(write)
+            os.close(devnull)
+        out = b""
+        while chunk := os.read(read, 65536):
+            out += chunk
+        proc.wait(timeout=10)
+    finally:
+        os.close(read)
+    text = out.decode(errors="replace")
+    if text.startswith(ENFORCEMENT_FAILED_MARKER):
+        return {"error": text.strip()}
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in text.splitlines())}

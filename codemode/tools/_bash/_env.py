@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
+import signal
 import stat
-import subprocess
+import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from codemode.errors import ToolError
-from codemode.sandbox import SandboxPolicy
+from codemode.errors import SandboxUnavailable, ToolError, UserError
+from codemode.sandbox import LaunchSpec, SandboxMode, SandboxPolicy, launch
 from codemode.tools._bash._proctree import MARKER_VAR
 
 # Nothing may wait for a person: no pager, no credential prompt, no editor.
@@ -171,19 +175,95 @@ def _read_ref(git_dir: str, ref: str, linked: bool) -> str | None:
 
 _NOT_LOOKED_UP: Any = object()
 
+# git reads its configuration from the repository, and configuration can name programs to run
+# (core.fsmonitor, hooks, filters, diff drivers, ...). A cloned repository is hostile: the
+# host never runs git itself. The dirty check runs through the sandbox's launch path,
+# read-only with the network off, with no system or global configuration, the fsmonitor and
+# hooks off and no optional locks; what a repository's own filters could still run is confined
+# like any command (it can read, and write nothing).
+_GIT_STATUS = (
+    "git",
+    "--no-optional-locks",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.untrackedCache=false",
+    "status",
+    "--porcelain",
+    "--untracked-files=no",
+    "--ignore-submodules=all",
+)
+_GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_OPTIONAL_LOCKS": "0",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_PAGER": "cat",
+    "LC_ALL": "C",
+}
+_GIT_TIMEOUT_SECONDS = 5.0
+
+
+def git_dirty(root: str, policy: SandboxPolicy) -> bool | None:
+    """Whether tracked files in the work tree at ``root`` differ from HEAD, asked of git confined.
+
+    Returns:
+        None when it cannot be known: git missing, failing, slower than 5 s, or no confinement
+        available here (then git is not run at all).
+    """
+    confined = replace(policy, mode=SandboxMode.READ_ONLY, network=False)
+    read, write = os.pipe2(os.O_CLOEXEC)
+    devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(_GIT_ENV)
+    try:
+        proc = launch(LaunchSpec(_GIT_STATUS, root, env, confined, stdio=(devnull, write, devnull)))
+    except (SandboxUnavailable, UserError, OSError):
+        os.close(read)
+        return None
+    finally:
+        os.close(write)
+        os.close(devnull)
+    out = bytearray()
+    deadline = time.monotonic() + _GIT_TIMEOUT_SECONDS
+    timed_out = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            ready = select.select([read], [], [], left)[0] if left > 0 else []
+            if not ready:
+                timed_out = True
+                break
+            chunk = os.read(read, 65536)
+            if not chunk:
+                break
+            if len(out) < 4096:  # "dirty" needs one line, not all of them
+                out += chunk
+    finally:
+        os.close(read)
+    if timed_out:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return None
+    return bool(out.strip()) if proc.wait() == 0 else None
+
 
 def workspace_revision(
-    cwd: Path, *, check_dirty: bool, found: WorkTree | None = _NOT_LOOKED_UP
+    cwd: Path, *, check_dirty: bool, policy: SandboxPolicy, found: WorkTree | None = _NOT_LOOKED_UP
 ) -> dict[str, Any] | None:
     """Git HEAD (and, when asked, a dirty marker) of the work tree containing ``cwd``.
 
-    HEAD is read from the files in ``.git`` (no process). The dirty check runs
-    ``git status --porcelain --untracked-files=no`` (about 2 ms), so callers ask for it only
-    where that cost is small next to the command's own. Returns None outside a git work tree.
+    HEAD is read from the files in ``.git`` (no process). The dirty check runs ``git status``
+    confined (`git_dirty`, about 2 ms), so callers ask for it only where that cost is small
+    next to the command's own. Returns None outside a git work tree.
 
     Args:
         cwd: The command's directory.
         check_dirty: Also say whether tracked files differ from HEAD.
+        policy: The session's sandbox policy (its roots and protected dirs confine the check).
         found: `find_work_tree` of ``cwd`` looked up earlier (while the command ran, off the
             critical path). A repository the command created in ``cwd`` itself, or one it
             removed, is still noticed.
@@ -205,19 +285,5 @@ def workspace_revision(
         commit = _read_ref(git_dir, ref, linked)
     else:
         commit = head or None
-    dirty: bool | None = None
-    if check_dirty:
-        try:
-            status = subprocess.run(
-                ["git", "status", "--porcelain", "--untracked-files=no"],
-                cwd=root,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=5,
-                env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
-            )
-            if status.returncode == 0:
-                dirty = bool(status.stdout.strip())
-        except (OSError, subprocess.SubprocessError):
-            dirty = None
+    dirty = git_dirty(root, policy) if check_dirty else None
     return {"root": root, "head": commit, "ref": ref, "dirty": dirty}

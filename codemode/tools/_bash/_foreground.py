@@ -385,7 +385,9 @@ def finish(
     check_dirty = promoted_process_id is None and (
         duration_ms >= _DIRTY_CHECK_AFTER_MS or classification is not None
     )
-    revision = workspace_revision(spec.cwd, check_dirty=check_dirty, found=running.work_tree)
+    revision = workspace_revision(
+        spec.cwd, check_dirty=check_dirty, policy=spec.policy, found=running.work_tree
+    )
     text, structured = build_result(
         command=spec.command,
         cwd=spec.cwd,

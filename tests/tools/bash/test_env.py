@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from codemode.errors import ToolError
-from codemode.sandbox import SandboxPolicy
+from codemode.sandbox import SandboxMode, SandboxPolicy
 from codemode.tools._bash._env import command_env, resolve_cwd, workspace_revision
 
 _GIT_ENV = {
@@ -34,7 +34,9 @@ def test_revision_of_a_linked_worktree_with_packed_refs(tmp_path: Path) -> None:
     _git(repo, "worktree", "add", "-q", "-b", "feature", str(tmp_path / "wt"))
     _git(repo, "pack-refs", "--all")
     (tmp_path / "wt" / "sub").mkdir()
-    rev = workspace_revision(tmp_path / "wt" / "sub", check_dirty=True)
+    rev = workspace_revision(
+        tmp_path / "wt" / "sub", check_dirty=True, policy=SandboxPolicy(writable_roots=(tmp_path,))
+    )
     assert rev is not None
     assert rev["head"] == _git(tmp_path / "wt", "rev-parse", "HEAD")
     assert (rev["ref"], rev["dirty"], rev["root"]) == ("refs/heads/feature", False, str(tmp_path / "wt"))
@@ -45,7 +47,7 @@ def test_revision_of_a_detached_head(tmp_path: Path) -> None:
     _git(tmp_path, "commit", "-q", "--allow-empty", "-m", "one")
     head = _git(tmp_path, "rev-parse", "HEAD")
     _git(tmp_path, "checkout", "-q", "--detach")
-    rev = workspace_revision(tmp_path, check_dirty=False)
+    rev = workspace_revision(tmp_path, check_dirty=False, policy=SandboxPolicy())
     assert rev is not None and (rev["head"], rev["ref"], rev["dirty"]) == (head, None, None)
 
 
@@ -72,3 +74,56 @@ def test_command_env_is_non_interactive() -> None:
         "0",
         "dumb",
     )
+
+
+def _hostile_repo(repo: Path, marker: Path) -> None:
+    """A repository whose configuration runs programs: fsmonitor, a clean filter, hooks."""
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "a.txt").write_text("one\n")
+    (repo / ".gitattributes").write_text("*.txt filter=evil\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "one")
+    hooks = repo / ".git" / "hooks"
+    for hook in ("pre-commit", "post-checkout", "post-index-change", "reference-transaction"):
+        (hooks / hook).write_text(f"#!/bin/sh\nid > {marker}.{hook}\n")
+        (hooks / hook).chmod(0o755)
+    _git(repo, "config", "core.fsmonitor", f"sh -c 'id > {marker}.fsmonitor' #")
+    _git(repo, "config", "filter.evil.clean", f"sh -c 'id > {marker}.clean; cat'")
+    _git(repo, "config", "filter.evil.process", f"sh -c 'id > {marker}.process'")
+    # Touch the file so git has to look at its content (and would run the filter).
+    (repo / "a.txt").write_text("two\n")
+
+
+@pytest.mark.parametrize(
+    "mode", [SandboxMode.READ_ONLY, SandboxMode.WORKSPACE_WRITE, SandboxMode.FULL_ACCESS]
+)
+def test_a_hostile_repository_makes_the_host_run_nothing(tmp_path: Path, mode: SandboxMode) -> None:
+    repo, outside = tmp_path / "repo", tmp_path / "outside"
+    repo.mkdir()
+    outside.mkdir()
+    marker = outside / "ran"
+    _hostile_repo(repo, marker)
+    policy = SandboxPolicy(mode=mode, writable_roots=(repo,), network=False)
+    rev = workspace_revision(repo, check_dirty=True, policy=policy)
+    assert rev is not None and rev["root"] == str(repo)
+    # The long-running filter process dies confined, so git fails and the answer is "unknown"
+    # rather than a wrong "clean"; nothing of the repository's ran outside the sandbox.
+    assert rev["dirty"] is not False
+    assert sorted(p.name for p in outside.iterdir()) == []
+
+
+def test_the_filter_git_still_runs_is_confined(tmp_path: Path) -> None:
+    # A repository's clean filter is not configuration git can be told to skip; it runs, but
+    # inside the read-only, network-off sandbox: it cannot write even into the repository.
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "a.txt").write_text("one\n")
+    (repo / ".gitattributes").write_text("*.txt filter=evil\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "one")
+    _git(repo, "config", "filter.evil.clean", f"sh -c 'touch {repo}/wrote; cat'")
+    (repo / "a.txt").write_text("two\n")
+    rev = workspace_revision(repo, check_dirty=True, policy=SandboxPolicy(writable_roots=(repo,)))
+    assert rev is not None and rev["dirty"] is True
+    assert not (repo / "wrote").exists()

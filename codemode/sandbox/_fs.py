@@ -49,7 +49,6 @@ MAX_DEPTH = 256
 #: False forces the ``openat``/``O_NOFOLLOW`` walk even where ``openat2`` exists.
 USE_OPENAT2 = os.environ.get("CODEMODE_FS_OPENAT2", "1") != "0"
 
-RESOLVE_NO_XDEV = 0x01
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_NO_SYMLINKS = 0x04
 RESOLVE_BENEATH = 0x08

@@ -735,7 +735,7 @@ def _atomic_write(found: Walk, data: bytes, shown: str, old: os.stat_result | No
 
 
 def _replace_in(dfd: int, name: str, data: bytes, shown: str, real: str, old: os.stat_result | None) -> None:
-    tmp = f".{name[:200]}.{secrets.token_hex(4)}.codemode-tmp"
+    tmp = f".{name[:48]}.{secrets.token_hex(4)}.codemode-tmp"  # within NAME_MAX for any 255-byte name
     made_tmp = False
     try:
         if old is not None:

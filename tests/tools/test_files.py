@@ -673,3 +673,11 @@ def test_lf_file_accepts_crlf_old_text(env: Env) -> None:
     path.write_bytes(b"one\ntwo\n")
     env.call("edit_file", path="unix.txt", old_text="one\r\ntwo", new_text="1\r\n2")
     assert path.read_bytes() == b"1\n2\n"
+
+
+def test_long_multibyte_name_fits_the_temp_file(env: Env) -> None:
+    name = "漢" * 80 + ".txt"  # 244 bytes: a valid name whose temp name must stay within 255 bytes
+    env.call("write_file", path=name, content="x\n")
+    env.call("edit_file", path=name, old_text="x", new_text="y")
+    assert (env.workspace / name).read_text() == "y\n"
+    assert leftovers(env.workspace) == []

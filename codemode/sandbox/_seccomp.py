@@ -169,40 +169,53 @@ def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("<HBBI", code, jt, jf, k)
 
 
-def _rule_block(rule: Deny, nr: int) -> list[bytes]:
-    """Instructions that return the rule's error when it applies, else fall through."""
-    deny = _insn(_RET_K, _RET_ERRNO | (rule.errno & 0xFFFF))
+def _body(rules: list[Deny]) -> list[bytes]:
+    """Instructions for one syscall (the number is known): each rule's error when one of its
+    clauses holds, else allow. Ends with a return on every path."""
     body: list[bytes] = []
-    if not rule.when:
-        body.append(deny)
-    for clause in rule.when:
-        # Each test jumps past the rest of its clause (to the next clause) when it fails.
-        tests: list[list[bytes]] = []
-        for test in clause:
-            offset = _ARGS + 8 * test.arg + (4 if test.high else 0)
-            ops = [_insn(_LD_W_ABS, offset)]
-            if test.mask != 0xFFFFFFFF:
-                ops.append(_insn(_AND_K, test.mask))
-            tests.append(ops)
-        clause_code: list[bytes] = []
-        for i, (test, ops) in enumerate(zip(clause, tests, strict=True)):
-            jump = sum(len(t) + 1 for t in tests[i + 1 :]) + 1  # later tests, then the deny
-            clause_code += ops
-            # equal: pass on match (jt=0), skip the clause on mismatch; != the other way round.
-            clause_code.append(
-                _insn(_JEQ_K, test.value, 0, jump) if test.equal else _insn(_JEQ_K, test.value, jump, 0)
-            )
-        clause_code.append(deny)
-        body += clause_code
-    # The syscall number must be reloaded after the argument loads, for the next rule.
-    body.append(_insn(_LD_W_ABS, _NR))
-    if len(body) > 255:
-        raise ValueError(f"seccomp rule for {rule.syscall} is too long for one jump")
-    return [_insn(_JEQ_K, nr, 0, len(body)), *body]
+    for rule in rules:
+        deny = _insn(_RET_K, _RET_ERRNO | (rule.errno & 0xFFFF))
+        if not rule.when:
+            return [*body, deny]  # nothing after an unconditional denial can apply
+        for clause in rule.when:
+            tests = []
+            for test in clause:
+                ops = [_insn(_LD_W_ABS, _ARGS + 8 * test.arg + (4 if test.high else 0))]
+                if test.mask != 0xFFFFFFFF:
+                    ops.append(_insn(_AND_K, test.mask))
+                tests.append((test, ops))
+            for i, (test, ops) in enumerate(tests):
+                # A failed test skips the rest of its clause (later tests and the deny).
+                skip = sum(len(o) + 1 for _, o in tests[i + 1 :]) + 1
+                body += ops
+                body.append(
+                    _insn(_JEQ_K, test.value, 0, skip) if test.equal else _insn(_JEQ_K, test.value, skip, 0)
+                )
+            body.append(deny)
+    return [*body, _insn(_RET_K, _RET_ALLOW)]
+
+
+def _tree(items: list[tuple[int, list[bytes]]]) -> list[bytes]:
+    """A binary search over sorted syscall numbers: about log2(n) + 4 instructions for a call
+    no rule names (most calls), instead of one comparison per rule. Falls through to allow."""
+    if len(items) <= 4:
+        code: list[bytes] = []
+        for nr, body in items:
+            code += [_insn(_JEQ_K, nr, 0, len(body)), *body]
+        return [*code, _insn(_RET_K, _RET_ALLOW)]
+    mid = len(items) // 2
+    left, right = _tree(items[:mid]), _tree(items[mid:])
+    if len(left) > 255:
+        raise ValueError("seccomp program: a subtree is too long for one jump")
+    return [_insn(_JGE_K, items[mid][0], len(left), 0), *left, *right]
 
 
 def build_program(network: bool) -> bytes:
     """The classic BPF program (``struct sock_filter[]``) for a confined command.
+
+    Every call pays for the filter (a command makes thousands), so the rules are reached by a
+    binary search on the syscall number: ~10 instructions a call, measured ~5x cheaper per
+    command than one comparison per rule (bench/bench_sandbox.py shows the layer's cost).
 
     Args:
         network: Whether the command may open network sockets.
@@ -213,7 +226,9 @@ def build_program(network: bool) -> bytes:
     Raises:
         ValueError: The rules do not fit one program (a bug in the table).
     """
-    rules = DENIED if network else (*DENIED, *NETWORK_OFF)
+    by_nr: dict[int, list[Deny]] = {}
+    for rule in DENIED if network else (*DENIED, *NETWORK_OFF):
+        by_nr.setdefault(X86_64[rule.syscall], []).append(rule)
     program = [
         _insn(_LD_W_ABS, _ARCH),
         _insn(_JEQ_K, _AUDIT_ARCH_X86_64, 1, 0),
@@ -221,10 +236,8 @@ def build_program(network: bool) -> bytes:
         _insn(_LD_W_ABS, _NR),
         _insn(_JGE_K, _X32_SYSCALL_BIT, 0, 1),
         _insn(_RET_K, _RET_ERRNO | errno.EPERM),
+        *_tree([(nr, _body(rules)) for nr, rules in sorted(by_nr.items())]),
     ]
-    for rule in rules:
-        program += _rule_block(rule, X86_64[rule.syscall])
-    program.append(_insn(_RET_K, _RET_ALLOW))
     if len(program) > _MAX_INSNS:
         raise ValueError(f"the seccomp program has {len(program)} instructions (at most {_MAX_INSNS})")
     return b"".join(program)

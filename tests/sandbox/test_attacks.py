@@ -149,7 +149,7 @@ def _escapee_pids(tag: str) -> list[int]:
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                if tag.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
+                if Path(f"/proc/{name}/cmdline").read_bytes() == f"/bin/sleep\0{tag}\0".encode():
                     found.append(int(name))
             except OSError:
                 continue

@@ -37,6 +37,7 @@ from codemode.tools._bash import _records
 from codemode.tools._bash._background import start_background
 from codemode.tools._bash._env import resolve_cwd
 from codemode.tools._bash._foreground import (
+    CGROUPS,
     TERM_GRACE_SECONDS,
     Running,
     RunSpec,
@@ -770,6 +771,7 @@ class ProcessManager:
             while self._foreground and time.monotonic() < deadline:
                 await anyio.sleep(0.01)
             await anyio.to_thread.run_sync(self._end_leftovers, None)
+            CGROUPS.clear()
         with self._db() as conn:
             conn.close()
 

@@ -5,9 +5,15 @@ Layout of the state directory (mode 0700)::
     state.db          SQLite (WAL): archive index, store values, run records, other parts' tables
     blobs/<file>      one file per archived entry (mode 0600)
 
-An entry's offsets are byte offsets into its *retained* text: a compacted log keeps its last
-``COMPACT_KEEP_BYTES`` bytes, ``retained_from`` says where they start, and ``total_bytes`` stays
-the size of the whole original.
+An entry's offsets are byte offsets into the whole original text, and ``total_bytes`` is its
+whole size. A log keeps at most its cap on disk while it is written: its head and its tail sit
+at their own offsets in its file and the middle is a hole (see ``_capped``); a read that
+lands in a dropped range says so and goes on from the next kept byte. A compacted log keeps
+its last ``COMPACT_KEEP_BYTES`` bytes in a new file, and ``retained_from`` says where they
+start (file offset 0 is byte ``retained_from``).
+
+The directory has a quota: past it, finished entries are evicted (the oldest finished logs
+first); writers check it every 1/64 of the quota in a thread of their own.
 
 Connections come from a small pool, so the archive can be used from many threads at once;
 several processes can share one state directory (SQLite WAL plus a busy timeout).
@@ -31,6 +37,8 @@ from functools import wraps
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
+from codemode.archive import _capped
+from codemode.archive._capped import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES, CappedLog
 from codemode.archive._redact import Redactor, StreamRedactor
 from codemode.errors import HostFault, StateDirError, ToolError, UnknownRefError
 
@@ -60,7 +68,7 @@ READ_MAX_LIMIT = 16 * 1024 * 1024
 
 _REF_RE = re.compile(r"ar_[A-Za-z0-9_\-]{20}")
 _BUSY_TIMEOUT_MS = 10_000
-_SCHEMA_VERSION = 2
+_SCHEMA_VERSION = 3
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS archive_entries (
     ref TEXT PRIMARY KEY,
@@ -75,10 +83,17 @@ CREATE TABLE IF NOT EXISTS archive_entries (
     stream INTEGER NOT NULL DEFAULT 0,
     pinned INTEGER NOT NULL DEFAULT 0,
     needs_compact INTEGER NOT NULL DEFAULT 0,
-    file TEXT NOT NULL
+    file TEXT NOT NULL,
+    disk_bytes INTEGER,
+    cap_bytes INTEGER
 );
 CREATE INDEX IF NOT EXISTS archive_entries_created ON archive_entries(created);
 CREATE INDEX IF NOT EXISTS archive_entries_compact ON archive_entries(needs_compact) WHERE needs_compact = 1;
+CREATE INDEX IF NOT EXISTS archive_entries_live ON archive_entries(finished) WHERE finished IS NULL;
+CREATE TABLE IF NOT EXISTS archive_settings (
+    key TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS store_values (
     session_id TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -122,17 +137,50 @@ def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX run_records_created ON run_records(created)")
 
 
+def _migrate_2_to_3(conn: sqlite3.Connection) -> None:
+    """Entries record their disk use (for the quota) and their log's cap; a settings table.
+
+    A finished entry of version 2 is one dense file of its retained bytes, so that is its
+    disk use (within a block).
+    """
+    conn.execute("ALTER TABLE archive_entries ADD COLUMN disk_bytes INTEGER")
+    conn.execute("ALTER TABLE archive_entries ADD COLUMN cap_bytes INTEGER")
+    conn.execute(
+        "UPDATE archive_entries SET disk_bytes = total_bytes - retained_from WHERE finished IS NOT NULL"
+    )
+    conn.execute("CREATE INDEX archive_entries_live ON archive_entries(finished) WHERE finished IS NULL")
+    conn.execute("CREATE TABLE archive_settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID")
+
+
 # _MIGRATIONS[v] brings a database from version v to v + 1, inside the caller's transaction.
-_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _migrate_1_to_2}
+_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3}
 
 
 @dataclass(frozen=True)
 class ArchiveRef:
-    """A stored text: its opaque reference, size in bytes and sha256 (hex) of the stored bytes."""
+    """A stored text: its opaque reference, size in bytes and sha256 (hex) of the stored bytes.
+
+    Attributes:
+        ref: The reference.
+        total_bytes: Size of the whole text (for a log: every byte the command wrote).
+        sha256: Of the bytes stored: for a log that outgrew its cap, its head then its tail.
+        dropped: ``(start, end)`` of the bytes a log did not keep because it outgrew its cap
+            (its middle; its end where the file system cannot punch holes), else ``None``.
+    """
 
     ref: str
     total_bytes: int
     sha256: str
+    dropped: tuple[int, int] | None = None
+
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes stored: ``total_bytes`` less the dropped range."""
+        return (
+            self.total_bytes
+            if self.dropped is None
+            else self.total_bytes - (self.dropped[1] - self.dropped[0])
+        )
 
 
 @dataclass(frozen=True)
@@ -149,6 +197,9 @@ class ArchivePage:
         total_bytes: Size of the whole entry (for a log still being written: its size now).
         eof: ``next_offset`` has reached ``total_bytes``.
         retained_from: Earliest byte still retained (after compaction; 0 otherwise).
+        dropped: ``(start, end)`` when the requested offset fell in bytes the entry no longer
+            keeps (compacted away, or dropped from a log that outgrew its cap): the read
+            skipped them and ``offset`` is ``end``. ``None`` when it read from the offset asked.
     """
 
     ref: str
@@ -158,6 +209,7 @@ class ArchivePage:
     total_bytes: int
     eof: bool
     retained_from: int = 0
+    dropped: tuple[int, int] | None = None
 
 
 def _new_ref() -> str:
@@ -230,31 +282,36 @@ def _configure(conn: sqlite3.Connection) -> sqlite3.Connection:
 
 
 class LogWriter:
-    """Streams bytes into a new archive entry (a command log). Not thread-safe.
+    """Streams bytes into a new archive entry (a command log) within its cap. Not thread-safe.
 
     Bytes reach the file at each `write` (no buffering in Python), so a reader sees them at
     once; with redaction on, a trailing partial line is held back until its line end (at most
-    64 KiB) so that a secret split across writes is still redacted.
+    64 KiB) so that a secret split across writes is still redacted. Past the archive's log
+    cap the file keeps the head and the tail (`CappedLog`); every byte is still counted, and
+    reaching the cap never blocks the writer.
 
     Attributes:
         ref: The entry's reference, valid (readable) from the start.
         path: The file the bytes go to.
     """
 
-    def __init__(self, archive: Archive, ref: str, path: Path, stream: StreamRedactor | None) -> None:
+    def __init__(
+        self, archive: Archive, ref: str, path: Path, stream: StreamRedactor | None, cap: int | None
+    ) -> None:
         self.ref = ref
         self.path = path
         self._archive = archive
         self._stream = stream
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
-        self._hash = hashlib.sha256()
-        self._bytes = 0
+        self._log = CappedLog(str(path), cap, create=True, on_growth=archive._quota.added)
+        self._open = True
+        # Kept while every byte is on disk; a log that drops bytes hashes what it kept at close.
+        self._hash: hashlib._Hash | None = hashlib.sha256()
         self._result: ArchiveRef | None = None
 
     @property
     def bytes_written(self) -> int:
-        """Bytes on disk so far."""
-        return self._bytes
+        """Bytes written so far, kept or not: the offset the next byte will have."""
+        return self._log.seen
 
     def write(self, data: bytes) -> None:
         """Append ``data`` (redacted first when the log redacts).
@@ -262,7 +319,7 @@ class LogWriter:
         Raises:
             ValueError: The writer is closed.
         """
-        if self._fd is None:
+        if not self._open:
             raise ValueError(f"log {self.ref} is closed")
         if self._stream is not None:
             data = self._stream.feed(data)
@@ -271,16 +328,18 @@ class LogWriter:
 
     def flush(self) -> None:
         """Release bytes held back for redaction (a partial last line) to the file."""
-        if self._fd is not None and self._stream is not None:
+        if self._open and self._stream is not None:
             data = self._stream.flush()
             if data:
                 self._write_all(data)
 
     def _write_all(self, data: bytes) -> None:
-        assert self._fd is not None
-        self._hash.update(data)
-        _write_fully(self._fd, data)
-        self._bytes += len(data)
+        self._log.write(data)
+        if self._hash is not None:
+            if self._log.kept_bytes == self._log.seen:
+                self._hash.update(data)
+            else:
+                self._hash = None
 
     def detach(self) -> None:
         """Release the file without finishing the entry, for a log another process appends to.
@@ -289,28 +348,30 @@ class LogWriter:
         call `Archive.finish_log` with `ref` when it is done. Bytes held back for redaction
         are written first.
         """
-        if self._fd is None:
+        if not self._open:
             return
         self.flush()
-        os.close(self._fd)
-        self._fd = None
+        self._log.close()
+        self._open = False
 
     def close(self) -> ArchiveRef:
-        """Finish the entry (idempotent) and return its reference, size and sha256.
+        """Finish the entry (idempotent) and return its reference, size, sha256 and what was kept.
 
         Raises:
             ValueError: The writer was detached (finish it with `Archive.finish_log`).
         """
-        if self._result is None and self._fd is None:
+        if self._result is None and not self._open:
             raise ValueError(f"log {self.ref} was detached; finish it with Archive.finish_log")
         if self._result is not None:
             return self._result
         self.flush()
-        assert self._fd is not None
-        os.close(self._fd)
-        self._fd = None
-        self._result = ArchiveRef(self.ref, self._bytes, self._hash.hexdigest())
-        self._archive._finish_log(self._result)
+        self._log.close()
+        self._open = False
+        if self._hash is not None:
+            self._result = ArchiveRef(self.ref, self._log.seen, self._hash.hexdigest())
+            self._archive._finish_log(self._result, self.path.name)
+        else:
+            self._result = self._archive._finish_file(self.ref, self.path.name, 0, self._log.seen)
         return self._result
 
     def __enter__(self) -> LogWriter:
@@ -328,6 +389,12 @@ class Archive:
             tightened to 0700).
         redactor: Redacts text before it is persisted and raw logs when read. Defaults to a
             `Redactor` over ``os.environ``.
+        log_cap_bytes: Most bytes one log keeps on disk while it is written (its head and
+            tail; every byte is still counted). At least 1 MiB.
+        quota_bytes: Most bytes the state directory holds before finished entries are
+            evicted, oldest finished logs first. At least 4 MiB. Stored in the database too,
+            for the supervisors of background processes: the last archive opened on a state
+            directory sets theirs.
 
     Every method below raises `HostFault` when the database or the disk fails (locked for
     longer than the busy timeout, disk full, I/O error): that is never the model's fault.
@@ -335,9 +402,25 @@ class Archive:
     Raises:
         StateDirError: The directory is not a directory, is not ours, cannot be secured, or
             the database cannot be opened.
+        ValueError: ``log_cap_bytes`` or ``quota_bytes`` is below its minimum.
     """
 
-    def __init__(self, state_dir: Path, redactor: Redactor | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        redactor: Redactor | None = None,
+        *,
+        log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
+        quota_bytes: int = DEFAULT_QUOTA_BYTES,
+    ) -> None:
+        if log_cap_bytes < _capped.MIN_LOG_CAP_BYTES:
+            raise ValueError(
+                f"log_cap_bytes must be at least {_capped.MIN_LOG_CAP_BYTES} (got {log_cap_bytes})"
+            )
+        if quota_bytes < _capped.MIN_QUOTA_BYTES:
+            raise ValueError(f"quota_bytes must be at least {_capped.MIN_QUOTA_BYTES} (got {quota_bytes})")
+        self._log_cap = log_cap_bytes
+        self._quota_bytes = quota_bytes
         self._state_dir = _secure_state_dir(Path(state_dir).expanduser().absolute())
         self._blob_dir = self._state_dir / "blobs"
         try:
@@ -353,12 +436,17 @@ class Archive:
         try:
             conn = self._open_connection()
             self._init_schema(conn)
+            conn.execute(
+                "INSERT OR REPLACE INTO archive_settings (key, value) VALUES ('quota_bytes', ?)",
+                (quota_bytes,),
+            )
             with contextlib.suppress(OSError):
                 os.chmod(self._db_path, 0o600)
         except sqlite3.Error as exc:
             raise StateDirError(f"cannot open the state database {self._db_path}: {exc}") from exc
         self._free.append(conn)
         self._all.append(conn)
+        self._quota = _capped.QuotaWatch(str(self._db_path), quota_bytes, before=self._compact_pending)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -488,14 +576,15 @@ class Archive:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             _write_fully(fd, blob)
+            disk = os.fstat(fd).st_blocks * 512
         finally:
             os.close(fd)
         digest = hashlib.sha256(blob).hexdigest()
         now = time.time()
         self._execute(
             "INSERT INTO archive_entries"
-            " (ref, kind, session_id, created, finished, total_bytes, sha256, file, needs_compact)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " (ref, kind, session_id, created, finished, total_bytes, sha256, file, needs_compact, disk_bytes)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 ref,
                 kind,
@@ -506,8 +595,10 @@ class Archive:
                 digest,
                 ref,
                 int(kind == "log" and len(blob) > COMPACT_KEEP_BYTES),
+                disk,
             ),
         )
+        self._quota.added(disk)
         return ArchiveRef(ref, len(blob), digest)
 
     @_host_faults
@@ -519,54 +610,75 @@ class Archive:
             session_id: The owning session, if any.
             redact: Redact before bytes reach the disk. With ``False`` raw bytes are stored
                 and `read` redacts what it returns.
+
+        The log keeps at most the archive's ``log_cap_bytes`` on disk (recorded with the
+        entry, so a writer in another process, `_capped.EntryLog`, applies the same cap).
         """
         ref = _new_ref()
         path = self._blob_dir / ref
         self._execute(
-            "INSERT INTO archive_entries (ref, kind, session_id, created, raw, stream, file)"
-            " VALUES (?, ?, ?, ?, ?, 1, ?)",
-            (ref, kind, session_id, time.time(), 0 if redact else 1, ref),
+            "INSERT INTO archive_entries (ref, kind, session_id, created, raw, stream, file, cap_bytes)"
+            " VALUES (?, ?, ?, ?, ?, 1, ?, ?)",
+            (ref, kind, session_id, time.time(), 0 if redact else 1, ref, self._log_cap),
         )
         stream = StreamRedactor(self._redactor) if redact else None
-        return LogWriter(self, ref, path, stream)
+        return LogWriter(self, ref, path, stream, self._log_cap)
 
     @_host_faults
     def finish_log(self, ref: str) -> ArchiveRef:
         """Finish a streamed entry whose file another process wrote (see `LogWriter.detach`).
 
-        Size and sha256 are taken from the file as it is now. Finishing an entry that is
-        already finished returns what was recorded.
+        Size, sha256 and what was kept are taken from the file as it is now (and the count
+        the writer stored, for bytes it could not keep past the file's end). Finishing an
+        entry that is already finished returns what was recorded.
 
         Raises:
             UnknownRefError: No such entry, or its file is gone.
         """
         file, retained_from, total, _raw, _stream = self._lookup(ref)
+        with self._connection() as conn:
+            row = conn.execute(
+                "SELECT sha256, total_bytes FROM archive_entries WHERE ref = ?", (ref,)
+            ).fetchone()
         if total is not None:
-            with self._connection() as conn:
-                row = conn.execute("SELECT sha256 FROM archive_entries WHERE ref = ?", (ref,)).fetchone()
             return ArchiveRef(ref, total, str(row[0]) if row else "")
-        digest = hashlib.sha256()
-        size = 0
+        return self._finish_file(ref, file, retained_from, int(row[1]) if row else 0)
+
+    def _finish_file(self, ref: str, file: str, retained_from: int, counted: int) -> ArchiveRef:
+        """Finish an entry from its file: size, kept ranges and their sha256.
+
+        Raises:
+            UnknownRefError: The file is gone.
+        """
         try:
-            with open(self._blob_dir / file, "rb") as f:
-                while chunk := f.read(1024 * 1024):
-                    digest.update(chunk)
-                    size += len(chunk)
+            fd = os.open(self._blob_dir / file, os.O_RDONLY)
         except FileNotFoundError as exc:
             raise UnknownRefError(f"the file of log {ref!r} is gone", {"ref": ref}) from exc
-        result = ArchiveRef(ref, retained_from + size, digest.hexdigest())
-        self._finish_log(result)
+        try:
+            total = max(retained_from + os.fstat(fd).st_size, counted)
+            gap = _capped.dropped_range(_capped.kept_runs(fd), total - retained_from)
+            digest = _capped.kept_sha256(fd)
+        finally:
+            os.close(fd)
+        dropped = None if gap is None else (retained_from + gap[0], retained_from + gap[1])
+        result = ArchiveRef(ref, total, digest, dropped)
+        self._finish_log(result, file)
         return result
 
-    def _finish_log(self, result: ArchiveRef) -> None:
+    def _finish_log(self, result: ArchiveRef, file: str) -> None:
+        try:
+            disk = os.stat(self._blob_dir / file).st_blocks * 512
+        except FileNotFoundError:
+            disk = 0
         self._execute(
-            "UPDATE archive_entries SET finished = ?, total_bytes = ?, sha256 = ?, needs_compact = ?"
-            " WHERE ref = ?",
+            "UPDATE archive_entries SET finished = ?, total_bytes = ?, sha256 = ?, needs_compact = ?,"
+            " disk_bytes = ? WHERE ref = ?",
             (
                 time.time(),
                 result.total_bytes,
                 result.sha256,
-                int(result.total_bytes > COMPACT_KEEP_BYTES),
+                int(result.kept_bytes > COMPACT_KEEP_BYTES),
+                disk,
                 result.ref,
             ),
         )
@@ -609,7 +721,9 @@ class Archive:
         """Read up to ``limit`` bytes of an entry from byte ``offset``.
 
         Concatenating the pages of a whole read gives back the stored bytes exactly. An
-        ``offset`` before the retained part of a compacted log reads from ``retained_from``.
+        ``offset`` in bytes the entry no longer keeps (before the retained part of a compacted
+        log, or in the middle a log dropped when it outgrew its cap) reads from the next kept
+        byte, and the page's ``dropped`` names the skipped range.
 
         Args:
             ref: The entry.
@@ -648,7 +762,7 @@ class Archive:
     def _read_fd(
         self, fd: int, ref: str, offset: int, limit: int, retained_from: int, total: int | None, raw: bool
     ) -> ArchivePage:
-        if total is None:  # still being written: what is on disk now
+        if total is None:  # still being written: what is on disk now (a capped log's size counts all)
             total = retained_from + os.fstat(fd).st_size
         if offset > total:
             raise ToolError(
@@ -656,12 +770,18 @@ class Archive:
                 f"read from an offset up to {total}",
                 {"field": "offset", "total_bytes": total},
             )
-        start = max(offset, retained_from)
-        want = min(limit, total - start)
-        data = os.pread(fd, want, start - retained_from) if want > 0 else b""
+        asked = max(offset, retained_from)
+        want = min(limit, total - asked)
+        if want > 0:
+            found, data, run_end = _capped.read_kept(fd, asked - retained_from, want)
+            # Nothing kept from here on (a log's end it could not keep): all of it was dropped.
+            start = retained_from + found if data else total
+            run_end += retained_from
+        else:
+            start, data, run_end = asked, b"", asked
         next_offset = start + len(data)
         if raw and data:
-            data, next_offset = self._redacted_view(fd, data, start, next_offset, total, retained_from)
+            data, next_offset = self._redacted_view(fd, data, next_offset, retained_from, run_end)
         return ArchivePage(
             ref=ref,
             offset=start,
@@ -670,23 +790,28 @@ class Archive:
             total_bytes=total,
             eof=next_offset >= total,
             retained_from=retained_from,
+            dropped=(offset, start) if start > offset else None,
         )
 
     def _redacted_view(
-        self, fd: int, data: bytes, start: int, end: int, total: int, retained_from: int
+        self, fd: int, data: bytes, end: int, retained_from: int, run_end: int
     ) -> tuple[bytes, int]:
-        """Redact a page of a raw log, ending it where no secret can be split."""
-        if end < total:
+        """Redact a page of a raw log, ending it where no secret can be split.
+
+        A page ends at a line end unless its run of kept bytes ends first (the bytes after a
+        dropped range cannot continue a line before it).
+        """
+        if end < run_end:
             if b"PRIVATE KEY" in data:
-                # Extend an open private key block to its END line (bounded).
-                extra = os.pread(fd, 64 * 1024, end - retained_from)
+                # Extend an open private key block to its END line (bounded, within the run).
+                extra = os.pread(fd, min(64 * 1024, run_end - end), end - retained_from)
                 marker = extra.find(b"PRIVATE KEY-----")
                 if marker >= 0:
                     line_end = extra.find(b"\n", marker)
                     stop = len(extra) if line_end < 0 else line_end + 1
                     data += extra[:stop]
                     end += stop
-            if end < total:
+            if end < run_end:
                 cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
                 if cut > 0:
                     end -= len(data) - cut
@@ -723,16 +848,18 @@ class Archive:
 
     @_host_faults
     def maintain(self, now: float | None = None) -> dict[str, int]:
-        """Compact finished logs to their last 8 MiB and expire what is older than 30 days.
+        """Compact finished logs to their last 8 MiB, expire what is older than 30 days, and
+        evict finished entries while the state directory is over its quota.
 
-        Pinned entries are left alone. Cheap when there is nothing to do (two indexed
-        queries). Safe to run from several processes at once.
+        Pinned entries are left alone by compaction and expiry (the quota evicts them last).
+        Cheap when there is nothing to do (a few indexed queries). Safe to run from several
+        processes at once.
 
         Args:
             now: The current time (seconds since the epoch); defaults to ``time.time()``.
 
         Returns:
-            Counts: ``compacted``, ``expired`` (entries), ``expired_runs``.
+            Counts: ``compacted``, ``expired`` (entries), ``expired_runs``, ``evicted``.
         """
         now = time.time() if now is None else now
         cutoff = now - EXPIRE_AFTER_SECONDS
@@ -755,15 +882,23 @@ class Archive:
             counts["expired_runs"] = conn.execute(
                 "DELETE FROM run_records WHERE created < ?", (cutoff,)
             ).rowcount
+        counts["compacted"] = self._compact_pending()
+        counts["evicted"] = _capped.enforce_quota(str(self._db_path), self._quota_bytes)
+        return counts
+
+    def _compact_pending(self) -> int:
+        """Compact every finished log waiting for it; return how many were."""
+        compacted = 0
+        with self._connection() as conn:
             todo = conn.execute(
                 "SELECT ref FROM archive_entries WHERE needs_compact = 1 AND pinned = 0"
             ).fetchall()
             for (ref,) in todo:
-                if self._compact(conn, ref):
-                    counts["compacted"] += 1
-        return counts
+                compacted += self._compact(conn, ref)
+        return compacted
 
     def _compact(self, conn: sqlite3.Connection, ref: str) -> bool:
+        """Keep the last 8 MiB of the log's last kept run (its tail) in a new file."""
         claimed = conn.execute(
             "UPDATE archive_entries SET needs_compact = 0 WHERE ref = ? AND needs_compact = 1 AND pinned = 0",
             (ref,),
@@ -778,24 +913,29 @@ class Archive:
         new_file = f"{ref}.{secrets.token_hex(4)}"
         new_path = self._blob_dir / new_file
         try:
-            size = old_path.stat().st_size
-            if size <= COMPACT_KEEP_BYTES:
-                return False
-            skip = size - COMPACT_KEEP_BYTES
             with open(old_path, "rb") as src:
+                runs = _capped.kept_runs(src.fileno())
+                if not runs:
+                    return False
+                size = runs[-1][1]
+                skip = max(size - COMPACT_KEEP_BYTES, runs[-1][0])
+                if skip == 0:
+                    return False
                 src.seek(skip)
                 fd = os.open(new_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 with open(fd, "wb") as dst:
                     while chunk := src.read(1024 * 1024):
                         dst.write(chunk)
+                    dst.flush()
+                    disk = os.fstat(dst.fileno()).st_blocks * 512
         except OSError:
             with contextlib.suppress(OSError):
                 new_path.unlink()
             conn.execute("UPDATE archive_entries SET needs_compact = 1 WHERE ref = ?", (ref,))
             return False
         conn.execute(
-            "UPDATE archive_entries SET file = ?, retained_from = ? WHERE ref = ?",
-            (new_file, retained_from + skip, ref),
+            "UPDATE archive_entries SET file = ?, retained_from = ?, disk_bytes = ? WHERE ref = ?",
+            (new_file, retained_from + skip, disk, ref),
         )
         with contextlib.suppress(FileNotFoundError):
             old_path.unlink()

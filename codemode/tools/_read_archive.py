@@ -48,8 +48,10 @@ def read_archive(args: ReadArchiveArgs, ctx: ToolContext) -> ToolResult:
     """Read archived text by byte offset: the rest of a cut output or a command's full log.
 
     Returns the page's text and the next_offset to pass to read on; concatenating the pages
-    gives back the archived text exactly. Binary data comes back base64-encoded. Only the
-    calling session's archive is readable: another session's reference is unknown here.
+    gives back the archived text exactly. Binary data comes back base64-encoded. Bytes a log
+    no longer keeps (compacted, or the middle of a log that outgrew its cap) are skipped, and
+    the page says which. Only the calling session's archive is readable: another session's
+    reference is unknown here.
 
     Raises:
         UnknownRefError: No such reference in this session.
@@ -72,13 +74,20 @@ def read_archive(args: ReadArchiveArgs, ctx: ToolContext) -> ToolResult:
         "total_bytes": page.total_bytes,
         "eof": eof,
         "retained_from": page.retained_from,
+        "dropped": None if page.dropped is None else {"from": page.dropped[0], "to": page.dropped[1]},
         "text": text,
         "encoding": encoding,
     }
     lines = []
-    if args.offset < page.retained_from:
+    if page.dropped is not None and page.dropped[1] == page.retained_from:
         lines.append(
             f"[bytes before offset {page.retained_from:,} were compacted away; showing from {page.offset:,}]"
+        )
+    elif page.dropped is not None:
+        start, end = page.dropped
+        lines.append(
+            f"[bytes {start:,} to {end:,} of this log were not kept (it outgrew its cap, which keeps "
+            f"its head and its tail); showing from {end:,}]"
         )
     lines.append(text if encoding == "utf-8" else f"[binary data, base64-encoded]\n{text}")
     if not eof:

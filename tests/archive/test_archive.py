@@ -475,9 +475,28 @@ def test_a_version_1_state_db_migrates_its_run_records_to_two_columns(tmp_path: 
         ]
         conn.executemany("INSERT INTO run_records VALUES (?, ?, ?, ?)", rows)
         conn.execute("INSERT INTO store_values VALUES ('A', 'k', '1', 1, ?)", (now,))
+        # A finished entry (its file beside the database) and one still being written.
+        (state / "blobs").mkdir(mode=0o700)
+        (state / "blobs" / ("ar_" + "f" * 20)).write_bytes(b"finished text")
+        (state / "blobs" / ("ar_" + "l" * 20)).write_bytes(b"live")
+        conn.execute(
+            "INSERT INTO archive_entries (ref, kind, session_id, created, finished, total_bytes, file)"
+            " VALUES (?, 'output', 'A', ?, ?, 13, ?)",
+            ("ar_" + "f" * 20, now, now, "ar_" + "f" * 20),
+        )
+        conn.execute(
+            "INSERT INTO archive_entries (ref, kind, session_id, created, raw, stream, file)"
+            " VALUES (?, 'log', 'A', ?, 1, 1, ?)",
+            ("ar_" + "l" * 20, now, "ar_" + "l" * 20),
+        )
     conn.close()
     arch = Archive(state)
     try:
+        # Version 2 to 3: entries know their disk use and cap, the quota is stored.
+        assert arch.entry_info("ar_" + "f" * 20)["disk_bytes"] == 13
+        assert arch.entry_info("ar_" + "l" * 20)["disk_bytes"] is None
+        assert arch.read("ar_" + "f" * 20, session_id="A").data == b"finished text"
+        assert arch.finish_log("ar_" + "l" * 20).total_bytes == 4
         assert arch.get_run("A", "1") == '"a1"'
         assert arch.get_run("team\x1fvictim", "c1") == '"victim"'
         assert arch.get_run("team", "victim\x1fc1") is None
@@ -496,6 +515,7 @@ def test_a_version_1_state_db_migrates_its_run_records_to_two_columns(tmp_path: 
     conn.close()
     assert columns[:2] == ["session_id", "call_id"]
     assert "run_records_created" in indexes
+    assert "archive_settings" in tables
     assert "run_records_v1" not in tables
     Archive(state).close()  # opening a migrated database again changes nothing
 
@@ -599,6 +619,6 @@ def test_put_log_kind_is_compacted_other_kinds_are_not(archive: Archive) -> None
 def test_maintain_with_nothing_to_do_touches_no_files(archive: Archive) -> None:
     refs = [archive.put(f"entry {i}", kind="output").ref for i in range(200)]
     before = {p.name: p.stat().st_mtime_ns for p in (archive.state_dir / "blobs").iterdir()}
-    assert archive.maintain() == {"compacted": 0, "expired": 0, "expired_runs": 0}
+    assert archive.maintain() == {"compacted": 0, "expired": 0, "expired_runs": 0, "evicted": 0}
     after = {p.name: p.stat().st_mtime_ns for p in (archive.state_dir / "blobs").iterdir()}
     assert before == after and set(after) == set(refs)

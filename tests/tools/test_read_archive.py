@@ -111,6 +111,7 @@ def test_compacted_log_says_where_it_resumes(ctx: ToolContext) -> None:
     res = call(ctx, ref=log.ref, offset=0, limit=10)
     sc = res.structured_content
     assert sc["retained_from"] == 5000 and sc["offset"] == 5000 and sc["next_offset"] == 5010
+    assert sc["dropped"] == {"from": 0, "to": 5000}
     assert re.match(
         r"\[bytes before offset 5,000 were compacted away; showing from 5,000\]\nzzzzzzzzzz\n", res.text
     )
@@ -138,3 +139,29 @@ def test_another_sessions_ref_is_unknown_in_the_same_words(ctx: ToolContext, own
     # The operator (no session) reads any entry.
     assert ctx.archive.read(theirs.ref).data == b"their secret"
     assert ctx.archive.read(log.ref).data == b"their log\n"
+
+
+def test_a_capped_log_says_which_bytes_were_not_kept(tmp_path: Path) -> None:
+    archive = Archive(tmp_path / "state", Redactor(environ={}), log_cap_bytes=1 << 20)
+    ctx = ToolContext(session_id="s", workspace=tmp_path, policy=SandboxPolicy(), archive=archive)
+    try:
+        log = archive.open_log(kind="log", session_id="s", redact=False)
+        for i in range(8):
+            log.write(str(i).encode() * (1 << 20))
+        ref = log.close()
+        if ref.dropped is None:
+            pytest.skip("the file system cannot punch holes")
+        start, end = ref.dropped
+        assert start == 256 * 1024
+        res = call(ctx, ref=ref.ref, offset=start + 5, limit=10)
+        sc = res.structured_content
+        assert sc["dropped"] == {"from": start + 5, "to": end} and sc["offset"] == end
+        assert sc["text"] == "7" * 10 and sc["retained_from"] == 0
+        assert res.text.startswith(
+            f"[bytes {start + 5:,} to {end:,} of this log were not kept (it outgrew its cap, which keeps "
+            f"its head and its tail); showing from {end:,}]\n7777777777\n"
+        )
+        head = call(ctx, ref=ref.ref, offset=0, limit=10)
+        assert head.structured_content["dropped"] is None and head.structured_content["text"] == "0" * 10
+    finally:
+        archive.close()

@@ -88,7 +88,13 @@ def build_result(
             summary = failure_summary(verification)
             if summary:
                 lines.append(summary)
-        if log_ref is not None:
+        if log is not None and log.dropped is not None:
+            start, end = log.dropped
+            lines.append(
+                f"Output was cut; the log outgrew its cap and kept {log.kept_bytes:,} of {log.total_bytes:,} "
+                f"bytes (bytes {start:,} to {end:,} were dropped): {read_archive_hint(log.ref)}"
+            )
+        elif log_ref is not None:
             lines.append(f"Output was cut; the full log: {read_archive_hint(log_ref)}")
     denial = explain_denial(f"{stdout.text}\n{stderr.text}", policy, cwd)
     if denial:
@@ -105,7 +111,13 @@ def build_result(
         "verification": None if verification is None else verification.to_dict(),
         "workspace_revision": revision,
         "log": (
-            {"ref": log.ref, "sha256": log.sha256, "bytes": log.total_bytes}
+            {
+                "ref": log.ref,
+                "sha256": log.sha256,
+                "bytes": log.total_bytes,
+                "kept_bytes": log.kept_bytes,
+                "dropped": None if log.dropped is None else {"from": log.dropped[0], "to": log.dropped[1]},
+            }
             if log is not None
             else {
                 "ref": log_ref,

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import sqlite3
 import threading
@@ -303,6 +302,8 @@ def dropped_range(runs: list[tuple[int, int]], total: int) -> tuple[int, int] | 
 
 def kept_sha256(fd: int) -> str:
     """sha256 (hex) of a log's kept bytes, in order (its head, then its tail)."""
+    import hashlib  # here: a supervisor never hashes, and OpenSSL costs it megabytes
+
     digest = hashlib.sha256()
     for start, end in kept_runs(fd):
         while start < end:

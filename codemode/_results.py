@@ -8,6 +8,7 @@ from typing import Any
 
 import pydantic
 
+from codemode.archive import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES, MIN_LOG_CAP_BYTES, MIN_QUOTA_BYTES
 from codemode.sandbox import SandboxMode
 
 
@@ -44,6 +45,12 @@ class HostConfig(pydantic.BaseModel):
         max_background_per_session: Live background processes one session may have.
         notify_in_results: End each result with one line per finished background process.
         builtin_tools: Register bash, read_file, edit_file, write_file and read_archive.
+        log_cap_bytes: Most bytes one command's log keeps in the state directory while it
+            runs (its head and its tail; every byte is still counted and the result says what
+            was kept). Reaching it never stops or slows the command. At least 1 MiB.
+        state_quota_bytes: Most bytes the state directory holds; past it, finished entries
+            are evicted, the oldest finished logs first (logs still being written never are).
+            At least 4 MiB.
     """
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
@@ -66,6 +73,8 @@ class HostConfig(pydantic.BaseModel):
     max_background_per_session: int = pydantic.Field(32, ge=1)
     notify_in_results: bool = True
     builtin_tools: bool = True
+    log_cap_bytes: int = pydantic.Field(DEFAULT_LOG_CAP_BYTES, ge=MIN_LOG_CAP_BYTES)
+    state_quota_bytes: int = pydantic.Field(DEFAULT_QUOTA_BYTES, ge=MIN_QUOTA_BYTES)
 
 
 class RunError(pydantic.BaseModel):

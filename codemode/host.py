@@ -128,7 +128,11 @@ class Host:
         """
         if self._archive is not None:
             return
-        self._archive = Archive(self.config.state_dir.expanduser())
+        self._archive = Archive(
+            self.config.state_dir.expanduser(),
+            log_cap_bytes=self.config.log_cap_bytes,
+            quota_bytes=self.config.state_quota_bytes,
+        )
         # Loading the tokenizer takes about a second; do it now, off the loop, so the first
         # long output does not pay for it. Counting waits for this load if it comes first.
         threading.Thread(target=lambda: self.counter.exact, name="codemode-tokenizer", daemon=True).start()

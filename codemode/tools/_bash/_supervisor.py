@@ -151,12 +151,36 @@ def _serve_input(server: socket.socket, token: bytes, sink: int) -> None:
 
 
 class _Copier:
-    """Copies PTY output to the log and FIFO input to the PTY until the command is done."""
+    """Copies PTY output to the log and FIFO input to the PTY until the command is done.
 
-    def __init__(self, child: Any, log_fd: int, fifo_fd: int | None) -> None:
+    The log is the archive's capped log of the entry (:meth:`open_log`): past its cap it keeps
+    the head and the tail and counts every byte, and it reports growth to the state
+    directory's quota; neither ever holds the copying up.
+    """
+
+    @staticmethod
+    def open_log(db_path: str, path: str) -> Any:
+        """The entry's ``EntryLog`` from ``codemode/archive/_capped.py`` (standard library only,
+        loaded by path like ``_records.py``).
+
+        Raises:
+            OSError: The log file cannot be opened.
+            sqlite3.Error: The entry's cap cannot be read.
+        """
+        source = Path(__file__).resolve().parents[2] / "archive" / "_capped.py"
+        module = sys.modules.get("_codemode_archive_capped")
+        if module is None:
+            found = importlib.util.spec_from_file_location("_codemode_archive_capped", source)
+            assert found is not None and found.loader is not None
+            module = importlib.util.module_from_spec(found)
+            sys.modules[found.name] = module
+            found.loader.exec_module(module)
+        return module.EntryLog(db_path, path)
+
+    def __init__(self, child: Any, log: Any, fifo_fd: int | None) -> None:
         self.child = child
         self.pty = child.fd
-        self.log_fd = log_fd
+        self.log = log
         self.fifo_fd = fifo_fd
         self.pending = b""
         os.set_blocking(self.pty, False)
@@ -208,9 +232,7 @@ class _Copier:
             raise
         if not data:
             return False
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.log_fd, view) :]
+        self.log.write(data)
         return True
 
     def _take_input(self) -> None:
@@ -248,7 +270,7 @@ def supervise(spec: dict[str, Any]) -> int:
         input_read, input_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         os.set_blocking(input_write, True)
         fifo_fd: int | None = input_read
-        log_fd = os.open(spec["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        log = _Copier.open_log(spec["db_path"], spec["log_path"])
         master, terminal = _open_pty(50, 200)
         proc = spawn.spawn_helper(
             program="/bin/bash",
@@ -276,9 +298,9 @@ def supervise(spec: dict[str, Any]) -> int:
     _answer({"ok": True, "pid": child.pid, "pid_started": started})
 
     try:
-        _Copier(child, log_fd, fifo_fd).run()
+        _Copier(child, log, fifo_fd).run()
     finally:
-        os.close(log_fd)
+        log.close()
         if fifo_fd is not None:
             os.close(fifo_fd)
     exit_code, exit_signal = _exit_status(child.pid)
@@ -309,6 +331,7 @@ def _end_cgroup(path: str) -> None:
                         break
                 time.sleep(0.005)
         os.rmdir(path)
+        os.rmdir(os.path.dirname(path))  # the session's directory, once its last command is gone
     except OSError:
         pass
 

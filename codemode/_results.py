@@ -33,9 +33,12 @@ class HostConfig(pydantic.BaseModel):
         max_output_tokens_limit: Highest budget a program may ask for (requests are clamped).
         timeout_seconds: Default wall-clock limit of one program.
         max_timeout_seconds: Highest wall-clock limit a program may ask for.
-        cpu_seconds: JS CPU time one program may use.
+        cpu_seconds: CPU time one program's own thread may use.
         memory_mb: QuickJS heap limit of one program.
         tool_concurrency: Tool calls of one program running at once.
+        tool_data_mb: Tool-call data the host holds for one program at a time (arguments of
+            calls queued or running, and the result being handed over, as JSON text); a call
+            that would go beyond it fails with an error saying so.
         encoding: tiktoken encoding for counting tokens.
         sandbox: Sandbox mode for commands and file tools.
         network: Whether confined commands may open TCP connections.
@@ -65,6 +68,7 @@ class HostConfig(pydantic.BaseModel):
     cpu_seconds: float = pydantic.Field(30.0, gt=0)
     memory_mb: int = pydantic.Field(256, ge=16)
     tool_concurrency: int = pydantic.Field(32, ge=1)
+    tool_data_mb: int = pydantic.Field(64, ge=1)
     encoding: str = "o200k_base"
     sandbox: SandboxMode = SandboxMode.WORKSPACE_WRITE
     network: bool = True

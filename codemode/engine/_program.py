@@ -22,6 +22,7 @@ from typing import Any
 
 import quickjs
 
+from codemode.engine._watchdog import WATCHDOG, Watch
 from codemode.errors import ToolError
 from codemode.tools import Tool, ToolContext, ToolRegistry, ToolResult, to_tool_result
 
@@ -34,8 +35,10 @@ _MODULE_STATEMENT = re.compile(r"^\s*(import|export)\b")
 _PRELUDE_SOURCE: str | None = None
 
 _DONE = object()
-# Between tool calls that settle at once, the limits are re-armed at most this often.
+# Without the watchdog's interrupts (see _watchdog.py), between tool calls that settle at once
+# the binding's limit is re-armed at most this often.
 _RECHECK_SECONDS = 0.001
+_MIB = 1024 * 1024
 
 
 def _prelude() -> str:
@@ -52,17 +55,22 @@ class EngineLimits:
     Attributes:
         memory_bytes: QuickJS heap limit (default 256 MiB).
         stack_bytes: QuickJS stack limit (default 1 MiB).
-        cpu_seconds: JS CPU time a program may use in all (default 30 s).
+        cpu_seconds: CPU time the program's own thread may use in all (default 30 s).
         tool_concurrency: Tool calls of one program running at once (default 32).
+        tool_data_bytes: Tool-call data the host holds for one program at a time: the
+            arguments of its calls that are queued or running plus the result being handed
+            to it, counted in characters of JSON text (default 64 MiB). A call that would
+            go beyond it fails with an error that says so.
         output_bytes_in_memory: Printed text kept in memory; beyond it the engine stops
             collecting and says so (default 256 MiB).
     """
 
-    memory_bytes: int = 256 * 1024 * 1024
-    stack_bytes: int = 1024 * 1024
+    memory_bytes: int = 256 * _MIB
+    stack_bytes: int = _MIB
     cpu_seconds: float = 30.0
     tool_concurrency: int = 32
-    output_bytes_in_memory: int = 256 * 1024 * 1024
+    tool_data_bytes: int = 64 * _MIB
+    output_bytes_in_memory: int = 256 * _MIB
 
 
 @dataclass(frozen=True)
@@ -177,6 +185,17 @@ def _to_json(value: Any) -> str | None:
             return None
     except (TypeError, RecursionError):
         return None
+
+
+def _size_text(size: int) -> str:
+    """``size`` (bytes, or characters of JSON text) for a message: ``12 bytes``, ``1.5 MiB``.
+
+    The prelude's ``__cm_size_text`` says the same.
+    """
+    if size < _MIB // 10:
+        return f"{size} bytes"
+    tenths = round(size * 10 / _MIB)
+    return f"{tenths // 10} MiB" if tenths % 10 == 0 else f"{tenths / 10:.1f} MiB"
 
 
 def map_location(line: int, col: int) -> tuple[int, int]:
@@ -301,7 +320,8 @@ class ProgramThread:
         self._output_bytes = 0
         self._output_dropped = 0
         self._done: tuple[bool, str, str] | None = None
-        self._pending: dict[int, str] = {}
+        self._pending: dict[int, tuple[str, int]] = {}  # call id -> (tool name, argument size)
+        self._args_held = 0  # characters of JSON arguments of the calls in _pending
         self._timers: list[tuple[float, int]] = []
         self._live_timers: set[int] = set()
         self._tool_calls = 0
@@ -309,6 +329,8 @@ class ProgramThread:
         self._waiting: collections.deque[tuple[int, Tool, Any]] = collections.deque()
         self._deadline = 0.0
         self._cpu_start = 0.0
+        self._ctx: quickjs.Context | None = None
+        self._watch: Watch | None = None  # the watchdog's view of this run, set in run()
         self._armed_for_wall = False
         self._armed_at = -math.inf  # time.monotonic() of the last arming
         self._cpu_checked_at = -math.inf
@@ -322,38 +344,64 @@ class ProgramThread:
         """
         self._cpu_start = time.thread_time()
         self._deadline = time.monotonic() + self.timeout_seconds
-        warm.ctx.set_memory_limit(self.limits.memory_bytes)
-        warm.ctx.set_max_stack_size(self.limits.stack_bytes)
+        ctx = self._ctx = warm.ctx
+        ctx.set_memory_limit(self.limits.memory_bytes)
+        ctx.set_max_stack_size(self.limits.stack_bytes)
+        self._watch = WATCHDOG.start(ctx, self.limits.cpu_seconds, self._deadline)
+        if self.cancelled.is_set():  # cancelled before the watch existed (see cancel)
+            WATCHDOG.cancel(self._watch)
         try:
             error = self._run(warm)
         except BaseException as exc:
             error = GuestError("internal", type(exc).__name__, f"engine fault: {exc}")
         finally:
+            self._disarm()
             # Drop our references to the context's functions here, so the runtime is freed
             # on this thread (with the worker's) and not later on the event loop's.
-            self._take_output = self._take_chunk = self._settle = None
+            self._take_output = self._take_chunk = self._settle = self._ctx = None
         return ProgramOutcome(
             output="".join(self._output),
             error=error,
             tool_calls=self._tool_calls,
-            cancelled=list(self._pending.values()),
+            cancelled=[name for name, _ in self._pending.values()],
             cpu_seconds=time.thread_time() - self._cpu_start,
             output_dropped_bytes=self._output_dropped,
             dropped_timers=len(self._live_timers),
         )
 
+    def cancel(self) -> None:
+        """Stop the program as soon as possible, also in the middle of computing (any thread)."""
+        self.cancelled.set()
+        watch = self._watch
+        if watch is not None:
+            WATCHDOG.cancel(watch)
+        self.inbox.put((_DONE, None))
+
+    def _disarm(self) -> None:
+        """End the watchdog's hold on the context (idempotent; on the program's thread).
+
+        Called before the output of a stopped program is collected from JS, which must not be
+        interrupted again.
+        """
+        if self._watch is not None and self._ctx is not None:
+            WATCHDOG.release(self._watch, self._ctx)
+
     def _arm(self, ctx: quickjs.Context) -> None:
-        """Give the next entries into JS whatever CPU and wall time is left.
+        """Without the watchdog's interrupts: give the next entries into JS whatever CPU and
+        wall time is left, as the binding's own limit.
 
         The binding measures the limit with clock(), the CPU time of the whole process, so
-        an interrupt can come early when other threads are busy; which limit was armed (not
-        the clocks read afterwards) therefore says which one the interrupt stands for.
+        an interrupt can come early when other threads are busy (and, as a wall-clock limit,
+        late on a loaded machine); which limit was armed (not the clocks read afterwards)
+        therefore says which one the interrupt stands for.
 
         Re-arming (two clocks and a new limit in the binding) costs several µs, a fifth of
         a cheap tool call, so within `_RECHECK_SECONDS` of wall time of the last arming it is
         skipped: every entry still gets at most what was left then, and the first one after
         that window is armed with what is left now.
         """
+        if self._watch is None or self._watch.interrupts:
+            return  # the watchdog keeps both limits
         now = time.monotonic()
         if now - self._armed_at < _RECHECK_SECONDS:
             return
@@ -384,7 +432,7 @@ class ProgramThread:
             # One arm per cycle (start, then each wake-up) covers every entry into JS until
             # the next wait: each call gets at most what was left when armed.
             self._arm(ctx)
-            start(main)
+            start(main, self.limits.tool_data_bytes)
             while True:
                 stopped = self._run_jobs(ctx)
                 if stopped is not None:
@@ -411,7 +459,7 @@ class ProgramThread:
                         "timer, or your own code",
                     )
                 if not self._wait_and_deliver(ctx, settle, fire):
-                    names_waiting = sorted(set(self._pending.values()))
+                    names_waiting = sorted({name for name, _ in self._pending.values()})
                     waiting = f" while waiting for {', '.join(names_waiting)}" if names_waiting else ""
                     return self._timeout_error(waiting)
         except quickjs.StackOverflow as exc:
@@ -442,10 +490,14 @@ class ProgramThread:
         """The error for a limit already passed (cancel, wall clock, CPU), or None."""
         if self.cancelled.is_set():
             return _CANCELLED
+        watch = self._watch
+        assert watch is not None
+        if watch.reason is not None:  # the watchdog stopped the program
+            return self._stopped_error(watch.reason, None, None)
         now = time.monotonic()
         if now >= self._deadline:
             return self._timeout_error()
-        if now - self._cpu_checked_at < _RECHECK_SECONDS:
+        if watch.interrupts or now - self._cpu_checked_at < _RECHECK_SECONDS:
             return None
         self._cpu_checked_at = now
         if time.thread_time() - self._cpu_start >= self.limits.cpu_seconds:
@@ -470,6 +522,20 @@ class ProgramThread:
             col,
         )
 
+    def _stopped_error(self, reason: str, line: int | None, col: int | None) -> GuestError:
+        """The error for a program the watchdog stopped, by its `Watch.reason`."""
+        if reason == "cancelled":
+            return _CANCELLED
+        if reason == "cpu_limit":
+            return self._cpu_error(line, col)
+        return GuestError(
+            "timeout",
+            "Timeout",
+            f"the program ran past its {self.timeout_seconds:g} s wall-clock limit while computing",
+            line,
+            col,
+        )
+
     def _drain(self, drain: Any) -> None:
         """Handle everything the program queued since the last drain (prints, calls, ...)."""
         raw = drain()
@@ -486,7 +552,7 @@ class ProgramThread:
         for message in messages:
             kind = message[0]
             if kind == "call":
-                self._start_call(settle_now, message[1], message[2], message[3])
+                self._start_call(settle_now, message[1], message[2], message[3], message[4])
             elif kind == "sync":
                 self._sync(settle_now, message[1], message[2], message[3], message[4])
             elif kind == "timer":
@@ -513,13 +579,16 @@ class ProgramThread:
 
     def _salvage_output(self) -> None:
         """Collect printed text after a limit error, piece by piece (the heap may be full)."""
+        self._disarm()
         try:
             while (chunk := self._take_chunk()) is not None:
                 self._append_output(json.loads(chunk))
         except (quickjs.JSException, TypeError, ValueError):  # a value the binding cannot convert
             pass
 
-    def _start_call(self, settle: Any, call_id: int, name: str, args: Any) -> None:
+    def _start_call(self, settle: Any, call_id: int, name: str, args: Any, size: int) -> None:
+        """Start one call; ``size`` is its arguments' JSON length (the prelude admitted it
+        within the tool-data limit, counting every call it has not seen settled)."""
         tool = self.registry.get(name)
         if tool is None:
             self._reject(settle, call_id, self.registry.unknown_tool_message(name), None)
@@ -537,7 +606,8 @@ class ProgramThread:
                 value = ToolResult.from_text(f"{tool.name} failed: {exc}", is_error=True)
             self._deliver(settle, call_id, value, tool.name)
             return
-        self._pending[call_id] = tool.name
+        self._pending[call_id] = (tool.name, size)
+        self._args_held += size
         if self._running < self.limits.tool_concurrency:
             self._running += 1
             self.dispatcher.start(call_id, tool, args)
@@ -603,9 +673,11 @@ class ProgramThread:
             if self._waiting:
                 self._running += 1
                 self.dispatcher.start(*self._waiting.popleft())
-            tool_name = self._pending.pop(call_id, None)
-            if tool_name is None:
+            entry = self._pending.pop(call_id, None)
+            if entry is None:
                 continue
+            tool_name, size = entry
+            self._args_held -= size
             self._deliver(settle, call_id, result, tool_name)
         now = time.monotonic()
         while self._timers and self._timers[0][0] <= now:
@@ -615,12 +687,11 @@ class ProgramThread:
                 fire(tid)
         return True
 
-    @classmethod
-    def _deliver(cls, settle: Any, call_id: int, value: Any, tool_name: str) -> None:
+    def _deliver(self, settle: Any, call_id: int, value: Any, tool_name: str) -> None:
         """Settle a call with what its handler returned (a `ToolResult` or plain data)."""
         kind = type(value)
         if kind is str:
-            settle(call_id, True, _js_text(value), True)
+            self._hand_over(settle, call_id, True, _js_text(value), True, tool_name)
             return
         if value is None:
             settle(call_id, True, "", True)
@@ -643,11 +714,12 @@ class ProgramThread:
             data = result.structured_content
             if _to_json(data) is None:
                 data = None  # the message still says what failed
-            settle(call_id, False, _to_json({"message": result.text, "data": data}), False)
+            payload = _to_json({"message": result.text, "data": data})
+            self._hand_over(settle, call_id, False, payload, False, tool_name)
             return
         data = result.producer_data()
         if isinstance(data, str):
-            settle(call_id, True, _js_text(data), True)
+            self._hand_over(settle, call_id, True, _js_text(data), True, tool_name)
             return
         payload = _to_json(data)
         if payload is None:
@@ -655,9 +727,33 @@ class ProgramThread:
                 f"{tool_name} returned structured data that is not JSON "
                 f"({type(data).__name__} holding values JSON cannot carry); its text was: {result.text[:200]}"
             )
-            cls._reject(settle, call_id, message, {"error": "result_not_json"})
+            self._reject(settle, call_id, message, {"error": "result_not_json"})
             return
-        settle(call_id, True, payload, False)
+        self._hand_over(settle, call_id, True, payload, False, tool_name)
+
+    def _hand_over(
+        self, settle: Any, call_id: int, ok: bool, payload: Any, is_text: bool, tool_name: str
+    ) -> None:
+        """Settle a call with its result's JSON text, unless that would take the tool-call data
+        the host holds for this program (with the arguments of the calls in flight) over the limit."""
+        size = len(payload)
+        if size + self._args_held <= self.limits.tool_data_bytes:
+            settle(call_id, ok, payload, is_text)
+            return
+        limit = self.limits.tool_data_bytes
+        held = f" while the calls in flight hold {_size_text(self._args_held)}" if self._args_held else ""
+        message = (
+            f"{tool_name} returned {_size_text(size)} of data{held}, more than the {_size_text(limit)} of "
+            "tool-call data the host holds for one program; ask for less per call (a page, a range, "
+            "a filter)" + (", or await calls one at a time" if self._args_held else "")
+        )
+        data = {
+            "error": "tool_data_limit",
+            "limit_bytes": limit,
+            "result_bytes": size,
+            "held_bytes": self._args_held,
+        }
+        self._reject(settle, call_id, message, data)
 
     def _finish_error(self) -> GuestError | None:
         assert self._done is not None
@@ -734,13 +830,9 @@ class ProgramThread:
                 col,
             )
         if message == "interrupted":
-            if self._armed_for_wall or time.monotonic() >= self._deadline - 0.01:
-                return GuestError(
-                    "timeout",
-                    "Timeout",
-                    f"the program ran past its {self.timeout_seconds:g} s wall-clock limit while computing",
-                    line,
-                    col,
-                )
-            return self._cpu_error(line, col)
+            reason = self._watch.reason if self._watch is not None else None
+            if reason is None:  # the binding's own limit (see _arm) fired
+                wall = self._armed_for_wall or time.monotonic() >= self._deadline - 0.01
+                reason = "timeout" if wall else "cpu_limit"
+            return self._stopped_error(reason, line, col)
         return GuestError("uncaught", name or "Error", message, line, col, stack)

@@ -6,7 +6,6 @@ from typing import Any
 
 from codemode.engine._loop import LoopSpawner
 from codemode.engine._program import (
-    _DONE,
     EngineLimits,
     PreparedContext,
     ProgramOutcome,
@@ -87,5 +86,4 @@ class Engine:
         finally:
             # Also what stops the program when this call is cancelled.
             spawner.close()
-            program.cancelled.set()
-            program.inbox.put((_DONE, None))
+            program.cancel()

@@ -3,7 +3,7 @@
 //
 // The context has no host functions at all. The program talks to the host through a
 // message queue that the host drains whenever the program is idle (between jobs):
-//   ["call", id, name, argsJson]   start a tool call
+//   ["call", id, name, argsJson, argsLength]   start a tool call
 //   ["sync", id, op, a, b]         searchTools / describeTool / store.*
 //   ["timer", id, delayMs] / ["untimer", id]
 //   ["done", ok, valueText, errorJson]
@@ -28,6 +28,7 @@
   const StringIsWellFormed = String.prototype.isWellFormed;
   const StringToWellFormed = String.prototype.toWellFormed;
   const NumberIsFinite = Number.isFinite;
+  const MathRound = Math.round;
   const PromiseCtor = Promise;
   const MapCtor = Map;
   const MapGet = Map.prototype.get;
@@ -54,6 +55,10 @@
   const timers = new MapCtor();    // timer id -> {fn, args}
   let nextCallId = 1;
   let nextTimerId = 1;
+  // Tool-call data the host holds for this program: arguments of the calls not yet settled
+  // (JSON characters). The host sets the limit in __cm_start; results are checked host-side.
+  let toolDataLimit = Infinity;
+  let argsHeld = 0;
 
   class __cm_ToolError extends ErrorCtor {
     constructor(tool, message, data) {
@@ -80,7 +85,26 @@
   }
 
   function __cm_post_call(id, name, argsJson) {
-    __cm_post(`["call",${id},${JSONstringify(StringCtor(name))},${argsJson}]`);
+    __cm_post(`["call",${id},${JSONstringify(StringCtor(name))},${argsJson},${argsJson.length}]`);
+  }
+
+  // Sizes as the host's messages write them (_size_text in _program.py).
+  function __cm_size_text(size) {
+    if (size < 104857) return `${size} bytes`;
+    const tenths = MathRound(size * 10 / 1048576);
+    const rest = tenths % 10;
+    return rest === 0 ? `${(tenths - rest) / 10} MiB` : `${(tenths - rest) / 10}.${rest} MiB`;
+  }
+
+  function __cm_data_limit_error(name, size) {
+    const held = argsHeld > 0 ? ` while the calls in flight hold ${__cm_size_text(argsHeld)}` : "";
+    const message = `tools.${name}: its arguments are ${__cm_size_text(size)} of JSON${held}, more than ` +
+      `the ${__cm_size_text(toolDataLimit)} of tool-call data the host holds for one program; pass ` +
+      "smaller pieces (a path, an id or a range instead of the data itself)" +
+      (argsHeld > 0 ? ", or await calls one at a time instead of starting them all at once" : "");
+    return new ToolError(name, message, {
+      error: "tool_data_limit", limit_bytes: toolDataLimit, call_bytes: size, held_bytes: argsHeld,
+    });
   }
 
   // ---- JSON encoding that the program's prototype changes cannot redirect ----
@@ -267,9 +291,15 @@
         reject(new ToolError(name, `tools.${name}: arguments cannot be turned into JSON: ${e.message}`, null));
         return;
       }
+      const size = argsJson.length;
+      if (argsHeld + size > toolDataLimit) {
+        reject(__cm_data_limit_error(name, size));
+        return;
+      }
+      argsHeld += size;
       const id = nextCallId++;
       __cm_post_call(id, name, argsJson);
-      ReflectApply(MapSet, pending, [id, { resolve, reject, name }]);
+      ReflectApply(MapSet, pending, [id, { resolve, reject, name, size }]);
     });
   }
 
@@ -291,7 +321,7 @@
     return new PromiseCtor(function __cm_sync_executor(resolve, reject) {
       const id = nextCallId++;
       __cm_post(`["sync",${id},${JSONstringify(op)},${__cm_q(a)},${__cm_q(b)}]`);
-      ReflectApply(MapSet, pending, [id, { resolve, reject, name: op }]);
+      ReflectApply(MapSet, pending, [id, { resolve, reject, name: op, size: 0 }]);
     });
   }
 
@@ -409,6 +439,7 @@
     const entry = ReflectApply(MapGet, pending, [id]);
     if (entry === undefined) return;
     ReflectApply(MapDelete, pending, [id]);
+    argsHeld -= entry.size;
     if (ok) {
       entry.resolve(isText ? payload : JSONparse(payload));
     } else {
@@ -457,7 +488,8 @@
     }, false));
   }
 
-  function __cm_start(main) {
+  function __cm_start(main, dataLimit) {
+    toolDataLimit = dataLimit;
     if (typeof main !== "function") {
       __cm_unbalanced();
       return;

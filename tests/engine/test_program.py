@@ -368,7 +368,7 @@ async def test_date_arguments_travel_as_their_json(host: Host) -> None:
 
 
 async def test_a_100_mb_string_from_a_tool(make_host: Any) -> None:
-    async with make_host(memory_mb=512) as (host, _probe):
+    async with make_host(memory_mb=512, tool_data_mb=128) as (host, _probe):
         result = await run(
             host, "const s = await tools.big({mb: 100}); print(s.length, s[0], s[s.length - 1])"
         )

@@ -1,0 +1,237 @@
+"""CPU and wall-clock limits on the program's own clocks, kept by one watchdog thread.
+
+The binding's own time limit (``set_time_limit``) is measured with ``clock()``, the CPU time
+of the whole process: other busy threads make it trip early, and on a loaded machine, where
+the program's thread gets less than a whole CPU, it trips late as a wall-clock limit. Its
+interrupt handler cannot be reached from another thread either. So the limits are kept here:
+
+* The watchdog thread reads the CPU clock of the program's own thread
+  (``pthread_getcpuclockid``) and the monotonic clock, and stops the program when either
+  limit is reached, or when the host cancels the run.
+* To stop a program that is running JavaScript, it uses the binding's interrupt check. The
+  binding installs a handler for every entry into JavaScript that returns "interrupt" once
+  ``clock() - start >= limit``, reading ``start`` and ``limit`` from the context object's
+  memory at every check (about every 10,000 bytecodes). The program is armed with a limit it
+  never reaches; to interrupt it, the watchdog writes 0 into that limit (and into the
+  limit the next entry copies), so the next check interrupts. The layout of the context
+  object is checked once per process against the binding's behaviour (`interrupts_supported`);
+  where it does not match (another binding version, another interpreter, a platform without
+  per-thread CPU clocks), programs fall back to the binding's own process-CPU limit.
+
+An interrupt raises QuickJS's uncatchable ``InternalError: interrupted``; `Watch.reason` says
+which limit it stands for.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import sys
+import threading
+import time
+
+import quickjs
+
+# A limit the binding's process-CPU check never reaches (about four months of CPU).
+NEVER_SECONDS = 1e7
+# Once a limit is reached, the interrupt is written again this often until the program's
+# thread has stopped: an entry into JavaScript that began just then may have copied the old
+# limit.
+_REPOKE_SECONDS = 0.02
+# The watchdog looks at a program's CPU clock when its limit could first be reached (a thread
+# uses at most one CPU second per second), and at least this long after the last look.
+_MIN_CPU_CHECK_SECONDS = 0.002
+
+
+class _RuntimeData(ctypes.Structure):
+    """The binding's ``_quickjs.Context`` object (``RuntimeData`` in its module.c)."""
+
+    _fields_ = [
+        ("ob_refcnt", ctypes.c_ssize_t),
+        ("ob_type", ctypes.c_void_p),
+        ("runtime", ctypes.c_void_p),
+        ("context", ctypes.c_void_p),
+        ("has_time_limit", ctypes.c_int),
+        ("time_limit", ctypes.c_long),  # clock_t: copied into interrupt_limit at each entry
+        ("thread_state", ctypes.c_void_p),
+        ("interrupt_start", ctypes.c_long),
+        ("interrupt_limit", ctypes.c_long),  # what the running entry's handler compares with
+        ("python_callables", ctypes.c_void_p),
+    ]
+
+
+_SUPPORTED: bool | None = None
+
+
+def _view(ctx: quickjs.Context) -> _RuntimeData:
+    return _RuntimeData.from_address(id(ctx))
+
+
+def interrupts_supported() -> bool:
+    """Whether this process can interrupt a running context from another thread (checked once).
+
+    True on CPython when the context object has the expected size and type pointer, the fields
+    ``set_time_limit`` writes are where expected, and an entry into JavaScript copies the limit
+    where the interrupt handler reads it; and when thread CPU clocks can be read across threads.
+    Nothing is written to memory while checking.
+    """
+    global _SUPPORTED
+    if _SUPPORTED is None:
+        _SUPPORTED = _check_layout()
+    return _SUPPORTED
+
+
+def _check_layout() -> bool:
+    if sys.implementation.name != "cpython" or not hasattr(time, "pthread_getcpuclockid"):
+        return False
+    try:
+        time.clock_gettime(time.pthread_getcpuclockid(threading.get_ident()))
+    except (OSError, OverflowError):
+        return False
+    if quickjs.Context.__basicsize__ != ctypes.sizeof(_RuntimeData):
+        return False
+    ctx = quickjs.Context()
+    data = _view(ctx)
+    if data.ob_type != id(quickjs.Context):
+        return False
+    ctx.set_time_limit(12.25)
+    armed = (data.has_time_limit, data.time_limit)
+    ctx.eval("0")  # each entry copies the limit to where the handler reads it
+    copied = data.interrupt_limit
+    ctx.set_time_limit(-1)
+    return armed == (1, 12_250_000) and copied == 12_250_000 and data.has_time_limit == 0
+
+
+class Watch:
+    """The limits of one running program, kept by the watchdog.
+
+    Made on the program's thread (its CPU clock is that thread's). Attributes the program's
+    thread reads: `reason` (None, or ``cpu_limit``, ``timeout`` or ``cancelled`` once the
+    watchdog stopped the program) and `interrupts` (whether the watchdog can interrupt running
+    JavaScript; otherwise the program arms the binding's own limit).
+    """
+
+    def __init__(self, ctx: quickjs.Context | None, cpu_seconds: float, deadline: float) -> None:
+        self.interrupts = ctx is not None
+        self.reason: str | None = None
+        # Only the address: the watchdog must never own (and so never free) the context.
+        self._data = _view(ctx) if ctx is not None else None
+        # The CPU clock of this (the program's) thread, readable from the watchdog's.
+        self._clock = time.pthread_getcpuclockid(threading.get_ident()) if ctx is not None else None
+        self._cpu_start = self._cpu_now()
+        self._cpu_limit = cpu_seconds
+        self._deadline = deadline
+        self._cpu_due = time.monotonic() + cpu_seconds
+
+    @property
+    def first_look(self) -> float:
+        """When the watchdog must first look at this watch (time.monotonic)."""
+        return min(self._deadline, self._cpu_due)
+
+    def _cpu_now(self) -> float:
+        return time.thread_time() if self._clock is None else time.clock_gettime(self._clock)
+
+    def cpu_used(self) -> float:
+        """CPU seconds the program's thread used since the watch began.
+
+        Any thread may ask when the watchdog keeps this watch; otherwise only the program's.
+        """
+        return self._cpu_now() - self._cpu_start
+
+    def _check(self, now: float) -> float:
+        """Stop the program if a limit is reached; returns when to look again (watchdog lock held)."""
+        if self.reason is None:
+            if now >= self._deadline:
+                self._stop("timeout")
+            elif now >= self._cpu_due:
+                left = self._cpu_limit - self.cpu_used()
+                if left <= 0:
+                    self._stop("cpu_limit")
+                else:
+                    self._cpu_due = now + max(left, _MIN_CPU_CHECK_SECONDS)
+        if self.reason is not None:
+            self._interrupt()
+            return now + _REPOKE_SECONDS
+        return min(self._deadline, self._cpu_due)
+
+    def _stop(self, reason: str) -> None:
+        self.reason = reason  # set before the interrupt, so the program reads why it stopped
+
+    def _interrupt(self) -> None:
+        """Make the binding's next interrupt check stop the program (watchdog lock held, and
+        only while the watch is kept: the context is alive)."""
+        data = self._data
+        if data is not None:
+            data.time_limit = 0  # the next entry into JavaScript
+            data.interrupt_limit = 0  # the running one
+
+
+class Watchdog:
+    """One daemon thread that keeps the limits of every running program (started on first use)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._watches: set[Watch] = set()
+        self._thread: threading.Thread | None = None
+        self._wake_at = math.inf  # when the watchdog thread looks next (time.monotonic)
+
+    def _reset_in_child(self) -> None:
+        """After fork: the child has no watchdog thread (nor the parent's programs)."""
+        self._cond = threading.Condition()
+        self._watches = set()
+        self._thread = None
+        self._wake_at = math.inf
+
+    def start(self, ctx: quickjs.Context, cpu_seconds: float, deadline: float) -> Watch:
+        """Begin keeping the limits of the program about to run on ``ctx``.
+
+        Call on the program's thread; ``deadline`` is on `time.monotonic`. Where
+        `interrupts_supported` is False, the watch is not kept here (``interrupts`` is False):
+        the program arms the binding's limit itself.
+        """
+        if not interrupts_supported():
+            return Watch(None, cpu_seconds, deadline)
+        ctx.set_time_limit(NEVER_SECONDS)  # installs the binding's interrupt check on each entry
+        watch = Watch(ctx, cpu_seconds, deadline)
+        with self._cond:
+            self._watches.add(watch)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="codemode-watchdog", daemon=True)
+                self._thread.start()
+            if watch.first_look < self._wake_at:
+                self._cond.notify()
+        return watch
+
+    def cancel(self, watch: Watch) -> None:
+        """Stop that program as soon as possible (any thread)."""
+        with self._cond:
+            if watch.reason is None:
+                watch._stop("cancelled")
+            if watch in self._watches:
+                watch._interrupt()
+                self._cond.notify()
+
+    def release(self, watch: Watch, ctx: quickjs.Context) -> None:
+        """Stop keeping that program's limits and disarm its context (on the program's thread).
+
+        After this returns the watchdog never touches the context again, so it may be freed, and
+        entries into JavaScript (collecting the output of a stopped program) are not interrupted.
+        """
+        with self._cond:
+            self._watches.discard(watch)
+        ctx.set_time_limit(-1)
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                wake = math.inf
+                for watch in self._watches:
+                    wake = min(wake, watch._check(now))
+                self._wake_at = wake
+                self._cond.wait(None if wake == math.inf else max(0.0, wake - now))
+
+
+WATCHDOG = Watchdog()
+os.register_at_fork(after_in_child=WATCHDOG._reset_in_child)

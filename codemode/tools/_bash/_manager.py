@@ -559,7 +559,7 @@ class ProcessManager:
 
     def _read_page(self, record: ProcessRecord, offset: int, limit: int) -> dict[str, Any]:
         assert record.log_ref is not None
-        page = self._archive.read(record.log_ref, offset, limit)
+        page = self._archive.read(record.log_ref, offset, limit, session_id=record.session_id)
         output = self._redactor.redact(clean_terminal_text(page.data))
         data: dict[str, Any] = {
             "process_id": record.process_id,
@@ -572,10 +572,15 @@ class ProcessManager:
             "exit_code": record.exit_code,
             "state": record.state,
         }
-        if offset < page.retained_from:
+        if page.dropped is not None:
+            start, end = page.dropped
+            why = (
+                "older output was compacted away"
+                if end <= page.retained_from
+                else "the log outgrew its cap, which keeps its head and its tail"
+            )
             data["note"] = (
-                f"offset {offset} precedes the retained log (older output was compacted away); "
-                f"reading from the earliest retained byte, {page.retained_from}"
+                f"bytes {start}-{end} of the log are not kept ({why}); reading from the next kept byte, {end}"
             )
         return data
 

@@ -87,3 +87,19 @@ async def test_finished_log_compacted_and_offset_note(
     tail = await restarted.read("s1", pid, rows[0]["log_bytes"] - 8, None, None)
     assert "END" in tail["output"]
     await restarted.aclose()
+
+
+async def test_a_read_in_the_dropped_middle_of_a_capped_log_says_so(
+    tmp_path: Path, workspace: Path, policy: SandboxPolicy
+) -> None:
+    archive = Archive(tmp_path / "capped-state", log_cap_bytes=1024 * 1024)
+    manager = ProcessManager(archive, handoff_seconds=None)
+    bash = Caller(manager, ToolContext("s1", workspace, policy, archive))
+    pid = await _finished(bash, "head -c 4000000 /dev/zero | tr '\\0' y; echo; echo END")
+    data = await manager.read("s1", pid, 2_000_000, 64, None)
+    assert "note" in data and "outgrew its cap" in data["note"], data
+    assert data["offset"] > 2_000_000
+    tail = await manager.read("s1", pid, data["total_bytes"] - 8, None, None)
+    assert "END" in tail["output"]
+    await manager.aclose()
+    archive.close()

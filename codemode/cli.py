@@ -19,6 +19,8 @@ from codemode.host import Host, dumps_result
 from codemode.sandbox import SandboxMode
 
 T = TypeVar("T")
+# Commands in `codemode ps` are cut to this many characters (`ps --json` shows them whole).
+_PS_COMMAND_CHARS = 200
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -266,21 +268,21 @@ def _owner(host: Host, process_id: str) -> str:
 def _cmd_ps(args: argparse.Namespace) -> int:
     async def body(host: Host) -> int:
         rows = host.processes.list_processes(None if args.all else host.config.session_id)
-        if args.json:
-            _emit(json.dumps(rows, indent=2))
+        redactor = host.archive.redactor
+        if args.json:  # JSON escapes every control character; commands are redacted whole
+            _emit(json.dumps([{**r, "command": redactor.redact(r["command"])} for r in rows], indent=2))
             return 0
         if not rows:
-            _emit(
-                "no processes" + ("" if args.all else f" in session {host.config.session_id!r} (try --all)")
-            )
+            session = redactor.one_line(host.config.session_id)
+            _emit("no processes" + ("" if args.all else f" in session {session!r} (try --all)"))
             return 0
         _emit(f"{'ID':<24} {'SESSION':<12} {'STATE':<9} {'EXIT':>5} {'LOG':>10}  COMMAND")
         for r in rows:
             exit_code = "" if r["exit_code"] is None else str(r["exit_code"])
             size = "" if r["log_bytes"] is None else str(r["log_bytes"])
-            _emit(
-                f"{r['process_id']:<24} {r['session_id']:<12} {r['state']:<9} {exit_code:>5} {size:>10}  {r['command']}"
-            )
+            session = redactor.one_line(r["session_id"], 40)
+            command = redactor.one_line(r["command"], _PS_COMMAND_CHARS)
+            _emit(f"{r['process_id']:<24} {session:<12} {r['state']:<9} {exit_code:>5} {size:>10}  {command}")
         return 0
 
     return anyio.run(_with_host, args, body)

@@ -128,3 +128,50 @@ def test_mcp_servers_get_their_own_session_and_other_commands_cli(tmp_path: Path
     assert first.startswith("mcp-") and second.startswith("mcp-") and first != second
     assert _host(parser.parse_args(["run", "-", *common])).config.session_id == "cli"
     assert _host(parser.parse_args(["mcp", "--session", "s9", *common])).config.session_id == "s9"
+
+
+def _fragments(secret: str, size: int = 5) -> list[str]:
+    return [secret[i : i + size] for i in range(len(secret) - size + 1)]
+
+
+def test_operator_views_redact_commands_whole_and_show_terminal_controls_as_text(
+    tmp_path: Path, workspace: Path
+) -> None:
+    # One key straddles bash list's 60-character cut, the other the notification's 80; then
+    # colour, a window-title OSC, an 8-bit CSI and a bidi override that would act on a terminal.
+    key_a, key_b = "AKIAIOSFODNN7EXAMPLE", "ASIAJ5ZMQ2EXAMPLE7KP"
+    command = (
+        f"true {'a' * 40} {key_a} {'b' * 5} {key_b} "
+        "\x1b[31mred\x1b[0m \x1b]0;pwned\x07 \x9b2J \u202eevil done"
+    )
+    started = codemode(
+        tmp_path, workspace, "call", "bash", json.dumps({"command": command, "run_in_background": True})
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    for _ in range(200):  # until its supervisor has recorded the exit (each look is a CLI run)
+        (row,) = json.loads(codemode(tmp_path, workspace, "ps", "--json").stdout)
+        if row["state"] == "exited":
+            break
+    assert row["state"] == "exited", row
+    assert key_a not in row["command"] and "[REDACTED:aws-access-key-id]" in row["command"]
+
+    listed = codemode(tmp_path, workspace, "call", "bash", '{"action": "list"}')
+    table = codemode(tmp_path, workspace, "ps")
+    assert listed.returncode == 0 and table.returncode == 0, listed.stderr + table.stderr
+    (list_line,) = [line for line in listed.stdout.splitlines() if line.startswith(row["process_id"])]
+    assert list_line.endswith("...")
+    # The notification ends the next result of the session: the list's, or the start's own
+    # when the command was that quick.
+    (notification,) = [
+        line
+        for line in (started.stdout + listed.stdout).splitlines()
+        if line.startswith("Background process")
+    ]
+    assert notification.startswith(f"Background process {row['process_id']} (`true aaaa")
+    ps_line = table.stdout.splitlines()[1]
+    for view in (list_line, notification, ps_line):
+        assert not any(piece in view for piece in _fragments(key_a) + _fragments(key_b)), view
+    for output in (started.stdout, listed.stdout, table.stdout):
+        assert not any((ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F for c in output), repr(output)
+        assert "\u202e" not in output
+    assert "\\x1b[31mred\\x1b[0m \\x1b]0;pwned\\x07 \\x9b2J \\u202eevil done" in ps_line

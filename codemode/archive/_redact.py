@@ -9,6 +9,10 @@ token boundary and passes through untouched.
 A replacement looks like ``[REDACTED:github-token]``; values of secret-named environment
 variables become ``[REDACTED:env:NAME]`` (the name is not secret, the value is). Redacting
 already-redacted text changes nothing.
+
+`Redactor.one_line` is the one way text (a command line) becomes a line of an operator's or a
+model's view (``codemode ps``, ``bash list``, notifications): redacted whole before it is cut,
+with terminal controls made visible.
 """
 
 from __future__ import annotations
@@ -110,6 +114,17 @@ _NOT_SECRET_NAME = re.compile(
 )
 _MIN_ENV_VALUE = 6
 
+# What one_line shows as visible escapes: C0 controls (ESC starts every terminal escape
+# sequence), DEL, C1 controls (8-bit CSI, OSC, ...), and the Unicode controls that reorder or
+# break a displayed line (bidirectional overrides and isolates, line and paragraph separators).
+_LINE_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_LINE_SPACES = re.compile("[ \t\n\r\v\f]+")
+
+
+def _visible_control(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
 
 @dataclass(frozen=True)
 class _Rule:
@@ -195,6 +210,28 @@ class Redactor:
             for rule in group.rules:
                 text = rule.pattern_s.sub(rule.repl_s, text)
         return text
+
+    def one_line(self, text: str, limit: int | None = None) -> str:
+        """``text`` as one line of an operator's or a model's view (a command in a listing).
+
+        In this order: the whole text is redacted (a secret cut first would no longer be
+        recognised, and its head would show); runs of whitespace become one space; every
+        other control character is shown as a visible escape (``ESC`` as ``\\x1b``, U+202E as
+        ``\\u202e``), so nothing reaches a terminal as a control; then the line is cut to
+        ``limit`` characters, ending in ``...``.
+
+        Args:
+            text: Any text, e.g. a command line as the model wrote it.
+            limit: Most characters of the line (at least 4); None: no cut.
+
+        Returns:
+            One line of printable text.
+        """
+        line = _LINE_SPACES.sub(" ", self.redact(text)).strip()
+        line = _LINE_CONTROLS.sub(_visible_control, line)
+        if limit is not None and len(line) > limit:
+            line = line[: max(limit - 3, 1)] + "..."
+        return line
 
     def redact_bytes(self, data: bytes) -> bytes:
         """Return ``data`` (any bytes, UTF-8 or not) with every recognised secret replaced."""

@@ -284,7 +284,7 @@ class ProcessManager:
         assert args.process_id is not None or args.action == "list"
         if args.action == "list":
             rows = await anyio.to_thread.run_sync(self.list_processes, session)
-            return ToolResult.from_text(_list_text(rows), {"processes": rows})
+            return ToolResult.from_text(_list_text(rows, self._redactor), {"processes": rows})
         pid = args.process_id or ""
         if args.action == "read":
             data = await self.read(session, pid, args.offset_bytes or 0, args.max_bytes, args.wait_ms)
@@ -788,13 +788,13 @@ def _live_root(record: _records.ProcessRecord) -> int | None:
     return record.pid if is_same_process(record.pid, record.pid_started) else None
 
 
-def _list_text(rows: list[dict[str, Any]]) -> str:
+def _list_text(rows: list[dict[str, Any]], redactor: Redactor) -> str:
     if not rows:
         return "No background processes in this session."
     lines = []
     for row in rows:
         code = "" if row["exit_code"] is None else f" exit {row['exit_code']}"
-        command = _records.short_command(row["command"], 60)
+        command = redactor.one_line(row["command"], 60)
         lines.append(
             f"{row['process_id']}  {row['state']}{code}  started {row['started']}  "
             f"log {row['log_bytes']} B  {command}"

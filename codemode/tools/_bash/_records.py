@@ -18,7 +18,9 @@ crash) queues exactly one notification.
 
 from __future__ import annotations
 
+import importlib.util
 import sqlite3
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,10 +181,36 @@ def live_records(conn: sqlite3.Connection, session_id: str | None = None) -> lis
     return [ProcessRecord(**dict(row)) for row in rows]
 
 
+_REDACTOR: Any = None
+
+
+def _redactor() -> Any:
+    """The codemode redactor (``codemode/archive/_redact.py``, standard library only as well).
+
+    The supervisor loads this file by path, without the ``codemode`` package; it loads the
+    redactor's file the same way.
+    """
+    global _REDACTOR
+    if _REDACTOR is None:
+        if __package__:
+            from codemode.archive import Redactor
+
+            _REDACTOR = Redactor()
+        else:
+            path = Path(__file__).resolve().parents[2] / "archive" / "_redact.py"
+            spec = importlib.util.spec_from_file_location("_codemode_redact", path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module  # dataclasses look their module up there
+            spec.loader.exec_module(module)
+            _REDACTOR = module.Redactor()
+    return _REDACTOR
+
+
 def short_command(command: str, limit: int = 80) -> str:
-    """``command`` on one line, cut to ``limit`` characters."""
-    command = " ".join(command.split())
-    return command if len(command) <= limit else command[: limit - 3] + "..."
+    """``command`` for a notification line: redacted whole, controls made visible, then cut to
+    ``limit`` characters (`Redactor.one_line`)."""
+    return str(_redactor().one_line(command, limit))
 
 
 def completion_text(process_id: str, command: str, state: str, exit_code: int | None, note: str = "") -> str:

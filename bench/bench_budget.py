@@ -1,4 +1,4 @@
-"""Budget benchmark: cut_to_budget on 20 MB vs 200 KB with a 2,000-token budget.
+"""Budget benchmark: fit_to_budget on 20 MB vs 200 KB with a 2,000-token budget.
 
 Run: ``TIKTOKEN_CACHE_DIR=... python bench/bench_budget.py``. The cost should not grow with the
 size of the cut part beyond copying bytes: the 20 MB cut is reported beside the same run with a
@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from codemode.archive import Archive, ArchiveRef, Redactor
-from codemode.budget import TokenCounter, cut_to_budget
+from codemode.budget import TokenCounter, fit_to_budget
 
 BUDGET = 2000
 
@@ -59,16 +59,16 @@ def main() -> None:
         def real_archive(text: str) -> ArchiveRef:
             return archive.put(text, kind="output")
 
-        cut_to_budget(small, BUDGET, counter, null_archive)  # warm-up: load the encoding
-        t_small = median_ms(lambda: cut_to_budget(small, BUDGET, counter, null_archive), 20)
-        t_big = median_ms(lambda: cut_to_budget(big, BUDGET, counter, null_archive), 10)
-        t_small_a = median_ms(lambda: cut_to_budget(small, BUDGET, counter, real_archive), 20)
-        t_big_a = median_ms(lambda: cut_to_budget(big, BUDGET, counter, real_archive), 5)
+        fit_to_budget([small], BUDGET, counter, null_archive)  # warm-up: load the encoding
+        t_small = median_ms(lambda: fit_to_budget([small], BUDGET, counter, null_archive), 20)
+        t_big = median_ms(lambda: fit_to_budget([big], BUDGET, counter, null_archive), 10)
+        t_small_a = median_ms(lambda: fit_to_budget([small], BUDGET, counter, real_archive), 20)
+        t_big_a = median_ms(lambda: fit_to_budget([big], BUDGET, counter, real_archive), 5)
         t_put = median_ms(lambda: archive.put(big, kind="output"), 5)
         t_put_bytes = median_ms(lambda: archive.put(big.encode(), kind="output"), 5)
         t_encode = median_ms(lambda: big.encode(), 10)
         archive.close()
-    res = cut_to_budget(big, BUDGET, counter, null_archive)
+    res = fit_to_budget([big], BUDGET, counter, null_archive)
     print(f"cut to {BUDGET} tokens (medians); result has {counter.count(res.text)} tokens:")
     print(f"  200 KB, no-op archive        {t_small:8.2f} ms")
     print(f"  20 MB,  no-op archive        {t_big:8.2f} ms   ({t_big / t_small:.2f}x the 200 KB cut)")

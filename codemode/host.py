@@ -21,7 +21,7 @@ import anyio
 from codemode._ids import check_id
 from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage
 from codemode.archive import Archive, ArchiveRef
-from codemode.budget import MIN_BUDGET, TokenCounter, cut_to_budget
+from codemode.budget import MIN_BUDGET, TokenCounter, fit_to_budget
 from codemode.engine import Engine, EngineLimits, GuestError, HeaderError, parse_header
 from codemode.errors import UserError
 from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy
@@ -451,7 +451,7 @@ class Host:
             trailer_lines.append(description)
         trailer_lines.extend(f"[note: {n}]" for n in notices)
         trailer_lines.extend(self._take_notifications(session))
-        fitted = self._fit(output, "\n".join(trailer_lines), budget, session)
+        fitted = self._fit([output], "\n".join(trailer_lines), budget, session)
         return RunResult(
             call_id=call,
             session_id=session,
@@ -472,11 +472,11 @@ class Host:
             ),
         )
 
-    def _fit(self, text: str, trailer: str, budget: int, session: str) -> _Fitted:
-        """Redact ``text`` and ``trailer`` and fit both into ``budget`` tokens.
+    def _fit(self, blocks: list[str], trailer: str, budget: int, session: str) -> _Fitted:
+        """Redact the output ``blocks`` and the ``trailer`` and fit them into ``budget`` tokens.
 
-        The trailer (errors, notes, notifications) comes last and is never dropped: it gets
-        up to half the budget (cut and archived itself when longer), the output the rest.
+        The trailer (errors, notes, notifications) is the last block: like every block that
+        does not fit its share, it keeps its head and tail (see `fit_to_budget`).
         """
         redact = self.archive.redactor.redact
         archive = self.archive
@@ -488,39 +488,14 @@ class Host:
             refs.append(ref.ref)
             return ref
 
-        trailer = redact(trailer) if trailer else ""
-        trailer_tokens = 0
-        truncated = False
+        output = [redact(block) for block in blocks if block]
+        printed = len("\n".join(output).encode("utf-8", "surrogatepass"))
         if trailer:
-            share = budget // 2
-            if len(trailer.encode("utf-8", "surrogatepass")) > share:
-                if share >= MIN_BUDGET:
-                    trailer_cut = cut_to_budget(trailer, share, self.counter, keep)
-                    trailer, truncated = trailer_cut.text, trailer_cut.truncated
-                else:  # too little room to cut it nicely: first line, and where the rest is
-                    ref = keep(trailer)
-                    first = trailer.split("\n", 1)[0][:200]
-                    trailer = f'{first}\n[the full error and notes are archived as {ref.ref}: read_archive({{ref: "{ref.ref}"}})]'
-                    truncated = True
-            trailer_tokens = self.counter.count(trailer) + 1
-        room = budget - trailer_tokens
-        output = redact(text) if text else ""
-        size = len(output.encode("utf-8", "surrogatepass"))
-        if size <= room:
-            shown, tokens = output, size
-        elif room >= MIN_BUDGET:
-            cut = cut_to_budget(output, room, self.counter, keep)
-            shown, tokens, truncated = cut.text, cut.tokens, truncated or cut.truncated
-        else:
-            ref = keep(output)
-            shown = (
-                f"[{size:,} bytes of output archived as {ref.ref}: "
-                f'read_archive({{ref: "{ref.ref}", offset: 0, limit: 65536}})]\n'
-            )
-            tokens, truncated = self.counter.count(shown), True
-        if trailer:
-            shown = (shown.rstrip("\n") + "\n" + trailer) if shown else trailer
-        return _Fitted(shown, truncated, refs, tokens + trailer_tokens, size)
+            if output:
+                output[-1] = output[-1].rstrip("\n")
+            output.append(redact(trailer))
+        cut = fit_to_budget(output, budget, self.counter, keep)
+        return _Fitted(cut.text, cut.truncated, refs, cut.tokens, printed)
 
     # -- direct calls -----------------------------------------------------------------------
 
@@ -549,7 +524,8 @@ class Host:
         result: ToolResult = await self.registry.call(name, args if args is not None else {}, context)
         budget = min(max_output_tokens or self.config.max_output_tokens, self.config.max_output_tokens_limit)
         trailer = "\n".join(self._take_notifications(session))
-        fitted = self._fit(result.text, trailer, max(budget, MIN_BUDGET), session)
+        blocks = [block.text for block in result.content]
+        fitted = self._fit(blocks, trailer, max(budget, MIN_BUDGET), session)
         return CallResult(
             tool=name,
             text=fitted.text,

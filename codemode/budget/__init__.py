@@ -1,11 +1,18 @@
-"""Token budget: count tokens (tiktoken, offline-safe) and cut long text to head + tail.
+"""Token budget: count tokens (tiktoken, offline-safe) and fit text to a budget.
 
-When a text exceeds its budget the whole text is archived and the model sees head + one line
-naming the recovery reference + tail, all within the budget.
+When a text exceeds its budget the whole text is archived and the model sees each block's head
+and tail around one line naming the recovery reference, all within the budget.
 """
 
 from codemode.budget._counter import LOAD_TIMEOUT_SECONDS, TokenCounter
-from codemode.budget._cut import HEAD_SHARE, MIN_BUDGET, READ_LIMIT, BudgetCut, cut_to_budget
+from codemode.budget._cut import (
+    HEAD_SHARE,
+    MIN_BUDGET,
+    READ_LIMIT,
+    BudgetCut,
+    fit_to_budget,
+    read_archive_call,
+)
 
 __all__ = [
     "HEAD_SHARE",
@@ -14,5 +21,6 @@ __all__ = [
     "READ_LIMIT",
     "BudgetCut",
     "TokenCounter",
-    "cut_to_budget",
+    "fit_to_budget",
+    "read_archive_call",
 ]

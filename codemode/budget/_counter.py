@@ -79,14 +79,17 @@ def _missing_cache_reason(name: str) -> str | None:
     return None
 
 
-def _download_in_background(name: str) -> None:
+def _download_in_background(name: str) -> str:
     """Let tiktoken fetch (and cache) a missing encoding without anyone waiting for it.
 
     Counting stays conservative until the download lands; offline it simply never does.
     ``CODEMODE_TIKTOKEN_DOWNLOAD=0`` turns the attempt off.
+
+    Returns:
+        What happens about the download, for the fallback reason.
     """
     if os.environ.get("CODEMODE_TIKTOKEN_DOWNLOAD", "1") == "0":
-        return
+        return "downloading it is off (CODEMODE_TIKTOKEN_DOWNLOAD=0)"
 
     def work() -> None:
         try:
@@ -99,13 +102,13 @@ def _download_in_background(name: str) -> None:
             _CACHE[name] = _Loaded(encoding, None)
 
     threading.Thread(target=work, name=f"tiktoken-download-{name}", daemon=True).start()
+    return "tiktoken is trying to download it in the background"
 
 
 def _load(name: str) -> _Loaded:
     reason = _missing_cache_reason(name)
     if reason is not None:
-        _download_in_background(name)
-        return _Loaded(None, reason + "; tiktoken is trying to download it in the background")
+        return _Loaded(None, f"{reason}; {_download_in_background(name)}")
     box: dict[str, Any] = {}
 
     def work() -> None:

@@ -1,89 +1,189 @@
-"""cut_to_budget: the whole message fits the budget (real tiktoken count), the rest is archived."""
+"""fit_to_budget: the whole message fits the budget (real tiktoken count, or UTF-8 bytes offline),
+each block keeps its head and tail, and the whole text is archived."""
 
 from __future__ import annotations
 
 import re
-import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from codemode.archive import Archive, ArchiveRef, Redactor
-from codemode.budget import MIN_BUDGET, BudgetCut, TokenCounter, cut_to_budget
+from codemode.budget import MIN_BUDGET, BudgetCut, TokenCounter, fit_to_budget, read_archive_call
 from codemode.errors import UserError
 
+FULL_LINE = re.compile(
+    r"\[\.\.\. ([\d,]+) of ([\d,]+) bytes cut here; read on with "
+    r'read_archive\(\{ref: "(ar_[\w-]+)", offset: (\d+), limit: 65536\}\) \.\.\.\]'
+)
+ANY_LINE = re.compile(
+    r'^\[\.\.\. ([\d,]+) (?:of [\d,]+ )?bytes cut.*read_archive\(\{ref: "ar_[\w-]+", offset: (\d+)'
+)
 
-@pytest.fixture(scope="module")
-def counter() -> TokenCounter:
-    return TokenCounter()
+
+class ByteCounter(TokenCounter):
+    """The counter as it is without the encoding (a fresh machine offline): UTF-8 bytes."""
+
+    @property
+    def exact(self) -> bool:
+        return False
+
+    @property
+    def fallback_reason(self) -> str | None:
+        return "the byte counter, as offline"
+
+    @property
+    def max_token_bytes(self) -> int:
+        return 1
+
+    def count(self, text: str) -> int:
+        return len(text.encode("utf-8", "surrogatepass"))
+
+    def encode(self, text: str) -> list[int] | None:
+        return None
+
+
+class Recording(TokenCounter):
+    """A real counter that records how many characters it was asked to tokenize."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = 0
+
+    def count(self, text: str) -> int:
+        self.seen += len(text)
+        return super().count(text)
+
+    def encode(self, text: str) -> list[int] | None:
+        self.seen += len(text)
+        return super().encode(text)
+
+
+def _exact() -> TokenCounter:
+    counter = TokenCounter()
+    if not counter.exact:
+        pytest.skip(f"needs the o200k_base encoding (CI has it): {counter.fallback_reason}")
+    return counter
+
+
+@pytest.fixture(params=["exact", "bytes"])
+def counter(request: pytest.FixtureRequest) -> TokenCounter:
+    """Both ways of counting: the real encoding, and the byte counter every fresh machine has."""
+    return _exact() if request.param == "exact" else ByteCounter()
 
 
 @pytest.fixture
-def archive(tmp_path: Path) -> Archive:
+def archive(tmp_path: Path) -> Iterator[Archive]:
     arch = Archive(tmp_path / "state", Redactor(environ={}))
     yield arch
     arch.close()
 
 
-def cut(text: str, budget: int, counter: TokenCounter, archive: Archive) -> BudgetCut:
-    return cut_to_budget(text, budget, counter, lambda t: archive.put(t, kind="output", session_id="s"))
+def fit(blocks: list[str], budget: int, counter: TokenCounter, archive: Archive) -> BudgetCut:
+    return fit_to_budget(blocks, budget, counter, lambda t: archive.put(t, kind="output", session_id="s"))
+
+
+def never(text: str) -> ArchiveRef:
+    raise AssertionError("must not archive")
 
 
 def lines(n: int, word: str = "output") -> str:
     return "".join(f"line {i}: some {word} with words, 数字 and 🎉 emoji\n" for i in range(n))
 
 
-def test_small_text_passes_untouched(counter: TokenCounter, archive: Archive) -> None:
-    calls: list[str] = []
+def recovery_lines(text: str) -> list[re.Match[str]]:
+    return [m for line in text.splitlines() if (m := ANY_LINE.match(line))]
 
-    def never(text: str) -> ArchiveRef:
-        calls.append(text)
-        raise AssertionError("must not archive")
 
-    res = cut_to_budget("hello\n", 1000, counter, never)
-    assert res == BudgetCut("hello\n", False, None, 6, 6, 6)
-    text = lines(60)  # more bytes than the budget, fewer tokens
-    res = cut_to_budget(text, 1000, counter, never)
+def test_small_text_passes_untouched(counter: TokenCounter) -> None:
+    assert fit_to_budget(["hello\n"], 1000, counter, never) == BudgetCut("hello\n", False, None, 6, 6, 6)
+    assert fit_to_budget(["a", "", "b"], 1000, counter, never).text == "a\nb"  # empty blocks add nothing
+    assert fit_to_budget([], 1000, counter, never) == BudgetCut("", False, None, 0, 0, 0)
+
+
+def test_more_bytes_than_the_budget_but_fewer_tokens_passes_untouched() -> None:
+    counter = _exact()
+    text = lines(60)
+    res = fit_to_budget([text], 1000, counter, never)
     assert not res.truncated and res.text == text and res.tokens == counter.count(text) <= 1000
-    assert calls == []
+
+
+def test_a_text_that_fits_by_its_size_is_not_counted() -> None:
+    _exact()
+    recording = Recording()
+    res = fit_to_budget(["x" * 200, "y" * 50], MIN_BUDGET, recording, never)
+    assert not res.truncated and res.tokens == 251  # the size, an upper bound
+    assert recording.seen == 0
 
 
 @pytest.mark.parametrize("budget", [MIN_BUDGET, 500, 2000, 10_000])
 def test_over_budget_fits_with_recovery_line(budget: int, counter: TokenCounter, archive: Archive) -> None:
     text = lines(20_000)
     data = text.encode()
-    res = cut(text, budget, counter, archive)
+    res = fit([text], budget, counter, archive)
     assert res.truncated and res.ref is not None
     assert res.tokens == counter.count(res.text) <= budget
     assert res.total_bytes == len(data)
-    notice = re.search(
-        r"\[\.\.\. ([\d,]+) of ([\d,]+) bytes cut here; .*?offset: (\d+), limit: 65536\}\)", res.text
-    )
+    notice = FULL_LINE.search(res.text)
     assert notice is not None, res.text
-    assert res.ref.ref in notice.group(0)
-    cut_bytes, total, offset = (int(notice.group(i).replace(",", "")) for i in (1, 2, 3))
+    assert notice.group(3) == res.ref.ref
+    cut_bytes, total, offset = (int(notice.group(i).replace(",", "")) for i in (1, 2, 4))
     assert total == len(data) and cut_bytes == len(data) - res.shown_bytes
     head, _, tail = res.text.partition(notice.group(0))
-    tail = tail.split("\n", 1)[1]
+    tail = tail.removeprefix("\n")
     # head and tail are the real start and end, cut at line boundaries
     assert data.startswith(head.encode()) and data.endswith(tail.encode())
-    assert (
-        offset == len(head.encode())
-        and head.endswith("\n")
-        and (tail == "" or data[-len(tail.encode()) - 1] == 10)
-    )
+    assert offset == len(head.encode()) and head.endswith("\n")
+    if budget > MIN_BUDGET:  # at the smallest budget the tail may be shorter than a line
+        assert data[-len(tail.encode()) - 1] == 10
     # the offset in the notice reads on exactly where the head stopped
-    page = archive.read(res.ref.ref, offset, 200)
-    assert page.data == data[offset : offset + 200]
+    assert archive.read(res.ref.ref, offset, 200).data == data[offset : offset + 200]
     assert archive.read(res.ref.ref, 0, len(data)).data == data
-    head_tokens, tail_tokens = counter.count(head), counter.count(tail)
     if budget >= 2000:
-        assert head_tokens > tail_tokens > 0  # about 60/40
+        assert counter.count(head) > counter.count(tail) > 0  # about 60/40
+
+
+@pytest.mark.parametrize("budget", [1000, 4000])
+def test_each_block_keeps_its_head_and_tail(budget: int, counter: TokenCounter, archive: Archive) -> None:
+    # A test run: long stdout ending in the runner's summary, long stderr, and a status line.
+    stdout = "".join(f"tests/test_mod.py::test_{i} PASSED\n" for i in range(3000))
+    stdout += "===== 1 failed, 2999 passed in 3.21s =====\n"
+    stderr = "".join(f"warning: deprecated thing {i}\n" for i in range(3000))
+    status = "Exit code 1"
+    blocks = [stdout.rstrip("\n"), stderr.rstrip("\n"), status]
+    res = fit(blocks, budget, counter, archive)
+    assert res.truncated and res.ref is not None and res.tokens == counter.count(res.text) <= budget
+    shown = res.text.splitlines()
+    assert shown[0] == "tests/test_mod.py::test_0 PASSED"
+    assert "===== 1 failed, 2999 passed in 3.21s =====" in shown
+    assert "warning: deprecated thing 0" in shown and "warning: deprecated thing 2999" in shown
+    assert shown[-1] == status  # the short block stays whole
+    found = recovery_lines(res.text)
+    assert len(found) == 2  # one per cut block
+    whole = "\n".join(blocks).encode()
+    assert archive.read(res.ref.ref, 0, len(whole) + 1).data == whole
+    for match in found:  # each line's offset reads on where its block's head stopped
+        offset = int(match.group(2))
+        before = res.text[: res.text.index(match.group(0))].encode()
+        head_last_line = before.rstrip(b"\n").rsplit(b"\n", 1)[-1] + b"\n"
+        assert whole[offset - len(head_last_line) : offset] == head_last_line
+
+
+def test_a_tiny_budget_still_shows_each_blocks_head(archive: Archive) -> None:
+    # Offline at the smallest budget: recovery lines are bytes too, so they go compact.
+    counter = ByteCounter()
+    output = "".join(f"row {i}\n" for i in range(500)).rstrip("\n")
+    error = "Uncaught Error: " + "why " * 400
+    res = fit([output, error], MIN_BUDGET, counter, archive)
+    assert res.truncated and len(res.text.encode()) <= MIN_BUDGET and res.tokens <= MIN_BUDGET
+    assert res.text.startswith("row 0\n") and "\nUncaught Error: why" in res.text
+    assert len(recovery_lines(res.text)) == 2
 
 
 def test_one_huge_line_cut_at_character_boundaries(counter: TokenCounter, archive: Archive) -> None:
     text = "数字🎉é" * 200_000  # no newlines, multi-byte everywhere
-    res = cut(text, 1000, counter, archive)
+    res = fit([text], 1000, counter, archive)
     assert res.truncated and counter.count(res.text) <= 1000
     res.text.encode("utf-8")  # valid text, no split characters
     head = res.text.split("\n[...")[0]
@@ -93,7 +193,7 @@ def test_one_huge_line_cut_at_character_boundaries(counter: TokenCounter, archiv
 def test_redacted_archive_points_to_the_start(counter: TokenCounter, archive: Archive) -> None:
     secret = "ghp_" + "x1" * 18
     text = lines(5000) + f"token {secret}\n"
-    res = cut(text, 500, counter, archive)
+    res = fit([text], 500, counter, archive)
     assert res.ref is not None and res.ref.total_bytes != len(text.encode())
     assert "offset: 0," in res.text and "from the start" in res.text
     assert counter.count(res.text) <= 500
@@ -101,37 +201,34 @@ def test_redacted_archive_points_to_the_start(counter: TokenCounter, archive: Ar
 
 def test_budget_below_minimum_is_refused(counter: TokenCounter) -> None:
     with pytest.raises(UserError, match=f"at least {MIN_BUDGET}"):
-        cut_to_budget("x", MIN_BUDGET - 1, counter, lambda t: ArchiveRef("ar_x", 0, ""))
+        fit_to_budget(["x"], MIN_BUDGET - 1, counter, never)
     with pytest.raises(UserError):
-        cut_to_budget("x", True, counter, lambda t: ArchiveRef("ar_x", 0, ""))  # type: ignore[arg-type]
+        fit_to_budget(["x"], True, counter, never)
 
 
 def test_lone_surrogates_do_not_crash(counter: TokenCounter, archive: Archive) -> None:
     text = "bad \ud800 surrogate\n" * 5000
-    res = cut(text, 300, counter, archive)
+    res = fit([text, text], 300, counter, archive)
     assert res.truncated and counter.count(res.text) <= 300
 
 
-def test_cost_does_not_grow_with_the_cut_part(counter: TokenCounter, archive: Archive) -> None:
-    # Not a timing threshold: count tokenizer work instead. Wrap the counter and record how
-    # many characters it was asked to tokenize for a 200 KB and a 20 MB text.
-    class Recording(TokenCounter):
-        seen = 0
-
-        def count(self, text: str) -> int:
-            Recording.seen += len(text)
-            return super().count(text)
-
-        def encode(self, text: str) -> list[int] | None:
-            Recording.seen += len(text)
-            return super().encode(text)
-
-    rec = Recording()
+def test_cost_does_not_grow_with_the_cut_part() -> None:
+    # Not a timing threshold: count tokenizer work instead, for a 200 KB and a 20 MB text
+    # (timings live in bench/bench_budget.py).
+    _exact()
     work = []
     for n in (4_000, 400_000):
-        Recording.seen = 0
-        res = cut_to_budget(lines(n), 2000, rec, lambda t: ArchiveRef("ar_" + "a" * 20, len(t.encode()), "x"))
+        recording = Recording()
+        big = lines(n)
+        res = fit_to_budget(
+            [big, big], 2000, recording, lambda t: ArchiveRef("ar_" + "a" * 20, len(t.encode()), "x")
+        )
         assert res.truncated
-        work.append(Recording.seen)
+        work.append(recording.seen)
     assert work[1] < work[0] * 1.5, work
-    _ = time  # timings live in bench/bench_budget.py
+
+
+def test_the_read_archive_call_is_spelled_out_once() -> None:
+    assert read_archive_call("ar_x") == 'read_archive({ref: "ar_x"})'
+    assert read_archive_call("ar_x", 0) == 'read_archive({ref: "ar_x", offset: 0})'
+    assert read_archive_call("ar_x", 190, 65536) == 'read_archive({ref: "ar_x", offset: 190, limit: 65536})'

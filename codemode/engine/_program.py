@@ -347,10 +347,10 @@ class ProgramThread:
         ctx = self._ctx = warm.ctx
         ctx.set_memory_limit(self.limits.memory_bytes)
         ctx.set_max_stack_size(self.limits.stack_bytes)
-        self._watch = WATCHDOG.start(ctx, self.limits.cpu_seconds, self._deadline)
-        if self.cancelled.is_set():  # cancelled before the watch existed (see cancel)
-            WATCHDOG.cancel(self._watch)
         try:
+            self._watch = WATCHDOG.start(ctx, self.limits.cpu_seconds, self._deadline)
+            if self.cancelled.is_set():  # cancelled before the watch existed (see cancel)
+                WATCHDOG.cancel(self._watch)
             error = self._run(warm)
         except BaseException as exc:
             error = GuestError("internal", type(exc).__name__, f"engine fault: {exc}")

@@ -149,23 +149,30 @@ def _network_denial(output: str) -> str | None:
     return "a TCP connection"
 
 
-def explain_denial(output: str, policy: SandboxPolicy, cwd: Path | None = None) -> str | None:
+def explain_denial(
+    output: str, policy: SandboxPolicy, cwd: Path | None = None, *, exit_code: int | None = None
+) -> str | None:
     """One line naming what the sandbox denied, or ``None`` when nothing points at the sandbox.
 
     Looks for permission errors on paths outside the writable roots (extracting the path from
     common message shapes: coreutils, shells, Python, Node, Go), refused TCP connections when
     the network is off, signals blocked by Landlock scoping, and a child whose confinement
     could not be enforced. Paths inside the writable roots are not blamed on the sandbox, nor
-    paths the host could not write either.
+    paths the host could not write either. A command that succeeded gets no line: whatever it
+    printed about a permission (``ls`` of an unreadable file, a tool that fell back to another
+    path), the sandbox did not stop it.
 
     Args:
         output: The command's cleaned output (stdout and stderr).
         policy: The policy the command ran under.
         cwd: The command's working directory, to resolve relative paths (optional).
+        exit_code: The command's exit code; ``None`` when unknown (still running, stopped).
 
     Returns:
         The line to add to the result, or ``None``.
     """
+    if exit_code == 0:
+        return None
     for line in output.splitlines():
         if line.startswith(ENFORCEMENT_FAILED_MARKER):
             return (

@@ -222,20 +222,20 @@ _NOTHING = Excerpt(
 )
 
 
-def shape_output(stdout: Excerpt, stderr: Excerpt) -> str:
-    """Return the terminal view of a run: stdout, then stderr.
+def shape_output(stdout: str, stderr: str) -> list[str]:
+    """Return the terminal view of a run as blocks: stdout, then stderr.
 
     No labels: a terminal shows both streams without headers, and a model reads error text
     for what it says, not for which stream carried it (the structured result keeps them
-    apart). Each stream's trailing whitespace is trimmed; an empty stream adds nothing; the two
-    are joined by one newline.
+    apart). Each stream's trailing whitespace is trimmed and an empty stream adds no block.
+    The streams stay separate blocks so that a budget cut keeps the head and tail of each
+    (a test runner's summary ends stdout, whatever stderr holds).
 
     Args:
-        stdout: The stdout excerpt.
-        stderr: The stderr excerpt.
+        stdout: The stdout excerpt's text.
+        stderr: The stderr excerpt's text.
 
     Returns:
-        The combined text, possibly empty.
+        The non-empty streams, possibly none.
     """
-    parts = [t for t in (stdout.text.rstrip(), stderr.text.rstrip()) if t]
-    return "\n".join(parts)
+    return [text for text in (stdout.rstrip(), stderr.rstrip()) if text]

@@ -193,8 +193,11 @@ def _ex(raw: bytes) -> Excerpt:
 
 
 def test_shape_output() -> None:
-    assert shape_output(_ex(b"out\n"), _ex(b"err\n")) == "out\nerr"
-    assert shape_output(_ex(b""), _ex(b"only err\n\n")) == "only err"
-    assert shape_output(_ex(b"  indented\n"), _ex(b"")) == "  indented"
-    assert shape_output(_ex(b""), _ex(b"")) == ""
-    assert shape_output(_ex(b"\n\n"), _ex(b"\x1b[31merror\x1b[0m\n")) == "error"
+    def shape(out: bytes, err: bytes) -> list[str]:
+        return shape_output(_ex(out).text, _ex(err).text)
+
+    assert shape(b"out\n", b"err\n") == ["out", "err"]  # one block per stream
+    assert shape(b"", b"only err\n\n") == ["only err"]
+    assert shape(b"  indented\n", b"") == ["  indented"]
+    assert shape(b"", b"") == []
+    assert shape(b"\n\n", b"\x1b[31merror\x1b[0m\n") == ["error"]

@@ -173,8 +173,6 @@ def _read_ref(git_dir: str, ref: str, linked: bool) -> str | None:
     return None
 
 
-_NOT_LOOKED_UP: Any = object()
-
 # git reads its configuration from the repository, and configuration can name programs to run
 # (core.fsmonitor, hooks, filters, diff drivers, ...). A cloned repository is hostile: the
 # host never runs git itself. The dirty check runs through the sandbox's launch path,
@@ -206,12 +204,12 @@ _GIT_ENV = {
 _GIT_TIMEOUT_SECONDS = 5.0
 
 
-def git_dirty(root: str, policy: SandboxPolicy) -> bool | None:
+def git_dirty(root: str, policy: SandboxPolicy) -> tuple[bool | None, str | None]:
     """Whether tracked files in the work tree at ``root`` differ from HEAD, asked of git confined.
 
     Returns:
-        None when it cannot be known: git missing, failing, slower than 5 s, or no confinement
-        available here (then git is not run at all).
+        ``(dirty, None)``, or ``(None, why)`` when it cannot be known: git missing, failing,
+        slower than 5 s, or no confinement available here (then git is not run at all).
     """
     confined = replace(policy, mode=SandboxMode.READ_ONLY, network=False)
     read, write = os.pipe2(os.O_CLOEXEC)
@@ -220,9 +218,9 @@ def git_dirty(root: str, policy: SandboxPolicy) -> bool | None:
     env.update(_GIT_ENV)
     try:
         proc = launch(LaunchSpec(_GIT_STATUS, root, env, confined, stdio=(devnull, write, devnull)))
-    except (SandboxUnavailable, UserError, OSError):
+    except (SandboxUnavailable, UserError, OSError) as exc:
         os.close(read)
-        return None
+        return None, f"git status could not be started confined: {exc}"
     finally:
         os.close(write)
         os.close(devnull)
@@ -247,34 +245,66 @@ def git_dirty(root: str, policy: SandboxPolicy) -> bool | None:
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        return None
-    return bool(out.strip()) if proc.wait() == 0 else None
+        return None, f"git status took over {_GIT_TIMEOUT_SECONDS:.0f} s and was stopped"
+    code = proc.wait()
+    if code != 0:
+        return None, f"git status failed (exit code {code})"
+    return bool(out.strip()), None
+
+
+def current_work_tree(cwd: Path, found: WorkTree | None) -> WorkTree | None:
+    """The work tree containing ``cwd`` after a command, from ``found``, looked up as it started.
+
+    A repository the command created in ``cwd`` itself is noticed; one it removed shows when
+    `workspace_revision` cannot read its HEAD.
+    """
+    if found is None and os.path.lexists(os.path.join(cwd, ".git")):
+        return find_work_tree(cwd)
+    return found
+
+
+# File times are coarse (the kernel stamps them from a clock that ticks every few ms).
+_MTIME_SLACK_SECONDS = 0.05
+
+
+def git_changed_since(tree: WorkTree, since: float) -> bool:
+    """Whether HEAD, HEAD's reflog or the index of ``tree`` was written after ``since`` (a
+    ``time.time()``), or just before it: a commit, checkout, add, reset, stash, merge or init.
+
+    Three ``stat`` calls, no process: a cheap sign that a quick command changed the repository.
+    Edits of tracked files do not show here.
+    """
+    git_dir = tree[1]
+    for name in ("index", "HEAD", os.path.join("logs", "HEAD")):
+        try:
+            if os.stat(os.path.join(git_dir, name)).st_mtime >= since - _MTIME_SLACK_SECONDS:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def workspace_revision(
-    cwd: Path, *, check_dirty: bool, policy: SandboxPolicy, found: WorkTree | None = _NOT_LOOKED_UP
+    tree: WorkTree | None, *, policy: SandboxPolicy, skip_dirty: str | None = None
 ) -> dict[str, Any] | None:
-    """Git HEAD (and, when asked, a dirty marker) of the work tree containing ``cwd``.
+    """Git HEAD and a dirty marker of the work tree ``tree`` (see `find_work_tree`).
 
     HEAD is read from the files in ``.git`` (no process). The dirty check runs ``git status``
-    confined (`git_dirty`, about 2 ms), so callers ask for it only where that cost is small
-    next to the command's own. Returns None outside a git work tree.
+    confined (`git_dirty`, a few ms); ``dirty`` is None when it was skipped or failed, and
+    ``dirty_reason`` says why.
 
     Args:
-        cwd: The command's directory.
-        check_dirty: Also say whether tracked files differ from HEAD.
+        tree: The work tree, or None (outside one: no revision).
         policy: The session's sandbox policy (its roots and protected dirs confine the check).
-        found: `find_work_tree` of ``cwd`` looked up earlier (while the command ran, off the
-            critical path). A repository the command created in ``cwd`` itself, or one it
-            removed, is still noticed.
+        skip_dirty: Why the dirty check is skipped, or None to run it.
+
+    Returns:
+        ``{root, head, ref, dirty, dirty_reason}``, or None outside a work tree or when its
+        HEAD cannot be read (the repository was removed).
     """
-    if found is _NOT_LOOKED_UP:
-        found = find_work_tree(cwd)
-    elif found is None and os.path.lexists(os.path.join(cwd, ".git")):
-        found = find_work_tree(cwd)
-    if found is None:
+    if tree is None:
         return None
-    root, git_dir, linked = found
+    root, git_dir, linked = tree
     head = _read_small(os.path.join(git_dir, "HEAD"))
     if head is None:
         return None
@@ -285,5 +315,5 @@ def workspace_revision(
         commit = _read_ref(git_dir, ref, linked)
     else:
         commit = head or None
-    dirty = git_dirty(root, policy) if check_dirty else None
-    return {"root": root, "head": commit, "ref": ref, "dirty": dirty}
+    dirty, reason = (None, skip_dirty) if skip_dirty is not None else git_dirty(root, policy)
+    return {"root": root, "head": commit, "ref": ref, "dirty": dirty, "dirty_reason": reason}

@@ -42,7 +42,14 @@ from codemode.sandbox import (
     launch,
     prepare_confinement,
 )
-from codemode.tools._bash._env import WorkTree, command_env, find_work_tree, workspace_revision
+from codemode.tools._bash._env import (
+    WorkTree,
+    command_env,
+    current_work_tree,
+    find_work_tree,
+    git_changed_since,
+    workspace_revision,
+)
 from codemode.tools._bash._proctree import create_time, markers_with_prefix, terminate_tree
 from codemode.tools._bash._pump import Pump, PumpStatus
 from codemode.tools._bash._shape import build_result
@@ -56,7 +63,8 @@ def _classify(command: str) -> Classification | None:
     return classify_command(command)
 
 
-# A dirty check (``git status``) costs about 2 ms; do it only where that is noise.
+# A dirty check (``git status``) costs a few ms; a quick command gets one only when it changed
+# the repository (see `_ending`).
 _DIRTY_CHECK_AFTER_MS = 100
 # How long a stopped tree gets between SIGTERM and SIGKILL.
 TERM_GRACE_SECONDS = 2.0
@@ -396,11 +404,62 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
 
 @dataclass
 class Outcome:
-    """How a foreground run ended, ready for the model."""
+    """How a foreground run ended, ready for the model.
 
-    text: str
+    Attributes:
+        blocks: The text in blocks (stdout, stderr, status lines); a budget cut keeps the head
+            and tail of each, so pass them on as separate content blocks.
+        structured: The envelope.
+        is_error: Whether the run failed (non-zero exit, timeout, cancelled).
+    """
+
+    blocks: list[str]
     structured: dict[str, Any]
     is_error: bool
+
+    @property
+    def text(self) -> str:
+        """The blocks joined, as one text."""
+        return "\n".join(self.blocks)
+
+
+@dataclass(frozen=True)
+class _Ending:
+    """What is settled the moment a run is shaped: its duration, work tree and dirty check."""
+
+    duration_ms: int
+    tree: WorkTree | None
+    skip_dirty: str | None  # why the dirty check is skipped; None runs it (when there is a tree)
+
+    @property
+    def runs_git(self) -> bool:
+        """Whether shaping runs ``git status`` (a process: not for the event loop)."""
+        return self.tree is not None and self.skip_dirty is None
+
+
+def _ending(running: Running, *, promoted: bool) -> _Ending:
+    """Settle how long ``running`` took and whether its dirty check runs.
+
+    The check costs a few ms, noise next to a command of 100 ms or more and always worth it for
+    a verification command (tests passed on which tree?). A quicker command gets it when it
+    changed HEAD or the index (commit, checkout, add, ...); otherwise the envelope says why not.
+    """
+    duration_ms = int((time.monotonic() - running.started) * 1000)
+    tree = current_work_tree(running.spec.cwd, running.work_tree)
+    skip: str | None = None
+    if tree is not None and promoted:
+        skip = "not checked: the command is still running in the background"
+    elif (
+        tree is not None
+        and duration_ms < _DIRTY_CHECK_AFTER_MS
+        and _classify(running.spec.command) is None
+        and not git_changed_since(tree, running.started_wall)
+    ):
+        skip = (
+            f"not checked: the command took under {_DIRTY_CHECK_AFTER_MS} ms and changed neither HEAD "
+            "nor the index, and the check (git status) would cost more than the command"
+        )
+    return _Ending(duration_ms, tree, skip)
 
 
 def finish(
@@ -410,10 +469,22 @@ def finish(
     timed_out: bool = False,
     cancelled: bool = False,
     promoted_process_id: str | None = None,
+    ending: _Ending | None = None,
 ) -> Outcome:
-    """Reap (unless promoted), close the log and shape the result (blocking; call in a thread)."""
+    """Reap (unless promoted), close the log and shape the result (blocking; call in a thread
+    unless ``ending`` says no git runs and the log is in memory).
+
+    Args:
+        running: The command.
+        redactor: Redacts the text and the envelope.
+        timed_out: It was stopped at its timeout.
+        cancelled: It was stopped because the caller went away.
+        promoted_process_id: It was moved to the background as this process.
+        ending: `_ending` of the run when the caller settled it already.
+    """
     spec = running.spec
-    duration_ms = int((time.monotonic() - running.started) * 1000)
+    if ending is None:
+        ending = _ending(running, promoted=promoted_process_id is not None)
     exit_code: int | None = None
     signal_name: str | None = None
     log_ref: ArchiveRef | None = None
@@ -429,14 +500,8 @@ def finish(
         # Offsets are into the log as stored (raw); reads of it are redacted page by page.
         next_offset = writer.bytes_written
         log_name = writer.ref
-    classification = _classify(spec.command)
-    check_dirty = promoted_process_id is None and (
-        duration_ms >= _DIRTY_CHECK_AFTER_MS or classification is not None
-    )
-    revision = workspace_revision(
-        spec.cwd, check_dirty=check_dirty, policy=spec.policy, found=running.work_tree
-    )
-    text, structured = build_result(
+    revision = workspace_revision(ending.tree, policy=spec.policy, skip_dirty=ending.skip_dirty)
+    blocks, structured = build_result(
         command=spec.command,
         cwd=spec.cwd,
         policy=spec.policy,
@@ -447,10 +512,10 @@ def finish(
         signal_name=signal_name,
         timed_out=timed_out,
         timeout_seconds=spec.timeout_seconds,
-        duration_ms=duration_ms,
+        duration_ms=ending.duration_ms,
         log=log_ref,
         log_ref=log_name,
-        classification=classification,
+        classification=_classify(spec.command),
         revision=revision,
         purpose=spec.purpose,
         scope=spec.scope,
@@ -459,7 +524,7 @@ def finish(
         cancelled=cancelled,
     )
     is_error = timed_out or cancelled or (promoted_process_id is None and exit_code != 0)
-    return Outcome(text, structured, is_error)
+    return Outcome(blocks, structured, is_error)
 
 
 async def run_foreground(
@@ -554,11 +619,11 @@ async def _wait(pump: Pump, deadline: float) -> PumpStatus:
 
 async def _finish(running: Running, redactor: Redactor) -> Outcome:
     """Shape a finished run: on the loop when that is cheap, else in a worker thread."""
-    quick = (time.monotonic() - running.started) * 1000 < _DIRTY_CHECK_AFTER_MS
-    if quick and running.log.in_memory and _classify(running.spec.command) is None:
+    ending = _ending(running, promoted=False)
+    if running.log.in_memory and not ending.runs_git:
         # No `git status`, at most one small archive write: cheaper than a thread hop.
-        return finish(running, redactor=redactor)
-    return await anyio.to_thread.run_sync(lambda: finish(running, redactor=redactor))
+        return finish(running, redactor=redactor, ending=ending)
+    return await anyio.to_thread.run_sync(lambda: finish(running, redactor=redactor, ending=ending))
 
 
 def _stop_and_finish(

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from codemode.archive import ArchiveRef, Redactor
+from codemode.budget import read_archive_call
 from codemode.sandbox import SandboxPolicy, explain_denial
 from codemode.tools._capture import Excerpt, shape_output
 from codemode.tools._verification import Classification, failure_summary, parse_verification
@@ -16,11 +17,6 @@ _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 def _stream(excerpt: Excerpt, text: str) -> dict[str, Any]:
     return {"excerpt": text, "bytes": excerpt.total_bytes, "truncated": excerpt.truncated}
-
-
-def read_archive_hint(ref: str, offset: int = 0) -> str:
-    """The call that reads an archived log."""
-    return f'read_archive({{ref: "{ref}", offset: {offset}}})'
 
 
 def build_result(
@@ -45,20 +41,20 @@ def build_result(
     promoted_process_id: str | None = None,
     next_offset: int | None = None,
     cancelled: bool = False,
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[list[str], dict[str, Any]]:
     """Shape one foreground run into the model's text and the structured envelope.
 
-    The text is the terminal view (stdout then stderr, cleaned, head and tail), plus a line
-    only where it changes the next step. Both are redacted.
+    The text comes in blocks: the terminal view (stdout, then stderr, each cleaned, head and
+    tail), then the status lines, only where they change the next step. A budget cut keeps
+    each block's head and tail. Both are redacted.
 
     Returns:
-        ``(text, structured_content)``.
+        ``(text blocks, structured_content)``.
     """
     out_text = redactor.redact(stdout.text)
     err_text = redactor.redact(stderr.text)
-    view = redactor.redact(shape_output(stdout, stderr))
     cut = stdout.truncated or stderr.truncated
-    lines: list[str] = [view] if view else []
+    lines: list[str] = []
 
     verification = None
     if classification is not None and promoted_process_id is None:
@@ -92,14 +88,16 @@ def build_result(
             start, end = log.dropped
             lines.append(
                 f"Output was cut; the log outgrew its cap and kept {log.kept_bytes:,} of {log.total_bytes:,} "
-                f"bytes (bytes {start:,} to {end:,} were dropped): {read_archive_hint(log.ref)}"
+                f"bytes (bytes {start:,} to {end:,} were dropped): {read_archive_call(log.ref, 0)}"
             )
         elif log_ref is not None:
-            lines.append(f"Output was cut; the full log: {read_archive_hint(log_ref)}")
-    denial = explain_denial(f"{stdout.text}\n{stderr.text}", policy, cwd)
+            lines.append(f"Output was cut; the full log: {read_archive_call(log_ref, 0)}")
+    denial = explain_denial(f"{stdout.text}\n{stderr.text}", policy, cwd, exit_code=exit_code)
     if denial:
         lines.append(denial)
-    text = "\n".join(lines)
+    blocks = shape_output(out_text, err_text)
+    if lines:
+        blocks.append("\n".join(lines))
 
     structured: dict[str, Any] = {
         "exit_code": -1 if promoted_process_id is not None else exit_code,
@@ -136,4 +134,4 @@ def build_result(
     if promoted_process_id is not None:
         structured["promoted_process_id"] = promoted_process_id
         structured["next_offset"] = next_offset
-    return text, structured
+    return blocks, structured

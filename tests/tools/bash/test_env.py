@@ -10,7 +10,13 @@ import pytest
 
 from codemode.errors import ToolError
 from codemode.sandbox import SandboxMode, SandboxPolicy
-from codemode.tools._bash._env import command_env, resolve_cwd, workspace_revision
+from codemode.tools._bash._env import (
+    command_env,
+    find_work_tree,
+    git_changed_since,
+    resolve_cwd,
+    workspace_revision,
+)
 
 _GIT_ENV = {
     **os.environ,
@@ -35,7 +41,7 @@ def test_revision_of_a_linked_worktree_with_packed_refs(tmp_path: Path) -> None:
     _git(repo, "pack-refs", "--all")
     (tmp_path / "wt" / "sub").mkdir()
     rev = workspace_revision(
-        tmp_path / "wt" / "sub", check_dirty=True, policy=SandboxPolicy(writable_roots=(tmp_path,))
+        find_work_tree(tmp_path / "wt" / "sub"), policy=SandboxPolicy(writable_roots=(tmp_path,))
     )
     assert rev is not None
     assert rev["head"] == _git(tmp_path / "wt", "rev-parse", "HEAD")
@@ -47,8 +53,9 @@ def test_revision_of_a_detached_head(tmp_path: Path) -> None:
     _git(tmp_path, "commit", "-q", "--allow-empty", "-m", "one")
     head = _git(tmp_path, "rev-parse", "HEAD")
     _git(tmp_path, "checkout", "-q", "--detach")
-    rev = workspace_revision(tmp_path, check_dirty=False, policy=SandboxPolicy())
+    rev = workspace_revision(find_work_tree(tmp_path), policy=SandboxPolicy(), skip_dirty="not asked")
     assert rev is not None and (rev["head"], rev["ref"], rev["dirty"]) == (head, None, None)
+    assert rev["dirty_reason"] == "not asked"
 
 
 def test_cwd_checks(tmp_path: Path) -> None:
@@ -104,11 +111,11 @@ def test_a_hostile_repository_makes_the_host_run_nothing(tmp_path: Path, mode: S
     marker = outside / "ran"
     _hostile_repo(repo, marker)
     policy = SandboxPolicy(mode=mode, writable_roots=(repo,), network=False)
-    rev = workspace_revision(repo, check_dirty=True, policy=policy)
+    rev = workspace_revision(find_work_tree(repo), policy=policy)
     assert rev is not None and rev["root"] == str(repo)
     # The long-running filter process dies confined, so git fails and the answer is "unknown"
     # rather than a wrong "clean"; nothing of the repository's ran outside the sandbox.
-    assert rev["dirty"] is not False
+    assert rev["dirty"] is None and rev["dirty_reason"].startswith("git status failed")
     assert sorted(p.name for p in outside.iterdir()) == []
 
 
@@ -124,6 +131,25 @@ def test_the_filter_git_still_runs_is_confined(tmp_path: Path) -> None:
     _git(repo, "commit", "-q", "-m", "one")
     _git(repo, "config", "filter.evil.clean", f"sh -c 'touch {repo}/wrote; cat'")
     (repo / "a.txt").write_text("two\n")
-    rev = workspace_revision(repo, check_dirty=True, policy=SandboxPolicy(writable_roots=(repo,)))
+    rev = workspace_revision(find_work_tree(repo), policy=SandboxPolicy(writable_roots=(repo,)))
     assert rev is not None and rev["dirty"] is True
     assert not (repo / "wrote").exists()
+
+
+def test_git_changed_since_sees_head_and_index_writes_not_edits(tmp_path: Path) -> None:
+    _git(tmp_path, "init", "-q", "-b", "main")
+    (tmp_path / "f").write_text("1")
+    _git(tmp_path, "add", "f")
+    _git(tmp_path, "commit", "-q", "-m", "one")
+    tree = find_work_tree(tmp_path)
+    assert tree is not None
+    since = os.stat(tmp_path / ".git" / "index").st_mtime + 3600  # as if the command started later
+    assert not git_changed_since(tree, since)
+    (tmp_path / "f").write_text("2")  # an edit of a tracked file: not a sign (git status sees it)
+    assert not git_changed_since(tree, since)
+    for name in ("index", "HEAD", "logs/HEAD"):  # what add, commit, checkout, reset ... write
+        path = tmp_path / ".git" / name
+        stamp = os.stat(path).st_mtime
+        os.utime(path, (since, since))
+        assert git_changed_since(tree, since), name
+        os.utime(path, (stamp, stamp))

@@ -11,8 +11,10 @@ import anyio
 import psutil
 import pytest
 
+from codemode.budget import TokenCounter, fit_to_budget
 from codemode.errors import ToolError
 from codemode.tools._bash import ProcessManager
+from codemode.tools._bash._foreground import RunSpec, run_foreground
 from codemode.tools._bash._proctree import MARKER_VAR
 from codemode.tools._model import ToolContext
 
@@ -266,7 +268,7 @@ async def test_workspace_revision_in_git_tree(bash: Caller, workspace: Path) -> 
     rev = result.structured_content["workspace_revision"]
     assert rev["head"] == head.stdout.strip()
     assert rev["ref"] == "refs/heads/main"
-    assert rev["dirty"] is True
+    assert rev["dirty"] is True and rev["dirty_reason"] is None
 
 
 async def test_no_revision_outside_git(bash: Caller) -> None:
@@ -280,6 +282,86 @@ async def test_sandbox_default_mode_confines_writes(bash: Caller, tmp_path: Path
     assert result.is_error
     assert not outside.exists()
     assert result.text.splitlines()[-1].startswith("Sandbox (workspace-write) denied writing")
+
+
+async def test_a_command_that_succeeds_gets_no_denial_line(bash: Caller, tmp_path: Path) -> None:
+    # The sandbox refused the write, but the command went on and succeeded: nothing to act on.
+    outside = tmp_path / "outside.txt"
+    result = await bash(command=f"echo x > {outside} || echo 'carried on'")
+    assert not result.is_error and not outside.exists()
+    assert "Permission denied" in result.text
+    assert "Sandbox" not in result.text
+
+
+def _age_git_metadata(repo: Path) -> None:
+    """Date the repository's HEAD, reflog and index an hour back, as if written long ago."""
+    old = os.stat(repo).st_mtime - 3600
+    for name in ("index", "HEAD", "logs/HEAD"):
+        os.utime(repo / ".git" / name, (old, old))
+
+
+async def test_a_quick_command_checks_dirty_when_it_changed_the_repository(
+    bash: Caller, workspace: Path
+) -> None:
+    env = "GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@t GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@t"
+    await bash(command=f"git init -q -b main . && echo 1 > f && git add f && {env} git commit -qm one")
+    _age_git_metadata(workspace)
+    edited = (await bash(command="echo 2 > f")).structured_content["workspace_revision"]
+    if edited["dirty"] is None:  # quick, and HEAD and the index untouched: not checked, and why
+        assert "changed neither HEAD nor the index" in edited["dirty_reason"]
+    else:  # over 100 ms on a loaded machine: checked like any slower command
+        assert edited["dirty"] is True and edited["dirty_reason"] is None
+    committed = await bash(command=f"{env} git commit -qam two")
+    revision = committed.structured_content["workspace_revision"]
+    assert (revision["dirty"], revision["dirty_reason"]) == (False, None)  # it wrote the index
+    assert revision["head"] != edited["head"]
+
+
+async def test_a_test_run_keeps_each_streams_head_and_tail_and_its_summary_in_a_budget(
+    workspace: Path, policy: Any, archive: Any
+) -> None:
+    # stdout ends with the runner's summary, stderr is long too, and the budget is far smaller
+    # than both: the command's text comes in blocks, and the budget cut keeps each one's ends.
+    bin_dir = workspace / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "pytest"
+    fake.write_text(
+        "#!/bin/bash\n"
+        'for i in $(seq 1 3000); do echo "tests/test_x.py::test_$i PASSED"; done\n'
+        'for i in $(seq 1 3000); do echo "warning: deprecated call $i" >&2; done\n'
+        'echo "===== 1 failed, 3000 passed in 0.50s ====="\n'
+        "exit 1\n"
+    )
+    fake.chmod(0o755)
+    spec = RunSpec(
+        command="PATH=$PWD/bin:$PATH pytest",
+        cwd=workspace,
+        timeout_seconds=60,
+        session_id="s1",
+        policy=policy,
+    )
+    outcome = await run_foreground(
+        spec, archive=archive, redactor=archive.redactor, handoff_seconds=None, promote=lambda running: None
+    )
+    stdout, stderr, status = outcome.blocks
+    assert stdout.startswith("tests/test_x.py::test_1 PASSED\n") and stdout.endswith("in 0.50s =====")
+    assert stderr.startswith("warning: deprecated call 1\n") and stderr.endswith("call 3000")
+    assert status.startswith("Exit code 1\npytest: 1 failed, 3000 passed")
+    assert outcome.text == "\n".join(outcome.blocks)
+    counter = TokenCounter()
+    cut = fit_to_budget(
+        outcome.blocks, 2000, counter, lambda text: archive.put(text, kind="output", session_id="s1")
+    )
+    assert cut.truncated and counter.count(cut.text) <= 2000
+    lines = cut.text.splitlines()
+    for line in (
+        "tests/test_x.py::test_1 PASSED",
+        "===== 1 failed, 3000 passed in 0.50s =====",
+        "warning: deprecated call 1",
+        "warning: deprecated call 3000",
+    ):
+        assert line in lines
+    assert cut.text.endswith(status)
 
 
 async def test_host_keeps_working_after_bad_inputs(bash: Caller) -> None:

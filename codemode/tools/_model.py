@@ -5,18 +5,20 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+import types
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
-import jsonschema
-import jsonschema_rs
 import pydantic
+import pydantic.json_schema
 
-from codemode.errors import UserError
+from codemode.errors import ErrorCode, ToolError, UserError
 from codemode.sandbox import SandboxPolicy
+from codemode.tools._signature import typescript_signature
 
 if TYPE_CHECKING:
     from codemode.archive import Archive
@@ -29,16 +31,40 @@ class TextContent(pydantic.BaseModel):
     text: str
 
 
+class ToolFailure(pydantic.BaseModel):
+    """Why a call failed, as data: the one shape of a `ToolError`.
+
+    Attributes:
+        code: What kind of failure (see `ErrorCode`).
+        message: What went wrong and what to do instead, for the model.
+        data: JSON details (paths, candidates, limits), or None.
+    """
+
+    code: ErrorCode
+    message: str
+    data: Any = None
+
+
 class ToolResult(pydantic.BaseModel):
     """What a tool returns: MCP-shaped content plus optional structured data.
 
     ``structured_content`` is the producer data a Code Mode program receives; when it is
     ``None`` the program receives the text.
+
+    Two flags, two meanings:
+
+    * ``error`` is set when the call failed (a `ToolError`, bad arguments, an unknown tool, a
+      handler bug); a program's promise rejects with it. Build such a result with `failure`,
+      or better, raise `ToolError` from the handler.
+    * ``is_error`` is the MCP flag: it tells an MCP client the outcome was a failure. Every
+      failed call has it; a result may also set it without failing (``bash`` sets it for a
+      command that ran and exited non-zero: that is data for a program, not a rejection).
     """
 
     content: list[TextContent] = pydantic.Field(default_factory=list)
     structured_content: Any = None
     is_error: bool = False
+    error: ToolFailure | None = None
 
     @property
     def text(self) -> str:
@@ -50,6 +76,16 @@ class ToolResult(pydantic.BaseModel):
         """Build a result from one text block and optional structured data."""
         # Plain construction: pydantic's model_construct is pure Python and twice as slow.
         return cls(content=[TextContent(text=text)], structured_content=structured, is_error=is_error)
+
+    @classmethod
+    def failure(cls, code: ErrorCode, message: str, data: Any = None) -> ToolResult:
+        """The result of a call that failed: ``message`` is its text, ``data`` its structured content."""
+        return cls(
+            content=[TextContent(text=message)],
+            structured_content=data,
+            is_error=True,
+            error=ToolFailure(code=code, message=message, data=data),
+        )
 
     def producer_data(self) -> Any:
         """The value a program's ``await tools.x()`` resolves with."""
@@ -78,6 +114,8 @@ class ToolContext:
 
 Handler = Callable[..., Any]
 
+logger = logging.getLogger("codemode.tools")
+
 
 @dataclass
 class Tool:
@@ -86,26 +124,54 @@ class Tool:
     Attributes:
         name: Identifier used as ``tools.<name>`` (letters, digits, ``_``).
         description: What it does, for the model.
-        input_model: Pydantic model of the arguments; its JSON Schema is the contract.
+        input_model: Pydantic model of the arguments: the one validator, and its JSON Schema is
+            the contract.
         handler: ``(args, [ctx]) -> ToolResult | str | JSON``; sync handlers run in a worker
             thread.
-        output_schema: Optional JSON Schema of ``structured_content``.
+        result_type: The type of what a program receives (a pydantic model, TypedDict,
+            dataclass, primitive, or a list or dict of them): its JSON Schema is the output
+            schema. ``Any`` when the result has no known shape; ``NoneType`` when the tool
+            returns nothing.
+        title: A short human-readable name (MCP clients show it); default from the name.
+        read_only: The tool changes nothing (MCP ``readOnlyHint``).
+        destructive: The tool may change or delete what exists (MCP ``destructiveHint``);
+            None when unknown.
         extension: Name of the extension that registered it, if any.
         inline: A cheap, non-blocking sync handler that a program calls directly on its own
             JS thread, without the trip to the event loop (its time counts as the program's
             CPU time, and inline calls run one at a time).
+
+    Raises:
+        UserError: ``result_type`` (or the input model) cannot be described as JSON Schema.
     """
 
     name: str
     description: str
     input_model: type[pydantic.BaseModel]
     handler: Handler
-    output_schema: dict[str, Any] | None = None
+    result_type: Any = Any
+    title: str | None = None
+    read_only: bool = False
+    destructive: bool | None = None
     extension: str | None = None
     context_param: str | None = None
     model_param: str | None = None
     is_async: bool = True
     inline: bool = False
+    result_adapter: pydantic.TypeAdapter[Any] | None = field(init=False, repr=False, compare=False)
+    output_schema: dict[str, Any] | None = field(init=False, repr=False, compare=False)
+    null_means_absent: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.title is None:
+            self.title = self.name.replace("_", " ").strip().capitalize() or self.name
+        where = f"tool {self.name!r} ({_qualname(self.handler)})"
+        try:
+            self.input_schema  # noqa: B018 - a model without a JSON Schema must fail at registration
+        except Exception as exc:
+            raise UserError(f"{where}: its arguments cannot be described as JSON Schema: {exc}") from exc
+        self.result_adapter, self.output_schema = _result_schema(self.result_type, where)
+        self.null_means_absent = _null_means_absent(self.input_model)
 
     def bind(self, args: pydantic.BaseModel, ctx: ToolContext) -> dict[str, Any]:
         """Keyword arguments for the handler: the model (or its fields) and the context."""
@@ -123,28 +189,167 @@ class Tool:
         schema.pop("title", None)
         return schema
 
-    @functools.cached_property
-    def validator(self) -> Any:
-        """A compiled jsonschema validator for the arguments (the reference, and its messages)."""
-        cls = jsonschema.validators.validator_for(self.input_schema)
-        cls.check_schema(self.input_schema)
-        return cls(self.input_schema)
+    def parse(self, args: Any) -> pydantic.BaseModel:
+        """Validate JSON arguments into the input model: the one check arguments get.
 
-    @functools.cached_property
-    def fast_validator(self) -> Any:
-        """A compiled jsonschema-rs validator that says quickly whether arguments are valid.
+        ``null`` for an optional argument that does not take ``null`` means the argument is
+        absent (its default applies).
 
-        It only ever accepts: a "no" goes to `validator`, whose verdict and message stand.
-        None when the schema uses regular expressions (the two libraries' regex dialects
-        differ) or jsonschema-rs cannot compile it.
+        Raises:
+            ToolError: Code ``invalid_arguments``; the message names the JSON path and what
+                was expected there, ``data`` holds ``path`` and ``message``.
         """
-        text = json.dumps(self.input_schema)
-        if '"pattern' in text:
-            return None
+        if self.null_means_absent and isinstance(args, dict):
+            absent = self.null_means_absent
+            args = {key: value for key, value in args.items() if value is not None or key not in absent}
         try:
-            return jsonschema_rs.validator_for(self.input_schema)
-        except Exception:  # whatever it cannot compile, jsonschema checks alone
+            return self.input_model.model_validate(args)
+        except pydantic.ValidationError as exc:
+            path, problem = _first_problem(exc)
+            message = (
+                f"Invalid arguments for {self.name}: at {path}: {problem}. "
+                f"Expected: {typescript_signature(self, with_result=False)}"
+            )
+            raise ToolError(
+                message,
+                {"error": ErrorCode.INVALID_ARGUMENTS.value, "path": path, "message": problem},
+                code=ErrorCode.INVALID_ARGUMENTS,
+            ) from None
+
+    def check_result(self, value: Any) -> ToolResult | None:
+        """Check what the handler returned against ``result_type``.
+
+        A value of the declared class passes at once (pydantic checked it when it was made);
+        other values are checked strictly, as Python data. Failed calls are not checked.
+
+        Returns:
+            None when the value fits (or nothing is declared); else the error result to hand
+            the program (code ``invalid_result``), which is also logged: the tool has a bug.
+        """
+        adapter = self.result_adapter
+        if adapter is None or (value.__class__ is self.result_type):
             return None
+        data = value
+        if isinstance(value, ToolResult):
+            if value.error is not None:
+                return None
+            data = value.producer_data()
+        try:
+            adapter.validate_python(data, strict=True)
+        except pydantic.ValidationError as exc:
+            path, problem = _first_problem(exc)
+            expected = _type_name(self.result_type)
+            logger.warning(
+                "tool %s returned a result that does not match its declared type %s: at %s: %s",
+                self.name,
+                expected,
+                path,
+                problem,
+            )
+            message = (
+                f"{self.name} returned a result that does not match its declared result type {expected}: "
+                f"at {path}: {problem}. This is a bug in the tool, not in the call."
+            )
+            return ToolResult.failure(ErrorCode.INVALID_RESULT, message, {"path": path, "message": problem})
+        return None
+
+
+def _qualname(fn: Any) -> str:
+    return str(getattr(fn, "__qualname__", None) or getattr(type(fn), "__qualname__", repr(fn)))
+
+
+def _type_name(tp: Any) -> str:
+    return tp.__name__ if isinstance(tp, type) else repr(tp).replace("typing.", "")
+
+
+class _StrictJsonSchema(pydantic.json_schema.GenerateJsonSchema):
+    """JSON Schema generation that fails where pydantic would only warn (a type it cannot describe)."""
+
+    def emit_warning(self, kind: Any, detail: str) -> None:
+        raise ValueError(detail)
+
+
+def _result_schema(
+    result_type: Any, where: str
+) -> tuple[pydantic.TypeAdapter[Any] | None, dict[str, Any] | None]:
+    """The validator and the output JSON Schema of a result type (None, None when it is unknown or void).
+
+    Raises:
+        UserError: The type cannot be described as JSON Schema.
+    """
+    if result_type is Any or result_type is type(None):
+        return None, None
+    try:
+        adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(result_type)
+        schema = adapter.json_schema(mode="serialization", schema_generator=_StrictJsonSchema)
+    except Exception as exc:
+        raise UserError(
+            f"{where}: its result type {_type_name(result_type)} cannot be described as JSON Schema "
+            f"(use a pydantic model, TypedDict, dataclass, primitive, or a list or dict of them): {exc}"
+        ) from exc
+    return adapter, schema
+
+
+def _first_problem(exc: pydantic.ValidationError) -> tuple[str, str]:
+    """The JSON path and a JSON-speaking description of a validation error's first problem."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    kind = first["type"]
+    problem = _JSON_WORDS.get(kind, first["msg"])
+    if kind not in _NO_INPUT_SHOWN:
+        try:
+            shown = json.dumps(first.get("input"), ensure_ascii=False)
+        except (TypeError, ValueError):
+            shown = ""
+        if shown:
+            problem += f" (got {shown if len(shown) <= 80 else shown[:77] + '...'})"
+    if len(errors) > 1:
+        problem += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    return _json_path(first["loc"]), problem
+
+
+# pydantic's words for JSON types, where they are Python's
+_JSON_WORDS = {
+    "model_type": "Input should be an object",
+    "model_attributes_type": "Input should be an object",
+    "dict_type": "Input should be an object",
+    "list_type": "Input should be an array",
+    "tuple_type": "Input should be an array",
+    "set_type": "Input should be an array",
+    "none_required": "Input should be null",
+}
+# problems where the input is not worth repeating (absent, or the whole arguments)
+_NO_INPUT_SHOWN = frozenset({"missing", "extra_forbidden", "arguments_for_action"})
+
+
+def _json_path(parts: Iterable[Any]) -> str:
+    path = "$"
+    for part in parts:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def _accepts_none(annotation: Any) -> bool:
+    """Whether a field annotation takes None (Optional, a union with None, Any, Literal[None])."""
+    if annotation in (Any, object, None, type(None)):
+        return True
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _accepts_none(get_args(annotation)[0])
+    if origin is Literal:
+        return None in get_args(annotation)
+    if origin is Union or origin is types.UnionType:
+        return any(_accepts_none(arg) for arg in get_args(annotation))
+    return False
+
+
+def _null_means_absent(model: type[pydantic.BaseModel]) -> frozenset[str]:
+    """Optional top-level arguments that do not take null: there a null means "absent"."""
+    return frozenset(
+        field.alias or name
+        for name, field in model.model_fields.items()
+        if not field.is_required() and not _accepts_none(field.annotation)
+    )
 
 
 @dataclass
@@ -165,8 +370,32 @@ def _call_target(fn: Handler) -> Any:
     return fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)  # noqa: B004
 
 
+def _hints(fn: Handler, name: str) -> dict[str, Any]:
+    """The handler's resolved annotations.
+
+    Raises:
+        UserError: An annotation cannot be resolved (a name that is not defined).
+    """
+    try:
+        return get_type_hints(_call_target(fn), include_extras=True)
+    except Exception as exc:
+        raise UserError(
+            f"tool {name!r} ({_qualname(fn)}): its annotations cannot be resolved: {exc}"
+        ) from exc
+
+
+def _declared_result(hints: dict[str, Any]) -> Any:
+    """The result type a handler's return annotation declares (``Any`` when it declares none)."""
+    annotation = hints.get("return", Any)
+    if annotation is None:
+        return type(None)
+    if annotation in (ToolResult, object):
+        return Any
+    return annotation
+
+
 def _plan_from_signature(
-    fn: Handler, name: str, input_model: type[pydantic.BaseModel] | None
+    fn: Handler, name: str, input_model: type[pydantic.BaseModel] | None, hints: dict[str, Any]
 ) -> tuple[type[pydantic.BaseModel], str | None, str | None]:
     """Work out how to call a handler: its input model, context parameter and model parameter.
 
@@ -179,7 +408,6 @@ def _plan_from_signature(
         model's fields are passed as keyword arguments.
     """
     target = _call_target(fn)
-    hints = get_type_hints(target)
     params = [p for p in inspect.signature(target).parameters.values() if p.name != "self"]
     context_param = next((p.name for p in params if hints.get(p.name) is ToolContext), None)
     fields = [p for p in params if p.name != context_param]
@@ -200,9 +428,14 @@ def _plan_from_signature(
         annotation = hints.get(p.name, Any)
         default = ... if p.default is p.empty else p.default
         definitions[p.name] = (annotation, default)
-    model = pydantic.create_model(  # type: ignore[call-overload]
-        f"{name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **definitions
-    )
+    try:
+        model = pydantic.create_model(  # type: ignore[call-overload]
+            f"{name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **definitions
+        )
+    except Exception as exc:
+        raise UserError(
+            f"tool {name!r} ({_qualname(fn)}): its parameters cannot be described: {exc}"
+        ) from exc
     return model, context_param, None
 
 
@@ -216,24 +449,40 @@ def make_tool(
     fn: Handler,
     *,
     name: str | None = None,
+    title: str | None = None,
     description: str | None = None,
     input_model: type[pydantic.BaseModel] | None = None,
-    output_schema: dict[str, Any] | None = None,
+    result_model: Any = None,
+    read_only: bool = False,
+    destructive: bool | None = None,
     extension: str | None = None,
     inline: bool = False,
 ) -> Tool:
     """Build a `Tool` from a handler function.
 
+    Args:
+        fn: The handler (sync or async function, or callable object).
+        name: Tool name (default: the function's name).
+        title: Short human-readable name (default: from the name).
+        description: For the model (default: the docstring's first paragraph).
+        input_model: The arguments' pydantic model (default: from the handler's parameters).
+        result_model: The result's type (default: the handler's return annotation; a handler
+            annotated ``-> ToolResult`` or not at all declares none).
+        read_only: The tool changes nothing.
+        destructive: The tool may change or delete what exists (None: unknown).
+        extension: Name of the extension the tool belongs to.
+        inline: Run the sync handler on the program's own thread (see `Tool`).
+
     Raises:
-        UserError: The name is not a valid identifier, the signature cannot be described, or
-            ``inline`` was asked for an async handler.
+        UserError: The name is not a valid identifier, the signature or the result type cannot
+            be described, or ``inline`` was asked for an async handler.
     """
     tool_name: str = name or str(getattr(fn, "__name__", ""))
     if not tool_name.isidentifier():
         raise UserError(f"tool name {tool_name!r} must be a valid identifier (letters, digits, _)")
-    model, context_param, model_param = _plan_from_signature(fn, tool_name, input_model)
-    target = _call_target(fn)
-    is_async = inspect.iscoroutinefunction(target)
+    hints = _hints(fn, tool_name)
+    model, context_param, model_param = _plan_from_signature(fn, tool_name, input_model, hints)
+    is_async = inspect.iscoroutinefunction(_call_target(fn))
     if inline and is_async:
         raise UserError(f"tool {tool_name!r}: inline tools must be plain (sync) functions")
     return Tool(
@@ -241,7 +490,10 @@ def make_tool(
         description=description if description is not None else _first_paragraph(fn.__doc__),
         input_model=model,
         handler=fn,
-        output_schema=output_schema,
+        result_type=_declared_result(hints) if result_model is None else result_model,
+        title=title,
+        read_only=read_only,
+        destructive=destructive,
         extension=extension,
         context_param=context_param,
         model_param=model_param,
@@ -253,9 +505,12 @@ def make_tool(
 def tool(
     name: str | None = None,
     *,
+    title: str | None = None,
     description: str | None = None,
     input_model: type[pydantic.BaseModel] | None = None,
-    output_schema: dict[str, Any] | None = None,
+    result_model: Any = None,
+    read_only: bool = False,
+    destructive: bool | None = None,
     inline: bool = False,
 ) -> Callable[[Handler], Tool]:
     """Decorator that turns a function into a `Tool` (arguments as `make_tool`).
@@ -267,15 +522,21 @@ def tool(
             "Add two integers."
             return a + b
         ```
+
+    Raises:
+        UserError: As `make_tool`, when the decorator is applied.
     """
 
     def decorate(fn: Handler) -> Tool:
         return make_tool(
             fn,
             name=name,
+            title=title,
             description=description,
             input_model=input_model,
-            output_schema=output_schema,
+            result_model=result_model,
+            read_only=read_only,
+            destructive=destructive,
             inline=inline,
         )
 

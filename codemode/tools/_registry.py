@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import difflib
+import logging
 import math
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import anyio.to_thread
-import pydantic
 
-from codemode.errors import ToolError, UserError
+from codemode.errors import ErrorCode, ToolError, UserError
 from codemode.tools._model import Extension, Tool, ToolContext, ToolResult, make_tool, to_tool_result
 from codemode.tools._signature import typescript_signature
+
+logger = logging.getLogger("codemode.tools")
 
 
 @dataclass(frozen=True)
@@ -23,13 +24,6 @@ class ArgumentProblem:
 
     path: str
     message: str
-
-
-def _json_path(parts: Iterable[Any]) -> str:
-    path = "$"
-    for part in parts:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return path
 
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -64,7 +58,6 @@ class ToolRegistry:
         tool_obj = item if isinstance(item, Tool) else make_tool(item, **kwargs)
         if tool_obj.name in self._tools:
             raise UserError(f"a tool named {tool_obj.name!r} is already registered")
-        tool_obj.validator  # noqa: B018 - compile the schema now so mistakes surface at registration
         self._tools[tool_obj.name] = tool_obj
         return tool_obj
 
@@ -92,8 +85,6 @@ class ToolRegistry:
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise UserError(f"extension {extension.name!r} has several tools named {repeated}")
-        for t in extension.tools:
-            t.validator  # noqa: B018 - a bad schema must fail before any of the tools is added
         for t in extension.tools:
             t.extension = extension.name
             self.add(t)
@@ -214,75 +205,75 @@ class ToolRegistry:
         return _words(t.name), param_words, _words(t.description)
 
     def describe(self, name: str) -> dict[str, Any]:
-        """Name, description, input JSON Schema and a TypeScript signature for one tool.
+        """Name, title, description, input and output JSON Schema and a TypeScript signature.
+
+        ``output_schema`` is None where the result has no known shape.
 
         Raises:
-            ToolError: No such tool (the message names close matches).
+            ToolError: No such tool (code ``unknown_tool``; the message names close matches).
         """
         t = self._tools.get(name)
         if t is None:
-            raise ToolError(self.unknown_tool_message(name))
-        described: dict[str, Any] = {
+            raise ToolError(self.unknown_tool_message(name), code=ErrorCode.UNKNOWN_TOOL)
+        return {
             "name": t.name,
+            "title": t.title,
             "description": t.description,
             "input_schema": t.input_schema,
+            "output_schema": t.output_schema,
             "signature": typescript_signature(t),
         }
-        if t.output_schema is not None:
-            described["output_schema"] = t.output_schema
-        return described
 
     # -- validation and calls -------------------------------------------------------------
+    #
+    # The one boundary where exceptions become results is `_failure`; the one check of the
+    # arguments is `Tool.parse`, the one check of results `Tool.check_result`.
 
     def validate(self, t: Tool, args: Any) -> ArgumentProblem | None:
-        """Check arguments against the tool's JSON Schema; None when valid."""
-        fast = t.fast_validator
-        if fast is not None:
-            try:
-                if fast.is_valid(args):
-                    return None
-            except (ValueError, OverflowError):  # e.g. an integer beyond 64 bits: ask jsonschema
-                pass
-        if t.validator.is_valid(args):
-            return None
-        error = min(t.validator.iter_errors(args), key=lambda e: (len(e.path), str(e.message)))
-        return ArgumentProblem(_json_path(error.absolute_path), error.message)
+        """Check arguments with `Tool.parse`; None when valid (for the engine, which rejects
+        bad calls on the program's thread and passes the arguments on as they came)."""
+        try:
+            t.parse(args)
+        except ToolError as exc:
+            return ArgumentProblem(exc.data["path"], exc.data["message"])
+        return None
 
     def argument_error_message(self, t: Tool, problem: ArgumentProblem) -> str:
-        """A model-facing message for invalid arguments."""
+        """A model-facing message for invalid arguments (the one `Tool.parse` raises)."""
         return (
             f"Invalid arguments for {t.name}: at {problem.path}: {problem.message}. "
-            f"Expected: {typescript_signature(t)}"
+            f"Expected: {typescript_signature(t, with_result=False)}"
         )
 
-    async def call(self, name: str, args: Any, ctx: ToolContext, *, validated: bool = False) -> ToolResult:
+    async def call(self, name: str, args: Any, ctx: ToolContext) -> ToolResult:
         """Validate and run one tool; every failure the model can cause becomes an error result.
 
         Args:
             name: Tool name.
             args: JSON arguments (a dict).
             ctx: The call's context.
-            validated: Skip validation (the engine validated on the JS thread already).
 
         Returns:
-            The tool's result; ``is_error`` is set for unknown tools, bad arguments, and
-            handler failures (the message names what went wrong, never a traceback).
+            The tool's result; for unknown tools, bad arguments, refusals (`ToolError`) and
+            handler bugs, an error result whose ``error`` has the code and the message.
+
+        Raises:
+            UserError: The handler raised one (the embedding developer's mistake).
         """
         t = self._tools.get(name)
         if t is None:
-            return ToolResult.from_text(self.unknown_tool_message(name), is_error=True)
-        if not validated:
-            problem = self.validate(t, args)
-            if problem is not None:
-                return ToolResult.from_text(
-                    self.argument_error_message(t, problem),
-                    {"error": "invalid_arguments", "path": problem.path, "message": problem.message},
-                    is_error=True,
-                )
+            message = self.unknown_tool_message(name)
+            return ToolResult.failure(
+                ErrorCode.UNKNOWN_TOOL, message, {"error": "unknown_tool", "name": name}
+            )
         return await self.invoke(t, args, ctx)
 
     async def invoke(self, t: Tool, args: Any, ctx: ToolContext) -> ToolResult:
-        """Run a tool's handler on already-validated arguments, mapping failures to results."""
+        """Run a tool on JSON arguments (or its parsed input model), mapping failures to results.
+
+        Raises:
+            UserError: The handler raised one.
+        """
         value = await self.invoke_raw(t, args, ctx)
         try:
             return to_tool_result(value)
@@ -291,52 +282,68 @@ class ToolRegistry:
 
     async def invoke_raw(self, t: Tool, args: Any, ctx: ToolContext) -> Any:
         """Like `invoke`, but return what the handler returned as it is (a `ToolResult` or
-        plain data; `to_tool_result` makes it a result). Failures are error results."""
-        parsed = self._parse(t, args)
-        if isinstance(parsed, ToolResult):
-            return parsed
+        plain data; `to_tool_result` makes it a result). Failures are error results.
+
+        Raises:
+            UserError: The handler raised one.
+        """
+        model = self._parsed(t, args)
+        if isinstance(model, ToolResult):
+            return model
         try:
-            return await self._run_handler(t, parsed, ctx)
+            kwargs = t.bind(model, ctx)
+            if t.is_async:
+                value = await t.handler(**kwargs)
+            else:
+                value = await anyio.to_thread.run_sync(lambda: t.handler(**kwargs))
         except Exception as exc:  # a handler bug must not take the host down
             return self._failure(t, exc)
+        return t.check_result(value) or value
 
     def invoke_inline(self, t: Tool, args: Any, ctx: ToolContext) -> Any:
         """Run an ``inline`` tool's sync handler on the calling thread (the program's JS thread).
 
         Returns:
             What the handler returned, as `invoke_raw` does.
+
+        Raises:
+            UserError: The handler raised one.
         """
-        parsed = self._parse(t, args)
-        if isinstance(parsed, ToolResult):
-            return parsed
+        model = self._parsed(t, args)
+        if isinstance(model, ToolResult):
+            return model
         try:
-            return t.handler(**t.bind(parsed, ctx))
+            value = t.handler(**t.bind(model, ctx))
         except Exception as exc:
             return self._failure(t, exc)
+        return t.check_result(value) or value
 
     @staticmethod
-    def _parse(t: Tool, args: Any) -> pydantic.BaseModel | ToolResult:
+    def _parsed(t: Tool, args: Any) -> Any:
+        """The parsed input model, or the error result for invalid arguments (its message names the tool)."""
+        if isinstance(args, t.input_model):
+            return args
         try:
-            return t.input_model.model_validate(args)
-        except pydantic.ValidationError as exc:
-            first = exc.errors()[0]
-            message = f"Invalid arguments for {t.name}: at {_json_path(first['loc'])}: {first['msg']}"
-            return ToolResult.from_text(message, {"error": "invalid_arguments"}, is_error=True)
+            return t.parse(args)
+        except ToolError as exc:
+            return ToolResult.failure(exc.code, exc.message, exc.data)
 
     @staticmethod
     def _failure(t: Tool, exc: Exception) -> ToolResult:
-        """The error result for a handler failure; `UserError` (the developer's) is re-raised."""
+        """The one place a handler's exception becomes a result.
+
+        A `ToolError` keeps its code and data (its message is prefixed with the tool's name);
+        any other exception is a handler bug (code ``handler_failed``, logged with its
+        traceback); a `UserError` (the developer's mistake) is re-raised.
+        """
         if isinstance(exc, ToolError):
-            return ToolResult.from_text(f"{t.name}: {exc.message}", exc.data, is_error=True)
+            return ToolResult.failure(exc.code, f"{t.name}: {exc.message}", exc.data)
         if isinstance(exc, UserError):
             raise exc
         detail = f"{type(exc).__name__}: {exc}"
-        return ToolResult.from_text(
-            f"{t.name} failed: {detail}", {"error": "handler_failed", "detail": detail}, is_error=True
+        logger.error("tool %s failed: %s", t.name, detail, exc_info=exc)
+        return ToolResult.failure(
+            ErrorCode.HANDLER_FAILED,
+            f"{t.name} failed: {detail}",
+            {"error": "handler_failed", "detail": detail},
         )
-
-    async def _run_handler(self, t: Tool, model: pydantic.BaseModel, ctx: ToolContext) -> Any:
-        kwargs = t.bind(model, ctx)
-        if t.is_async:
-            return await t.handler(**kwargs)
-        return await anyio.to_thread.run_sync(lambda: t.handler(**kwargs))

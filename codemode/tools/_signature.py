@@ -102,10 +102,21 @@ def _field_comment(sub: Any) -> str:
     return f" /* {'; '.join(notes).replace('*/', '* /')} */" if notes else ""
 
 
-def typescript_signature(t: Tool) -> str:
-    """One line a model can copy: ``tools.name(args: {...}): Promise<...>``."""
+def typescript_signature(t: Tool, *, with_result: bool = True) -> str:
+    """One line a model can copy: ``tools.name(args: {...}): Promise<...>``.
+
+    The result type is the tool's output schema, ``void`` for a tool that returns nothing,
+    ``any`` where the result has no known shape. ``with_result=False`` leaves the
+    ``: Promise<...>`` part out (the arguments are all an argument error needs to show).
+    """
     args = schema_to_ts(t.input_schema)
-    returns = schema_to_ts(t.output_schema) if t.output_schema else "any"
     required = t.input_schema.get("required", [])
     optional_args = "" if required else "?"
-    return f"tools.{t.name}(args{optional_args}: {args}): Promise<{returns}>"
+    call = f"tools.{t.name}(args{optional_args}: {args})"
+    if not with_result:
+        return call
+    if t.output_schema is not None:
+        returns = schema_to_ts(t.output_schema)
+    else:
+        returns = "void" if t.result_type is type(None) else "any"
+    return f"{call}: Promise<{returns}>"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal
 
 import pydantic
 import pytest
+from typing_extensions import TypedDict
 
-from codemode import make_tool
+from codemode import ToolResult, make_tool
 from codemode.tools import schema_to_ts, typescript_signature
 
 
@@ -61,19 +63,107 @@ def test_all_optional_arguments_make_args_optional() -> None:
     assert typescript_signature(make_tool(lambda: 1, name="none")) == "tools.none(args?: {}): Promise<any>"
 
 
-def test_output_schema_becomes_the_promise_type() -> None:
+def test_the_result_model_becomes_the_promise_type() -> None:
     class One(pydantic.BaseModel):
         q: str
 
-    signature = _signature(
-        One,
-        output_schema={
-            "type": "object",
-            "properties": {"hits": {"type": "array", "items": {"type": "string"}}, "n": {"type": "integer"}},
-            "required": ["hits"],
-        },
+    class Hits(pydantic.BaseModel):
+        hits: list[str]
+        n: int = 0
+
+    assert _signature(One, result_model=Hits) == (
+        "tools.t(args: { q: string }): Promise<{ hits: string[]; n?: number /* default 0 */ }>"
     )
-    assert signature == "tools.t(args: { q: string }): Promise<{ hits: string[]; n?: number }>"
+
+
+class Weather(pydantic.BaseModel):
+    city: str
+    temp_c: float = pydantic.Field(description="Celsius.")
+
+
+class Forecast(TypedDict):
+    city: str
+    days: list[float]
+
+
+@dataclasses.dataclass
+class Place:
+    name: str
+    lat: float
+
+
+def weather() -> Weather:
+    return Weather(city="x", temp_c=0)
+
+
+def forecast() -> Forecast:
+    return {"city": "x", "days": []}
+
+
+def place() -> Place:
+    return Place("x", 0)
+
+
+def count() -> int:
+    return 0
+
+
+def names() -> list[str]:
+    return []
+
+
+def many() -> list[Weather]:
+    return []
+
+
+def maybe() -> Weather | None:
+    return None
+
+
+def table() -> dict[str, int]:
+    return {}
+
+
+def tree() -> Node:
+    return Node(name="root")
+
+
+def nothing() -> None:
+    return None
+
+
+def untyped():  # type: ignore[no-untyped-def]
+    return 1
+
+
+def raw() -> ToolResult:
+    return ToolResult.from_text("x")
+
+
+@pytest.mark.parametrize(
+    ("fn", "returns"),
+    [
+        (weather, "{ city: string; temp_c: number /* Celsius. */ }"),
+        (forecast, "{ city: string; days: number[] }"),
+        (place, "{ name: string; lat: number }"),
+        (count, "number"),
+        (names, "string[]"),
+        (many, "{ city: string; temp_c: number /* Celsius. */ }[]"),
+        (maybe, "{ city: string; temp_c: number /* Celsius. */ } | null"),
+        (table, "Record<string, number>"),
+        (tree, "{ name: string; children?: Node[] /* default [] */ }"),
+        (nothing, "void"),
+        (untyped, "any"),
+        (raw, "any"),
+    ],
+)
+def test_the_return_annotation_is_the_result_type(fn: Any, returns: str) -> None:
+    signature = typescript_signature(make_tool(fn))
+    assert signature == f"tools.{fn.__name__}(args?: {{}}): Promise<{returns}>"
+
+
+def test_the_signature_without_its_result_is_the_call() -> None:
+    assert typescript_signature(make_tool(weather), with_result=False) == "tools.weather(args?: {})"
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,8 @@ async def manager(archive: Any) -> AsyncIterator[ProcessManager]:
 
 
 class Caller:
-    """Calls the bash tool the way the registry does: validate, build the model, call."""
+    """Calls the bash tool the way the registry does: parse the arguments (a `ToolError` for
+    bad ones), call the handler."""
 
     def __init__(self, manager: ProcessManager, ctx: ToolContext) -> None:
         self.manager = manager
@@ -66,10 +67,7 @@ class Caller:
         self.tool = manager.extension().tools[0]
 
     async def __call__(self, **args: Any) -> ToolResult:
-        errors = sorted(self.tool.validator.iter_errors(args), key=str)
-        if errors:
-            raise ValueError(errors[0].message)
-        model = self.tool.input_model.model_validate(args)
+        model = self.tool.parse(args)
         result: ToolResult = await self.tool.handler(**self.tool.bind(model, self.ctx))
         return result
 

@@ -40,7 +40,7 @@ async def test_field_of_another_action(bash: Caller) -> None:
 
 
 async def test_unknown_field_rejected_by_schema(bash: Caller) -> None:
-    with pytest.raises(ValueError, match="Additional properties"):
+    with pytest.raises(ToolError, match=r"at \$\.shell: Extra inputs are not permitted"):
         await bash(command="true", shell="zsh")
 
 

@@ -44,11 +44,11 @@ import shlex
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
 
-from codemode.errors import ToolError
+from codemode.errors import ErrorCode, ToolError
 from codemode.sandbox._fs import Changed, Walk, open_at, pseudo_fs, rename_into, reopen
 from codemode.sandbox._paths import locate_readable, locate_writable
 from codemode.tools._model import Tool, ToolContext, ToolResult, make_tool
@@ -59,9 +59,13 @@ __all__ = [
     "MAX_PAGE_BYTES",
     "OVERWRITE_THRESHOLD",
     "SCAN_LIMIT",
+    "CutLine",
     "EditFileArgs",
+    "EditFileResult",
     "ReadFileArgs",
+    "ReadFileResult",
     "WriteFileArgs",
+    "WriteFileResult",
     "file_tools",
 ]
 
@@ -121,6 +125,53 @@ class WriteFileArgs(pydantic.BaseModel):
     )
 
 
+# ---------------------------------------------------------------------------- result models
+
+
+class CutLine(pydantic.BaseModel):
+    """A line longer than a page's byte cap, shown cut."""
+
+    line: int = pydantic.Field(description="Its line number.")
+    shown_bytes: int = pydantic.Field(description="Bytes of it shown.")
+    line_bytes: int = pydantic.Field(description="Its whole length in bytes.")
+
+
+class ReadFileResult(pydantic.BaseModel):
+    """What read_file returns."""
+
+    path: str = pydantic.Field(description="The resolved absolute path.")
+    content: str = pydantic.Field(description="The page's raw text (no line numbers).")
+    start_line: int
+    end_line: int
+    total_lines: int | None = pydantic.Field(description="null when the file is too large to count.")
+    next_offset: int | None = pydantic.Field(description="The offset of the next page; null at the end.")
+    truncated: bool
+    encoding: str = pydantic.Field(description='"utf-8", "utf-8-sig" or "latin-1".')
+    line_ending: Literal["lf", "crlf", "mixed", "none"]
+    bytes: int = pydantic.Field(description="Bytes of the file this page covers.")
+    cut_line: CutLine | None = pydantic.Field(default=None, description="Present when a long line was cut.")
+
+
+class EditFileResult(pydantic.BaseModel):
+    """What edit_file returns."""
+
+    path: str
+    replacements: int
+    diff: str = pydantic.Field(description="Unified diff of the change.")
+    bytes_before: int
+    bytes_after: int
+
+
+class WriteFileResult(pydantic.BaseModel):
+    """What write_file returns."""
+
+    path: str
+    created: bool = pydantic.Field(description="true when the file did not exist before.")
+    bytes: int
+    lines: int
+    diff: str = pydantic.Field(description="Unified diff against the previous content.")
+
+
 # ---------------------------------------------------------------------------- helpers
 
 
@@ -161,6 +212,7 @@ def _os_error(exc: OSError, action: str, path: str) -> ToolError:
     return ToolError(
         f"cannot {action} {path}: {what}.",
         {"path": path, "errno": errno.errorcode.get(code or 0, str(code)), "error": str(exc)},
+        code=ErrorCode.OS_ERROR,
     )
 
 
@@ -186,12 +238,14 @@ def _missing(found: Walk, shown: str, *, hint: str) -> ToolError:
             f"{shown} does not exist: directory {real.parent} does not exist "
             f"(deepest existing directory: {found.parent_path}). {hint}",
             {"path": str(real), "missing_dir": str(real.parent), "existing_ancestor": found.parent_path},
+            code=ErrorCode.NOT_FOUND,
         )
     close = _close_names(found)
     suggestion = f" Did you mean: {', '.join(close)}?" if close else ""
     return ToolError(
         f"{shown} does not exist.{suggestion} {hint}",
         {"path": str(real), "similar": [str(real.parent / name) for name in close]},
+        code=ErrorCode.NOT_FOUND,
     )
 
 
@@ -217,6 +271,7 @@ def _refuse_unreadable_kind(found: Walk, st: os.stat_result, shown: str) -> None
             f"open other kinds (reading one can block or consume data). Use bash for it, e.g. "
             f"`head -c 4096 {quoted} | xxd`.",
             {"path": found.path, "kind": "special", "file_type": kind},
+            code=ErrorCode.NOT_A_FILE,
         )
     assert found.fd is not None
     pseudo = pseudo_fs(found.fd)
@@ -227,6 +282,7 @@ def _refuse_unreadable_kind(found: Walk, st: os.stat_result, shown: str) -> None
             f"so the file tools do not open such files. Use bash for it, e.g. `head -c 65536 {quoted}`; "
             "commands run confined and can be stopped.",
             {"path": found.path, "kind": "pseudo", "file_system": pseudo},
+            code=ErrorCode.NOT_A_FILE,
         )
 
 
@@ -239,6 +295,7 @@ def _regular(found: Walk, shown: str, *, hint: str) -> os.stat_result:
         raise ToolError(
             f"{shown} is a directory, not a file. List it with bash (ls {shlex.quote(shown)}).",
             {"path": found.path, "kind": "directory"},
+            code=ErrorCode.NOT_A_FILE,
         )
     _refuse_unreadable_kind(found, st, shown)
     return st
@@ -253,6 +310,7 @@ def _open_located(found: Walk, shown: str, action: str) -> io.BufferedReader:
             f"{shown} changed while it was being opened (it was replaced, removed or turned into a "
             f"symlink); nothing was {'read' if action == 'read' else 'changed'}. Try again.",
             {"path": found.path, "reason": "changed"},
+            code=ErrorCode.CHANGED_MEANWHILE,
         ) from None
     except OSError as exc:
         raise _os_error(exc, action, shown) from exc
@@ -271,6 +329,7 @@ def _read_all(found: Walk, shown: str, limit: int) -> bytes:
             f"{shown} grew past {_fmt_bytes(limit)} while it was being read; nothing was changed. "
             "Edit it with bash (e.g. sed -i).",
             {"path": found.path, "limit": limit},
+            code=ErrorCode.TOO_LARGE,
         )
     return data
 
@@ -280,6 +339,7 @@ def _binary_error(shown: str, size: int, why: str) -> ToolError:
         f"{shown} is a binary file ({_fmt_bytes(size)}; {why}); read_file shows text only. "
         f"Inspect it with bash, e.g. `file {shlex.quote(shown)}` or `xxd {shlex.quote(shown)} | head`.",
         {"path": shown, "bytes": size, "binary": True, "reason": why},
+        code=ErrorCode.BINARY_FILE,
     )
 
 
@@ -295,6 +355,7 @@ def _sniff(head: bytes, shown: str, size: int) -> str:
             f"{shown} is UTF-16/UTF-32 text ({_fmt_bytes(size)}); the file tools handle UTF-8 and "
             f"Latin-1 only. Convert it with bash, e.g. `iconv -f UTF-16 -t UTF-8 {shlex.quote(shown)}`.",
             {"path": shown, "bytes": size, "encoding": "utf-16/32"},
+            code=ErrorCode.BINARY_FILE,
         )
     else:
         bom = ""
@@ -405,8 +466,7 @@ READ_DESCRIPTION = (
     "Read a text file, numbered like `cat -n`. Pages of at most "
     f"{MAX_LINES} lines or {MAX_PAGE_BYTES // 1024} KiB: `offset` is the 1-based first line, `limit` the "
     "number of lines. When more remains, the last line says the exact call to continue. Binary files "
-    "are refused (use bash). Structured result: {path, content (raw page text), start_line, end_line, "
-    "total_lines, next_offset (null at end), truncated, encoding, line_ending, bytes}."
+    "are refused (use bash)."
 )
 
 
@@ -446,6 +506,7 @@ def _read_page(args: ReadFileArgs, ctx: ToolContext, found: Walk) -> ToolResult:
                     f"offset {args.offset} is past the end of {shown}, which has {total} lines. "
                     f"Use an offset from 1 to {max(total, 1)}.",
                     {"path": str(real), "offset": args.offset, "total_lines": total},
+                    code=ErrorCode.OUT_OF_RANGE,
                 )
             raw_lines: list[bytes] = []
             used = 0
@@ -585,12 +646,14 @@ def _encode(text: str, encoding: str, shown: str, what: str) -> bytes:
                 f"character {exc.start}; send complete characters (e.g. a whole emoji). "
                 f"{shown} is unchanged.",
                 {"path": shown, "position": exc.start},
+                code=ErrorCode.UNENCODABLE,
             ) from None
         raise ToolError(
             f"{shown} is {encoding} text and cannot hold {bad!r} (character {exc.start}). Use characters "
             f"{encoding} can encode, or convert the file to UTF-8 first (e.g. bash: "
             f"iconv -f latin1 -t utf-8). {shown} is unchanged.",
             {"path": shown, "encoding": encoding, "position": exc.start},
+            code=ErrorCode.UNENCODABLE,
         ) from None
 
 
@@ -694,6 +757,7 @@ def _changed_while_writing(shown: str, real: str, what: str) -> ToolError:
     return ToolError(
         f"{shown} changed while writing: {what}. Nothing was written; read it again and retry.",
         {"path": real, "reason": "changed"},
+        code=ErrorCode.CHANGED_MEANWHILE,
     )
 
 
@@ -812,12 +876,14 @@ def _edit(args: EditFileArgs, ctx: ToolContext, found: Walk) -> ToolResult:
             "put the neighbouring existing text in old_text and the same text plus your insertion "
             "in new_text.",
             {"path": str(real)},
+            code=ErrorCode.INVALID_ARGUMENTS,
         )
     if args.old_text == args.new_text:
         raise ToolError(
             "old_text and new_text are identical, so there is nothing to change. "
             "Give the new text in new_text.",
             {"path": str(real)},
+            code=ErrorCode.NO_CHANGE,
         )
     st = _regular(found, shown, hint="Create new files with write_file.")
     if st.st_size > EDIT_MAX_BYTES:
@@ -825,6 +891,7 @@ def _edit(args: EditFileArgs, ctx: ToolContext, found: Walk) -> ToolResult:
             f"{shown} is {_fmt_bytes(st.st_size)}, over edit_file's {EDIT_MAX_BYTES // (1024 * 1024)} MiB "
             "limit. Edit it with bash (e.g. sed -i).",
             {"path": str(real), "bytes": st.st_size, "limit": EDIT_MAX_BYTES},
+            code=ErrorCode.TOO_LARGE,
         )
     data = _read_all(found, shown, EDIT_MAX_BYTES)
     decoded = _decode_for_edit(data, shown)
@@ -838,6 +905,7 @@ def _edit(args: EditFileArgs, ctx: ToolContext, found: Walk) -> ToolResult:
                 "old_text and new_text differ only in line endings, which edit_file keeps as the file has "
                 "them; there is nothing to change.",
                 {"path": str(real)},
+                code=ErrorCode.NO_CHANGE,
             )
     count = text.count(old)
     if count == 0:
@@ -886,6 +954,7 @@ def _many_matches(text: str, old: str, count: int, shown: str, real: str) -> Too
         f"old_text occurs {count} times in {shown} (at lines {listed}{more}); nothing was changed. "
         "Add surrounding lines to old_text so it matches once, or set replace_all: true to replace all.",
         {"path": real, "match_count": count, "matches": matches},
+        code=ErrorCode.MULTIPLE_MATCHES,
     )
 
 
@@ -1005,7 +1074,7 @@ def _no_match(text: str, old: str, shown: str, real: str) -> ToolError:
     else:
         message += " No similar region either; read the file with read_file and copy old_text exactly."
         data["near_miss"] = None
-    return ToolError(message, data)
+    return ToolError(message, data, code=ErrorCode.NO_MATCH)
 
 
 # ---------------------------------------------------------------------------- write_file
@@ -1025,6 +1094,7 @@ def write_file(args: WriteFileArgs, ctx: ToolContext) -> ToolResult:
         raise ToolError(
             f"path {args.path!r} ends with '/', so it names a directory; give the file's path.",
             {"path": args.path},
+            code=ErrorCode.NOT_A_FILE,
         )
     with locate_writable(ctx.policy, ctx.workspace, args.path) as found:
         return _write(args, ctx, found)
@@ -1041,7 +1111,9 @@ def _write(args: WriteFileArgs, ctx: ToolContext, found: Walk) -> ToolResult:
     if st is not None:
         if stat.S_ISDIR(st.st_mode):
             raise ToolError(
-                f"{shown} is a directory; give a file path.", {"path": str(real), "kind": "directory"}
+                f"{shown} is a directory; give a file path.",
+                {"path": str(real), "kind": "directory"},
+                code=ErrorCode.NOT_A_FILE,
             )
         _refuse_unreadable_kind(found, st, shown)
         old_bytes = st.st_size
@@ -1050,12 +1122,14 @@ def _write(args: WriteFileArgs, ctx: ToolContext, found: Walk) -> ToolResult:
                 f"{shown} already exists ({_fmt_bytes(st.st_size)}) and create_only is set; nothing was "
                 "written. Use edit_file to change it, or drop create_only to replace it.",
                 {"path": str(real), "exists": True, "bytes": st.st_size},
+                code=ErrorCode.ALREADY_EXISTS,
             )
         if st.st_size > OVERWRITE_THRESHOLD and not args.overwrite:
             raise ToolError(
                 f"{shown} exists and is {_fmt_bytes(st.st_size)}, over {OVERWRITE_THRESHOLD // 1024} KiB; "
                 "replacing it needs overwrite: true. For small changes use edit_file instead.",
                 {"path": str(real), "exists": True, "bytes": st.st_size, "threshold": OVERWRITE_THRESHOLD},
+                code=ErrorCode.OVERWRITE_REQUIRED,
             )
         if st.st_size <= EDIT_MAX_BYTES:
             old_data = _read_all(found, shown, EDIT_MAX_BYTES)
@@ -1088,7 +1162,31 @@ def _write(args: WriteFileArgs, ctx: ToolContext, found: Walk) -> ToolResult:
 def file_tools() -> list[Tool]:
     """The three file tools: read_file, edit_file, write_file."""
     return [
-        make_tool(read_file, name="read_file", description=READ_DESCRIPTION, input_model=ReadFileArgs),
-        make_tool(edit_file, name="edit_file", description=EDIT_DESCRIPTION, input_model=EditFileArgs),
-        make_tool(write_file, name="write_file", description=WRITE_DESCRIPTION, input_model=WriteFileArgs),
+        make_tool(
+            read_file,
+            name="read_file",
+            title="Read file",
+            description=READ_DESCRIPTION,
+            input_model=ReadFileArgs,
+            result_model=ReadFileResult,
+            read_only=True,
+        ),
+        make_tool(
+            edit_file,
+            name="edit_file",
+            title="Edit file",
+            description=EDIT_DESCRIPTION,
+            input_model=EditFileArgs,
+            result_model=EditFileResult,
+            destructive=True,
+        ),
+        make_tool(
+            write_file,
+            name="write_file",
+            title="Write file",
+            description=WRITE_DESCRIPTION,
+            input_model=WriteFileArgs,
+            result_model=WriteFileResult,
+            destructive=True,
+        ),
     ]

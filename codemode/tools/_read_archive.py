@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import base64
+from typing import Literal
 
 import pydantic
 
 from codemode.budget import READ_LIMIT
 from codemode.tools._model import Tool, ToolContext, ToolResult, make_tool
 
-__all__ = ["MAX_LIMIT", "ReadArchiveArgs", "read_archive_tool"]
+__all__ = ["MAX_LIMIT", "ByteRange", "ReadArchiveArgs", "ReadArchiveResult", "read_archive_tool"]
 
 MAX_LIMIT = 1024 * 1024
 DEFAULT_LIMIT = READ_LIMIT  # what the budget's recovery line tells the model to pass
@@ -29,6 +30,29 @@ class ReadArchiveArgs(pydantic.BaseModel):
     limit: int = pydantic.Field(
         default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="Most bytes to return (1 to 1048576)."
     )
+
+
+class ByteRange(pydantic.BaseModel):
+    """Bytes ``from`` (inclusive) to ``to`` (exclusive)."""
+
+    model_config = pydantic.ConfigDict(populate_by_name=True)
+
+    from_: int = pydantic.Field(alias="from")
+    to: int
+
+
+class ReadArchiveResult(pydantic.BaseModel):
+    """One page of archived text."""
+
+    ref: str
+    offset: int = pydantic.Field(description="Where this page starts.")
+    next_offset: int = pydantic.Field(description="Pass as offset to read on.")
+    total_bytes: int
+    eof: bool = pydantic.Field(description="true when nothing is left after this page.")
+    retained_from: int = pydantic.Field(description="Bytes before this offset were compacted away.")
+    dropped: ByteRange | None = pydantic.Field(description="Bytes of the log that were not kept, if any.")
+    text: str
+    encoding: Literal["utf-8", "base64"] = pydantic.Field(description="base64 for binary data.")
 
 
 def _decode(data: bytes, at_end: bool) -> tuple[str, int, str]:
@@ -101,4 +125,4 @@ def read_archive(args: ReadArchiveArgs, ctx: ToolContext) -> ToolResult:
 
 def read_archive_tool() -> Tool:
     """The ``read_archive`` tool (its handler takes a `ToolContext` for the archive)."""
-    return make_tool(read_archive, name="read_archive")
+    return make_tool(read_archive, name="read_archive", result_model=ReadArchiveResult, read_only=True)

@@ -19,15 +19,19 @@ import pydantic
 import pytest
 
 import codemode.tools._files as files_module
-from codemode.errors import SandboxDenied, ToolError
+from codemode.errors import ErrorCode, SandboxDenied, ToolError
 from codemode.sandbox import _fs
 from codemode.sandbox._policy import SandboxMode, SandboxPolicy
+from codemode.tools import typescript_signature
 from codemode.tools._files import (
     MAX_LINES,
     MAX_PAGE_BYTES,
     OVERWRITE_THRESHOLD,
     EditFileArgs,
+    EditFileResult,
     ReadFileArgs,
+    ReadFileResult,
+    WriteFileResult,
     file_tools,
 )
 from codemode.tools._model import Tool, ToolContext, ToolResult
@@ -52,11 +56,9 @@ class Env:
 
     def call(self, name: str, **args: Any) -> ToolResult:
         tool = self.tools[name]
-        errors = list(tool.validator.iter_errors(args))
-        assert not errors, errors
-        model = tool.input_model.model_validate(args)
-        result = tool.handler(model, self.ctx)
+        result = tool.handler(tool.parse(args), self.ctx)
         assert isinstance(result, ToolResult)
+        assert tool.check_result(result) is None, "the result matches the tool's result model"
         return result
 
     def fails(self, name: str, exc: type[ToolError] = ToolError, **args: Any) -> ToolError:
@@ -681,3 +683,39 @@ def test_long_multibyte_name_fits_the_temp_file(env: Env) -> None:
     env.call("edit_file", path=name, old_text="x", new_text="y")
     assert (env.workspace / name).read_text() == "y\n"
     assert leftovers(env.workspace) == []
+
+
+# ---------------------------------------------------------------------------- typed results and codes
+
+
+def test_each_tool_declares_its_result_model_and_annotations(env: Env) -> None:
+    declared = {name: (t.result_type, t.read_only, t.destructive, t.title) for name, t in env.tools.items()}
+    assert declared == {
+        "read_file": (ReadFileResult, True, None, "Read file"),
+        "edit_file": (EditFileResult, False, True, "Edit file"),
+        "write_file": (WriteFileResult, False, True, "Write file"),
+    }
+    assert "Promise<{ path: string" in typescript_signature(env.tools["read_file"])
+
+
+def test_failures_carry_codes(env: Env) -> None:
+    (env.workspace / "f.txt").write_text("a\nb\na\n")
+    (env.workspace / "big.txt").write_text("x" * (OVERWRITE_THRESHOLD + 1))
+    (env.workspace / "blob.bin").write_bytes(b"\x00\x01")
+    (env.workspace / "d").mkdir()
+    cases: list[tuple[str, dict[str, Any], ErrorCode]] = [
+        ("read_file", {"path": "missing.txt"}, ErrorCode.NOT_FOUND),
+        ("read_file", {"path": "d"}, ErrorCode.NOT_A_FILE),
+        ("read_file", {"path": "blob.bin"}, ErrorCode.BINARY_FILE),
+        ("read_file", {"path": "f.txt", "offset": 9}, ErrorCode.OUT_OF_RANGE),
+        ("edit_file", {"path": "f.txt", "old_text": "zzz", "new_text": "y"}, ErrorCode.NO_MATCH),
+        ("edit_file", {"path": "f.txt", "old_text": "a", "new_text": "y"}, ErrorCode.MULTIPLE_MATCHES),
+        ("edit_file", {"path": "f.txt", "old_text": "b", "new_text": "b"}, ErrorCode.NO_CHANGE),
+        ("edit_file", {"path": "f.txt", "old_text": "", "new_text": "b"}, ErrorCode.INVALID_ARGUMENTS),
+        ("write_file", {"path": "f.txt", "content": "x", "create_only": True}, ErrorCode.ALREADY_EXISTS),
+        ("write_file", {"path": "big.txt", "content": "x"}, ErrorCode.OVERWRITE_REQUIRED),
+        ("write_file", {"path": "n.txt", "content": "\udc80"}, ErrorCode.UNENCODABLE),
+        ("write_file", {"path": "../outside/x.txt", "content": "x"}, ErrorCode.DENIED_BY_SANDBOX),
+    ]
+    for name, args, code in cases:
+        assert env.fails(name, **args).code is code, (name, args)

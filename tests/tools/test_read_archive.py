@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from codemode.archive import COMPACT_KEEP_BYTES, Archive, Redactor
-from codemode.errors import UnknownRefError
+from codemode.errors import ErrorCode, ToolError, UnknownRefError
 from codemode.sandbox._policy import SandboxPolicy
 from codemode.tools._model import ToolContext, ToolResult
-from codemode.tools._read_archive import ReadArchiveArgs, read_archive_tool
+from codemode.tools._read_archive import ReadArchiveArgs, ReadArchiveResult, read_archive_tool
 
 TOOL = read_archive_tool()
 
@@ -27,9 +27,9 @@ def ctx(tmp_path: Path) -> Iterator[ToolContext]:
 
 
 def call(ctx: ToolContext, **args: Any) -> ToolResult:
-    TOOL.validator.validate(args)
-    result = TOOL.handler(**TOOL.bind(ReadArchiveArgs(**args), ctx))
+    result = TOOL.handler(**TOOL.bind(TOOL.parse(args), ctx))
     assert isinstance(result, ToolResult)
+    assert TOOL.check_result(result) is None, "the result matches ReadArchiveResult"
     return result
 
 
@@ -92,15 +92,28 @@ def test_unknown_ref_message(ctx: ToolContext) -> None:
         call(ctx, ref="ar_" + "q" * 20)
 
 
-def test_bad_limit_rejected_by_schema() -> None:
-    import jsonschema
+def test_bad_arguments_are_refused_with_their_path() -> None:
+    for args, path in [
+        ({"ref": "ar_x", "limit": 0}, "$.limit"),
+        ({"ref": "ar_x", "offset": -1}, "$.offset"),
+        ({"ref": "ar_x", "extra": 1}, "$.extra"),
+    ]:
+        with pytest.raises(ToolError) as info:
+            TOOL.parse(args)
+        assert info.value.code is ErrorCode.INVALID_ARGUMENTS and info.value.data["path"] == path
 
-    with pytest.raises(jsonschema.ValidationError):
-        TOOL.validator.validate({"ref": "ar_x", "limit": 0})
-    with pytest.raises(jsonschema.ValidationError):
-        TOOL.validator.validate({"ref": "ar_x", "offset": -1})
-    with pytest.raises(jsonschema.ValidationError):
-        TOOL.validator.validate({"ref": "ar_x", "extra": 1})
+
+def test_null_for_an_optional_argument_means_absent() -> None:
+    parsed = TOOL.parse({"ref": "ar_x", "offset": None, "limit": None})
+    assert parsed == ReadArchiveArgs(ref="ar_x")
+    with pytest.raises(ToolError, match=r"at \$\.ref: Input should be a valid string \(got null\)"):
+        TOOL.parse({"ref": None})
+
+
+def test_the_result_type_is_declared() -> None:
+    assert TOOL.read_only and TOOL.title == "Read archive"
+    assert TOOL.output_schema is not None and "next_offset" in TOOL.output_schema["required"]
+    assert ReadArchiveResult.model_json_schema(by_alias=True)["properties"]["dropped"]
 
 
 def test_compacted_log_says_where_it_resumes(ctx: ToolContext) -> None:

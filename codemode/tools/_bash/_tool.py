@@ -1,12 +1,14 @@
-"""The ``bash`` tool: its arguments (one flat model, clear JSON Schema) and guidance text."""
+"""The ``bash`` tool: its arguments (one flat model, clear JSON Schema), its results, guidance text."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
 import pydantic
+import pydantic_core
 
-from codemode.errors import ToolError
+from codemode.tools._bash._results import BashResult
+from codemode.tools._model import Handler, Tool, make_tool
 
 MAX_TIMEOUT_SECONDS = 3600
 DEFAULT_TIMEOUT_SECONDS = 300
@@ -124,28 +126,48 @@ class BashArgs(pydantic.BaseModel):
                     del prop["default"]
         return schema
 
-    def check(self) -> None:
-        """Check that the fields given fit the action.
-
-        Raises:
-            ToolError: A required field is missing or a field does not belong to the action.
-        """
+    @pydantic.model_validator(mode="after")
+    def _fits_action(self) -> BashArgs:
+        """The fields given must fit the action: part of validating the arguments, so a
+        mistake is reported like any other (code ``invalid_arguments``, path ``$``)."""
         given = {
             name for name in type(self).model_fields if name != "action" and getattr(self, name) is not None
         }
         missing = [name for name in _REQUIRED_BY_ACTION[self.action] if getattr(self, name) is None]
         if missing:
-            raise ToolError(
-                f"bash action {self.action!r} needs {', '.join(missing)}",
-                {"error": "missing_argument", "action": self.action, "missing": missing},
+            raise pydantic_core.PydanticCustomError(
+                "arguments_for_action",
+                'bash action "{action}" needs {missing}',
+                {"action": self.action, "missing": ", ".join(missing)},
             )
         extra = sorted(given - _FIELDS_BY_ACTION[self.action])
         if extra:
             allowed = ", ".join(sorted(_FIELDS_BY_ACTION[self.action])) or "nothing else"
-            raise ToolError(
-                f"bash action {self.action!r} does not take {', '.join(extra)} (it takes {allowed})",
-                {"error": "unexpected_argument", "action": self.action, "unexpected": extra},
+            raise pydantic_core.PydanticCustomError(
+                "arguments_for_action",
+                'bash action "{action}" does not take {extra} (it takes {allowed})',
+                {"action": self.action, "extra": ", ".join(extra), "allowed": allowed},
             )
+        return self
+
+    def check(self) -> None:
+        """Nothing left to check: validation already made the fields fit the action.
+
+        Kept while the process manager still calls it; remove both together.
+        """
+
+
+def bash_tool(handler: Handler, handoff_seconds: float | None) -> Tool:
+    """The ``bash`` tool around the process manager's handler: arguments, results, annotations."""
+    return make_tool(
+        handler,
+        name="bash",
+        title="Bash",
+        description=description(handoff_seconds),
+        input_model=BashArgs,
+        result_model=BashResult,
+        destructive=True,
+    )
 
 
 def _handoff_words(handoff_seconds: float | None) -> str:

@@ -408,6 +408,8 @@ class Host:
                 f"{outcome.output_dropped_bytes:,} printed characters beyond the in-memory limit were "
                 "dropped; print less"
             )
+        for name, value in outcome.late:
+            notices.append(_late_notice(name, value))
         return self._result(
             call,
             session,
@@ -441,8 +443,8 @@ class Host:
             counts = collections.Counter(cancelled)
             names = ", ".join(f"tools.{n}" + (f" x{c}" if c > 1 else "") for n, c in counts.most_common())
             trailer_lines.append(
-                f"[{len(cancelled)} tool call(s) still pending when the program ended were cancelled: {names}; "
-                "await every call you start]"
+                f"[{len(cancelled)} tool call(s) still pending when the program ended were cancelled (stopped "
+                f"before they took effect): {names}; await every call you start]"
             )
         if error is not None:
             description = (
@@ -652,6 +654,15 @@ class _Fitted:
     refs: list[str]
     tokens: int
     printed_bytes: int
+
+
+def _late_notice(name: str, value: ToolResult) -> str:
+    """What a call nothing awaited did, finishing after its program had ended (one line)."""
+    text = " ".join(value.text.split())
+    if len(text) > 300:
+        text = text[:300] + "…"
+    verb = "failed" if value.is_error else "finished"
+    return f"tools.{name} (not awaited) {verb} after the program ended: {text}; await every call you start"
 
 
 def _redact_json(value: Any, redact: Callable[[str], str]) -> Any:

@@ -26,7 +26,7 @@ from typing import Any
 
 from codemode.errors import UserError
 
-TaskFactory = Callable[[], Coroutine[Any, Any, None]]
+TaskFactory = Callable[[], Coroutine[Any, Any, Any]]
 
 _EAGER_START = sys.version_info >= (3, 12)
 _enter_task: Callable[[asyncio.AbstractEventLoop, asyncio.Task[Any]], None] | None = getattr(
@@ -119,7 +119,7 @@ class LoopSpawner:
             raise UserError("codemode runs on anyio's asyncio backend; start it with asyncio") from exc
         # Tasks run in (a copy of) the creator's context, so anyio and contextvars behave as usual.
         self._context = contextvars.copy_context()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
 
     def spawn(self, factory: TaskFactory, on_refused: Callable[[], None]) -> None:
@@ -146,10 +146,30 @@ class LoopSpawner:
         for task in list(self._tasks):
             task.cancel()
 
+    async def aclose(self, timeout: float) -> dict[Any, Any]:
+        """`close`, then wait up to ``timeout`` seconds for the cancelled tasks to end.
+
+        Returns:
+            For each task that still returned a ``(key, value)`` pair (it finished its work
+            although cancelled, e.g. behind a shield), that pair.
+        """
+        tasks = list(self._tasks)
+        self.close()
+        if not tasks:
+            return {}
+        done, _ = await asyncio.wait(tasks, timeout=timeout)
+        finished: dict[Any, Any] = {}
+        for task in done:
+            if not task.cancelled() and task.exception() is None:
+                result = task.result()
+                if isinstance(result, tuple) and len(result) == 2:
+                    finished[result[0]] = result[1]
+        return finished
+
 
 def _start_eagerly(
-    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None], context: contextvars.Context
-) -> asyncio.Task[None] | None:
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], context: contextvars.Context
+) -> asyncio.Task[Any] | None:
     """Run the first step of ``coro`` as a task, now (call on the loop thread).
 
     Returns:
@@ -157,7 +177,7 @@ def _start_eagerly(
     """
     if _EAGER_START:
         task_type: Any = asyncio.Task
-        eager: asyncio.Task[None] = task_type(coro, loop=loop, context=context, eager_start=True)
+        eager: asyncio.Task[Any] = task_type(coro, loop=loop, context=context, eager_start=True)
         if not eager.done():
             return eager
         if not eager.cancelled() and (failure := eager.exception()) is not None:
@@ -168,7 +188,7 @@ def _start_eagerly(
     if _enter_task is None or _leave_task is None:  # pragma: no cover - not CPython 3.11
         return loop.create_task(coro, context=context)
     continuation = _Continuation(coro)
-    task: asyncio.Task[None] = loop.create_task(continuation, context=context)
+    task: asyncio.Task[Any] = loop.create_task(continuation, context=context)
     _enter_task(loop, task)
     try:
         failure = context.run(continuation.run_first_step)

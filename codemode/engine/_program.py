@@ -126,6 +126,8 @@ class ProgramOutcome:
     cpu_seconds: float
     output_dropped_bytes: int = 0
     dropped_timers: int = 0
+    pending_calls: dict[int, str] = field(default_factory=dict)
+    late: list[tuple[str, ToolResult]] = field(default_factory=list)
 
 
 def _finite(value: Any) -> Any:
@@ -277,6 +279,13 @@ class _Inbox:
         except RuntimeError:  # already signalled
             pass
 
+    def drain(self) -> list[Any]:
+        """Whatever is queued now, without waiting (what arrived after the program stopped reading)."""
+        items = []
+        while self._items:
+            items.append(self._items.popleft())
+        return items
+
     def take(self, timeout: float | None) -> list[Any]:
         """All items available now, waiting up to ``timeout`` seconds (None: forever) for one."""
         if not self._items:
@@ -364,6 +373,7 @@ class ProgramThread:
             error=error,
             tool_calls=self._tool_calls,
             cancelled=[name for name, _ in self._pending.values()],
+            pending_calls={call_id: name for call_id, (name, _) in self._pending.items()},
             cpu_seconds=time.thread_time() - self._cpu_start,
             output_dropped_bytes=self._output_dropped,
             dropped_timers=len(self._live_timers),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from codemode.engine._loop import LoopSpawner
@@ -29,19 +30,24 @@ class _Dispatcher(ToolDispatcher):
         program = self.program
         assert program is not None
 
-        async def run_tool() -> None:
+        async def run_tool() -> Any:
             # The result is turned into JSON on the program's thread, not on the event loop.
             try:
                 value = await self.registry.invoke_raw(tool, args, self.context)
             except Exception as exc:  # invoke_raw maps handler errors; this is a last resort
                 value = ToolResult.from_text(f"{tool.name} failed: {exc}", is_error=True)
             program.inbox.put((call_id, value))
+            return call_id, value
 
         def refused() -> None:
             ended = ToolResult.from_text(f"{tool.name}: the program has ended", is_error=True)
             program.inbox.put((call_id, ended))
 
         self.spawner.spawn(run_tool, refused)
+
+
+# How long calls the program left running get to stop (or finish) once it has ended.
+_LATE_SECONDS = 5.0
 
 
 class Engine:
@@ -80,10 +86,34 @@ class Engine:
         )
         dispatcher.program = program
 
+        finished = False
         try:
             outcome: ProgramOutcome = await self._workers.run(program.run)
-            return outcome
+            finished = True
         finally:
             # Also what stops the program when this call is cancelled.
-            spawner.close()
+            if not finished:
+                spawner.close()
             program.cancel()
+        return await self._settle_pending(outcome, program, spawner)
+
+    async def _settle_pending(
+        self, outcome: ProgramOutcome, program: ProgramThread, spawner: LoopSpawner
+    ) -> ProgramOutcome:
+        """Stop the calls the program left pending and say what each really did.
+
+        A call that took effect although nothing awaited it (a background process started, a
+        file written) is reported with its result; only one that was stopped is "cancelled".
+        """
+        late = await spawner.aclose(_LATE_SECONDS)
+        if not outcome.pending_calls:
+            return outcome
+        for call_id, value in program.inbox.drain():
+            if isinstance(call_id, int) and isinstance(value, ToolResult):
+                late.setdefault(call_id, value)
+        done = {cid: value for cid, value in late.items() if cid in outcome.pending_calls}
+        return replace(
+            outcome,
+            cancelled=[name for cid, name in outcome.pending_calls.items() if cid not in done],
+            late=[(outcome.pending_calls[cid], value) for cid, value in sorted(done.items())],
+        )

@@ -46,6 +46,9 @@
   const ArrayJoin = Array.prototype.join;
   const ArrayPush = Array.prototype.push;
   const ArrayShift = Array.prototype.shift;
+  const WeakSetCtor = WeakSet;
+  const WeakSetAdd = WeakSet.prototype.add;
+  const WeakSetHas = WeakSet.prototype.has;
 
   const pending = new MapCtor();   // call id -> {resolve, reject, name}
   let outbox = [];  // messages to the host, each one JSON text (see __cm_post)
@@ -59,6 +62,23 @@
   // (JSON characters). The host sets the limit in __cm_start; results are checked host-side.
   let toolDataLimit = Infinity;
   let argsHeld = 0;
+  // The promises of tool and store calls, so a printed one can say whether it is pending.
+  // (A subclass could also tell which calls were never awaited, but `await` on a non-native
+  // promise takes an extra `then` and job: ~10 us a call, measured in bench_engine.)
+  const calls = new WeakSetCtor();
+  const settledCalls = new WeakSetCtor();
+
+  function __cm_new_call(name) {
+    // A call's promise and its entry ({resolve, reject, ...}), the promise remembered as a call's.
+    const entry = { resolve: null, reject: null, name, size: 0, promise: null };
+    entry.promise = new PromiseCtor(function __cm_call_executor(resolve, reject) {
+      entry.resolve = resolve;
+      entry.reject = reject;
+    });
+    ReflectApply(WeakSetAdd, calls, [entry.promise]);
+    return entry;
+  }
+
 
   class __cm_ToolError extends ErrorCtor {
     constructor(tool, message, data) {
@@ -211,6 +231,9 @@
         }
         return null;
       }
+      if (value instanceof PromiseCtor) {
+        return `${path} is a Promise: did you forget \`await\`? (await the call that made it, then pass its result)`;
+      }
       const proto = ObjectGetPrototypeOf(value);
       if (proto !== ObjectPrototype && proto !== null && typeof value.toJSON !== "function") {
         const kind = (value.constructor && value.constructor.name) || "object";
@@ -237,6 +260,7 @@
     if (typeof value === "function") return `[Function ${value.name || "anonymous"}]`;
     if (typeof value === "bigint") return `${StringCtor(value)}n`;
     if (typeof value === "symbol") return StringCtor(value);
+    if (value instanceof PromiseCtor) return __cm_promise_text(value);
     if (value instanceof ErrorCtor) {
       const base = `${value.name}: ${value.message}`;
       if (value instanceof ToolError && value.data !== null) {
@@ -252,6 +276,7 @@
         if (typeof v === "object" && v !== null) {
           if (ReflectApply(SetHas, seen, [v])) return "[Circular]";
           ReflectApply(SetAdd, seen, [v]);
+          if (v instanceof PromiseCtor) return __cm_promise_text(v);
           if (v instanceof MapCtor) return { "[Map]": [...v] };
           if (v instanceof SetCtor) return { "[Set]": [...v] };
         }
@@ -274,33 +299,34 @@
 
   // ---- tool calls ----
   function __cm_call_tool(name, args) {
-    return new PromiseCtor(function __cm_executor(resolve, reject) {
-      if (args === undefined) args = {};
-      const plain = __cm_plain(args, 0) && __cm_native_json_ok();
-      if (!plain) {
-        const problem = __cm_check_json(args, "arguments", new SetCtor());
-        if (problem) {
-          reject(new ToolError(name, `tools.${name}: ${problem}. Arguments must be JSON: objects, arrays, strings, finite numbers, booleans, null.`, null));
-          return;
-        }
+    const entry = __cm_new_call(name);
+    if (args === undefined) args = {};
+    const plain = __cm_plain(args, 0) && __cm_native_json_ok();
+    if (!plain) {
+      const problem = __cm_check_json(args, "arguments", new SetCtor());
+      if (problem) {
+        entry.reject(new ToolError(name, `tools.${name}: ${problem}. Arguments must be JSON: objects, arrays, strings, finite numbers, booleans, null.`, null));
+        return entry.promise;
       }
-      let argsJson;
-      try {
-        argsJson = plain ? JSONstringify(args) : __cm_encode(args, true);
-      } catch (e) {
-        reject(new ToolError(name, `tools.${name}: arguments cannot be turned into JSON: ${e.message}`, null));
-        return;
-      }
-      const size = argsJson.length;
-      if (argsHeld + size > toolDataLimit) {
-        reject(__cm_data_limit_error(name, size));
-        return;
-      }
-      argsHeld += size;
-      const id = nextCallId++;
-      __cm_post_call(id, name, argsJson);
-      ReflectApply(MapSet, pending, [id, { resolve, reject, name, size }]);
-    });
+    }
+    let argsJson;
+    try {
+      argsJson = plain ? JSONstringify(args) : __cm_encode(args, true);
+    } catch (e) {
+      entry.reject(new ToolError(name, `tools.${name}: arguments cannot be turned into JSON: ${e.message}`, null));
+      return entry.promise;
+    }
+    const size = argsJson.length;
+    if (argsHeld + size > toolDataLimit) {
+      entry.reject(__cm_data_limit_error(name, size));
+      return entry.promise;
+    }
+    argsHeld += size;
+    entry.size = size;
+    const id = nextCallId++;
+    __cm_post_call(id, name, argsJson);
+    ReflectApply(MapSet, pending, [id, entry]);
+    return entry.promise;
   }
 
   const ToolError = __cm_ToolError;
@@ -318,11 +344,11 @@
   });
 
   function __cm_sync(op, a, b) {
-    return new PromiseCtor(function __cm_sync_executor(resolve, reject) {
-      const id = nextCallId++;
-      __cm_post(`["sync",${id},${JSONstringify(op)},${__cm_q(a)},${__cm_q(b)}]`);
-      ReflectApply(MapSet, pending, [id, { resolve, reject, name: op, size: 0 }]);
-    });
+    const entry = __cm_new_call(op);
+    const id = nextCallId++;
+    __cm_post(`["sync",${id},${JSONstringify(op)},${__cm_q(a)},${__cm_q(b)}]`);
+    ReflectApply(MapSet, pending, [id, entry]);
+    return entry.promise;
   }
 
   function __cm_search_tools(query, limit) {
@@ -440,12 +466,19 @@
     if (entry === undefined) return;
     ReflectApply(MapDelete, pending, [id]);
     argsHeld -= entry.size;
+    ReflectApply(WeakSetAdd, settledCalls, [entry.promise]);
     if (ok) {
       entry.resolve(isText ? payload : JSONparse(payload));
     } else {
       const err = JSONparse(payload);
       entry.reject(new ToolError(entry.name, err.message, err.data === undefined ? null : err.data));
     }
+  }
+
+  function __cm_promise_text(value) {
+    if (ReflectApply(WeakSetHas, settledCalls, [value])) return "Promise (settled): did you forget await?";
+    if (ReflectApply(WeakSetHas, calls, [value])) return "Promise (pending): did you forget await?";
+    return "Promise: did you forget await?";
   }
 
   function __cm_fire(id) {

@@ -324,7 +324,11 @@ class ProcessManager:
     async def _run(self, args: BashArgs, ctx: ToolContext) -> ToolResult:
         spec = self._spec(args, ctx)
         if args.run_in_background:
-            data = await anyio.to_thread.run_sync(self._start_background, spec)
+            # Shielded: once started, the process runs whatever happens to this call, so the
+            # call finishes and says which process it started (also when its program ended
+            # without awaiting it: the host then reports what it did, not "cancelled").
+            with anyio.CancelScope(shield=True):
+                data = await anyio.to_thread.run_sync(self._start_background, spec)
             pid = data["process_id"]
             text = (
                 f"Started in the background as process {pid}. Read its output with "

@@ -54,7 +54,7 @@ from codemode.tools._bash._tool import (
     description,
     guidance,
 )
-from codemode.tools._model import Extension, ToolContext, ToolResult, make_tool
+from codemode.tools._model import Extension, TextContent, ToolContext, ToolResult, make_tool
 from codemode.tools._terminal import clean_terminal_text
 
 _EXPIRE_SECONDS = 30 * 24 * 3600
@@ -346,7 +346,9 @@ class ProcessManager:
             promote=self._promote,
             track=self._track,
         )
-        return ToolResult.from_text(outcome.text, outcome.structured, is_error=outcome.is_error)
+        # One content block per part, so that a budget cut keeps each stream's head and tail.
+        content = [TextContent(text=block) for block in outcome.blocks]
+        return ToolResult(content=content, structured_content=outcome.structured, is_error=outcome.is_error)
 
     # ------------------------------------------------------------------ starting
 

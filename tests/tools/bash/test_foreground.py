@@ -67,7 +67,9 @@ async def test_cwd_relative_to_workspace(bash: Caller, workspace: Path) -> None:
 
 @pytest.mark.parametrize("timeout", [0, 3601, -5])
 async def test_timeout_out_of_range_is_rejected_by_schema(bash: Caller, timeout: int) -> None:
-    with pytest.raises(ToolError, match=r"at \$\.timeout_seconds: Input should be (greater|less) than or equal"):
+    with pytest.raises(
+        ToolError, match=r"at \$\.timeout_seconds: Input should be (greater|less) than or equal"
+    ):
         await bash(command="true", timeout_seconds=timeout)
 
 
@@ -476,3 +478,24 @@ async def test_a_repository_the_command_creates_or_removes_shows_in_its_revision
     assert revision is not None and revision["ref"] == "refs/heads/main" and len(revision["head"]) == 40
     removed = await bash(command="rm -rf .git")
     assert removed.structured_content["workspace_revision"] is None
+
+
+async def test_through_the_host_a_budget_keeps_each_streams_ends_and_the_summary(make_host: Any) -> None:
+    # The combined cut used to keep stdout's head and stderr's tail only, losing the summary.
+    async with make_host() as (host, _probe):
+        script = (
+            'for i in $(seq 1 3000); do echo "tests/test_x.py::test_$i PASSED"; done; '
+            'for i in $(seq 1 3000); do echo "warning: deprecated call $i" >&2; done; '
+            'echo "===== 1 failed, 3000 passed in 0.50s ====="; exit 1'
+        )
+        result = await host.call_tool("bash", {"command": script}, max_output_tokens=1500)
+        assert result.truncated and result.is_error and host.counter.count(result.text) <= 1500
+        lines = result.text.splitlines()
+        for line in (
+            "tests/test_x.py::test_1 PASSED",
+            "===== 1 failed, 3000 passed in 0.50s =====",
+            "warning: deprecated call 1",
+            "warning: deprecated call 3000",
+            "Exit code 1",
+        ):
+            assert line in lines

@@ -2,20 +2,37 @@
 
 The low-level ``Server`` is used (not ``MCPServer``) because the tools already carry their
 own JSON Schemas and MCP-shaped results; the SDK only needs to list and route them.
+
+What each tool lists: its title, its annotations (``readOnlyHint``, ``destructiveHint``), its
+input schema and, where its result type is known, an ``outputSchema`` (a result that is not a
+JSON object travels as ``{"result": ...}``, as the MCP SDK does it). ``run_code``'s structured
+content is its `RunCodeOutput`: the same text the model reads, plus how it was cut and what
+failed. A direct tool's structured content counts against the same token budget as its text:
+a tool without an output schema sends none when it does not fit; one with an output schema
+(whose clients rely on structured content) sends it with its longest strings cut, head and
+tail kept around a note, until it fits.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import mcp.types as types
+import pydantic
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from codemode._ids import ID_MAX_CHARS, check_id
-from codemode.errors import UserError
+from codemode._results import RunError, Usage
+from codemode._version import __version__
+from codemode.budget import TokenCounter
+from codemode.errors import GuestErrorKind, UserError
 from codemode.host import Host
+from codemode.tools import Tool
+
+__all__ = ["RUN_CODE_SCHEMA", "RunCodeOutput", "create_server", "serve_stdio"]
 
 RUN_CODE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -38,20 +55,65 @@ RUN_CODE_SCHEMA: dict[str, Any] = {
 }
 
 
+class RunCodeError(RunError):
+    """How the program failed."""
+
+    kind: GuestErrorKind  # type: ignore[assignment]  # the documented kinds of RunError.kind
+
+
+class RunCodeOutput(pydantic.BaseModel):
+    """``run_code``'s structured content: what its text shows, as data.
+
+    Attributes:
+        ok: True when the program finished without an error.
+        call_id: The call's id (pass it again to replay the recorded result).
+        text: The text the model reads: printed output within the budget, then any error.
+        truncated: Whether the printed output was cut to fit the budget.
+        refs: Archive references holding the cut text (read them with ``read_archive``).
+        error: How the program failed, when it did.
+        usage: Tokens, bytes, calls and time.
+    """
+
+    ok: bool
+    call_id: str
+    text: str
+    truncated: bool
+    refs: list[str]
+    error: RunCodeError | None
+    usage: Usage
+
+
+RUN_CODE_OUTPUT_SCHEMA: dict[str, Any] = RunCodeOutput.model_json_schema(mode="serialization")
+
+# How a string that was cut says so (the budget's recovery line names the archive reference).
+_CUT_NOTE = "\n[... {cut:,} characters cut to fit the output budget{where} ...]\n"
+_MIN_KEPT_CHARS = 64  # strings shorter than twice this are left whole
+
+
 def create_server(host: Host, *, name: str = "codemode") -> Server[Any]:
     """An MCP server exposing ``run_code`` and the host's tools (the host must be open)."""
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         tools = [
-            types.Tool(name="run_code", description=host.run_code_description(), input_schema=RUN_CODE_SCHEMA)
+            types.Tool(
+                name="run_code",
+                title="Run code",
+                description=host.run_code_description(),
+                input_schema=RUN_CODE_SCHEMA,
+                output_schema=RUN_CODE_OUTPUT_SCHEMA,
+                annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=True),
+            )
         ]
         for t in host.registry:
+            schema, _ = _output_schema(t)
             tools.append(
                 types.Tool(
                     name=t.name,
+                    title=t.title,
                     description=t.description,
                     input_schema=t.input_schema,
-                    output_schema=t.output_schema,
+                    output_schema=schema,
+                    annotations=_annotations(t),
                 )
             )
         return types.ListToolsResult(tools=tools)
@@ -65,48 +127,140 @@ def create_server(host: Host, *, name: str = "codemode") -> Server[Any]:
     async def dispatch(params: types.CallToolRequestParams) -> types.CallToolResult:
         args = dict(params.arguments or {})
         if params.name == "run_code":
-            code = args.get("code")
-            if not isinstance(code, str):
-                return _error('run_code needs {"code": "<JavaScript program>"}')
-            call_id = args.get("call_id")
-            if call_id is not None:
-                try:
-                    check_id(call_id, "call_id")
-                except UserError as exc:
-                    return _error(f"run_code: {exc}; nothing ran")
-            result = await host.run_code(code, call_id=call_id)
-            return types.CallToolResult(
-                content=[types.TextContent(type="text", text=result.text)],
-                structured_content={
-                    "ok": result.ok,
-                    "call_id": result.call_id,
-                    "truncated": result.truncated,
-                    "refs": result.refs,
-                    "error": None if result.error is None else result.error.model_dump(),
-                    "usage": result.usage.model_dump(),
-                },
-                is_error=not result.ok,
-            )
+            return await run_code(args)
         called = await host.call_tool(params.name, args)
+        t = host.registry.get(params.name)
+        schema, wrapped = _output_schema(t) if t is not None else (None, False)
         structured = called.structured_content
-        if structured is not None and not isinstance(structured, dict):
+        if structured is not None and (wrapped or (schema is None and not isinstance(structured, dict))):
             structured = {"result": structured}
-        # Clients may hand structured content to the model too: send it only when it fits the
-        # same budget as the text (its JSON bytes bound its tokens), else the text says it all.
-        if structured is not None and len(json.dumps(structured).encode()) > host.config.max_output_tokens:
-            structured = None
+        if structured is not None:
+            budget = host.config.max_output_tokens
+            where = f"; full text: read_archive({{ref: {json.dumps(called.refs[0])}}})" if called.refs else ""
+            structured = _fit_structured(structured, budget, host.counter, where, cut=schema is not None)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=called.text)],
             structured_content=structured,
             is_error=called.is_error,
         )
 
+    async def run_code(args: dict[str, Any]) -> types.CallToolResult:
+        code = args.get("code")
+        if not isinstance(code, str):
+            return _error('run_code needs {"code": "<JavaScript program>"}')
+        call_id = args.get("call_id")
+        if call_id is not None:
+            try:
+                check_id(call_id, "call_id")
+            except UserError as exc:
+                return _error(f"run_code: {exc}; nothing ran")
+        result = await host.run_code(code, call_id=call_id)
+        output = {
+            "ok": result.ok,
+            "call_id": result.call_id,
+            "text": result.text,
+            "truncated": result.truncated,
+            "refs": result.refs,
+            "error": None if result.error is None else result.error.model_dump(mode="json"),
+            "usage": result.usage.model_dump(mode="json"),
+        }
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=result.text)],
+            structured_content=output,
+            is_error=not result.ok,
+        )
+
     return Server(
         name,
+        version=__version__,
         instructions="Use run_code to call several tools in one JavaScript program; print only what you need.",
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+
+
+def _annotations(t: Tool) -> types.ToolAnnotations:
+    if t.read_only:
+        return types.ToolAnnotations(read_only_hint=True)
+    return types.ToolAnnotations(read_only_hint=False, destructive_hint=t.destructive)
+
+
+def _output_schema(t: Tool) -> tuple[dict[str, Any] | None, bool]:
+    """The tool's MCP output schema (an object schema, as MCP requires), and whether its result
+    travels wrapped as ``{"result": ...}``. None for tools whose result is unknown or plain text."""
+    schema = t.output_schema
+    if schema is None or schema.get("type") == "string":
+        return None, False
+    defs = schema.get("$defs", {})
+    root = schema
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[8:] in defs:
+        root = {**defs[ref[8:]], "$defs": defs}  # a recursive model: its own schema at the root
+    if root.get("type") == "object":
+        return root, False
+    inner = {key: value for key, value in schema.items() if key != "$defs"}
+    wrapped: dict[str, Any] = {"type": "object", "properties": {"result": inner}, "required": ["result"]}
+    if defs:
+        wrapped["$defs"] = defs
+    return wrapped, True
+
+
+def _fit_structured(value: Any, budget: int, counter: TokenCounter, where: str, *, cut: bool) -> Any:
+    """``value`` when its JSON fits ``budget`` tokens; else None, or with ``cut`` its longest
+    strings cut (head and tail kept around a note) until it fits, or nothing is left to cut."""
+    text = json.dumps(value, ensure_ascii=False)
+    if _fits(text, budget, counter):
+        return value
+    if not cut:
+        return None
+    value = json.loads(text)  # a copy to cut
+    for _ in range(8):
+        tokens = counter.count(text)
+        if tokens <= budget:
+            break
+        strings = sorted(_strings(value), key=lambda found: -len(found[0][found[1]]))
+        chars_per_token = len(text) / max(tokens, 1)
+        excess = math.ceil((tokens - budget) * chars_per_token) + len(_CUT_NOTE) + len(where) + 32
+        if not strings or len(strings[0][0][strings[0][1]]) < 2 * _MIN_KEPT_CHARS:
+            break
+        for holder, key in strings:
+            if excess <= 0:
+                break
+            whole: str = holder[key]
+            removable = len(whole) - 2 * _MIN_KEPT_CHARS
+            if removable <= 0:
+                break
+            drop = min(removable, excess)
+            keep = len(whole) - drop
+            head, tail = whole[: keep - keep // 2], whole[len(whole) - keep // 2 :]
+            holder[key] = head + _CUT_NOTE.format(cut=drop, where=where) + tail
+            excess -= drop
+        text = json.dumps(value, ensure_ascii=False)
+    return value
+
+
+def _fits(text: str, budget: int, counter: TokenCounter) -> bool:
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size <= budget:  # a token covers at least one byte
+        return True
+    if size > budget * counter.max_token_bytes:  # more tokens than the budget, whatever the text
+        return False
+    return counter.count(text) <= budget
+
+
+def _strings(value: Any) -> list[tuple[Any, Any]]:
+    """Every string inside a JSON value, as (container, key or index)."""
+    found: list[tuple[Any, Any]] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        pairs = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
+        for key, child in pairs:
+            if isinstance(child, str):
+                found.append((item, key))
+            elif isinstance(child, dict | list):
+                stack.append(child)
+    return found
 
 
 def _error(message: str) -> types.CallToolResult:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -11,6 +12,10 @@ import mcp.types as types
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+
+import codemode
+from codemode.budget import TokenCounter
+from codemode.mcp import _fit_structured, _output_schema
 
 pytestmark = pytest.mark.anyio
 
@@ -68,3 +73,84 @@ async def test_lists_run_code_and_tools_and_runs_a_program(tmp_path: Path) -> No
             assert isinstance(unknown, types.CallToolResult) and unknown.is_error
             message = unknown.content[0]
             assert isinstance(message, types.TextContent) and "searchTools" in message.text
+
+
+async def test_typed_results_annotations_version_and_budgeted_structured_content(tmp_path: Path) -> None:
+    params = _params(tmp_path)
+    words = " ".join(f"w{i}x{i * 7}" for i in range(12))
+    (tmp_path / "ws" / "big.txt").write_text("".join(f"{n} {words}\n" for n in range(2000)))
+    with anyio.fail_after(60):
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            init = await session.initialize()
+            assert init.server_info.version == codemode.__version__
+
+            listed = {t.name: t for t in (await session.list_tools()).tools}
+            assert all(t.title for t in listed.values())
+            run_code = listed["run_code"]
+            assert run_code.output_schema is not None
+            assert set(run_code.output_schema["required"]) >= {"text", "truncated", "refs", "error", "usage"}
+            read_file, write_file = listed["read_file"], listed["write_file"]
+            assert read_file.title == "Read file" and read_file.annotations is not None
+            assert read_file.annotations.read_only_hint is True
+            assert write_file.annotations is not None and write_file.annotations.destructive_hint is True
+            assert write_file.annotations.read_only_hint is False
+            assert read_file.output_schema is not None and "content" in read_file.output_schema["properties"]
+
+            # run_code: the structured content carries what the text shows (the SDK client
+            # validates it against the output schema).
+            ran = await session.call_tool("run_code", {"code": 'print("x".repeat(200000))'})
+            assert not ran.is_error and isinstance(ran.structured_content, dict)
+            first = ran.content[0]
+            assert isinstance(first, types.TextContent)
+            output = ran.structured_content
+            assert output["text"] == first.text and output["truncated"] is True and output["refs"]
+            assert output["ok"] is True and output["error"] is None and output["usage"]["output_tokens"] > 0
+            failed = await session.call_tool("run_code", {"code": "null.x"})
+            assert failed.is_error and isinstance(failed.structured_content, dict)
+            assert failed.structured_content["error"]["kind"] == "uncaught"
+            assert "TypeError" in failed.structured_content["text"]
+
+            # A direct call whose structured content is over the token budget: still there (the
+            # output schema promises it), its long string cut like the text.
+            page = await session.call_tool("read_file", {"path": "big.txt"})
+            assert not page.is_error and isinstance(page.structured_content, dict)
+            content = page.structured_content["content"]
+            assert "characters cut to fit the output budget; full text: read_archive" in content
+            assert content.startswith("0 w0x0") and content.endswith(f"1999 {words}\n")
+            assert page.structured_content["end_line"] == 2000  # the rest is whole
+            small = await session.call_tool("read_file", {"path": "notes.txt"})
+            assert (
+                small.structured_content is not None
+                and small.structured_content["content"] == "alpha\nbeta\n"
+            )
+
+
+def test_structured_content_is_gated_by_tokens_not_bytes() -> None:
+    counter = TokenCounter()
+    value = {"text": "word " * 3000}  # 15,000 bytes, about 3,000 tokens
+    if counter.exact:  # (offline, tokens are counted as bytes: never fewer)
+        assert _fit_structured(value, 5000, counter, "", cut=False) is value
+    assert _fit_structured(value, 15_100, counter, "", cut=False) is value
+    assert _fit_structured(value, 1000, counter, "", cut=False) is None
+    cut = _fit_structured(value, 1000, counter, "", cut=True)
+    assert counter.count(json.dumps(cut)) <= 1000
+    assert cut["text"].startswith("word word") and "characters cut to fit the output budget" in cut["text"]
+    assert value == {"text": "word " * 3000}  # the original is untouched
+
+
+def test_output_schemas_are_objects_for_mcp() -> None:
+    from codemode import make_tool
+
+    def numbers() -> list[int]:
+        return []
+
+    def text() -> str:
+        return ""
+
+    schema, wrapped = _output_schema(make_tool(numbers))
+    assert wrapped and schema == {
+        "type": "object",
+        "properties": {"result": {"type": "array", "items": {"type": "integer"}}},
+        "required": ["result"],
+    }
+    assert _output_schema(make_tool(text)) == (None, False)

@@ -29,6 +29,7 @@ cgroup. The background supervisor starts its command with the same helper and fd
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -344,35 +345,78 @@ def prepare_confinement(policy: SandboxPolicy) -> Confinement:
     return Confinement(env, description, True, helper, fd, seccomp)
 
 
-# Built rulesets, reused while every path they name is the same inode and every directory
-# whose entries were granted one by one is unchanged (Landlock rules bind inodes, so a root
-# re-created, or a new entry beside the state directory, needs a new ruleset). Key: (policy, ABI).
-_Stamp = tuple[tuple[str, int, int, int], ...]
-_cache: OrderedDict[tuple[SandboxPolicy, int], tuple[int, _Stamp]] = OrderedDict()
+# Built rulesets, reused while the writable roots and protected directories are the same
+# inodes (Landlock rules bind inodes, so a root deleted and re-created needs a new ruleset).
+# The directories around the state dir were granted entry by entry: an entry made in one of
+# them later gets its own rule added to the cached ruleset (rules only ever add access; a child
+# already confined keeps the rules it got), so a busy /tmp beside the state dir costs one
+# listing, not a new ruleset. Key: (policy, ABI).
+_Identity = tuple[tuple[str, int, int], ...]
+
+
+@dataclass
+class _Cached:
+    """One cached ruleset and what it was built from."""
+
+    fd: int
+    fixed: _Identity  # the writable roots and protected dirs
+    targets: list[str]  # the protected dirs (real paths)
+    listed: dict[str, int]  # each split directory -> its st_mtime_ns when last listed
+    seen: dict[str, set[tuple[str, int]]]  # each split directory -> (name, inode) of its entries
+
+
+_cache: OrderedDict[tuple[SandboxPolicy, int], _Cached] = OrderedDict()
 _cache_lock = threading.Lock()
 _CACHE_SIZE = 16
 
 
-def _stamp(paths: Sequence[str], listed: Sequence[str] = ()) -> _Stamp | None:
-    """Identity of each path, plus the modification time of each ``listed`` directory (whose
-    entries were granted one by one: a new entry needs a new ruleset). None if one is gone."""
+def _identity(paths: Sequence[str]) -> _Identity | None:
     stamps = []
-    for path in (*paths, *listed):
+    for path in paths:
         try:
             st = os.stat(path)
         except OSError:
             return None
-        stamps.append((path, st.st_dev, st.st_ino, st.st_mtime_ns if path in listed else 0))
+        stamps.append((path, st.st_dev, st.st_ino))
     return tuple(stamps)
 
 
-def _still_current(stamp: _Stamp) -> bool:
-    paths = [s[0] for s in stamp if s[3] == 0]
-    listed = [s[0] for s in stamp if s[3] != 0]
-    return _stamp(paths, listed) == stamp
+def _refresh(cached: _Cached) -> bool:
+    """Grant what appeared in the split directories since they were listed.
+
+    Returns:
+        False when the ruleset must be rebuilt (a root or protected dir is not the same inode,
+        or a split directory is gone).
+    """
+    if _identity([p for p, _, _ in cached.fixed]) != cached.fixed:
+        return False
+    for directory, mtime in cached.listed.items():
+        try:
+            now = os.stat(directory).st_mtime_ns  # before listing: a later entry changes it again
+            if now == mtime:
+                continue
+            entries = list(os.scandir(directory))
+        except OSError:
+            return False
+        seen = cached.seen[directory]
+        for entry in entries:
+            key = (entry.name, entry.inode())
+            if key in seen:
+                continue
+            seen.add(key)
+            if entry.is_symlink() or any(is_within(t, entry.path) for t in cached.targets):
+                continue
+            try:
+                add_path_rule(cached.fd, entry.path, _READ, follow=False)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return False
+        cached.listed[directory] = now
+    return True
 
 
-def read_grants(protected: Sequence[str]) -> tuple[list[str], list[str]]:
+def read_grants(protected: Sequence[str]) -> tuple[list[str], dict[str, set[tuple[str, int]]]]:
     """Where to grant reading so that everything but ``protected`` (real paths) is readable.
 
     Landlock grants by hierarchy, so a directory cannot be carved out of a readable tree. Instead
@@ -381,22 +425,23 @@ def read_grants(protected: Sequence[str]) -> tuple[list[str], list[str]]:
     are not granted (their targets are, on their own paths).
 
     Returns:
-        The paths to grant, and the ancestors that were split (a new entry in one of them
-        needs a new ruleset).
+        The paths to grant, and each split directory with the (name, inode) of the entries it
+        held (a new entry in one of them needs a rule of its own).
     """
     targets = [p.rstrip("/") or "/" for p in protected]
     if not targets or "/" in targets:
-        return ([] if "/" in targets else ["/"]), []
+        return ([] if "/" in targets else ["/"]), {}
     grants: list[str] = []
-    split: list[str] = []
+    split: dict[str, set[tuple[str, int]]] = {}
 
     def walk(directory: str) -> None:
-        split.append(directory)
+        seen = split.setdefault(directory, set())
         try:
             entries = list(os.scandir(directory))
         except OSError:
             return
         for entry in entries:
+            seen.add((entry.name, entry.inode()))
             path = entry.path
             if path in targets or entry.is_symlink():
                 continue
@@ -415,25 +460,39 @@ def _cached_ruleset(policy: SandboxPolicy, abi: int) -> int:
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None:
-            fd, stamp = hit
-            if _still_current(stamp):
+            if _refresh(hit):
                 _cache.move_to_end(key)
-                return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 0)
+                return fcntl.fcntl(hit.fd, fcntl.F_DUPFD_CLOEXEC, 0)
             del _cache[key]
-            os.close(fd)
+            os.close(hit.fd)
     check_policy(policy)
     protected = [os.path.realpath(p) for p in policy.protected]
+    fixed_paths = [str(p) for p in policy.all_writable()] + protected
+    before = _identity(fixed_paths)
+    # Modification times before listing: an entry made while the ruleset is built is granted
+    # at the next refresh.
+    mtimes = {}
+    with contextlib.suppress(OSError):
+        mtimes = {d: os.stat(d).st_mtime_ns for d in _split_dirs(protected)}
     grants, split = read_grants(protected)
-    paths = [str(p) for p in policy.all_writable()] + protected
-    before = _stamp(paths, split)
     fd = _build_ruleset(policy, abi, grants)
     with _cache_lock:
-        if before is not None and _stamp(paths, split) == before and key not in _cache:
-            _cache[key] = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 0), before)
+        if before is not None and key not in _cache and set(mtimes) == set(split):
+            _cache[key] = _Cached(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 0), before, protected, mtimes, split)
             while len(_cache) > _CACHE_SIZE:
-                old_fd, _ = _cache.popitem(last=False)[1]
-                os.close(old_fd)
+                os.close(_cache.popitem(last=False)[1].fd)
     return fd
+
+
+def _split_dirs(protected: Sequence[str]) -> list[str]:
+    """The directories `read_grants` lists: every ancestor of a protected directory."""
+    found = {"/"}
+    for target in protected:
+        path = target.rstrip("/")
+        while path not in ("", "/"):
+            path = os.path.dirname(path)
+            found.add(path or "/")
+    return sorted(found) if protected and "/" not in protected else []
 
 
 def _build_ruleset(policy: SandboxPolicy, abi: int, read_paths: Sequence[str]) -> int:

@@ -419,3 +419,28 @@ def test_command_cannot_signal_the_host_but_can_signal_its_children(dirs: Dirs) 
     assert "host=1" in result.stdout and "child=143" in result.stdout, result
     line = explain_denial(result.stderr, dirs.policy())
     assert line is not None and str(os.getpid()) in line and "stop" in line
+
+
+def test_an_entry_made_beside_the_state_dir_later_is_readable_and_the_state_dir_is_not(
+    dirs: Dirs,
+) -> None:
+    # The directories around the state dir are granted entry by entry; the cached ruleset
+    # must pick up what appears there later, and nothing that leads into the state dir.
+    from codemode.sandbox import _enforce
+
+    policy = dirs.policy()
+    assert bash(policy, "true").returncode == 0  # built and cached
+    cached_fd = next(c.fd for (p, _), c in _enforce._cache.items() if p == policy)
+    parent = dirs.state.parent
+    (parent / "late-file").write_text("late\n")
+    (parent / "late-dir").mkdir()
+    (parent / "late-dir" / "inner").write_text("inner\n")
+    (parent / "late-link").symlink_to(dirs.state)
+    (dirs.state / "secret").write_text("secret\n")
+    result = bash(
+        policy,
+        f"cat {parent}/late-file {parent}/late-dir/inner; cat {parent}/late-link/secret; cat {dirs.state}/secret",
+    )
+    assert result.stdout.splitlines() == ["late", "inner"], result
+    assert result.stderr.count("Permission denied") == 2, result.stderr
+    assert next(c.fd for (p, _), c in _enforce._cache.items() if p == policy) == cached_fd  # not rebuilt

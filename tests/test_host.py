@@ -292,7 +292,7 @@ async def test_describe_tool_gives_schema_and_signature(host: Host) -> None:
     described = host.describe_tool("nap")
     assert described["name"] == "nap"
     assert described["input_schema"]["properties"]["ms"]["type"] == "integer"
-    assert described["signature"] == "tools.nap(args: { ms: number }): Promise<any>"
+    assert described["signature"] == "tools.nap(args: { ms: number }): Promise<number>"
     with pytest.raises(codemode.ToolError, match="searchTools"):
         host.describe_tool("napp")
 
@@ -319,8 +319,8 @@ async def test_run_code_description_lists_api_tools_and_extension_guidance(host:
     text = host.run_code_description()
     for needle in ("tools.NAME(args)", "searchTools", "store.get", "// @run_code:", "read_archive"):
         assert needle in text
-    assert "tools.shout(args: { text: string }): Promise<any>" in text
-    assert "tools.ping(args?: {}): Promise<any>" in text
+    assert "tools.shout(args: { text: string }): Promise<string>" in text
+    assert "tools.ping(args?: {}): Promise<string>" in text
     assert "PINGER GUIDANCE" in text
     host.disable_extension("pinger")
     text = host.run_code_description()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import math
 import shutil
@@ -341,25 +342,44 @@ class Host:
         # Call ids are the caller's; records are kept per session (two columns, never one joined
         # key) so one session can never replay (read) another's result by choosing its id.
         record_key = (session, call)
+        digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
         if call_id is not None:  # a fresh id has nothing to replay
-            replayed = await self._replay(record_key)
+            replayed = await self._replay(record_key, digest)
             if replayed is not None:
                 return replayed
         done = self._in_flight[record_key] = anyio.Event()
         try:
             result = await self._run_code(source, session, call, max_output_tokens, timeout_seconds)
-            archive.record_run(session, call, result.model_dump_json())
+            archive.record_run(session, call, result.model_dump_json(), digest)
             return result
         finally:
             self._in_flight.pop(record_key, None)
             done.set()
 
-    async def _replay(self, record_key: tuple[str, str]) -> RunResult | None:
+    async def _replay(self, record_key: tuple[str, str], digest: str) -> RunResult | None:
+        """The recorded result of this call id, unchanged, if its source is the same.
+
+        A recorded id with a different source is an error result naming the id (nothing runs):
+        replaying the old result would answer a program the caller did not send.
+        """
         in_flight = self._in_flight.get(record_key)
         if in_flight is not None:
             await in_flight.wait()
-        recorded = self.archive.get_run(*record_key)
-        return None if recorded is None else RunResult.model_validate_json(recorded)
+        recorded = self.archive.get_run_record(*record_key)
+        if recorded is None:
+            return None
+        text, recorded_digest = recorded
+        if recorded_digest is None or recorded_digest == digest:
+            return RunResult.model_validate_json(text)
+        session, call = record_key
+        message = (
+            f"call id {call!r} was already used in this session for a different program; nothing ran. "
+            "Use a new call id for a new program (the same id with the same source replays its result)"
+        )
+        error = RunError(kind="options", name="CallIdReused", message=message)
+        return self._result(
+            call, session, "", error, [], [], self.config.max_output_tokens, 0, 0, time.perf_counter()
+        )
 
     async def _run_code(
         self,

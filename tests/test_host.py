@@ -160,7 +160,8 @@ async def test_the_same_call_id_replays_the_recorded_result_without_running(host
     assert probe.bumps == 1
     assert again == first
     other_source = await run(host, 'print("different")', call_id="call-1")
-    assert other_source == first  # the id decides, not the source
+    assert other_source.error is not None and other_source.error.name == "CallIdReused"  # nothing ran
+    assert "'call-1'" in other_source.text and probe.bumps == 1
     fresh = await run(host, source, call_id="call-2")
     assert probe.bumps == 2 and fresh.text.startswith("bumped 2")
 
@@ -176,8 +177,10 @@ async def test_a_call_id_from_another_session_does_not_replay_its_output(host: H
     other = await run(host, 'print("session B")', session_id="B", call_id="1")
     assert other.text == "session B\n"
     assert other.session_id == "B"
-    replay_a = await run(host, 'print("not run")', session_id="A", call_id="1")
+    replay_a = await run(host, 'print("secret of session A")', session_id="A", call_id="1")
     assert replay_a.text == "secret of session A\n"
+    reused = await run(host, 'print("not run")', session_id="A", call_id="1")
+    assert reused.error is not None and reused.error.name == "CallIdReused" and "not run" not in reused.text
 
 
 async def test_two_concurrent_runs_with_one_call_id_run_once(host: Host, probe: Probe) -> None:

@@ -165,3 +165,16 @@ async def test_mcp_run_code_refuses_a_bad_call_id_with_a_clear_error(tmp_path: P
                 )
             ok = await session.call_tool("run_code", {"code": 'print("EXECUTED")', "call_id": "c1"})
             assert isinstance(ok, types.CallToolResult) and not ok.is_error
+
+
+async def test_a_call_id_replays_its_own_source_only(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    async with Host(workspace=tmp_path / "ws", state_dir=tmp_path / "state") as host:
+        first = await host.run_code("print(1 + 1)", call_id="c1")
+        again = await host.run_code("print(1 + 1)", call_id="c1")
+        assert again == first and first.text.strip() == "2"
+        other = await host.run_code("print('different')", call_id="c1")
+        assert not other.ok and other.error is not None and other.error.name == "CallIdReused"
+        assert "'c1'" in other.text and "different program" in other.text and "nothing ran" in other.text
+        assert "different" not in other.text.replace("different program", "")
+        assert (await host.run_code("print(1 + 1)", call_id="c1")) == first  # still replays

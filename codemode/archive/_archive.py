@@ -68,7 +68,7 @@ READ_MAX_LIMIT = 16 * 1024 * 1024
 
 _REF_RE = re.compile(r"ar_[A-Za-z0-9_\-]{20}")
 _BUSY_TIMEOUT_MS = 10_000
-_SCHEMA_VERSION = 3
+_SCHEMA_VERSION = 4
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS archive_entries (
     ref TEXT PRIMARY KEY,
@@ -107,6 +107,7 @@ CREATE TABLE IF NOT EXISTS run_records (
     call_id TEXT NOT NULL,
     result TEXT NOT NULL,
     created REAL NOT NULL,
+    source_sha256 TEXT,
     PRIMARY KEY (session_id, call_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS run_records_created ON run_records(created);
@@ -152,8 +153,18 @@ def _migrate_2_to_3(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE TABLE archive_settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID")
 
 
+def _migrate_3_to_4(conn: sqlite3.Connection) -> None:
+    """Run records keep the sha256 of their program's source, so a replay can check it
+    (records from before have none: they replay unchecked)."""
+    conn.execute("ALTER TABLE run_records ADD COLUMN source_sha256 TEXT")
+
+
 # _MIGRATIONS[v] brings a database from version v to v + 1, inside the caller's transaction.
-_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3}
+_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    1: _migrate_1_to_2,
+    2: _migrate_2_to_3,
+    3: _migrate_3_to_4,
+}
 
 
 @dataclass(frozen=True)
@@ -1043,16 +1054,27 @@ class Archive:
         Records are keyed by both ids (two columns): a call id never reaches another
         session's record, whatever characters either id holds.
         """
-        with self._connection() as conn:
-            row = conn.execute(
-                "SELECT result FROM run_records WHERE session_id = ? AND call_id = ?", (session_id, call_id)
-            ).fetchone()
-        return None if row is None else str(row[0])
+        record = self.get_run_record(session_id, call_id)
+        return None if record is None else record[0]
 
     @_host_faults
-    def record_run(self, session_id: str, call_id: str, result_json: str) -> None:
+    def get_run_record(self, session_id: str, call_id: str) -> tuple[str, str | None] | None:
+        """`get_run`, with the sha256 of the program's source recorded beside it (None for
+        records made before that was kept)."""
+        with self._connection() as conn:
+            row = conn.execute(
+                "SELECT result, source_sha256 FROM run_records WHERE session_id = ? AND call_id = ?",
+                (session_id, call_id),
+            ).fetchone()
+        return None if row is None else (str(row[0]), None if row[1] is None else str(row[1]))
+
+    @_host_faults
+    def record_run(
+        self, session_id: str, call_id: str, result_json: str, source_sha256: str | None = None
+    ) -> None:
         """Record the result of the session's call ``call_id``. The first record wins."""
         self._execute(
-            "INSERT OR IGNORE INTO run_records (session_id, call_id, result, created) VALUES (?, ?, ?, ?)",
-            (session_id, call_id, result_json, time.time()),
+            "INSERT OR IGNORE INTO run_records (session_id, call_id, result, created, source_sha256)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (session_id, call_id, result_json, time.time(), source_sha256),
         )

@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from landlock import landlock_abi_version
 
 from codemode.sandbox import LaunchSpec, SandboxMode, SandboxPolicy, launch
+from codemode.sandbox._landlock import CREATE_RULESET_VERSION, create_ruleset
 
 
 def _real_abi() -> int:
     """The running kernel's Landlock ABI, asked directly (no codemode simulation switches)."""
     try:
-        return int(landlock_abi_version())
+        return create_ruleset(None, 0, CREATE_RULESET_VERSION)
     except OSError:
         return 0
 

@@ -60,6 +60,8 @@ class ErrorCode(enum.StrEnum):
     """The call's arguments or result would take the program over its tool-call data limit."""
     HANDLER_FAILED = "handler_failed"
     """The tool raised an unexpected exception (a bug in the tool); ``data.detail`` names it."""
+    CANCELLED = "cancelled"
+    """The call was stopped before it finished (its program ended or was cancelled)."""
     TOOL_FAILED = "tool_failed"
     """The tool refused or failed and gave no more specific code (the message says why)."""
 

@@ -140,6 +140,10 @@ class Tool:
         inline: A cheap, non-blocking sync handler that a program calls directly on its own
             JS thread, without the trip to the event loop (its time counts as the program's
             CPU time, and inline calls run one at a time).
+        output_schema: JSON Schema of ``result_type`` (derived; None when it is unknown or void).
+        result_adapter: The validator of ``result_type`` (derived; None when there is none).
+        null_means_absent: Optional arguments that do not take null (derived): a null for
+            one of them means it is absent.
 
     Raises:
         UserError: ``result_type`` (or the input model) cannot be described as JSON Schema.

@@ -147,23 +147,25 @@ class LoopSpawner:
             task.cancel()
 
     async def aclose(self, timeout: float) -> dict[Any, Any]:
-        """`close`, then wait up to ``timeout`` seconds for the cancelled tasks to end.
+        """Refuse new tasks, wait up to ``timeout`` seconds for the running ones, then `close`.
+
+        The caller asks the tasks to stop first (through their own cancel scopes, which respect
+        shields: a raw ``Task.cancel`` would punch through an anyio shield).
 
         Returns:
-            For each task that still returned a ``(key, value)`` pair (it finished its work
-            although cancelled, e.g. behind a shield), that pair.
+            For each task that returned a ``(key, value)`` pair, that pair.
         """
+        self._closed = True
         tasks = list(self._tasks)
-        self.close()
-        if not tasks:
-            return {}
-        done, _ = await asyncio.wait(tasks, timeout=timeout)
         finished: dict[Any, Any] = {}
-        for task in done:
-            if not task.cancelled() and task.exception() is None:
-                result = task.result()
-                if isinstance(result, tuple) and len(result) == 2:
-                    finished[result[0]] = result[1]
+        if tasks:
+            done, _ = await asyncio.wait(tasks, timeout=timeout)
+            for task in done:
+                if not task.cancelled() and task.exception() is None:
+                    result = task.result()
+                    if isinstance(result, tuple) and len(result) == 2:
+                        finished[result[0]] = result[1]
+        self.close()
         return finished
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import anyio
+
 from codemode.engine._loop import LoopSpawner
 from codemode.engine._program import (
     EngineLimits,
@@ -25,6 +27,14 @@ class _Dispatcher(ToolDispatcher):
         self.context = context
         self.spawner = spawner
         self.program: ProgramThread | None = None
+        # Each running call's cancel scope: stopping calls through them respects a shield in
+        # the tool (a background start finishes and reports its process).
+        self.scopes: dict[int, anyio.CancelScope] = {}
+
+    def cancel_all(self) -> None:
+        """Ask every running call to stop (on the loop thread)."""
+        for scope in list(self.scopes.values()):
+            scope.cancel()
 
     def start(self, call_id: int, tool: Tool, args: Any) -> None:
         program = self.program
@@ -32,10 +42,18 @@ class _Dispatcher(ToolDispatcher):
 
         async def run_tool() -> Any:
             # The result is turned into JSON on the program's thread, not on the event loop.
+            value: Any = None
+            scope = self.scopes[call_id] = anyio.CancelScope()
             try:
-                value = await self.registry.invoke_raw(tool, args, self.context)
-            except Exception as exc:  # invoke_raw maps handler errors; this is a last resort
-                value = ToolResult.from_text(f"{tool.name} failed: {exc}", is_error=True)
+                with scope:
+                    try:
+                        value = await self.registry.invoke_raw(tool, args, self.context)
+                    except Exception as exc:  # invoke_raw maps handler errors; this is a last resort
+                        value = ToolResult.from_text(f"{tool.name} failed: {exc}", is_error=True)
+            finally:
+                self.scopes.pop(call_id, None)
+            if scope.cancelled_caught:
+                return None  # stopped before it finished: "cancelled"
             program.inbox.put((call_id, value))
             return call_id, value
 
@@ -95,17 +113,18 @@ class Engine:
             if not finished:
                 spawner.close()
             program.cancel()
-        return await self._settle_pending(outcome, program, spawner)
+        return await self._settle_pending(outcome, program, dispatcher)
 
     async def _settle_pending(
-        self, outcome: ProgramOutcome, program: ProgramThread, spawner: LoopSpawner
+        self, outcome: ProgramOutcome, program: ProgramThread, dispatcher: _Dispatcher
     ) -> ProgramOutcome:
         """Stop the calls the program left pending and say what each really did.
 
         A call that took effect although nothing awaited it (a background process started, a
         file written) is reported with its result; only one that was stopped is "cancelled".
         """
-        late = await spawner.aclose(_LATE_SECONDS)
+        dispatcher.cancel_all()
+        late = await dispatcher.spawner.aclose(_LATE_SECONDS)
         if not outcome.pending_calls:
             return outcome
         for call_id, value in program.inbox.drain():

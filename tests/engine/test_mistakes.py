@@ -65,7 +65,7 @@ async def test_a_background_start_left_unawaited_is_never_called_cancelled(host:
     # The start takes tens of ms. Ended before it began, the call is refused (nothing ran: it
     # is "cancelled"); ended while it runs, the start is shielded, finishes, and is reported
     # with its process id; done before the end, nothing is pending and nothing is claimed.
-    for delay in (0, 15, 400):
+    for delay in (0, 5, 15, 30, 60, 400):
         result = await run(
             host,
             f'tools.bash({{command: "sleep 30", run_in_background: true}}); await sleep({delay}); print("end");',

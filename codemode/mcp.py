@@ -193,16 +193,26 @@ def _output_schema(t: Tool) -> tuple[dict[str, Any] | None, bool]:
         return None, False
     defs = schema.get("$defs", {})
     root = schema
-    ref = schema.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[8:] in defs:
-        root = {**defs[ref[8:]], "$defs": defs}  # a recursive model: its own schema at the root
+    if "$ref" in schema and _resolve(schema, defs):
+        root = {**_resolve(schema, defs), "$defs": defs}  # a recursive model: its own schema at the root
     if root.get("type") == "object":
         return root, False
+    options = root.get("anyOf") or root.get("oneOf")
+    if options and all(_resolve(option, defs).get("type") == "object" for option in options):
+        return {"type": "object", **root}, False  # a union of objects (bash's results, by action)
     inner = {key: value for key, value in schema.items() if key != "$defs"}
     wrapped: dict[str, Any] = {"type": "object", "properties": {"result": inner}, "required": ["result"]}
     if defs:
         wrapped["$defs"] = defs
     return wrapped, True
+
+
+def _resolve(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        target = defs.get(ref[8:])
+        return target if isinstance(target, dict) else {}
+    return schema
 
 
 def _fit_structured(value: Any, budget: int, counter: TokenCounter, where: str, *, cut: bool) -> Any:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import anyio
 import mcp.types as types
+import pydantic
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -16,6 +17,7 @@ from mcp.client.stdio import stdio_client
 import codemode
 from codemode.budget import TokenCounter
 from codemode.mcp import _fit_structured, _output_schema
+from codemode.tools._bash._tool import bash_tool
 
 pytestmark = pytest.mark.anyio
 
@@ -154,3 +156,54 @@ def test_output_schemas_are_objects_for_mcp() -> None:
         "required": ["result"],
     }
     assert _output_schema(make_tool(text)) == (None, False)
+
+    bash = bash_tool(lambda args: None, None)  # a union of one object per action
+    schema, wrapped = _output_schema(bash)
+    assert not wrapped and schema is not None and schema["type"] == "object" and len(schema["anyOf"]) == 7
+    node = make_tool(lambda: None, name="tree", result_model=Node)  # a recursive model: a $ref at the root
+    schema, wrapped = _output_schema(node)
+    assert (
+        not wrapped
+        and schema is not None
+        and schema["type"] == "object"
+        and "children" in schema["properties"]
+    )
+
+
+class Node(pydantic.BaseModel):
+    name: str
+    children: list[Node] = []
+
+
+async def test_typed_bash_results_pass_the_sdk_clients_output_check(tmp_path: Path) -> None:
+    """bash declared with its result models (`bash_tool`), served in-process to the SDK client,
+    which checks every structured result against the listed output schema."""
+    from mcp import Client
+
+    from codemode import Extension, Host
+    from codemode.mcp import create_server
+
+    (tmp_path / "ws").mkdir()
+    async with Host(workspace=tmp_path / "ws", state_dir=tmp_path / "state", handoff_seconds=None) as host:
+        handler = host.registry.get("bash").handler  # type: ignore[union-attr]
+        host.disable_extension("bash")
+        host.add_extension(Extension("typed_bash", [bash_tool(handler, None)]))
+        with anyio.fail_after(60):
+            async with Client(create_server(host)) as client:
+                listed = {t.name: t for t in (await client.list_tools()).tools}
+                assert listed["bash"].output_schema is not None and listed["bash"].title == "Bash"
+                assert listed["bash"].annotations is not None and listed["bash"].annotations.destructive_hint
+                ran = await client.call_tool("bash", {"command": "echo typed"})
+                assert not ran.is_error and ran.structured_content is not None
+                assert ran.structured_content["stdout"]["excerpt"] == "typed\n"
+                started = await client.call_tool("bash", {"command": "sleep 30", "run_in_background": True})
+                assert started.structured_content is not None
+                process_id = started.structured_content["process_id"]
+                listing = await client.call_tool("bash", {"action": "list"})
+                assert listing.structured_content is not None
+                assert [p["process_id"] for p in listing.structured_content["processes"]] == [process_id]
+                stopped = await client.call_tool("bash", {"action": "stop", "process_id": process_id})
+                assert (
+                    stopped.structured_content is not None
+                    and stopped.structured_content["state"] == "stopped"
+                )

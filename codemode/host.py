@@ -626,6 +626,18 @@ class Host:
         if temp is not None:
             shutil.rmtree(temp, ignore_errors=True)
 
+    def session_exists(self, session_id: str) -> bool:
+        """Whether the state directory knows this session: it ran a program or a tool that
+        archived text, kept a store value, or started a background process.
+
+        Raises:
+            UserError: ``session_id`` is not a valid id, or the host is not open.
+        """
+        check_id(session_id, "session_id")
+        if self._processes is not None and self._processes.list_processes(session_id):
+            return True
+        return self.archive.has_session(session_id)
+
     # -- diagnostics ------------------------------------------------------------------------
 
     def doctor(self) -> dict[str, Any]:

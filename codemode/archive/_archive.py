@@ -1045,6 +1045,21 @@ class Archive:
             ).fetchall()
         return [str(row[0]) for row in rows]
 
+    # -- sessions ---------------------------------------------------------------------------
+
+    @_host_faults
+    def has_session(self, session_id: str) -> bool:
+        """Whether anything of this session is kept here: a run record, a store value or an
+        archived text (background processes are the process manager's records)."""
+        with self._connection() as conn:
+            row = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM run_records WHERE session_id = ?)"
+                " OR EXISTS (SELECT 1 FROM store_values WHERE session_id = ?)"
+                " OR EXISTS (SELECT 1 FROM archive_entries WHERE session_id = ?)",
+                (session_id, session_id, session_id),
+            ).fetchone()
+        return bool(row[0])
+
     # -- run records ------------------------------------------------------------------------
 
     @_host_faults

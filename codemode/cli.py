@@ -1,29 +1,53 @@
-"""The ``codemode`` command line: run programs, call tools, inspect the archive and processes."""
+"""The ``codemode`` command line: run programs, call tools, inspect the archive and processes.
+
+Standard output carries the result only (``PID=$(codemode run prog.js)`` captures just what the
+program printed); completions of background processes, hints and errors go to standard error.
+
+Exit status: 0 done; 1 the program, the tool or the command failed, including an unknown tool,
+process, session or archived text, a search nothing matches, and a problem ``doctor`` found;
+2 a usage error (bad arguments or options, an unreadable program, a configuration codemode
+refuses); 3 an internal error; 130 interrupted.
+"""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import shutil
 import sys
+import tempfile
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 
 from codemode._results import default_state_dir
-from codemode.errors import CodemodeError, ToolError
+from codemode._version import __version__
+from codemode.errors import CodemodeError, ToolError, UserError
 from codemode.host import Host, dumps_result
 from codemode.sandbox import SandboxMode
 
 T = TypeVar("T")
 # Commands in `codemode ps` are cut to this many characters (`ps --json` shows them whole).
 _PS_COMMAND_CHARS = 200
+_LIVE_STATES = ("starting", "running")
+_EPILOG = """\
+standard output carries the result only; background completions, hints and errors go to
+standard error.
+
+exit status: 0 done; 1 the program, tool or command failed (also: an unknown tool, process,
+session or archived text, a search with no match, a problem doctor found); 2 usage error;
+3 internal error; 130 interrupted."""
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _common(
+    parser: argparse.ArgumentParser, json_help: str | None = "print the whole result as JSON"
+) -> None:
+    """The options every subcommand takes; ``--json`` only where ``json_help`` says what it prints."""
     parser.add_argument("--workspace", type=Path, default=Path.cwd(), help="workspace root (default: .)")
     parser.add_argument(
         "--state-dir", type=Path, default=None, help="state directory (default: $CODEMODE_HOME or XDG state)"
@@ -43,7 +67,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--network", choices=["on", "off"], default="on", help="TCP for sandboxed commands (default: on)"
     )
-    parser.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    if json_help is not None:
+        parser.add_argument("--json", action="store_true", help=json_help)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,7 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="codemode",
         description="Code Mode for LLM agents: run a JavaScript program that calls tools in a QuickJS sandbox.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a program (a file, or - for standard input)")
@@ -69,34 +97,36 @@ def build_parser() -> argparse.ArgumentParser:
 
     tools = sub.add_parser("tools", help="search tools (searchTools from the shell)")
     tools.add_argument("query", nargs="*", help="words to search for (none: list all)")
-    _common(tools)
+    _common(tools, "print the matches as a JSON array of {name, description}")
 
     describe = sub.add_parser("describe", help="a tool's schema and TypeScript signature")
     describe.add_argument("name")
-    _common(describe)
+    _common(describe, "print name, description, schemas and signature as JSON")
 
     archive = sub.add_parser("archive", help="read archived text")
     archive_sub = archive.add_subparsers(dest="archive_command", required=True)
     read = archive_sub.add_parser("read", help="print bytes of an archived text")
     read.add_argument("ref")
-    read.add_argument("--offset", type=int, default=0)
-    read.add_argument("--limit", type=int, default=None, help="bytes to print (default: to the end)")
-    _common(read)
+    read.add_argument("--offset", type=_count(0), default=0, help="first byte (default 0)")
+    read.add_argument("--limit", type=_count(1), default=None, help="bytes to print (default: to the end)")
+    _common(read, "print {ref, offset, next_offset, total_bytes, eof, text, dropped} as JSON")
 
-    doctor = sub.add_parser("doctor", help="engine, tokenizer, state directory and sandbox facts")
-    _common(doctor)
+    doctor = sub.add_parser(
+        "doctor", help="engine, tokenizer, state directory and sandbox facts, and what to fix"
+    )
+    _common(doctor, "print the facts and findings as JSON")
 
     mcp = sub.add_parser("mcp", help="serve run_code and the tools over MCP (stdio)")
-    _common(mcp)
+    _common(mcp, None)  # speaks JSON-RPC on stdout: there is no other output to format
 
     ps = sub.add_parser("ps", help="list background processes")
     ps.add_argument("--all", action="store_true", help="every session's processes")
-    _common(ps)
+    _common(ps, "print the processes as a JSON array")
 
     logs = sub.add_parser("logs", help="print a background process's output")
     logs.add_argument("process_id")
     logs.add_argument("--follow", "-f", action="store_true", help="keep printing until it exits")
-    _common(logs)
+    _common(logs, "print one JSON object with the output, state and exit code (with -f: once it exits)")
 
     stop = sub.add_parser("stop", help="stop a background process and its whole tree")
     stop.add_argument("process_id")
@@ -106,17 +136,36 @@ def build_parser() -> argparse.ArgumentParser:
     session_sub = session.add_subparsers(dest="session_command", required=True)
     close = session_sub.add_parser("close", help="stop a session's lifecycle=session processes")
     close.add_argument("session_id")
-    _common(close)
+    _common(close, "print {session_id, stopped, still_running} as JSON")
     return parser
 
 
-def _host(args: argparse.Namespace) -> Host:
+def _count(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``minimum`` (a usage error otherwise)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum} (got {value})")
+        return value
+
+    return parse
+
+
+def _host(args: argparse.Namespace, workspace: Path | None = None) -> Host:
+    mcp = args.command == "mcp"
     return Host(
-        workspace=args.workspace,
+        workspace=workspace or args.workspace,
         state_dir=args.state_dir or default_state_dir(),
-        session_id=args.session or ("mcp-" + uuid.uuid4().hex[:12] if args.command == "mcp" else "cli"),
+        session_id=args.session or ("mcp-" + uuid.uuid4().hex[:12] if mcp else "cli"),
         sandbox=SandboxMode(args.sandbox),
         network=args.network == "on",
+        # An MCP client gets completions at the end of its next result; the CLI prints them on
+        # stderr itself, so stdout stays the result (`PID=$(codemode run ...)`).
+        notify_in_results=mcp,
     )
 
 
@@ -127,6 +176,43 @@ async def _with_host(args: argparse.Namespace, body: Callable[[Host], Awaitable[
 
 def _emit(text: str) -> None:
     sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+
+
+def _note(text: str) -> None:
+    """One line for the person at the terminal, on stderr (after what stdout has so far)."""
+    sys.stdout.flush()
+    sys.stderr.write(f"codemode: {text}\n")
+    sys.stderr.flush()
+
+
+def _print_completions(host: Host) -> None:
+    """Completions of the session's background processes, on stderr, each delivered once."""
+    notes = host.pending_notifications()
+    redactor = host.archive.redactor
+    for note in notes:
+        text = note.text
+        model_hint = f'. Read its output with bash({{action: "read", process_id: "{note.process_id}"}}).'
+        if text.endswith(model_hint):
+            text = text[: -len(model_hint)] + f"; `codemode logs {note.process_id}` prints its output"
+        _note(redactor.one_line(text))
+    if notes:
+        host.ack_notifications([n.id for n in notes])
+
+
+def _print_cut_hint(refs: list[str]) -> None:
+    for ref in refs:
+        _note(f"the output was cut; `codemode archive read {ref}` prints all of it")
+
+
+def _unknown_tool(host: Host, name: str) -> str:
+    close = difflib.get_close_matches(name, host.registry.names(), n=3, cutoff=0.5)
+    if not close:
+        close = [found["name"] for found in host.search_tools(name, limit=3)]
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    return (
+        f"no tool named {name!r}.{hint} `codemode tools WORDS` searches the tools, "
+        "`codemode tools` lists them all"
+    )
 
 
 def _read_source(path: str) -> str:
@@ -151,6 +237,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             timeout_seconds=args.timeout,
         )
         _emit(dumps_result(result) if args.json else result.text)
+        if not args.json:
+            _print_cut_hint(result.refs)
+        _print_completions(host)
         return 0 if result.ok else 1
 
     return anyio.run(_with_host, args, body)
@@ -165,8 +254,13 @@ def _cmd_call(args: argparse.Namespace) -> int:
         raise CodemodeError('ARGS must be a JSON object, like \'{"path": "README.md"}\'')
 
     async def body(host: Host) -> int:
+        if host.registry.get(args.tool) is None:
+            raise ToolError(_unknown_tool(host, args.tool))
         result = await host.call_tool(args.tool, tool_args, max_output_tokens=args.max_output_tokens)
         _emit(dumps_result(result) if args.json else result.text)
+        if not args.json:
+            _print_cut_hint(result.refs)
+        _print_completions(host)
         return 1 if result.is_error else 0
 
     return anyio.run(_with_host, args, body)
@@ -174,20 +268,26 @@ def _cmd_call(args: argparse.Namespace) -> int:
 
 def _cmd_tools(args: argparse.Namespace) -> int:
     async def body(host: Host) -> int:
-        found = host.search_tools(" ".join(args.query), limit=50)
+        query = " ".join(args.query)
+        found = host.search_tools(query, limit=50)
         if args.json:
             _emit(json.dumps(found, indent=2, ensure_ascii=False))
         else:
             for item in found:
                 first = item["description"].split(". ")[0]
                 _emit(f"{item['name']:<16} {first}")
-        return 0 if found else 1
+        if not found:
+            _note(f"no tools match {query!r}; `codemode tools` with no words lists them all")
+            return 1
+        return 0
 
     return anyio.run(_with_host, args, body)
 
 
 def _cmd_describe(args: argparse.Namespace) -> int:
     async def body(host: Host) -> int:
+        if host.registry.get(args.name) is None:
+            raise ToolError(_unknown_tool(host, args.name))
         described = host.describe_tool(args.name)
         if args.json:
             _emit(json.dumps(described, indent=2, ensure_ascii=False))
@@ -199,34 +299,156 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     return anyio.run(_with_host, args, body)
 
 
+def _dropped_note(ref: str, start: int, end: int, retained_from: int) -> str:
+    why = (
+        "older output was compacted away"
+        if end <= retained_from
+        else "dropped when the log outgrew its cap, which keeps its head and its tail"
+    )
+    return f"[bytes {start}-{end} of {ref} are not kept ({why}); skipped to byte {end}]"
+
+
 def _cmd_archive_read(args: argparse.Namespace) -> int:
     async def body(host: Host) -> int:
         offset = args.offset
         remaining = args.limit
         out = sys.stdout.buffer
-        while True:
+        data: list[bytes] = []
+        dropped: list[list[int]] = []
+        while remaining is None or remaining > 0:
             chunk = 1 << 20 if remaining is None else min(1 << 20, remaining)
-            if chunk <= 0:
-                break
             page = host.archive.read(args.ref, offset, chunk)
-            out.write(page.data)
+            if page.dropped is not None:
+                start, end = page.dropped
+                dropped.append([start, end])
+                if not args.json:  # in the byte stream's place, so head and tail are never spliced
+                    out.flush()
+                    _note(_dropped_note(args.ref, start, end, page.retained_from))
+            if args.json:
+                data.append(page.data)
+            else:
+                out.write(page.data)
             offset = page.next_offset
             if remaining is not None:
                 remaining -= len(page.data)
             if page.eof or not page.data:
                 break
+        if args.json:
+            whole = {
+                "ref": args.ref,
+                "offset": args.offset,
+                "next_offset": page.next_offset,
+                "total_bytes": page.total_bytes,
+                "eof": page.eof,
+                "text": b"".join(data).decode("utf-8", errors="replace"),
+                "dropped": dropped,
+            }
+            _emit(json.dumps(whole, indent=2, ensure_ascii=False))
         out.flush()
         return 0
 
     return anyio.run(_with_host, args, body)
 
 
+def _state_dir_finding(args: argparse.Namespace) -> dict[str, str] | None:
+    """The finding when the state directory lies inside the workspace (a confined mode refuses
+    that: its commands could write codemode's own records), else None."""
+    if args.sandbox == SandboxMode.FULL_ACCESS.value:
+        return None
+    state = Path(os.path.realpath((args.state_dir or default_state_dir()).expanduser()))
+    workspace = Path(os.path.realpath(args.workspace.expanduser()))
+    if not state.is_relative_to(workspace):
+        return None
+    return {
+        "problem": f"the state directory {state} lies inside the workspace {workspace}, so sandboxed "
+        "commands could change codemode's archive, logs and database: every codemode command but "
+        "doctor refuses to run here",
+        "fix": f"set CODEMODE_HOME (or pass --state-dir) to a directory outside {workspace}, e.g. "
+        "`export CODEMODE_HOME=/var/tmp/codemode-$USER`; or run codemode in a project directory "
+        "(cd there, or pass --workspace DIR)",
+    }
+
+
+def _settings_finding(exc: UserError) -> dict[str, str]:
+    return {
+        "problem": str(exc),
+        "fix": "change the option or setting the problem names; every codemode command but doctor "
+        "refuses these settings",
+    }
+
+
+def _layer_findings(facts: dict[str, Any]) -> list[dict[str, str]]:
+    """A confined mode refuses every command when one of these layers cannot be applied."""
+    box = facts["sandbox"]
+    if box["mode"] == SandboxMode.FULL_ACCESS.value:
+        return []
+    return [
+        {
+            "problem": f"sandbox layer {layer['name']} is unavailable ({layer['detail']}): "
+            f"in sandbox mode {box['mode']} every command is refused",
+            "fix": "run codemode where the layer is available (see its detail), or choose "
+            "`--sandbox full-access` (no confinement) if you accept that",
+        }
+        for layer in box["layers"]
+        if layer["state"] == "unavailable" and layer["name"] != "cgroup per command"
+    ]
+
+
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    async def body(host: Host) -> int:
-        facts = host.doctor()
-        if args.json:
-            _emit(json.dumps(facts, indent=2))
-            return 0
+    """Facts and findings. Runs whatever it finds: a problem that stops the other commands is
+    reported with its fix (exit status 1), and the rest is still checked."""
+    findings: list[dict[str, str]] = []
+    scratch: str | None = None
+    try:
+        host = _host(args)
+    except UserError as exc:
+        finding = _state_dir_finding(args) or _settings_finding(exc)
+        findings.append(finding)
+        scratch = tempfile.mkdtemp(prefix="codemode-doctor-")
+        try:
+            host = _host(args, workspace=Path(scratch))
+        except UserError as again:  # not the workspace: nothing more can be checked
+            shutil.rmtree(scratch, ignore_errors=True)
+            if str(again) != str(exc):
+                findings.append(_settings_finding(again))
+            _print_findings(findings, None, args.json)
+            return 1
+        finding["problem"] += (
+            f" (the sandbox was checked with an empty temporary workspace, {scratch}, instead)"
+        )
+
+    async def body() -> dict[str, Any]:
+        try:
+            await host.open()
+        except CodemodeError as exc:
+            findings.append(
+                {
+                    "problem": f"the state directory cannot be used: {exc}",
+                    "fix": "set CODEMODE_HOME (or pass --state-dir) to a directory you own that "
+                    "codemode can create, outside the workspace",
+                }
+            )
+        try:
+            return host.doctor()
+        finally:
+            await host.aclose()
+
+    try:
+        facts = anyio.run(body)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    findings.extend(_layer_findings(facts))
+    _print_findings(findings, facts, args.json)
+    return 1 if findings else 0
+
+
+def _print_findings(findings: list[dict[str, str]], facts: dict[str, Any] | None, as_json: bool) -> None:
+    if as_json:
+        _emit(json.dumps({**(facts or {}), "findings": findings}, indent=2))
+        return
+    lines: list[str] = []
+    if facts is not None:
         tok = facts["tokenizer"]
         box = facts["sandbox"]
         state = facts["state_dir"]
@@ -238,17 +460,21 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
                 if tok["exact"]
                 else f"NOT loaded, conservative byte count ({tok['fallback']})"
             ),
-            f"state dir     {state['path']} (mode {state['mode']})",
+            f"state dir     {state['path']} "
+            + (f"(mode {state['mode']})" if state["exists"] else "(not created yet)"),
             f"sandbox       {box['mode']}, network {'on' if box['network'] else 'off'}, "
             f"writable: {', '.join(box['writable_roots'])}",
             *box["summary"],
             "layers (checked by starting one confined command):",
             *(f"  {layer['name']:<20}{layer['state']:<13}{layer['detail']}" for layer in box["layers"]),
         ]
-        _emit("\n".join(lines))
-        return 0
-
-    return anyio.run(_with_host, args, body)
+    if findings:
+        lines.append(f"problems found: {len(findings)}")
+        for finding in findings:
+            lines += [f"  - {finding['problem']}", f"    fix: {finding['fix']}"]
+    else:
+        lines.append("no problems found")
+    _emit("\n".join(lines))
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
@@ -276,13 +502,31 @@ def _cmd_ps(args: argparse.Namespace) -> int:
             session = redactor.one_line(host.config.session_id)
             _emit("no processes" + ("" if args.all else f" in session {session!r} (try --all)"))
             return 0
-        _emit(f"{'ID':<24} {'SESSION':<12} {'STATE':<9} {'EXIT':>5} {'LOG':>10}  COMMAND")
-        for r in rows:
-            exit_code = "" if r["exit_code"] is None else str(r["exit_code"])
-            size = "" if r["log_bytes"] is None else str(r["log_bytes"])
-            session = redactor.one_line(r["session_id"], 40)
-            command = redactor.one_line(r["command"], _PS_COMMAND_CHARS)
-            _emit(f"{r['process_id']:<24} {session:<12} {r['state']:<9} {exit_code:>5} {size:>10}  {command}")
+        header = ("ID", "SESSION", "STATE", "EXIT", "LOG")
+        table = [
+            (
+                r["process_id"],
+                redactor.one_line(r["session_id"], 40),
+                r["state"],
+                "" if r["exit_code"] is None else str(r["exit_code"]),
+                "" if r["log_bytes"] is None else str(r["log_bytes"]),
+                redactor.one_line(r["command"], _PS_COMMAND_CHARS),
+            )
+            for r in rows
+        ]
+        # Every column as wide as its widest value; EXIT and LOG are numbers, aligned right.
+        widths = [max(len(header[i]), *(len(row[i]) for row in table)) for i in range(len(header))]
+
+        def line(cells: Sequence[str]) -> str:
+            ident, session, state, exit_code, size, command = cells
+            return (
+                f"{ident:<{widths[0]}}  {session:<{widths[1]}}  {state:<{widths[2]}}  "
+                f"{exit_code:>{widths[3]}}  {size:>{widths[4]}}  {command}"
+            )
+
+        _emit(line((*header, "COMMAND")))
+        for row in table:
+            _emit(line(row))
         return 0
 
     return anyio.run(_with_host, args, body)
@@ -292,15 +536,34 @@ def _cmd_logs(args: argparse.Namespace) -> int:
     async def body(host: Host) -> int:
         owner = _owner(host, args.process_id)
         offset = 0
+        output: list[str] = []
+        notes: list[str] = []
         while True:
             page = await host.processes.read(
                 owner, args.process_id, offset, 1 << 20, 1000 if args.follow else None
             )
-            sys.stdout.write(page["output"])
-            sys.stdout.flush()
+            note = page.get("note")
+            if note:  # bytes the capped log no longer keeps: said where they were, never spliced
+                notes.append(note)
+                if not args.json:
+                    _note(f"[{note}]")
+            if args.json:
+                output.append(page["output"])
+            else:
+                sys.stdout.write(page["output"])
+                sys.stdout.flush()
             offset = page["next_offset"]
             if page["eof"] and (page["exited"] or not args.follow):
                 break
+        if args.json:
+            keys = ("process_id", "state", "exited", "exit_code", "total_bytes", "next_offset")
+            whole = {
+                "session_id": owner,
+                **{k: page[k] for k in keys},
+                "output": "".join(output),
+                "notes": notes,
+            }
+            _emit(json.dumps(whole, indent=2, ensure_ascii=False))
         return 0
 
     return anyio.run(_with_host, args, body)
@@ -317,8 +580,41 @@ def _cmd_stop(args: argparse.Namespace) -> int:
 
 def _cmd_session_close(args: argparse.Namespace) -> int:
     async def body(host: Host) -> int:
-        await host.close_session(args.session_id)
-        _emit(f"session {args.session_id} closed")
+        session = args.session_id
+        if not host.session_exists(session):
+            raise ToolError(
+                f"no session {session!r} in {host.archive.state_dir}: nothing is recorded under that id "
+                "(no program run, store value, archived text or background process); "
+                "`codemode ps --all` shows the sessions of background processes"
+            )
+
+        def live() -> list[str]:
+            return [
+                r["process_id"]
+                for r in host.processes.list_processes(session)
+                if r["lifecycle"] == "session" and r["state"] in _LIVE_STATES
+            ]
+
+        before = live()
+        await host.close_session(session)
+        still_running = live()
+        stopped = [p for p in before if p not in still_running]
+        if args.json:
+            _emit(
+                json.dumps(
+                    {"session_id": session, "stopped": stopped, "still_running": still_running}, indent=2
+                )
+            )
+        elif stopped:
+            _emit(f"session {session} closed: stopped {len(stopped)} process(es): {', '.join(stopped)}")
+        else:
+            _emit(f"session {session} closed: it had no running lifecycle=session processes")
+        if still_running:
+            _note(
+                f"could not stop {', '.join(still_running)}; `codemode stop ID` says why, "
+                "`codemode ps --all` shows them"
+            )
+            return 1
         return 0
 
     return anyio.run(_with_host, args, body)

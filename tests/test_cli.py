@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,10 +23,10 @@ def workspace(tmp_path: Path) -> Path:
 
 
 def codemode(
-    tmp_path: Path, workspace: Path, *args: str, stdin: str | None = None
+    tmp_path: Path, workspace: Path, *args: str, stdin: str | None = None, home: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
-    env["CODEMODE_HOME"] = str(tmp_path / "state")
+    env["CODEMODE_HOME"] = str(home if home is not None else tmp_path / "state")
     return subprocess.run(
         [sys.executable, "-m", "codemode", *args],
         input=stdin,
@@ -160,18 +161,187 @@ def test_operator_views_redact_commands_whole_and_show_terminal_controls_as_text
     assert listed.returncode == 0 and table.returncode == 0, listed.stderr + table.stderr
     (list_line,) = [line for line in listed.stdout.splitlines() if line.startswith(row["process_id"])]
     assert list_line.endswith("...")
-    # The notification ends the next result of the session: the list's, or the start's own
-    # when the command was that quick.
+    # The CLI prints the completion on stderr after the session's next command: the list, or
+    # the start itself when the command was that quick.
     (notification,) = [
         line
-        for line in (started.stdout + listed.stdout).splitlines()
-        if line.startswith("Background process")
+        for line in (started.stderr + listed.stderr).splitlines()
+        if line.startswith("codemode: Background process")
     ]
-    assert notification.startswith(f"Background process {row['process_id']} (`true aaaa")
+    assert notification.startswith(f"codemode: Background process {row['process_id']} (`true aaaa")
     ps_line = table.stdout.splitlines()[1]
     for view in (list_line, notification, ps_line):
         assert not any(piece in view for piece in _fragments(key_a) + _fragments(key_b)), view
-    for output in (started.stdout, listed.stdout, table.stdout):
+    for output in (started.stdout, listed.stdout, table.stdout, started.stderr, listed.stderr):
         assert not any((ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F for c in output), repr(output)
         assert "\u202e" not in output
     assert "\\x1b[31mred\\x1b[0m \\x1b]0;pwned\\x07 \\x9b2J \\u202eevil done" in ps_line
+
+
+def _json(done: subprocess.CompletedProcess[str]) -> Any:
+    """The JSON a command printed (a failure shows its stderr)."""
+    assert done.stdout, done.stderr
+    return json.loads(done.stdout)
+
+
+def _wait_exited(tmp_path: Path, workspace: Path, process_id: str, *session: str) -> dict[str, object]:
+    """The process's row once its supervisor has recorded the end (each look is a CLI run)."""
+    for _ in range(200):
+        rows = _json(codemode(tmp_path, workspace, "ps", "--json", *session))
+        (row,) = [r for r in rows if r["process_id"] == process_id]
+        if row["state"] not in ("starting", "running"):
+            return dict(row)
+    raise AssertionError(f"{process_id} still running: {row}")
+
+
+def test_stdout_is_the_result_and_completions_go_to_stderr(tmp_path: Path, workspace: Path) -> None:
+    program = 'const r = await tools.bash({command: "true", run_in_background: true}); return r.process_id'
+    started = codemode(tmp_path, workspace, "run", "-", stdin=program)
+    assert started.returncode == 0, started.stderr
+    process_id = started.stdout.strip()
+    assert started.stdout == process_id + "\n" and process_id.startswith("p_")  # PID=$(codemode run -)
+    _wait_exited(tmp_path, workspace, process_id)
+    after = codemode(tmp_path, workspace, "run", "-", stdin="print('next')")
+    assert after.stdout == "next\n"
+    # Delivered once: on the start's stderr when it was that quick, else on the next run's.
+    lines = [line for line in (started.stderr + after.stderr).splitlines() if process_id in line]
+    assert lines == [
+        f"codemode: Background process {process_id} (`true`) exited with code 0; "
+        f"`codemode logs {process_id}` prints its output"
+    ]
+    again = codemode(tmp_path, workspace, "call", "bash", '{"command": "echo hi"}')
+    assert again.stdout.startswith("hi") and process_id not in again.stdout + again.stderr
+
+
+def test_version(tmp_path: Path, workspace: Path) -> None:
+    from codemode import __version__
+
+    done = codemode(tmp_path, workspace, "--version")
+    assert done.returncode == 0 and done.stdout == f"codemode {__version__}\n"
+
+
+def test_unknown_names_and_empty_searches_speak_shell(tmp_path: Path, workspace: Path) -> None:
+    nothing = codemode(tmp_path, workspace, "tools", "zzz")
+    assert nothing.returncode == 1 and nothing.stdout == ""
+    assert nothing.stderr == "codemode: no tools match 'zzz'; `codemode tools` with no words lists them all\n"
+    as_json = codemode(tmp_path, workspace, "tools", "zzz", "--json")
+    assert as_json.returncode == 1 and _json(as_json) == []
+    everything = codemode(tmp_path, workspace, "tools")
+    assert everything.returncode == 0 and "read_file" in everything.stdout
+    for command in (["describe", "nope"], ["call", "nope", "{}"], ["describe", "edit_fil"]):
+        done = codemode(tmp_path, workspace, *command)
+        assert done.returncode == 1 and done.stdout == "", done
+        assert f"codemode: no tool named {command[1]!r}." in done.stderr
+        assert "`codemode tools WORDS` searches the tools" in done.stderr
+        assert "searchTools" not in done.stderr and "describeTool" not in done.stderr
+    close = codemode(tmp_path, workspace, "describe", "edit_fil")
+    assert "Did you mean: edit_file" in close.stderr
+
+
+def test_session_close_stops_its_processes_and_refuses_an_unknown_session(
+    tmp_path: Path, workspace: Path
+) -> None:
+    unknown = codemode(tmp_path, workspace, "session", "close", "nosuch")
+    assert unknown.returncode == 1 and unknown.stdout == ""
+    assert "no session 'nosuch'" in unknown.stderr and "closed" not in unknown.stderr
+    ran = codemode(tmp_path, workspace, "run", "-", "--session", "s1", stdin="print(1)")
+    assert ran.returncode == 0, ran.stderr
+    quiet = codemode(tmp_path, workspace, "session", "close", "s1")
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stdout == "session s1 closed: it had no running lifecycle=session processes\n"
+
+    args = json.dumps({"command": "sleep 300", "run_in_background": True})
+    started = codemode(tmp_path, workspace, "call", "bash", args, "--session", "s2", "--json")
+    process_id = _json(started)["structured_content"]["process_id"]
+    closed = codemode(tmp_path, workspace, "session", "close", "s2", "--json")
+    assert closed.returncode == 0, closed.stderr
+    assert _json(closed) == {"session_id": "s2", "stopped": [process_id], "still_running": []}
+    assert _wait_exited(tmp_path, workspace, process_id, "--all")["state"] == "stopped"
+
+
+def test_json_is_honoured_where_accepted_and_refused_by_mcp(tmp_path: Path, workspace: Path) -> None:
+    mcp = codemode(tmp_path, workspace, "mcp", "--json")
+    assert mcp.returncode == 2 and "unrecognized arguments: --json" in mcp.stderr
+    args = json.dumps({"command": "printf 'one\\ntwo\\n'; exit 4", "run_in_background": True})
+    started = codemode(tmp_path, workspace, "call", "bash", args, "--json")
+    process_id = _json(started)["structured_content"]["process_id"]
+    logs = codemode(tmp_path, workspace, "logs", process_id, "--follow", "--json")
+    assert logs.returncode == 0, logs.stderr
+    page = _json(logs)
+    assert page["process_id"] == process_id and page["session_id"] == "cli"
+    assert page["exited"] is True and page["exit_code"] == 4 and page["notes"] == []
+    assert page["output"].replace("\r\n", "\n") == "one\ntwo\n"
+    plain = codemode(tmp_path, workspace, "logs", process_id)
+    assert plain.stdout.replace("\r\n", "\n") == "one\ntwo\n"
+
+
+def test_archive_read_marks_the_dropped_middle_of_a_capped_log(tmp_path: Path, workspace: Path) -> None:
+    from codemode.archive import MIN_LOG_CAP_BYTES, Archive
+
+    data = b"".join(b"line %07d\n" % i for i in range(300_000))  # 3.9 MB through a 1 MiB cap
+    archive = Archive(tmp_path / "state", log_cap_bytes=MIN_LOG_CAP_BYTES)
+    writer = archive.open_log(kind="log", session_id="s1")
+    writer.write(data)
+    ref = writer.close()
+    archive.close()
+    assert ref.dropped is not None
+    start, end = ref.dropped
+    done = codemode(tmp_path, workspace, "archive", "read", ref.ref)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.encode() == data[:start] + data[end:]
+    assert done.stderr == (
+        f"codemode: [bytes {start}-{end} of {ref.ref} are not kept (dropped when the log outgrew "
+        f"its cap, which keeps its head and its tail); skipped to byte {end}]\n"
+    )
+    as_json = _json(codemode(tmp_path, workspace, "archive", "read", ref.ref, "--json"))
+    assert as_json["dropped"] == [[start, end]] and as_json["eof"] is True
+    assert as_json["text"].encode() == data[:start] + data[end:]
+    inside = codemode(
+        tmp_path, workspace, "archive", "read", ref.ref, "--offset", str(start + 5), "--limit", "10"
+    )
+    assert inside.stdout.encode() == data[end : end + 10] and f"bytes {start + 5}-{end}" in inside.stderr
+    bad = codemode(tmp_path, workspace, "archive", "read", ref.ref, "--limit", "0")
+    assert bad.returncode == 2 and "must be at least 1" in bad.stderr
+
+
+def test_doctor_runs_where_other_commands_refuse_and_says_what_to_fix(
+    tmp_path: Path, workspace: Path
+) -> None:
+    inside = workspace / ".state"  # the state directory inside the workspace: commands refuse
+    refused = codemode(tmp_path, workspace, "run", "-", stdin="print(1)", home=inside)
+    assert refused.returncode == 2 and "CODEMODE_HOME" in refused.stderr
+    doctor = codemode(tmp_path, workspace, "doctor", home=inside)
+    assert doctor.returncode == 1 and "Traceback" not in doctor.stderr
+    assert (
+        doctor.stdout.startswith("engine ")
+        and "layers (checked by starting one confined command):" in doctor.stdout
+    )
+    assert "problems found: 1" in doctor.stdout
+    assert f"the state directory {inside} lies inside the workspace {workspace}" in doctor.stdout
+    assert "fix: set CODEMODE_HOME (or pass --state-dir) to a directory outside" in doctor.stdout
+    facts = _json(codemode(tmp_path, workspace, "doctor", "--json", home=inside))
+    (finding,) = facts["findings"]
+    assert "lies inside the workspace" in finding["problem"] and "CODEMODE_HOME" in finding["fix"]
+    assert facts["sandbox"]["layers"] and facts["tokenizer"]["encoding"] == "o200k_base"
+
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    broken = _json(codemode(tmp_path, workspace, "doctor", "--json", home=not_a_dir))
+    assert any("state directory cannot be used" in f["problem"] for f in broken["findings"])
+
+    healthy = codemode(tmp_path, workspace, "doctor", "--json")
+    assert healthy.returncode == (1 if _json(healthy)["findings"] else 0)
+
+
+def test_ps_columns_fit_their_values(tmp_path: Path, workspace: Path) -> None:
+    session = "a-session-name-longer-than-twelve"
+    args = json.dumps({"command": "true", "run_in_background": True})
+    started = codemode(tmp_path, workspace, "call", "bash", args, "--session", session, "--json")
+    process_id = _json(started)["structured_content"]["process_id"]
+    _wait_exited(tmp_path, workspace, process_id, "--all")
+    header, row = codemode(tmp_path, workspace, "ps", "--all").stdout.splitlines()
+    assert row.startswith(process_id + "  ")
+    assert row[header.index("SESSION") :].startswith(session + "  ")
+    assert row[header.index("STATE") :].startswith("exited ")
+    assert header.index("EXIT") + len("EXIT") == row.index(" 0 ") + 2  # numbers end under their header
+    assert row.endswith("  true")

@@ -273,9 +273,10 @@ def _cmd_tools(args: argparse.Namespace) -> int:
         if args.json:
             _emit(json.dumps(found, indent=2, ensure_ascii=False))
         else:
+            width = max((len(item["name"]) for item in found), default=0)
             for item in found:
                 first = item["description"].split(". ")[0]
-                _emit(f"{item['name']:<16} {first}")
+                _emit(f"{item['name']:<{width}}  {first}")
         if not found:
             _note(f"no tools match {query!r}; `codemode tools` with no words lists them all")
             return 1

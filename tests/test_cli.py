@@ -345,3 +345,26 @@ def test_ps_columns_fit_their_values(tmp_path: Path, workspace: Path) -> None:
     assert row[header.index("STATE") :].startswith("exited ")
     assert header.index("EXIT") + len("EXIT") == row.index(" 0 ") + 2  # numbers end under their header
     assert row.endswith("  true")
+
+
+@pytest.mark.anyio
+async def test_logs_mark_the_dropped_middle_of_a_capped_log(tmp_path: Path, workspace: Path) -> None:
+    from codemode import Host
+    from codemode.archive import MIN_LOG_CAP_BYTES
+
+    # Started by a host with the smallest log cap (the CLI has no option for it); read by the CLI.
+    async with Host(
+        workspace=workspace, state_dir=tmp_path / "state", log_cap_bytes=MIN_LOG_CAP_BYTES
+    ) as host:
+        started = await host.call_tool("bash", {"command": "seq 1 400000", "run_in_background": True})
+        assert isinstance(started.structured_content, dict), started.text
+        process_id = started.structured_content["process_id"]
+    logs = codemode(tmp_path, workspace, "logs", process_id, "--follow")
+    assert logs.returncode == 0, logs.stderr
+    lines = logs.stdout.splitlines()
+    assert lines[:3] == ["1", "2", "3"] and lines[-1] == "400000" and len(lines) < 400000
+    (note,) = logs.stderr.splitlines()
+    assert note.startswith("codemode: [bytes ") and "of the log are not kept" in note and "its cap" in note
+    as_json = _json(codemode(tmp_path, workspace, "logs", process_id, "--json"))
+    assert as_json["notes"] == [note.removeprefix("codemode: [").removesuffix("]")]
+    assert as_json["exit_code"] == 0 and as_json["output"].splitlines()[-1] == "400000"

@@ -23,7 +23,7 @@ from typing import Any
 import quickjs
 
 from codemode.engine._watchdog import WATCHDOG, Watch
-from codemode.errors import ToolError
+from codemode.errors import ErrorCode, ToolError
 from codemode.tools import Tool, ToolContext, ToolRegistry, ToolResult, to_tool_result
 
 # The program is wrapped on its own first line so its line numbers stay the model's own.
@@ -601,19 +601,21 @@ class ProgramThread:
         within the tool-data limit, counting every call it has not seen settled)."""
         tool = self.registry.get(name)
         if tool is None:
-            self._reject(settle, call_id, self.registry.unknown_tool_message(name), None)
+            self._reject(
+                settle, call_id, self.registry.unknown_tool_message(name), None, ErrorCode.UNKNOWN_TOOL
+            )
             return
-        problem = self.registry.validate(tool, args)
-        if problem is not None:
-            message = self.registry.argument_error_message(tool, problem)
-            self._reject(settle, call_id, message, {"path": problem.path, "problem": problem.message})
+        try:
+            args = tool.parse(args)  # the one check; the handler gets the parsed model
+        except ToolError as exc:
+            self._reject(settle, call_id, exc.message, exc.data, exc.code)
             return
         self._tool_calls += 1
         if tool.inline:
             try:
                 value = self.registry.invoke_inline(tool, args, self.context)
             except Exception as exc:  # a UserError from the handler: still only this call fails
-                value = ToolResult.from_text(f"{tool.name} failed: {exc}", is_error=True)
+                value = ToolResult.failure(ErrorCode.HANDLER_FAILED, f"{tool.name} failed: {exc}")
             self._deliver(settle, call_id, value, tool.name)
             return
         self._pending[call_id] = (tool.name, size)
@@ -625,15 +627,19 @@ class ProgramThread:
             self._waiting.append((call_id, tool, args))
 
     @staticmethod
-    def _reject(settle: Any, call_id: int, message: str, data: Any) -> None:
-        payload = _to_json({"message": message, "data": data}) or _to_json({"message": message, "data": None})
+    def _reject(
+        settle: Any, call_id: int, message: str, data: Any, code: ErrorCode = ErrorCode.TOOL_FAILED
+    ) -> None:
+        payload = _to_json({"code": code.value, "message": message, "data": data}) or _to_json(
+            {"code": code.value, "message": message, "data": None}
+        )
         settle(call_id, False, payload, False)
 
     def _sync(self, settle: Any, call_id: int, op: str, a: Any, b: Any) -> None:
         try:
             value = self._sync_op(op, a, b)
         except ToolError as exc:
-            self._reject(settle, call_id, exc.message, exc.data)
+            self._reject(settle, call_id, exc.message, exc.data, exc.code)
             return
         except Exception as exc:  # a host fault in the store must not kill the program thread
             self._reject(settle, call_id, f"{op} failed: {type(exc).__name__}: {exc}", None)
@@ -715,16 +721,18 @@ class ProgramThread:
             try:
                 result = to_tool_result(value)
             except Exception as exc:  # a value pydantic cannot serialise
-                result = ToolResult.from_text(
+                result = ToolResult.failure(
+                    ErrorCode.RESULT_NOT_JSON,
                     f"{tool_name} failed: its result cannot be turned into JSON: {type(exc).__name__}: {exc}",
-                    {"error": "result_not_json"},
-                    is_error=True,
                 )
-        if result.is_error:
-            data = result.structured_content
+        # Rejection only when the call failed. A result the tool marks is_error without a
+        # failure (bash: a command that ran and exited non-zero) is data the program computes on.
+        failure = result.error
+        if failure is not None:
+            data = failure.data
             if _to_json(data) is None:
                 data = None  # the message still says what failed
-            payload = _to_json({"message": result.text, "data": data})
+            payload = _to_json({"code": failure.code.value, "message": failure.message, "data": data})
             self._hand_over(settle, call_id, False, payload, False, tool_name)
             return
         data = result.producer_data()
@@ -737,7 +745,7 @@ class ProgramThread:
                 f"{tool_name} returned structured data that is not JSON "
                 f"({type(data).__name__} holding values JSON cannot carry); its text was: {result.text[:200]}"
             )
-            self._reject(settle, call_id, message, {"error": "result_not_json"})
+            self._reject(settle, call_id, message, None, ErrorCode.RESULT_NOT_JSON)
             return
         self._hand_over(settle, call_id, True, payload, False, tool_name)
 
@@ -763,7 +771,7 @@ class ProgramThread:
             "result_bytes": size,
             "held_bytes": self._args_held,
         }
-        self._reject(settle, call_id, message, data)
+        self._reject(settle, call_id, message, data, ErrorCode.TOOL_DATA_LIMIT)
 
     def _finish_error(self) -> GuestError | None:
         assert self._done is not None
@@ -781,8 +789,10 @@ class ProgramThread:
         if name == "RangeError" and "call stack" in message:
             return GuestError("stack_overflow", name, message + " (unbounded recursion?)", line, col, stack)
         if name == "ToolError":
-            # The stack of a rejected tool call points into the host, not the program.
-            return GuestError("uncaught", name, message, tool=info.get("tool"), data=info.get("data"))
+            # Its stack is the call's (made where the program called the tool): line:column of the call.
+            return GuestError(
+                "uncaught", name, message, line, col, stack, tool=info.get("tool"), data=info.get("data")
+            )
         thrown = info.get("thrown", "error")
         if thrown == "null":
             # QuickJS throws null when it cannot even allocate the out-of-memory error.

@@ -16,6 +16,7 @@ from codemode.engine._program import (
     ToolDispatcher,
 )
 from codemode.engine._workers import WorkerPool
+from codemode.errors import ErrorCode
 from codemode.tools import Tool, ToolContext, ToolRegistry, ToolResult
 
 
@@ -49,7 +50,7 @@ class _Dispatcher(ToolDispatcher):
                     try:
                         value = await self.registry.invoke_raw(tool, args, self.context)
                     except Exception as exc:  # invoke_raw maps handler errors; this is a last resort
-                        value = ToolResult.from_text(f"{tool.name} failed: {exc}", is_error=True)
+                        value = ToolResult.failure(ErrorCode.HANDLER_FAILED, f"{tool.name} failed: {exc}")
             finally:
                 self.scopes.pop(call_id, None)
             if scope.cancelled_caught:
@@ -58,7 +59,7 @@ class _Dispatcher(ToolDispatcher):
             return call_id, value
 
         def refused() -> None:
-            ended = ToolResult.from_text(f"{tool.name}: the program has ended", is_error=True)
+            ended = ToolResult.failure(ErrorCode.CANCELLED, f"{tool.name}: the program has ended")
             program.inbox.put((call_id, ended))
 
         self.spawner.spawn(run_tool, refused)

@@ -73,9 +73,16 @@ class ToolResult(pydantic.BaseModel):
 
     @classmethod
     def from_text(cls, text: str, structured: Any = None, *, is_error: bool = False) -> ToolResult:
-        """Build a result from one text block and optional structured data."""
+        """Build a result from one text block and optional structured data.
+
+        ``is_error=True`` here means the call failed (code ``tool_failed``; a program's promise
+        rejects), as it always has. A result that reports a failed *outcome* as data (``bash``:
+        a command that ran and exited non-zero) sets ``is_error`` on a result built directly.
+        """
         # Plain construction: pydantic's model_construct is pure Python and twice as slow.
-        return cls(content=[TextContent(text=text)], structured_content=structured, is_error=is_error)
+        if is_error:
+            return cls.failure(ErrorCode.TOOL_FAILED, text, structured)
+        return cls(content=[TextContent(text=text)], structured_content=structured)
 
     @classmethod
     def failure(cls, code: ErrorCode, message: str, data: Any = None) -> ToolResult:

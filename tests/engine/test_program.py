@@ -355,7 +355,7 @@ for (const kind of ["set", "nan", "error"]) {
     assert result.ok, result.text
     assert result.text.splitlines() == [
         "ToolError odd returned structured data that is not JSON (dict holding values JSON cannot carry); "
-        'its text was: a set {"error":"result_not_json"}',
+        "its text was: a set null",
         '{"mean":null,"n":[null,1.5]}',
         "ToolError failed null",
     ]
@@ -688,7 +688,7 @@ async def test_plain_return_values_reach_the_program_as_json_data(host: Host) ->
     host.add_tool(make_tool(lambda: 2**60 + 1, name="huge", description="A big integer.", inline=True))
     source = """
 print(JSON.stringify(await tools.dated()));
-try { await tools.opaque(); } catch (e) { print(e.name, e.tool, e.data.error); }
+try { await tools.opaque(); } catch (e) { print(e.name, e.tool, e.code); }
 print(await tools.not_a_number(), JSON.stringify(await tools.nothing()), typeof (await tools.huge()));
 """
     result = await run(host, source)

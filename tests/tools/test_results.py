@@ -14,7 +14,7 @@ import pytest
 from typing_extensions import TypedDict
 
 import codemode
-from codemode import Host, ToolContext, ToolError, ToolResult, UserError, make_tool
+from codemode import Host, TextContent, ToolContext, ToolError, ToolResult, UserError, make_tool
 from codemode.archive import Archive
 from codemode.errors import ErrorCode, GuestErrorKind, ProcessNotFound, SandboxDenied, UnknownRefError
 from codemode.sandbox import SandboxPolicy
@@ -261,5 +261,7 @@ async def test_codes_reach_the_result_at_the_one_boundary(tmp_path: Path) -> Non
     archive.close()
     assert broken.error is not None and broken.error.code is ErrorCode.HANDLER_FAILED
     # A result may carry the MCP error flag without failing: its data is a value, not a rejection.
-    flagged = ToolResult.from_text("exit 1", {"exit_code": 1}, is_error=True)
+    flagged = ToolResult(
+        content=[TextContent(text="exit 1")], structured_content={"exit_code": 1}, is_error=True
+    )
     assert flagged.is_error and flagged.error is None

@@ -51,10 +51,10 @@ from codemode.tools._bash._tool import (
     DEFAULT_READ_BYTES,
     DEFAULT_TIMEOUT_SECONDS,
     BashArgs,
-    description,
+    bash_tool,
     guidance,
 )
-from codemode.tools._model import Extension, TextContent, ToolContext, ToolResult, make_tool
+from codemode.tools._model import Extension, TextContent, ToolContext, ToolResult
 from codemode.tools._terminal import clean_terminal_text
 
 _EXPIRE_SECONDS = 30 * 24 * 3600
@@ -271,13 +271,11 @@ class ProcessManager:
 
     def extension(self) -> Extension:
         """The ``bash`` tool and its guidance for the run_code description."""
-        tool = make_tool(
-            self._handle, name="bash", description=description(self._handoff), input_model=BashArgs
+        return Extension(
+            name="bash", tools=[bash_tool(self._handle, self._handoff)], guidance=guidance(self._handoff)
         )
-        return Extension(name="bash", tools=[tool], guidance=guidance(self._handoff))
 
     async def _handle(self, args: BashArgs, ctx: ToolContext) -> ToolResult:
-        args.check()
         session = ctx.session_id
         if args.action == "run":
             return await self._run(args, ctx)

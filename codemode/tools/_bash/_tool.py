@@ -150,12 +150,6 @@ class BashArgs(pydantic.BaseModel):
             )
         return self
 
-    def check(self) -> None:
-        """Nothing left to check: validation already made the fields fit the action.
-
-        Kept while the process manager still calls it; remove both together.
-        """
-
 
 def bash_tool(handler: Handler, handoff_seconds: float | None) -> Tool:
     """The ``bash`` tool around the process manager's handler: arguments, results, annotations."""

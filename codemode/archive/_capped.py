@@ -112,14 +112,20 @@ def holes_supported(directory: str) -> bool:
 
 
 def _probe_holes(directory: str) -> bool:
+    # An unnamed file (O_TMPFILE) where the file system allows: nothing else ever sees it.
     path = os.path.join(directory, f".holes-probe-{os.getpid()}-{threading.get_ident()}")
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        fd = os.open(directory, os.O_RDWR | os.O_TMPFILE | os.O_CLOEXEC, 0o600)
+        path = ""
     except OSError:
-        return False
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return False
     try:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+        if path:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
         os.pwrite(fd, b"\x01" * (3 * _ALIGN), 0)
         _punch(fd, _ALIGN, 2 * _ALIGN)
         return os.lseek(fd, 0, os.SEEK_HOLE) == _ALIGN and os.lseek(fd, _ALIGN, os.SEEK_DATA) == 2 * _ALIGN

@@ -38,8 +38,11 @@ Run one JavaScript program (QuickJS, ES2023, top-level await and return) that ca
 computes over their results. Only what the program prints comes back to you.
 
 API inside the program:
-- await tools.NAME(args)    call a tool with a JSON object; resolves with its structured data
-                            (or its text); failures reject with ToolError {{tool, message, data}}
+- await tools.NAME(args)    call a tool with a JSON object; resolves with its typed result
+                            whenever the tool did its job (bash: any exit code; read exit_code);
+                            rejects with ToolError {{code, tool, message, data}} only when it
+                            could not (bad arguments, unknown tool or process, sandbox refusal,
+                            edit_file no_match, missing file). null for an optional arg = absent
 - await Promise.all([...])  run up to {concurrency} tool calls at once
 - await searchTools(query)  ranked [{{name, description}}];  await describeTool(name) -> schema
                             and a TypeScript signature

@@ -28,8 +28,8 @@ from codemode.errors import UserError
 from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy
 from codemode.tools import Extension, Tool, ToolContext, ToolRegistry, ToolResult
 from codemode.tools._bash import Notification, ProcessManager
-from codemode.tools._files import file_tools
 from codemode.tools._read_archive import read_archive_tool
+from codemode.tools.files import file_tools
 
 _SIGNATURES_INLINE = 30  # above this many tools the description lists names only
 

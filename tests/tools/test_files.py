@@ -18,12 +18,13 @@ from typing import Any, cast
 import pydantic
 import pytest
 
-import codemode.tools._files as files_module
+import codemode.tools.files._edit as files_module
 from codemode.errors import ErrorCode, SandboxDenied, ToolError
 from codemode.sandbox import _fs
 from codemode.sandbox._policy import SandboxMode, SandboxPolicy
 from codemode.tools import typescript_signature
-from codemode.tools._files import (
+from codemode.tools._model import Tool, ToolContext, ToolResult
+from codemode.tools.files import (
     MAX_LINES,
     MAX_PAGE_BYTES,
     OVERWRITE_THRESHOLD,
@@ -34,7 +35,6 @@ from codemode.tools._files import (
     WriteFileResult,
     file_tools,
 )
-from codemode.tools._model import Tool, ToolContext, ToolResult
 
 
 @pytest.fixture(params=["openat2", "openat"], autouse=True)

@@ -21,13 +21,13 @@ from typing import Any, cast
 
 import pytest
 
-import codemode.tools._files as files_module
+import codemode.tools.files._edit as files_module
 from codemode.errors import SandboxDenied, ToolError
 from codemode.sandbox import _fs
 from codemode.sandbox._paths import locate_readable, locate_writable
 from codemode.sandbox._policy import SandboxMode, SandboxPolicy
-from codemode.tools._files import EditFileArgs, ReadFileArgs, WriteFileArgs, edit_file, read_file, write_file
 from codemode.tools._model import ToolContext, ToolResult
+from codemode.tools.files import EditFileArgs, ReadFileArgs, WriteFileArgs, edit_file, read_file, write_file
 
 ROUNDS = 400
 

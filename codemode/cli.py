@@ -12,7 +12,6 @@ refuses); 3 an internal error; 130 interrupted.
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 import shutil
@@ -205,9 +204,7 @@ def _print_cut_hint(refs: list[str]) -> None:
 
 
 def _unknown_tool(host: Host, name: str) -> str:
-    close = difflib.get_close_matches(name, host.registry.names(), n=3, cutoff=0.5)
-    if not close:
-        close = [found["name"] for found in host.search_tools(name, limit=3)]
+    close = host.registry.suggestions(name)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     return (
         f"no tool named {name!r}.{hint} `codemode tools WORDS` searches the tools, "

@@ -147,11 +147,14 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._tools)
 
+    def suggestions(self, name: str) -> list[str]:
+        """Up to three tool names a mistyped ``name`` may have meant (spelling, then search)."""
+        close = difflib.get_close_matches(name, list(self._tools), n=3, cutoff=0.5)
+        return close or [r["name"] for r in self.search(name, limit=3)]
+
     def unknown_tool_message(self, name: str) -> str:
         """A model-facing message for a tool name that does not exist."""
-        close = difflib.get_close_matches(name, list(self._tools), n=3, cutoff=0.5)
-        if not close:
-            close = [r["name"] for r in self.search(name, limit=3)]
+        close = self.suggestions(name)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
         return (
             f'Unknown tool {name!r}.{hint} Use searchTools("<what you need>") to find tools '

@@ -18,7 +18,7 @@ from typing import Any, cast
 import pydantic
 import pytest
 
-import codemode.tools.files._edit as files_module
+import codemode.tools.files._limits as files_module
 from codemode.errors import ErrorCode, SandboxDenied, ToolError
 from codemode.sandbox import _fs
 from codemode.sandbox._policy import SandboxMode, SandboxPolicy

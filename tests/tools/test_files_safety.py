@@ -21,7 +21,7 @@ from typing import Any, cast
 
 import pytest
 
-import codemode.tools.files._edit as files_module
+import codemode.tools.files._located as files_module
 from codemode.errors import SandboxDenied, ToolError
 from codemode.sandbox import _fs
 from codemode.sandbox._paths import locate_readable, locate_writable

@@ -2,7 +2,7 @@
 
 Everything goes through the descriptors of the walk the sandbox check was made on (see the
 package docstring). ``_open_located`` and ``_atomic_write`` keep their underscore names because
-the race tests (tests/tools/test_files_safety.py) call them by those names.
+the race tests (tests/tools/files/test_files_safety.py) call them by those names.
 """
 
 from __future__ import annotations

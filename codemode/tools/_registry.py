@@ -35,6 +35,20 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(spaced.lower())
 
 
+def _argument_names(schema: dict[str, Any]) -> list[str]:
+    """The argument names of an input schema: its properties, or those of each object of a union
+    at its root (bash: one object per action), each name once."""
+    defs = schema.get("$defs", {})
+    options = schema.get("anyOf") or schema.get("oneOf") or []
+    names: dict[str, None] = dict.fromkeys(schema.get("properties", {}))
+    for option in options:
+        if isinstance(option, dict) and isinstance(option.get("$ref"), str):
+            option = defs.get(option["$ref"].rsplit("/", 1)[-1], {})
+        if isinstance(option, dict):
+            names.update(dict.fromkeys(option.get("properties", {})))
+    return list(names)
+
+
 class ToolRegistry:
     """Holds the host's tools and extensions.
 
@@ -203,8 +217,7 @@ class ToolRegistry:
 
     @staticmethod
     def _search_fields(t: Tool) -> tuple[list[str], list[str], list[str]]:
-        props = t.input_schema.get("properties", {})
-        param_words = [w for p in props for w in _words(p)]
+        param_words = [w for p in _argument_names(t.input_schema) for w in _words(p)]
         return _words(t.name), param_words, _words(t.description)
 
     def describe(self, name: str) -> dict[str, Any]:

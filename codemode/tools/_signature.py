@@ -91,7 +91,7 @@ def _field_comment(sub: Any) -> str:
     if not isinstance(sub, dict):
         return ""
     notes = []
-    if "default" in sub and sub["default"] is not None:
+    if "default" in sub and sub["default"] is not None and [sub["default"]] != _only_value(sub):
         notes.append(f"default {json.dumps(sub['default'], ensure_ascii=False)}")
     for key, label in (("minimum", ">="), ("maximum", "<=")):
         if key in sub:
@@ -102,6 +102,29 @@ def _field_comment(sub: Any) -> str:
     return f" /* {'; '.join(notes).replace('*/', '* /')} */" if notes else ""
 
 
+def _only_value(sub: dict[str, Any]) -> list[Any] | None:
+    """The one value a schema allows (a const or a one-value enum), else None: its default goes
+    without saying."""
+    if "const" in sub:
+        return [sub["const"]]
+    enum = sub.get("enum")
+    return enum if isinstance(enum, list) and len(enum) == 1 else None
+
+
+def _takes_no_args(schema: Any, defs: dict[str, Any], refs: tuple[str, ...] = ()) -> bool:
+    """Whether ``{}`` fits an arguments schema: an object with nothing required, or a union
+    with such an object among its options."""
+    if not isinstance(schema, dict):
+        return True
+    if "$ref" in schema:
+        name = str(schema["$ref"]).rsplit("/", 1)[-1]
+        return name not in refs and _takes_no_args(defs.get(name), defs, (*refs, name))
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            return any(_takes_no_args(sub, defs, refs) for sub in schema[key])
+    return not schema.get("required")
+
+
 def typescript_signature(t: Tool, *, with_result: bool = True) -> str:
     """One line a model can copy: ``tools.name(args: {...}): Promise<...>``.
 
@@ -109,9 +132,9 @@ def typescript_signature(t: Tool, *, with_result: bool = True) -> str:
     ``any`` where the result has no known shape. ``with_result=False`` leaves the
     ``: Promise<...>`` part out (the arguments are all an argument error needs to show).
     """
-    args = schema_to_ts(t.input_schema)
-    required = t.input_schema.get("required", [])
-    optional_args = "" if required else "?"
+    schema = t.input_schema
+    args = schema_to_ts(schema)
+    optional_args = "?" if _takes_no_args(schema, schema.get("$defs", {})) else ""
     call = f"tools.{t.name}(args{optional_args}: {args})"
     if not with_result:
         return call

@@ -430,6 +430,23 @@ def test_search_ranks_name_then_parameters_then_description() -> None:
     assert [h["name"] for h in registry.search("")] == sorted(registry.names())
 
 
+def test_search_finds_the_parameters_of_each_object_of_a_union() -> None:
+    class Get(pydantic.BaseModel):
+        op: Literal["get"] = "get"
+        key: str
+
+    class Put(pydantic.BaseModel):
+        op: Literal["put"]
+        payload: str
+
+    class ByOp(pydantic.RootModel[Get | Put]):
+        root: Get | Put
+
+    registry = _search_registry()
+    registry.add(make_tool(lambda args: None, name="kv", description="A store.", input_model=ByOp))
+    assert [hit["name"] for hit in registry.search("payload")] == ["kv"]
+
+
 def test_unknown_tool_message_names_close_matches() -> None:
     registry = _search_registry()
     message = registry.unknown_tool_message("reed_file")

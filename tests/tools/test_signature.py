@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 import pytest
@@ -212,3 +212,51 @@ def test_deep_nesting_ends_in_any_instead_of_growing_forever() -> None:
     rendered = schema_to_ts(schema)
     assert rendered.startswith("any") and rendered.endswith("[]")
     assert rendered.count("[]") < 20
+
+
+class _Get(pydantic.BaseModel):
+    op: Literal["get"] = "get"
+    key: str
+
+
+class _Put(pydantic.BaseModel):
+    op: Literal["put"]
+    key: str
+    value: int = pydantic.Field(description="what to store.")
+
+
+class _Stats(pydantic.BaseModel):
+    verbose: bool = False
+
+
+class _ByOp(pydantic.RootModel[_Get | _Put]):
+    root: Annotated[_Get | _Put, pydantic.Field(discriminator="op")]
+
+
+class _ByOpOrStats(pydantic.RootModel[_Get | _Stats]):
+    root: _Get | _Stats
+
+
+def test_a_union_of_objects_reads_as_one_object_per_option() -> None:
+    # One object per option, each with its own fields; a const's default goes without saying.
+    assert _signature(_ByOp) == (
+        'tools.t(args: { op?: "get"; key: string } | '
+        '{ op: "put"; key: string; value: number /* what to store. */ }): Promise<any>'
+    )
+    # args may be left out only when one of the options takes nothing.
+    assert _signature(_ByOpOrStats).startswith(
+        'tools.t(args?: { op?: "get"; key: string } | { verbose?: boolean /* default false */ })'
+    )
+
+
+def test_a_union_of_objects_in_an_array_is_parenthesised() -> None:
+    schema = {
+        "type": "array",
+        "items": {
+            "oneOf": [
+                {"type": "object", "properties": {"a": {"type": "number"}}, "required": ["a"]},
+                {"type": "object", "properties": {"b": {"const": "x", "default": "x"}}},
+            ]
+        },
+    }
+    assert schema_to_ts(schema) == '({ a: number } | { b?: "x" })[]'

@@ -51,6 +51,12 @@ from codemode.tools._bash._tool import (
     DEFAULT_READ_BYTES,
     DEFAULT_TIMEOUT_SECONDS,
     BashArgs,
+    BashListArgs,
+    BashReadArgs,
+    BashRunArgs,
+    BashStopArgs,
+    BashUpdateArgs,
+    BashWriteArgs,
     bash_tool,
     guidance,
 )
@@ -277,29 +283,27 @@ class ProcessManager:
 
     async def _handle(self, args: BashArgs, ctx: ToolContext) -> ToolResult:
         session = ctx.session_id
-        if args.action == "run":
-            return await self._run(args, ctx)
-        assert args.process_id is not None or args.action == "list"
-        if args.action == "list":
-            rows = await anyio.to_thread.run_sync(self.list_processes, session)
-            return ToolResult.from_text(_list_text(rows, self._redactor), {"processes": rows})
-        pid = args.process_id or ""
-        if args.action == "read":
-            data = await self.read(session, pid, args.offset_bytes or 0, args.max_bytes, args.wait_ms)
-            return ToolResult.from_text(_read_text(data), data)
-        if args.action == "write":
-            assert args.input is not None
-            data = await self.write(session, pid, args.input)
-            return ToolResult.from_text(f"Wrote {data['bytes']} bytes to {pid}.", data)
-        if args.action == "stop":
-            data = await self.stop(session, pid)
-            return ToolResult.from_text(data["message"], data)
-        assert args.completion_mode is not None
-        data = await anyio.to_thread.run_sync(self._update, session, pid, args.completion_mode)
-        return ToolResult.from_text(data["message"], data)
+        match args.root:
+            case BashRunArgs() as run:
+                return await self._run(run, ctx)
+            case BashListArgs():
+                rows = await anyio.to_thread.run_sync(self.list_processes, session)
+                return ToolResult.from_text(_list_text(rows, self._redactor), {"processes": rows})
+            case BashReadArgs(process_id=pid) as read:
+                data = await self.read(session, pid, read.offset_bytes or 0, read.max_bytes, read.wait_ms)
+                return ToolResult.from_text(_read_text(data), data)
+            case BashWriteArgs(process_id=pid, input=text):
+                data = await self.write(session, pid, text)
+                return ToolResult.from_text(f"Wrote {data['bytes']} bytes to {pid}.", data)
+            case BashStopArgs(process_id=pid):
+                data = await self.stop(session, pid)
+                return ToolResult.from_text(data["message"], data)
+            case BashUpdateArgs(process_id=pid, completion_mode=mode):
+                data = await anyio.to_thread.run_sync(self._update, session, pid, mode)
+                return ToolResult.from_text(data["message"], data)
+        raise AssertionError(f"unhandled bash arguments {type(args.root).__name__}")  # pragma: no cover
 
-    def _spec(self, args: BashArgs, ctx: ToolContext) -> RunSpec:
-        assert args.command is not None
+    def _spec(self, args: BashRunArgs, ctx: ToolContext) -> RunSpec:
         if "\x00" in args.command:
             raise ToolError(
                 "the command contains a NUL character, which no shell command line can hold; remove it "
@@ -319,7 +323,7 @@ class ProcessManager:
             environ=self._environ,
         )
 
-    async def _run(self, args: BashArgs, ctx: ToolContext) -> ToolResult:
+    async def _run(self, args: BashRunArgs, ctx: ToolContext) -> ToolResult:
         spec = self._spec(args, ctx)
         if args.run_in_background:
             # Shielded: once started, the process runs whatever happens to this call, so the

@@ -1,8 +1,9 @@
-"""The ``bash`` tool: its arguments (one flat model, clear JSON Schema), its results, guidance text."""
+"""The ``bash`` tool: its arguments (one model per action, told apart by ``action``), its results,
+guidance text."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import pydantic
 import pydantic_core
@@ -17,138 +18,223 @@ MAX_READ_BYTES = 1 << 20
 MAX_WAIT_MS = 300_000
 
 Action = Literal["run", "read", "write", "stop", "list", "update"]
-
-# Which fields each action takes (besides ``action``); anything else is a mistake worth naming.
-_FIELDS_BY_ACTION: dict[str, frozenset[str]] = {
-    "run": frozenset(
-        {
-            "command",
-            "timeout_seconds",
-            "cwd",
-            "run_in_background",
-            "completion_mode",
-            "lifecycle",
-            "purpose",
-            "scope",
-        }
-    ),
-    "read": frozenset({"process_id", "offset_bytes", "max_bytes", "wait_ms"}),
-    "write": frozenset({"process_id", "input"}),
-    "stop": frozenset({"process_id"}),
-    "list": frozenset(),
-    "update": frozenset({"process_id", "completion_mode"}),
-}
-_REQUIRED_BY_ACTION: dict[str, tuple[str, ...]] = {
-    "run": ("command",),
-    "read": ("process_id",),
-    "write": ("process_id", "input"),
-    "stop": ("process_id",),
-    "list": (),
-    "update": ("process_id", "completion_mode"),
-}
+CompletionMode = Literal["resume", "detached"]
 
 
-class BashArgs(pydantic.BaseModel):
-    """Arguments of the ``bash`` tool."""
+class _ActionArgs(pydantic.BaseModel):
+    """The arguments of one bash action: the fields of another action are named as such."""
 
     model_config = pydantic.ConfigDict(extra="forbid")
 
-    action: Action = pydantic.Field(
-        default="run",
-        description=(
-            "run (default) a command; read / write / stop a background process; list this session's "
-            "processes; update a process's completion_mode."
-        ),
-    )
-    command: str | None = pydantic.Field(
-        default=None, min_length=1, description="run: the bash command line (a new shell each call)."
-    )
+    action: Action
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _fits_action(cls, data: Any) -> Any:
+        """A null means absent; a required field missing, or a field of another action given, is
+        reported with what this action takes (code ``invalid_arguments``, path ``$``). Unknown
+        fields are left to ``extra="forbid"``."""
+        if not isinstance(data, dict):
+            return data
+        data = {key: value for key, value in data.items() if value is not None}
+        action = data.get("action", "run")
+        if action != _action_of_model(cls):
+            return data  # the action's own literal rejects it
+        fields = _FIELDS_BY_ACTION[action]
+        missing = [name for name in _REQUIRED_BY_ACTION[action] if name not in data]
+        if missing:
+            raise pydantic_core.PydanticCustomError(
+                "arguments_for_action",
+                'bash action "{action}" needs {missing}',
+                {"action": action, "missing": ", ".join(missing)},
+            )
+        extra = sorted(name for name in data if name in _ALL_FIELDS and name not in fields)
+        if extra:
+            allowed = ", ".join(sorted(fields)) or "nothing else"
+            raise pydantic_core.PydanticCustomError(
+                "arguments_for_action",
+                'bash action "{action}" does not take {extra} (it takes {allowed})',
+                {"action": action, "extra": ", ".join(extra), "allowed": allowed},
+            )
+        return data
+
+
+class BashRunArgs(_ActionArgs):
+    """Run a command (the default action)."""
+
+    action: Literal["run"] = "run"
+    command: str = pydantic.Field(min_length=1, description="the bash command line (a new shell each call).")
     timeout_seconds: int | None = pydantic.Field(
         default=None,
         ge=1,
         le=MAX_TIMEOUT_SECONDS,
         description=(
-            f"run: stop a foreground command after this long (default {DEFAULT_TIMEOUT_SECONDS}); background "
+            f"stop a foreground command after this long (default {DEFAULT_TIMEOUT_SECONDS}); background "
             "processes run until they exit or are stopped."
         ),
     )
     cwd: str | None = pydantic.Field(
-        default=None, description="run: working directory, relative to the workspace root (default)."
+        default=None, description="working directory, relative to the workspace root (default)."
     )
     run_in_background: bool | None = pydantic.Field(
-        default=None, description="run: start in the background and return its process_id at once."
+        default=None, description="start in the background and return its process_id at once."
     )
-    completion_mode: Literal["resume", "detached"] | None = pydantic.Field(
-        default=None,
-        description="run/update: resume (default) notifies this session when it exits; detached does not.",
+    completion_mode: CompletionMode | None = pydantic.Field(
+        default=None, description="resume (default) notifies this session when it exits; detached does not."
     )
     lifecycle: Literal["session", "managed"] | None = pydantic.Field(
-        default=None,
-        description="run: session (default) stops it when the session closes; managed only by stop.",
+        default=None, description="session (default) stops it when the session closes; managed only by stop."
     )
-    purpose: str | None = pydantic.Field(default=None, description="run: why (kept in the audit record).")
+    purpose: str | None = pydantic.Field(default=None, description="why (kept in the audit record).")
     scope: Literal["targeted", "affected", "full"] | None = pydantic.Field(
-        default=None, description="run: how much a verification command covers (recorded only)."
+        default=None, description="how much a verification command covers (recorded only)."
     )
-    process_id: str | None = pydantic.Field(
-        default=None, min_length=1, description="read/write/stop/update: the id run returned."
-    )
+
+
+class BashReadArgs(_ActionArgs):
+    """Read a page of a background process's output."""
+
+    action: Literal["read"]
+    process_id: str = pydantic.Field(min_length=1, description="the id run returned.")
     offset_bytes: int | None = pydantic.Field(
-        default=None, ge=0, description="read: where to start (the last next_offset; default 0)."
+        default=None, ge=0, description="where to start (the last next_offset; default 0)."
     )
     max_bytes: int | None = pydantic.Field(
         default=None,
         ge=1,
         le=MAX_READ_BYTES,
-        description=f"read: at most this much (default {DEFAULT_READ_BYTES}).",
+        description=f"at most this much (default {DEFAULT_READ_BYTES}).",
     )
     wait_ms: int | None = pydantic.Field(
         default=None,
         ge=0,
         le=MAX_WAIT_MS,
-        description="read: wait up to this long for new output or exit (default: return at once).",
+        description="wait up to this long for new output or exit (default: return at once).",
     )
-    input: str | None = pydantic.Field(default=None, description="write: text sent to the process's stdin.")
+
+
+class BashWriteArgs(_ActionArgs):
+    """Send text to a background process's stdin."""
+
+    action: Literal["write"]
+    process_id: str = pydantic.Field(min_length=1)
+    input: str = pydantic.Field(description="text sent to the process's stdin.")
+
+
+class BashStopArgs(_ActionArgs):
+    """Stop a background process (its whole tree)."""
+
+    action: Literal["stop"]
+    process_id: str = pydantic.Field(min_length=1)
+
+
+class BashListArgs(_ActionArgs):
+    """List this session's background processes."""
+
+    action: Literal["list"]
+
+
+class BashUpdateArgs(_ActionArgs):
+    """Change a background process's completion_mode."""
+
+    action: Literal["update"]
+    process_id: str = pydantic.Field(min_length=1)
+    completion_mode: CompletionMode
+
+
+BashActionArgs = BashRunArgs | BashReadArgs | BashWriteArgs | BashStopArgs | BashListArgs | BashUpdateArgs
+"""One action's arguments."""
+
+_MODELS: dict[str, type[_ActionArgs]] = {
+    "run": BashRunArgs,
+    "read": BashReadArgs,
+    "write": BashWriteArgs,
+    "stop": BashStopArgs,
+    "list": BashListArgs,
+    "update": BashUpdateArgs,
+}
+# Which fields each action takes and needs (besides ``action``): from the models themselves.
+_FIELDS_BY_ACTION: dict[str, frozenset[str]] = {
+    action: frozenset(name for name in model.model_fields if name != "action")
+    for action, model in _MODELS.items()
+}
+_REQUIRED_BY_ACTION: dict[str, tuple[str, ...]] = {
+    action: tuple(name for name, f in model.model_fields.items() if f.is_required() and name != "action")
+    for action, model in _MODELS.items()
+}
+_ALL_FIELDS = frozenset().union(*_FIELDS_BY_ACTION.values())
+
+
+def _action_of_model(model: type[_ActionArgs]) -> str:
+    return str(get_args(model.model_fields["action"].annotation)[0])
+
+
+def _action_of(value: Any) -> Any:
+    """The discriminator: the ``action`` of JSON arguments (absent or null: run) or of a model."""
+    if isinstance(value, dict):
+        action = value.get("action")
+        return "run" if action is None else action
+    return getattr(value, "action", None)
+
+
+class BashArgs(pydantic.RootModel[BashActionArgs]):
+    """Arguments of the ``bash`` tool: one model per action (``root``), told apart by ``action``."""
+
+    root: Annotated[
+        Annotated[BashRunArgs, pydantic.Tag("run")]
+        | Annotated[BashReadArgs, pydantic.Tag("read")]
+        | Annotated[BashWriteArgs, pydantic.Tag("write")]
+        | Annotated[BashStopArgs, pydantic.Tag("stop")]
+        | Annotated[BashListArgs, pydantic.Tag("list")]
+        | Annotated[BashUpdateArgs, pydantic.Tag("update")],
+        pydantic.Discriminator(_action_of),
+    ]
+
+    @pydantic.model_validator(mode="wrap")
+    @classmethod
+    def _by_action(cls, data: Any, handler: pydantic.ModelWrapValidatorHandler[BashArgs]) -> BashArgs:
+        """Validate JSON arguments with their action's model, so problems are reported at their
+        own path (``$.wait_ms``, not under the union's tag) and an unknown action at ``$.action``."""
+        if not isinstance(data, dict | _ActionArgs | BashArgs):
+            raise pydantic_core.ValidationError.from_exception_data(
+                cls.__name__, [{"type": "dict_type", "loc": (), "input": data}]
+            )
+        if isinstance(data, dict):
+            action = _action_of(data)
+            model = _MODELS.get(action) if isinstance(action, str) else None
+            if model is None:
+                raise pydantic_core.ValidationError.from_exception_data(
+                    cls.__name__,
+                    [
+                        {
+                            "type": "literal_error",
+                            "loc": ("action",),
+                            "input": action,
+                            "ctx": {"expected": ", ".join(repr(a) for a in _MODELS)},
+                        }
+                    ],
+                )
+            data = model.model_validate(data)
+        return handler(data)
 
     @classmethod
     def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """The JSON Schema, with optional fields shown as their plain type (no ``null``)."""
+        """The JSON Schema: an object that is one of the actions' objects, optional fields shown as
+        their plain type (no ``null``)."""
         schema = super().model_json_schema(*args, **kwargs)
-        for prop in schema.get("properties", {}).values():
-            options = prop.pop("anyOf", None)
-            if options is not None:
-                kept = [o for o in options if o.get("type") != "null"]
-                if len(kept) == 1:
-                    prop.update(kept[0])
-                else:
-                    prop["anyOf"] = kept
-                if prop.get("default", 0) is None:
-                    del prop["default"]
-        return schema
-
-    @pydantic.model_validator(mode="after")
-    def _fits_action(self) -> BashArgs:
-        """The fields given must fit the action: part of validating the arguments, so a
-        mistake is reported like any other (code ``invalid_arguments``, path ``$``)."""
-        given = {
-            name for name in type(self).model_fields if name != "action" and getattr(self, name) is not None
-        }
-        missing = [name for name in _REQUIRED_BY_ACTION[self.action] if getattr(self, name) is None]
-        if missing:
-            raise pydantic_core.PydanticCustomError(
-                "arguments_for_action",
-                'bash action "{action}" needs {missing}',
-                {"action": self.action, "missing": ", ".join(missing)},
-            )
-        extra = sorted(given - _FIELDS_BY_ACTION[self.action])
-        if extra:
-            allowed = ", ".join(sorted(_FIELDS_BY_ACTION[self.action])) or "nothing else"
-            raise pydantic_core.PydanticCustomError(
-                "arguments_for_action",
-                'bash action "{action}" does not take {extra} (it takes {allowed})',
-                {"action": self.action, "extra": ", ".join(extra), "allowed": allowed},
-            )
-        return self
+        for definition in schema.get("$defs", {}).values():
+            for prop in definition.get("properties", {}).values():
+                prop.pop("title", None)
+                options = prop.pop("anyOf", None)
+                if options is not None:
+                    kept = [o for o in options if o.get("type") != "null"]
+                    if len(kept) == 1:
+                        prop.update(kept[0])
+                    else:
+                        prop["anyOf"] = kept
+                    if prop.get("default", 0) is None:
+                        del prop["default"]
+        return {"type": "object", **schema}
 
 
 def bash_tool(handler: Handler, handoff_seconds: float | None) -> Tool:

@@ -111,7 +111,7 @@ def create_server(host: Host, *, name: str = "codemode") -> Server[Any]:
                     name=t.name,
                     title=t.title,
                     description=t.description,
-                    input_schema=t.input_schema,
+                    input_schema=flat_input_schema(t.input_schema),
                     output_schema=schema,
                     annotations=_annotations(t),
                 )
@@ -177,6 +177,63 @@ def create_server(host: Host, *, name: str = "codemode") -> Server[Any]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+
+
+def flat_input_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` as one object, for clients whose model APIs refuse a ``oneOf``/``anyOf`` at
+    the top of a tool's input schema (several do).
+
+    A union of objects (bash: one object per action) becomes one object with every branch's
+    properties (a property in several branches: its first definition, with the enums of
+    ``const`` tags merged) and only what every branch requires. The tool itself still checks
+    the arguments against the union, so a wrong combination gets its precise message.
+    """
+    branches = schema.get("oneOf") or schema.get("anyOf")
+    if not isinstance(branches, list) or "properties" in schema:
+        return schema
+    defs = schema.get("$defs", {})
+    resolved = [_resolve_ref(b, defs) for b in branches]
+    if not all(isinstance(b, dict) and b.get("type") == "object" for b in resolved):
+        return schema
+    properties: dict[str, Any] = {}
+    tags: dict[str, list[Any]] = {}
+    for branch in resolved:
+        for name, prop in branch.get("properties", {}).items():
+            if isinstance(prop, dict) and "const" in prop:
+                tags.setdefault(name, []).append(prop["const"])
+            properties.setdefault(name, prop)
+    for name, values in tags.items():
+        first = dict(properties[name])
+        first.pop("const", None)
+        properties[name] = {**first, "enum": list(dict.fromkeys(values))}
+    required = set.intersection(*(set(b.get("required", [])) for b in resolved)) if resolved else set()
+    flat: dict[str, Any] = {"type": "object", "properties": properties}
+    if required - set(tags):
+        flat["required"] = sorted(required - set(tags))
+    # Which fields go with which tag (the union said it; one object has to say it in words).
+    by_tag = []
+    for branch in resolved:
+        tag = next(
+            (f"{n}={p['const']}" for n, p in branch.get("properties", {}).items() if "const" in p), None
+        )
+        fields = [n for n in branch.get("properties", {}) if n not in tags]
+        if tag is not None:
+            by_tag.append(f"{tag}: {', '.join(fields) or 'no other fields'}")
+    words = [schema["description"]] if "description" in schema else []
+    if by_tag:
+        words.append("Fields by " + "; ".join(by_tag) + ".")
+    if words:
+        flat["description"] = " ".join(words)
+    if defs:
+        flat["$defs"] = defs
+    return flat
+
+
+def _resolve_ref(branch: Any, defs: dict[str, Any]) -> Any:
+    ref = branch.get("$ref") if isinstance(branch, dict) else None
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return defs.get(ref.removeprefix("#/$defs/"), branch)
+    return branch
 
 
 def _annotations(t: Tool) -> types.ToolAnnotations:

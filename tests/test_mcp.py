@@ -207,3 +207,23 @@ async def test_typed_bash_results_pass_the_sdk_clients_output_check(tmp_path: Pa
                     stopped.structured_content is not None
                     and stopped.structured_content["state"] == "stopped"
                 )
+
+
+def test_a_union_input_schema_is_published_as_one_object() -> None:
+    # Several model APIs refuse oneOf/anyOf at the top of a tool's input schema.
+    from codemode.mcp import flat_input_schema
+    from codemode.tools._bash._tool import BashArgs
+
+    schema = BashArgs.model_json_schema()
+    assert "oneOf" in schema or "anyOf" in schema
+    flat = flat_input_schema(schema)
+    assert flat["type"] == "object" and "oneOf" not in flat and "anyOf" not in flat
+    assert flat["properties"]["action"]["enum"] == ["run", "read", "write", "stop", "list", "update"]
+    assert {"command", "process_id", "input", "wait_ms", "completion_mode"} <= set(flat["properties"])
+    assert "required" not in flat  # nothing every action needs
+    assert (
+        "action=read: process_id" in flat["description"]
+        and "action=list: no other fields" in flat["description"]
+    )
+    plain = {"type": "object", "properties": {"x": {"type": "integer"}}}
+    assert flat_input_schema(plain) is plain

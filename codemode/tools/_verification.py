@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -105,23 +105,6 @@ _UV_VALUE_OPTS = frozenset(
      "--group", "--env-file", "--directory", "--project", "--index", "--index-url", "--extra-index-url",
      "--from", "-w", "--only-group", "--no-group", "--cache-dir", "--config-file"}
 )  # fmt: skip
-_MODULE_TOOLS: dict[str, Classification] = {
-    "pytest": Classification("test", "pytest"),
-    "py.test": Classification("test", "pytest"),
-    "unittest": Classification("test", "unittest"),
-    "mypy": Classification("typecheck", "mypy"),
-    "dmypy": Classification("typecheck", "mypy"),
-    "pyright": Classification("typecheck", "pyright"),
-    "basedpyright": Classification("typecheck", "pyright"),
-    "flake8": Classification("lint", "flake8"),
-    "jest": Classification("test", "jest"),
-    "vitest": Classification("test", "vitest"),
-    "mocha": Classification("test", "mocha"),
-    "_mocha": Classification("test", "mocha"),
-    "tsc": Classification("typecheck", "tsc"),
-    "vue-tsc": Classification("typecheck", "tsc"),
-    "eslint": Classification("lint", "eslint"),
-}
 
 
 def _tokens(command: str) -> list[str]:
@@ -222,7 +205,9 @@ def _classify_script_runner(runner: str, words: list[str], depth: int) -> Classi
     return _classify_words(words[i:], depth) or _classify_script(runner, sub)
 
 
-def _classify_make(words: list[str]) -> Classification:
+def _make_kind(runner: Runner, words: list[str], depth: int) -> Classification:
+    # Code: each target gets a kind from its name (in this order), then the command gets the most
+    # telling kind among its targets.
     targets: list[str] = []
     i = 1
     while i < len(words):
@@ -246,8 +231,151 @@ def _classify_make(words: list[str]) -> Classification:
             kinds.append("build")
     for kind in ("test", "typecheck", "lint"):
         if kind in kinds:
-            return Classification(kind, "make")
-    return Classification("build", "make")
+            return Classification(kind, runner.tool)
+    return Classification("build", runner.tool)
+
+
+def _gradle_kind(runner: Runner, words: list[str], depth: int) -> Classification:
+    # Code: a task is named by its last path part (":app:test") and may end in "Test"/"Check".
+    tasks = [a.rsplit(":", 1)[-1] for a in words[1:] if not a.startswith("-")]
+    if any(t in ("test", "check") or t.endswith("Test") or t.endswith("Check") for t in tasks):
+        return Classification("test", runner.tool)
+    return Classification("build", runner.tool)
+
+
+def _script_runner_kind(runner: Runner, words: list[str], depth: int) -> Classification | None:
+    return _classify_script_runner(runner.tool, words, depth)
+
+
+@dataclass(frozen=True)
+class Runner:
+    """A verification tool, as data: how a command line selects it and how its output reads.
+
+    Attributes:
+        tool: The name reported in :class:`Classification`.
+        names: Executables (and ``python -m`` modules) that run it.
+        kind: Its kind; with ``subcommands``, the kind of any subcommand not listed there; with
+            ``flag``, the kind when the flag is given; with ``targets``, the kind when none is.
+        subcommands: The first word after the options selects the kind (None: not a verification).
+        options: The characters that start the options skipped before the subcommand ("" when
+            the subcommand comes first); ``--`` ends them.
+        flag: An argument that must appear anywhere (``node --test``).
+        targets: Any argument among these selects that kind (``mvn clean verify``).
+        classify: Code, for the runners whose command line needs it (make, gradle, npm & co.).
+    """
+
+    tool: str
+    names: tuple[str, ...]
+    kind: Kind | None = None
+    subcommands: Mapping[str, Kind | None] | None = None
+    options: str = "-"
+    flag: str | None = None
+    targets: Mapping[str, Kind] | None = None
+    classify: Callable[[Runner, list[str], int], Classification | None] | None = None
+
+    def select(self, args: list[str]) -> Kind | None:
+        """The kind this command line runs, or None."""
+        if self.flag is not None:
+            return self.kind if self.flag in args else None
+        if self.targets is not None:
+            for a in args:
+                if a in self.targets:
+                    return self.targets[a]
+            return self.kind
+        if self.subcommands is None:
+            return self.kind
+        i = 0
+        if self.options:
+            while i < len(args) and args[i][:1] and args[i][0] in self.options and args[i] != "--":
+                i += 1
+            if args[i : i + 1] == ["--"]:
+                i += 1
+        if i >= len(args) or not args[i]:
+            return None
+        return self.subcommands.get(args[i], self.kind)
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """A command that runs the rest of its arguments as a command (``uv run``, ``npx``).
+
+    Attributes:
+        names: Its executables.
+        verbs: The words that must follow the name, tried in order (``()``: none).
+        value_opts: Its options that take a value, skipped with it before the command.
+    """
+
+    names: tuple[str, ...]
+    verbs: tuple[tuple[str, ...], ...] = ((),)
+    value_opts: frozenset[str] = frozenset()
+
+
+_CARGO_SUBCOMMANDS: dict[str, Kind | None] = {
+    "test": "test", "t": "test", "nextest": "test", "build": "build", "b": "build", "check": "build",
+    "c": "build", "clippy": "lint",
+}  # fmt: skip
+_RUFF_NOT_LINT = ("format", "version", "rule", "config", "linter", "clean", "server", "analyze", "help")
+
+RUNNERS: tuple[Runner, ...] = (
+    Runner("pytest", ("pytest", "py.test"), "test"),
+    Runner("unittest", ("unittest",), "test"),
+    Runner("django", ("manage.py",), subcommands={"test": "test"}, options=""),
+    Runner("tox", ("tox",), "test"),
+    Runner("nox", ("nox",), "test"),
+    Runner("mypy", ("mypy", "dmypy"), "typecheck"),
+    Runner("pyright", ("pyright", "basedpyright"), "typecheck"),
+    Runner("flake8", ("flake8",), "lint"),
+    Runner("ruff", ("ruff",), "lint", subcommands=dict.fromkeys(_RUFF_NOT_LINT)),
+    Runner("jest", ("jest",), "test"),
+    Runner("vitest", ("vitest",), "test"),
+    Runner("mocha", ("mocha", "_mocha"), "test"),
+    Runner("node", ("node",), "test", flag="--test"),
+    Runner("tsc", ("tsc", "vue-tsc"), "typecheck"),
+    Runner("eslint", ("eslint",), "lint"),
+    *(Runner(name, (name,), classify=_script_runner_kind) for name in _SCRIPT_RUNNERS),
+    Runner("go", ("go",), subcommands={"test": "test", "build": "build", "vet": "lint"}, options=""),
+    Runner("cargo", ("cargo",), subcommands=_CARGO_SUBCOMMANDS, options="-+"),  # cargo +nightly -q test
+    Runner("make", ("make", "gmake"), classify=_make_kind),
+    Runner("gradle", ("gradle", "gradlew"), classify=_gradle_kind),
+    Runner(
+        "mvn",
+        ("mvn", "mvnw"),
+        "build",
+        targets={"test": "test", "verify": "test", "integration-test": "test"},
+    ),
+)
+
+LAUNCHERS: tuple[Launcher, ...] = (
+    Launcher(("uv",), (("run",), ("tool", "run")), _UV_VALUE_OPTS),
+    Launcher(("uvx", "bunx", "pipx"), (("run",), ()), _UV_VALUE_OPTS),
+    Launcher(
+        ("poetry", "pipenv", "pdm", "hatch", "rye", "conda", "mamba"),
+        (("run",),),
+        frozenset({"-n", "--name", "-p", "--prefix", "-e", "--env"}),
+    ),
+    Launcher(("npx",), ((),), frozenset({"-p", "--package"})),
+)
+
+_RUNNER_BY_NAME = {name: r for r in RUNNERS for name in r.names}
+_LAUNCHER_BY_NAME = {name: launcher for launcher in LAUNCHERS for name in launcher.names}
+_SHELLS = frozenset({"bash", "sh", "zsh", "dash"})
+_COVERAGE_VALUE_OPTS = frozenset({"--rcfile", "--source", "--include", "--omit", "--data-file", "--context"})
+
+
+def _classify_python(args: list[str], depth: int) -> Classification | None:
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "-m" and i + 1 < len(args):
+            return _classify_words(args[i + 1 :], depth + 1)
+        if a.startswith("-m") and len(a) > 2:
+            return _classify_words([a[2:], *args[i + 1 :]], depth + 1)
+        if not a.startswith("-") and os.path.basename(a) == "manage.py" and "test" in args[i + 1 : i + 2]:
+            return Classification("test", "django")  # Django's runner prints unittest's summary
+        if a == "-c" or not a.startswith("-"):
+            return None  # inline code or another script: not recognised
+        i += 2 if a in ("-W", "-X") else 1
+    return None
 
 
 def _classify_words(words: list[str], depth: int = 0) -> Classification | None:
@@ -258,89 +386,30 @@ def _classify_words(words: list[str], depth: int = 0) -> Classification | None:
     args = words[1:]
     if prog.endswith(".exe"):
         prog = prog[:-4]
-
-    if _PYTHON_RE.match(prog):
-        i = 0
-        while i < len(args):
-            a = args[i]
-            if a == "-m" and i + 1 < len(args):
-                return _classify_words(args[i + 1 :], depth + 1)
-            if a.startswith("-m") and len(a) > 2:
-                return _classify_words([a[2:], *args[i + 1 :]], depth + 1)
-            if not a.startswith("-") and os.path.basename(a) == "manage.py" and "test" in args[i + 1 : i + 2]:
-                return Classification("test", "django")  # Django's runner prints unittest's summary
-            if a == "-c" or not a.startswith("-"):
-                return None  # inline code or another script: not recognised
-            i += 2 if a in ("-W", "-X") else 1
+    if runner := _RUNNER_BY_NAME.get(prog):
+        if runner.classify is not None:
+            return runner.classify(runner, words, depth + 1)
+        kind = runner.select(args)
+        return Classification(kind, runner.tool) if kind is not None else None
+    if launcher := _LAUNCHER_BY_NAME.get(prog):
+        for verb in launcher.verbs:
+            if tuple(args[: len(verb)]) == verb:
+                rest = args[_skip_options(args, len(verb), launcher.value_opts) :]
+                return _classify_words(rest, depth + 1)
         return None
-    if prog in _MODULE_TOOLS:
-        return _MODULE_TOOLS[prog]
-    if prog == "manage.py" and args[:1] == ["test"]:
-        return Classification("test", "django")
-    if prog in ("tox", "nox"):
-        return Classification("test", prog)
-    if prog in ("bash", "sh", "zsh", "dash"):
+    if _PYTHON_RE.match(prog):
+        return _classify_python(args, depth)
+    if prog in _SHELLS:
         for j, a in enumerate(args[:-1]):
             if a.startswith("-") and not a.startswith("--") and "c" in a:
                 return classify_command(args[j + 1], _depth=depth + 1)
         return None
-    if prog == "uv" and args[:1] == ["run"]:
-        return _classify_words(args[_skip_options(args, 1, _UV_VALUE_OPTS) :], depth + 1)
-    if prog == "uv" and args[:2] == ["tool", "run"]:
-        return _classify_words(args[_skip_options(args, 2, _UV_VALUE_OPTS) :], depth + 1)
-    if prog in ("uvx", "bunx", "pipx"):
-        rest = args[1:] if args[:1] == ["run"] else args
-        return _classify_words(rest[_skip_options(rest, 0, _UV_VALUE_OPTS) :], depth + 1)
-    if prog in ("poetry", "pipenv", "pdm", "hatch", "rye", "conda", "mamba") and args[:1] == ["run"]:
-        value_opts = frozenset({"-n", "--name", "-p", "--prefix", "-e", "--env"})
-        return _classify_words(args[_skip_options(args, 1, value_opts) :], depth + 1)
     if prog == "coverage" and args[:1] == ["run"]:
-        value_opts = frozenset({"--rcfile", "--source", "--include", "--omit", "--data-file", "--context"})
+        # Code: the options end at "-m", which the usual option skipping would take for one.
         i = 1
         while i < len(args) and args[i].startswith("-") and args[i] != "-m":
-            i += 2 if args[i] in value_opts else 1
+            i += 2 if args[i] in _COVERAGE_VALUE_OPTS else 1
         return _classify_words(args[i + 1 :], depth + 1) if args[i : i + 1] == ["-m"] else None
-    if prog == "npx":
-        return _classify_words(args[_skip_options(args, 0, frozenset({"-p", "--package"})) :], depth + 1)
-    if prog in _SCRIPT_RUNNERS:
-        return _classify_script_runner(prog, words, depth + 1)
-    if prog == "node":
-        return Classification("test", "node") if "--test" in args else None
-    if prog == "ruff":
-        i = _skip_options(args, 0)
-        sub = args[i] if i < len(args) else ""
-        if sub == "check" or (sub and sub not in ("format", "version", "rule", "config", "linter",
-                                                  "clean", "server", "analyze", "help")):  # fmt: skip
-            return Classification("lint", "ruff")
-        return None
-    if prog == "go":
-        sub = args[0] if args else ""
-        return {"test": Classification("test", "go"), "build": Classification("build", "go"),
-                "vet": Classification("lint", "go")}.get(sub)  # fmt: skip
-    if prog == "cargo":
-        i = 0
-        while i < len(args) and (args[i].startswith("-") or args[i].startswith("+")):
-            i += 1
-        sub = args[i] if i < len(args) else ""
-        if sub in ("test", "t", "nextest"):
-            return Classification("test", "cargo")
-        if sub in ("build", "b", "check", "c"):
-            return Classification("build", "cargo")
-        if sub == "clippy":
-            return Classification("lint", "cargo")
-        return None
-    if prog in ("make", "gmake"):
-        return _classify_make(words)
-    if prog in ("gradle", "gradlew"):
-        tasks = [a.rsplit(":", 1)[-1] for a in args if not a.startswith("-")]
-        if any(t in ("test", "check") or t.endswith("Test") or t.endswith("Check") for t in tasks):
-            return Classification("test", "gradle")
-        return Classification("build", "gradle")
-    if prog in ("mvn", "mvnw"):
-        phases = [a for a in args if not a.startswith("-")]
-        if any(p in ("test", "verify", "integration-test") for p in phases):
-            return Classification("test", "mvn")
-        return Classification("build", "mvn")
     return None
 
 

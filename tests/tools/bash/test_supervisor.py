@@ -5,6 +5,7 @@ only with the record's token, and cleans up the command's cgroup."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -299,3 +300,39 @@ def test_processes_the_command_left_behind_end_with_it(
     _poll(gone, what="the left-behind child to end")
     assert record.cgroup is not None
     _poll(lambda: not os.path.exists(record.cgroup), what="the cgroup to go")
+
+
+def test_a_child_holding_the_terminal_does_not_keep_the_record_open(
+    cgroups: None, start: Start, conn: Any, workspace: Path
+) -> None:
+    # The child keeps the PTY open after bash exits; the supervisor stops copying soon after
+    # the exit, records it, and ends the child with the cgroup.
+    pid_file = workspace / "child.pid"
+    process_id, _ = start(f"sleep 300 & echo $! > {pid_file}; echo parent done; exit 4")
+    record = _ended(conn, process_id)
+    assert (record.state, record.exit_code) == ("exited", 4)
+    assert "parent done" in _log(record)
+    child = int(pid_file.read_text())
+
+    def gone() -> bool:
+        try:
+            return psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    _poll(gone, what="the child to end")
+
+
+def test_a_large_input_reaches_the_command_whole_and_in_order(start: Start, conn: Any) -> None:
+    # More than a pipe and a terminal buffer hold: the supervisor queues what the PTY cannot
+    # take yet. The terminal is in line mode, so the input is lines; ^D ends it.
+    lines = [f"{i:06d} {'x' * 90}" for i in range(3000)]
+    process_id, _ = start("echo ready; sha256sum | cut -c1-64")
+    record = _records.get(conn, process_id)
+    assert record is not None and record.input_token is not None
+    _poll(lambda: "ready" in _log(record), what="ready")
+    data = ("\n".join(lines) + "\n").encode()
+    assert len(data) > 256 * 1024
+    assert _send(record, record.input_token.encode() + data + b"\x04") == b"ok"
+    ended = _ended(conn, process_id)
+    assert hashlib.sha256(data).hexdigest() in _log(ended)

@@ -15,7 +15,7 @@ import pytest
 
 from codemode.archive import Archive
 from codemode.engine import Engine, EngineLimits, ProgramOutcome
-from codemode.errors import ToolError
+from codemode.errors import ToolError, UserError
 from codemode.sandbox import SandboxMode, SandboxPolicy
 from codemode.tools import ToolContext, ToolRegistry, ToolResult
 
@@ -279,3 +279,17 @@ async def test_close_leaves_the_engine_usable(engine: Engine, context: ToolConte
     engine.close()
     outcome = await _run(engine, context, "print(2)")
     assert outcome.output == "2\n"
+
+
+def test_another_event_loop_is_a_user_error(context: ToolContext) -> None:
+    pytest.importorskip("trio")
+    engine = Engine(ToolRegistry(), EngineLimits())
+    try:
+
+        async def main() -> None:
+            await engine.run("print(1)", context, timeout_seconds=10)
+
+        with pytest.raises(UserError, match="asyncio"):
+            anyio.run(main, backend="trio")
+    finally:
+        engine.close()

@@ -196,12 +196,6 @@ async def test_a_pending_call_that_took_effect_is_reported_not_cancelled(
     assert result.structured_content == {"started": "p_1"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a late call whose handler returns plain data (not a ToolResult) is put in "
-    "ProgramOutcome.late as that raw value; Host._late_notice then reads value.text and "
-    "Host.run_code raises AttributeError",
-)
 async def test_a_late_call_returning_plain_data_is_reported_as_a_tool_result(
     engine: Engine, context: ToolContext, seen: Seen
 ) -> None:
@@ -213,12 +207,6 @@ async def test_a_late_call_returning_plain_data_is_reported_as_a_tool_result(
     assert result.structured_content == {"started": "p_2"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a call that finished after the program stopped reading results but before the "
-    "engine settled is taken from the inbox only when its value is a ToolResult; a handler "
-    "returning plain data is then reported cancelled although it took effect",
-)
 async def test_a_call_finished_unread_with_plain_data_is_not_called_cancelled(
     engine: Engine, context: ToolContext, seen: Seen
 ) -> None:

@@ -20,6 +20,7 @@ import psutil
 
 from codemode.archive import Archive
 from codemode.errors import ToolError
+from codemode.sandbox import cgroup_kill, cgroup_remove
 from codemode.tools._bash import _records
 from codemode.tools._bash._env import command_env
 from codemode.tools._bash._foreground import RunSpec, command_cgroup, confine
@@ -54,6 +55,23 @@ def _read_line(stream: Any, timeout: float) -> bytes:
             break
         data += chunk
     return data
+
+
+def _failed(
+    db: Callable[[], AbstractContextManager[sqlite3.Connection]],
+    process_id: str,
+    cgroup: str | None,
+    error: str,
+) -> None:
+    """A start that failed: the record says so (no completion is queued: the caller has the
+    error), and the command's cgroup goes, with anything that got into it."""
+    with db() as conn:
+        record = _records.get(conn, process_id)
+        if record is not None and record.live:
+            _records.update(conn, process_id, state="failed", error=error, ended_at=time.time())
+    if cgroup is not None:
+        cgroup_kill(cgroup)
+        cgroup_remove(cgroup)
 
 
 def start_background(
@@ -136,10 +154,7 @@ def start_background(
                         close_fds=True,
                     )
                 except OSError as exc:
-                    with db() as conn:
-                        _records.update(
-                            conn, process_id, state="failed", error=str(exc), ended_at=time.time()
-                        )
+                    _failed(db, process_id, cgroup, str(exc))
                     raise ToolError(f"could not start the background supervisor: {exc}") from exc
     finally:
         if procs_fd is not None:
@@ -157,20 +172,14 @@ def start_background(
         answer: dict[str, Any] = json.loads(line)
     except ValueError:
         detail = err_path.read_text(errors="replace").strip()[-2000:] if err_path.exists() else ""
-        with db() as conn:
-            _records.record_end(
-                conn,
-                process_id,
-                exit_code=None,
-                exit_signal=None,
-                state="failed",
-                error=detail or "no answer",
-            )
+        # The caller gets this error; a process that never ran queues no completion.
+        _failed(db, process_id, cgroup, detail or "no answer")
         raise ToolError(
             "the background supervisor did not start" + (f": {detail}" if detail else ""),
             {"error": "supervisor_failed"},
         ) from None
     if not answer.get("ok"):
+        _failed(db, process_id, cgroup, str(answer.get("error")))
         raise ToolError(
             f"the background command could not start: {answer.get('error')}", {"error": "spawn_failed"}
         )

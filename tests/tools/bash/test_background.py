@@ -166,15 +166,7 @@ def test_a_start_that_fails_is_a_tool_error_and_a_failed_record(
     assert not record.live
 
 
-_LEAK = pytest.mark.xfail(
-    strict=True,
-    reason="bug: when the supervisor or the command cannot start, the cgroup made for the "
-    "command (and its session's directory) is left behind; only a command that ran gets "
-    "its cgroup removed",
-)
-
-
-@pytest.mark.parametrize("how", [pytest.param(how, marks=_LEAK) for how in _FAILURES])
+@pytest.mark.parametrize("how", list(_FAILURES))
 def test_a_start_that_fails_leaves_no_cgroup(
     how: str, start: Start, conn: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -189,17 +181,7 @@ def test_a_start_that_fails_leaves_no_cgroup(
     assert not os.path.exists(record.cgroup)
 
 
-_NOTE = pytest.mark.xfail(
-    strict=True,
-    reason="bug: when the supervisor dies without answering, the failed start is recorded with "
-    "record_end, which queues a completion ('ended; its exit code is unknown') for a process "
-    "that never ran, although the caller already got a ToolError (the other failures queue none)",
-)
-
-
-@pytest.mark.parametrize(
-    "how", [pytest.param(how, marks=_NOTE) if how == "silent-supervisor" else how for how in _FAILURES]
-)
+@pytest.mark.parametrize("how", list(_FAILURES))
 def test_a_start_that_fails_queues_no_completion(
     how: str, start: Start, conn: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -8,6 +8,11 @@ result into one line a model can read when the output itself was cut.
 
 Counts are ``None`` when the output does not say. ``ok`` is the overall verdict: the exit code
 was 0 and no failure or error was reported.
+
+The tools are data: :data:`RUNNERS` (names, kind, the subcommands or arguments that select it,
+its summary formats) and :data:`LAUNCHERS` (``uv run``, ``npx``, ... that run another command).
+Most summary formats are data too (:class:`Summary` of :class:`Line` rules, :class:`Count`); a
+function is kept only for a format that needs code, and says why.
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ import os
 import re
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, get_args
 
 from codemode.tools._capture import OMITTED_MARKER_RE
 from codemode.tools._terminal import strip_ansi
@@ -262,6 +267,13 @@ class Runner:
         flag: An argument that must appear anywhere (``node --test``).
         targets: Any argument among these selects that kind (``mvn clean verify``).
         classify: Code, for the runners whose command line needs it (make, gradle, npm & co.).
+        kinds: The kinds that code reports (the other fields say so themselves).
+        formats: Its summary formats, tried in order until one is found in the output.
+        test_formats: Formats tried first when the command runs tests (``go test``).
+        delegates: It prints the summary of what it runs (``npm test``, ``make``, ``tox``): every
+            known format is tried before its own.
+        quiet: Kinds for which it prints nothing when all is well: exit 0 with no summary means
+            zero errors.
     """
 
     tool: str
@@ -272,6 +284,16 @@ class Runner:
     flag: str | None = None
     targets: Mapping[str, Kind] | None = None
     classify: Callable[[Runner, list[str], int], Classification | None] | None = None
+    kinds: frozenset[Kind] = frozenset()
+    formats: tuple[_Parser, ...] = ()
+    test_formats: tuple[_Parser, ...] = ()
+    delegates: bool = False
+    quiet: frozenset[Kind] = frozenset()
+
+    def reports(self) -> frozenset[Kind]:
+        """The kinds it can report."""
+        said = [self.kind, *(self.subcommands or {}).values(), *(self.targets or {}).values()]
+        return self.kinds | frozenset(k for k in said if k is not None)
 
     def select(self, args: list[str]) -> Kind | None:
         """The kind this command line runs, or None."""
@@ -308,58 +330,6 @@ class Launcher:
     names: tuple[str, ...]
     verbs: tuple[tuple[str, ...], ...] = ((),)
     value_opts: frozenset[str] = frozenset()
-
-
-_CARGO_SUBCOMMANDS: dict[str, Kind | None] = {
-    "test": "test", "t": "test", "nextest": "test", "build": "build", "b": "build", "check": "build",
-    "c": "build", "clippy": "lint",
-}  # fmt: skip
-_RUFF_NOT_LINT = ("format", "version", "rule", "config", "linter", "clean", "server", "analyze", "help")
-
-RUNNERS: tuple[Runner, ...] = (
-    Runner("pytest", ("pytest", "py.test"), "test"),
-    Runner("unittest", ("unittest",), "test"),
-    Runner("django", ("manage.py",), subcommands={"test": "test"}, options=""),
-    Runner("tox", ("tox",), "test"),
-    Runner("nox", ("nox",), "test"),
-    Runner("mypy", ("mypy", "dmypy"), "typecheck"),
-    Runner("pyright", ("pyright", "basedpyright"), "typecheck"),
-    Runner("flake8", ("flake8",), "lint"),
-    Runner("ruff", ("ruff",), "lint", subcommands=dict.fromkeys(_RUFF_NOT_LINT)),
-    Runner("jest", ("jest",), "test"),
-    Runner("vitest", ("vitest",), "test"),
-    Runner("mocha", ("mocha", "_mocha"), "test"),
-    Runner("node", ("node",), "test", flag="--test"),
-    Runner("tsc", ("tsc", "vue-tsc"), "typecheck"),
-    Runner("eslint", ("eslint",), "lint"),
-    *(Runner(name, (name,), classify=_script_runner_kind) for name in _SCRIPT_RUNNERS),
-    Runner("go", ("go",), subcommands={"test": "test", "build": "build", "vet": "lint"}, options=""),
-    Runner("cargo", ("cargo",), subcommands=_CARGO_SUBCOMMANDS, options="-+"),  # cargo +nightly -q test
-    Runner("make", ("make", "gmake"), classify=_make_kind),
-    Runner("gradle", ("gradle", "gradlew"), classify=_gradle_kind),
-    Runner(
-        "mvn",
-        ("mvn", "mvnw"),
-        "build",
-        targets={"test": "test", "verify": "test", "integration-test": "test"},
-    ),
-)
-
-LAUNCHERS: tuple[Launcher, ...] = (
-    Launcher(("uv",), (("run",), ("tool", "run")), _UV_VALUE_OPTS),
-    Launcher(("uvx", "bunx", "pipx"), (("run",), ()), _UV_VALUE_OPTS),
-    Launcher(
-        ("poetry", "pipenv", "pdm", "hatch", "rye", "conda", "mamba"),
-        (("run",),),
-        frozenset({"-n", "--name", "-p", "--prefix", "-e", "--env"}),
-    ),
-    Launcher(("npx",), ((),), frozenset({"-p", "--package"})),
-)
-
-_RUNNER_BY_NAME = {name: r for r in RUNNERS for name in r.names}
-_LAUNCHER_BY_NAME = {name: launcher for launcher in LAUNCHERS for name in launcher.names}
-_SHELLS = frozenset({"bash", "sh", "zsh", "dash"})
-_COVERAGE_VALUE_OPTS = frozenset({"--rcfile", "--source", "--include", "--omit", "--data-file", "--context"})
 
 
 def _classify_python(args: list[str], depth: int) -> Classification | None:
@@ -452,7 +422,110 @@ class _Parsed:
     summary_line: str | None = None
 
 
+# A summary format: reads the output's lines (``cut``: lines were left out) into counts, or None
+# when the format is not there.
 _Parser = Callable[[list[str], bool], "_Parsed | None"]
+
+_Field = Literal["passed", "failed", "skipped", "errors"]
+_FIELDS: tuple[_Field, ...] = ("passed", "failed", "skipped", "errors")
+
+
+@dataclass(frozen=True)
+class Line:
+    """A summary rule: the last line that ``pattern`` matches (searched, not anchored).
+
+    Named groups give the counts: ``passed``, ``failed``, ``skipped``, ``errors``; ``total``
+    (``passed`` is then what the others leave); ``counts``, text such as ``3 passed, 1 failed``
+    whose words ``words`` maps to fields (several words may add up into one field).
+
+    Attributes:
+        pattern: The line's pattern.
+        words: For the ``counts`` group: word -> field.
+        zero: Fields that are 0 when this line matches without giving them.
+        summary: What the line adds to ``summary_line``: the match, the whole line, the match
+            with runs of spaces squashed, or nothing; all stripped.
+        tail: Only the last ``tail`` lines are searched (None: all).
+        optional: The line only adds counts to the other lines; alone it is not a summary.
+    """
+
+    pattern: re.Pattern[str]
+    words: Mapping[str, _Field] = field(default_factory=dict)
+    zero: tuple[_Field, ...] = ()
+    summary: Literal["match", "line", "squash", "none"] = "match"
+    tail: int | None = None
+    optional: bool = False
+
+    def find(self, lines: list[str]) -> re.Match[str] | None:
+        """The last matching line's match, or None."""
+        stop = -1 if self.tail is None else max(-1, len(lines) - 1 - self.tail)
+        search = self.pattern.search
+        for i in range(len(lines) - 1, stop, -1):
+            if m := search(lines[i]):
+                return m
+        return None
+
+    def read(self, m: re.Match[str], into: dict[str, int]) -> str | None:
+        """Put the match's counts into ``into``; return its part of the summary line."""
+        for zeroed in self.zero:
+            into[zeroed] = 0
+        for name, value in m.groupdict().items():
+            if value is None:
+                continue
+            if name == "counts":
+                for n, word in _COUNT_RE.findall(value):
+                    if target := self.words.get(word):
+                        into[target] = into.get(target, 0) + int(n)
+            else:
+                into[name] = int(value)
+        if self.summary == "match":
+            return m.group(0).strip()
+        if self.summary == "line":
+            return m.string.strip()
+        if self.summary == "squash":
+            return _squash(m.group(0))
+        return None
+
+
+@dataclass(frozen=True, eq=False)
+class Summary:
+    """A summary format as data: its lines, read together (counts of later lines win; the
+    summary line is their parts joined by ``"; "``)."""
+
+    lines: tuple[Line, ...]
+
+    def __call__(self, lines: list[str], cut: bool) -> _Parsed | None:
+        values: dict[str, int] = {}
+        parts: list[str] = []
+        found = False
+        for rule in self.lines:
+            m = rule.find(lines)
+            if m is not None:
+                found = found or not rule.optional
+                if (part := rule.read(m, values)) is not None:
+                    parts.append(part)
+        if not found:
+            return None
+        total = values.pop("total", None)
+        if total is not None and "passed" not in values:
+            values["passed"] = total - sum(values.get(f, 0) for f in ("failed", "errors", "skipped"))
+        get = values.get
+        return _Parsed(get("passed"), get("failed"), get("skipped"), get("errors"), "; ".join(parts))
+
+
+@dataclass(frozen=True, eq=False)
+class Count:
+    """A summary format as data, for tools that print one line per problem and no total: the
+    number of lines ``pattern`` matches are the errors (unknown when lines were cut); the first
+    one is the summary line."""
+
+    pattern: re.Pattern[str]
+
+    def __call__(self, lines: list[str], cut: bool) -> _Parsed | None:
+        search = self.pattern.search
+        matching = [line for line in lines if search(line)]
+        if not matching:
+            return None
+        return _Parsed(errors=None if cut else len(matching), summary_line=matching[0].strip())
 
 
 def _counts(text: str) -> dict[str, int]:
@@ -472,32 +545,15 @@ def _squash(line: str) -> str:
     return " ".join(line.split())
 
 
-_PYTEST_RE = re.compile(
-    r"^=*\s*((?:\d+ (?:failed|passed|skipped|deselected|xfailed|xpassed|warnings?|errors?|rerun)(?:, )?)+"
-    r"|no tests ran)\s+in\s+[\d.]+s(?:\s+\([\d:.]+\))?\s*=*$"
-)
-
-
-def _parse_pytest(lines: list[str], cut: bool) -> _Parsed | None:
-    hit = _last(lines, _PYTEST_RE)
-    if hit is None:
-        return None
-    counts = {word.rstrip("s") if word in ("errors", "warnings") else word: int(n)
-              for n, word in re.findall(r"(\d+) (\w+)", hit[1].group(1))}  # fmt: skip
-    return _Parsed(
-        passed=counts.get("passed", 0),
-        failed=counts.get("failed", 0),
-        skipped=counts.get("skipped", 0),
-        errors=counts.get("error", 0),
-        summary_line=hit[1].group(0).strip(),
-    )
-
+# The formats that need code (each says why); the ones that are data come after them.
 
 _UNITTEST_RAN_RE = re.compile(r"^Ran (\d+) tests? in [\d.]+s$")
 _UNITTEST_RESULT_RE = re.compile(r"^(OK|FAILED|NO TESTS RAN)(?: \(([^)]*)\))?$")
 
 
 def _parse_unittest(lines: list[str], cut: bool) -> _Parsed | None:
+    # Code: the verdict is on one of the next lines after "Ran N tests", as key=value details,
+    # and the counts are unknown without it.
     hit = _last(lines, _UNITTEST_RAN_RE)
     if hit is None:
         return None
@@ -542,6 +598,7 @@ _NEXTEST_RE = re.compile(r"^\s*Summary \[[^\]]*\]\s+(\d+) tests? run: (.*)$")
 
 
 def _parse_cargo(lines: list[str], cut: bool) -> _Parsed | None:
+    # Code: one "test result" per test binary, added up, plus compile errors, nextest, Finished.
     results = [m for m in (_CARGO_RESULT_RE.match(line.strip()) for line in lines) if m]
     compile_errors = [m for m in (_CARGO_NOT_COMPILE_RE.match(line.strip()) for line in lines) if m]
     errors = sum(int(m.group(1) or 1) for m in compile_errors) if compile_errors else None
@@ -579,10 +636,10 @@ def _parse_cargo(lines: list[str], cut: bool) -> _Parsed | None:
 _GO_OK_RE = re.compile(r"^ok *\t(\S+)")
 _GO_FAIL_PKG_RE = re.compile(r"^FAIL *\t(\S+)(?:\s+(.*))?$")
 _GO_TEST_RE = re.compile(r"^--- (FAIL|PASS|SKIP): ")
-_GO_ERROR_RE = re.compile(r"^(?:\S+\.go:\d+(?::\d+)?: |vet: )")
 
 
 def _parse_go_test(lines: list[str], cut: bool) -> _Parsed | None:
+    # Code: no total line; packages and tests are tallied, and a summary line is made up.
     ok_pkgs: list[str] = []
     fail_pkgs: list[str] = []
     broken = 0
@@ -612,22 +669,12 @@ def _parse_go_test(lines: list[str], cut: bool) -> _Parsed | None:
     )
 
 
-def _count_lines(lines: list[str], pattern: re.Pattern[str], cut: bool) -> _Parsed | None:
-    matching = [line for line in lines if pattern.search(line)]
-    if not matching:
-        return None
-    return _Parsed(errors=None if cut else len(matching), summary_line=matching[0].strip())
-
-
-def _parse_go_build(lines: list[str], cut: bool) -> _Parsed | None:
-    return _count_lines(lines, _GO_ERROR_RE, cut)
-
-
 _JEST_RE = re.compile(r"^Tests:\s+(.*\d+ total)\s*$")
 _JEST_SUITES_RE = re.compile(r"^Test Suites:\s+(.*\d+ total)\s*$")
 
 
 def _parse_jest(lines: list[str], cut: bool) -> _Parsed | None:
+    # Code: a suite that failed to run counts as an error only when no test failed.
     tests = _last(lines, _JEST_RE)
     suites = _last(lines, _JEST_SUITES_RE)
     if tests is None and suites is None:
@@ -649,30 +696,12 @@ def _parse_jest(lines: list[str], cut: bool) -> _Parsed | None:
     )
 
 
-_VITEST_RE = re.compile(r"^\s*Tests\s+(\d+ \w+(?: \| \d+ \w+)*)\s+\((\d+)\)\s*$")
-_VITEST_ERRORS_RE = re.compile(r"^\s*Errors\s+(\d+) errors?")
-
-
-def _parse_vitest(lines: list[str], cut: bool) -> _Parsed | None:
-    hit = _last(lines, _VITEST_RE)
-    if hit is None:
-        return None
-    counts = _counts(hit[1].group(1))
-    errors = _last(lines, _VITEST_ERRORS_RE)
-    return _Parsed(
-        passed=counts.get("passed", 0),
-        failed=counts.get("failed", 0),
-        skipped=counts.get("skipped", 0) + counts.get("todo", 0),
-        errors=int(errors[1].group(1)) if errors else 0,
-        summary_line=_squash(hit[1].group(0)),
-    )
-
-
 _MOCHA_RE = re.compile(r"^\s*(\d+) (passing|failing|pending)(?: \(([^)]*)\))?\s*$")
 _MOCHA_PASSING_RE = re.compile(r"^\s*\d+ passing \(")
 
 
 def _parse_mocha(lines: list[str], cut: bool) -> _Parsed | None:
+    # Code: the summary is a block of lines starting at the last "N passing (...)".
     hit = _last(lines, _MOCHA_PASSING_RE)
     if hit is None:
         return None
@@ -696,6 +725,7 @@ _NODE_RE = re.compile(r"^(?:#|ℹ) (tests|pass|fail|cancelled|skipped|todo) (\d+
 
 
 def _parse_node(lines: list[str], cut: bool) -> _Parsed | None:
+    # Code: one count per line near the end, joined back into a summary line.
     counts: dict[str, int] = {}
     for line in lines[-40:]:
         m = _NODE_RE.match(line.strip())
@@ -713,152 +743,171 @@ def _parse_node(lines: list[str], cut: bool) -> _Parsed | None:
     )
 
 
-_TSC_FOUND_RE = re.compile(r"^Found (\d+) errors?\b.*$")
-_TSC_ERROR_RE = re.compile(r"(?:\(\d+,\d+\): error TS\d+:|:\d+:\d+ - error TS\d+:)|^error TS\d+:")
+# The formats that are data.
+
+PYTEST = Summary((
+    Line(
+        re.compile(
+            r"^=*\s*(?P<counts>(?:\d+ (?:failed|passed|skipped|deselected|xfailed|xpassed|warnings?|errors?"
+            r"|rerun)(?:, )?)+|no tests ran)\s+in\s+[\d.]+s(?:\s+\([\d:.]+\))?\s*=*$"
+        ),
+        words={"passed": "passed", "failed": "failed", "skipped": "skipped", "error": "errors", "errors": "errors"},
+        zero=_FIELDS,
+    ),
+))  # fmt: skip
+VITEST = Summary((
+    Line(
+        re.compile(r"^\s*Tests\s+(?P<counts>\d+ \w+(?: \| \d+ \w+)*)\s+\(\d+\)\s*$"),
+        words={"passed": "passed", "failed": "failed", "skipped": "skipped", "todo": "skipped"},
+        zero=_FIELDS,
+        summary="squash",
+    ),
+    Line(re.compile(r"^\s*Errors\s+(?P<errors>\d+) errors?"), summary="none", optional=True),
+))  # fmt: skip
+TSC = Summary((Line(re.compile(r"^Found (?P<errors>\d+) errors?\b.*$")),))
+TSC_ERRORS = Count(re.compile(r"(?:\(\d+,\d+\): error TS\d+:|:\d+:\d+ - error TS\d+:)|^error TS\d+:"))
+# Success and failure in one pattern: the later of the two lines wins.
+MYPY = Summary((
+    Line(re.compile(r"^(?:Found (?P<errors>\d+) errors? in \d+ files?.*|Success: no issues found.*)$"), zero=("errors",)),
+))  # fmt: skip
+PYRIGHT = Summary((
+    Line(re.compile(r"^(?P<errors>\d+) errors?, \d+ warnings?, \d+ (?:informations?|notes?|infos?)\s*$")),
+))  # fmt: skip
+# "Found 3 errors." or, after --fix, "Found 3 errors (2 fixed, 1 remaining).": the errors are the
+# remaining ones, so group 1 skips the total, and then "remaining)" must follow.
+RUFF = Summary((
+    Line(
+        re.compile(r"^(?:Found (\d+ errors? \(\d+ fixed, )?(?P<errors>\d+)(?(1) remaining\)| errors?)\.|All checks passed!)$"),
+        zero=("errors",),
+    ),
+))  # fmt: skip
+ESLINT = Summary((
+    Line(re.compile(r"^[✖✕xX] \d+ problems? \((?P<errors>\d+) errors?, \d+ warnings?\)"), summary="line"),
+))  # fmt: skip
+FLAKE8_TOTAL = Summary((Line(re.compile(r"^\s*(?P<errors>\d+)$"), tail=1),))  # --count prints the total last
+FLAKE8 = Count(re.compile(r"^[^\s:][^:]*:\d+:\d+: [A-Z]+\d+ "))
+GO_ERRORS = Count(re.compile(r"^(?:\S+\.go:\d+(?::\d+)?: |vet: )"))
+GRADLE = Summary((
+    Line(
+        re.compile(r"^(?P<total>\d+) tests? completed, (?P<failed>\d+) failed(?:, (?P<skipped>\d+) skipped)?"),
+        zero=("skipped",),
+        summary="line",
+    ),
+    Line(re.compile(r"^BUILD (SUCCESSFUL|FAILED) in .*$")),
+))  # fmt: skip
+MVN = Summary((
+    Line(re.compile(r"Tests run: (?P<total>\d+), Failures: (?P<failed>\d+), Errors: (?P<errors>\d+), Skipped: (?P<skipped>\d+)")),
+    Line(re.compile(r"^\[(?:INFO|ERROR)\] BUILD (SUCCESS|FAILURE)\s*$")),
+))  # fmt: skip
+MAKE_ERROR = Summary((Line(re.compile(r"^g?make(?:\[\d+\])?: \*\*\* .*$")),))
+
+# For runners that print the summary of whatever they run (npm test, make, tox), and for tools
+# not in the table: every test format, then every check format (the other way round when the
+# command is not a test run).
+_TEST_FORMATS: tuple[_Parser, ...] = (
+    PYTEST, _parse_unittest, _parse_cargo, _parse_jest, VITEST, _parse_mocha, _parse_node, _parse_go_test,
+    GRADLE, MVN,
+)  # fmt: skip
+_CHECK_FORMATS: tuple[_Parser, ...] = (
+    MYPY,
+    PYRIGHT,
+    RUFF,
+    ESLINT,
+    TSC,
+    TSC_ERRORS,
+    _parse_cargo,
+    GRADLE,
+    MVN,
+)
+_ANY_TEST = tuple(dict.fromkeys(_TEST_FORMATS + _CHECK_FORMATS))
+_ANY_CHECK = tuple(dict.fromkeys(_CHECK_FORMATS + _TEST_FORMATS))
 
 
-def _parse_tsc(lines: list[str], cut: bool) -> _Parsed | None:
-    found = _last(lines, _TSC_FOUND_RE)
-    if found:
-        return _Parsed(errors=int(found[1].group(1)), summary_line=found[1].group(0).strip())
-    return _count_lines(lines, _TSC_ERROR_RE, cut)
+# ---------------------------------------------------------------------------------------------
+# The runners
+# ---------------------------------------------------------------------------------------------
 
 
-_MYPY_FOUND_RE = re.compile(r"^Found (\d+) errors? in \d+ files?.*$")
-_MYPY_SUCCESS_RE = re.compile(r"^Success: no issues found.*$")
+_CARGO_SUBCOMMANDS: dict[str, Kind | None] = {
+    "test": "test", "t": "test", "nextest": "test", "build": "build", "b": "build", "check": "build",
+    "c": "build", "clippy": "lint",
+}  # fmt: skip
+_RUFF_NOT_LINT = ("format", "version", "rule", "config", "linter", "clean", "server", "analyze", "help")
+
+RUNNERS: tuple[Runner, ...] = (
+    Runner("pytest", ("pytest", "py.test"), "test", formats=(PYTEST,)),
+    Runner("unittest", ("unittest",), "test", formats=(_parse_unittest,)),
+    # Django's runner prints unittest's summary.
+    Runner("django", ("manage.py",), subcommands={"test": "test"}, options="", formats=(_parse_unittest,)),
+    Runner("tox", ("tox",), "test", delegates=True),
+    Runner("nox", ("nox",), "test", delegates=True),
+    Runner("mypy", ("mypy", "dmypy"), "typecheck", formats=(MYPY,)),
+    Runner("pyright", ("pyright", "basedpyright"), "typecheck", formats=(PYRIGHT,)),
+    Runner("flake8", ("flake8",), "lint", formats=(FLAKE8_TOTAL, FLAKE8), quiet=frozenset({"lint"})),
+    Runner("ruff", ("ruff",), "lint", subcommands=dict.fromkeys(_RUFF_NOT_LINT), formats=(RUFF,)),
+    Runner("jest", ("jest",), "test", formats=(_parse_jest,)),
+    Runner("vitest", ("vitest",), "test", formats=(VITEST,)),
+    Runner("mocha", ("mocha", "_mocha"), "test", formats=(_parse_mocha,)),
+    Runner("node", ("node",), "test", flag="--test", formats=(_parse_node,)),
+    Runner("tsc", ("tsc", "vue-tsc"), "typecheck", formats=(TSC, TSC_ERRORS), quiet=frozenset({"typecheck"})),
+    Runner("eslint", ("eslint",), "lint", formats=(ESLINT,), quiet=frozenset({"lint"})),
+    *(Runner(name, (name,), classify=_script_runner_kind, delegates=True) for name in _SCRIPT_RUNNERS),
+    Runner(
+        "go",
+        ("go",),
+        subcommands={"test": "test", "build": "build", "vet": "lint"},
+        options="",
+        formats=(GO_ERRORS,),
+        test_formats=(_parse_go_test,),
+        quiet=frozenset({"build", "lint"}),
+    ),
+    # cargo +nightly -q test
+    Runner("cargo", ("cargo",), subcommands=_CARGO_SUBCOMMANDS, options="-+", formats=(_parse_cargo,)),
+    Runner("make", ("make", "gmake"), classify=_make_kind, formats=(MAKE_ERROR,), delegates=True),
+    Runner(
+        "gradle",
+        ("gradle", "gradlew"),
+        classify=_gradle_kind,
+        kinds=frozenset({"test", "build"}),
+        formats=(GRADLE,),
+    ),
+    Runner(
+        "mvn",
+        ("mvn", "mvnw"),
+        "build",
+        targets={"test": "test", "verify": "test", "integration-test": "test"},
+        formats=(MVN,),
+    ),
+)
+
+LAUNCHERS: tuple[Launcher, ...] = (
+    Launcher(("uv",), (("run",), ("tool", "run")), _UV_VALUE_OPTS),
+    Launcher(("uvx", "bunx", "pipx"), (("run",), ()), _UV_VALUE_OPTS),
+    Launcher(
+        ("poetry", "pipenv", "pdm", "hatch", "rye", "conda", "mamba"),
+        (("run",),),
+        frozenset({"-n", "--name", "-p", "--prefix", "-e", "--env"}),
+    ),
+    Launcher(("npx",), ((),), frozenset({"-p", "--package"})),
+)
+
+_RUNNER_BY_NAME = {name: r for r in RUNNERS for name in r.names}
+_RUNNER_BY_TOOL = {r.tool: r for r in RUNNERS}
+_LAUNCHER_BY_NAME = {name: launcher for launcher in LAUNCHERS for name in launcher.names}
+_SHELLS = frozenset({"bash", "sh", "zsh", "dash"})
+_COVERAGE_VALUE_OPTS = frozenset({"--rcfile", "--source", "--include", "--omit", "--data-file", "--context"})
 
 
-def _parse_mypy(lines: list[str], cut: bool) -> _Parsed | None:
-    found = _last(lines, _MYPY_FOUND_RE)
-    success = _last(lines, _MYPY_SUCCESS_RE)
-    if found and (success is None or found[0] > success[0]):
-        return _Parsed(errors=int(found[1].group(1)), summary_line=found[1].group(0).strip())
-    if success:
-        return _Parsed(errors=0, summary_line=success[1].group(0).strip())
-    return None
+def _formats(runner: Runner, kind: Kind) -> tuple[_Parser, ...]:
+    anything = _ANY_TEST if kind == "test" else _ANY_CHECK
+    own = runner.test_formats + runner.formats if kind == "test" else runner.formats
+    if runner.delegates:
+        return anything + own
+    return own if kind in runner.reports() else anything
 
 
-_PYRIGHT_RE = re.compile(r"^(\d+) errors?, (\d+) warnings?, (\d+) (?:informations?|notes?|infos?)\s*$")
-
-
-def _parse_pyright(lines: list[str], cut: bool) -> _Parsed | None:
-    hit = _last(lines, _PYRIGHT_RE)
-    if hit is None:
-        return None
-    return _Parsed(errors=int(hit[1].group(1)), summary_line=hit[1].group(0).strip())
-
-
-_RUFF_FOUND_RE = re.compile(r"^Found (\d+) errors?(?: \((\d+) fixed, (\d+) remaining\))?\.$")
-_RUFF_OK_RE = re.compile(r"^All checks passed!$")
-
-
-def _parse_ruff(lines: list[str], cut: bool) -> _Parsed | None:
-    found = _last(lines, _RUFF_FOUND_RE)
-    success = _last(lines, _RUFF_OK_RE)
-    if found and (success is None or found[0] > success[0]):
-        m = found[1]
-        return _Parsed(
-            errors=int(m.group(3) if m.group(3) is not None else m.group(1)), summary_line=m.group(0)
-        )
-    if success:
-        return _Parsed(errors=0, summary_line=success[1].group(0))
-    return None
-
-
-_ESLINT_RE = re.compile(r"^[✖✕xX] (\d+) problems? \((\d+) errors?, (\d+) warnings?\)")
-
-
-def _parse_eslint(lines: list[str], cut: bool) -> _Parsed | None:
-    hit = _last(lines, _ESLINT_RE)
-    if hit is None:
-        return None
-    return _Parsed(errors=int(hit[1].group(2)), summary_line=hit[1].string.strip())
-
-
-_FLAKE8_RE = re.compile(r"^[^\s:][^:]*:\d+:\d+: [A-Z]+\d+ ")
-
-
-def _parse_flake8(lines: list[str], cut: bool) -> _Parsed | None:
-    if lines and lines[-1].strip().isdigit():  # --count prints the total last
-        total = int(lines[-1].strip())
-        return _Parsed(errors=total, summary_line=lines[-1].strip())
-    return _count_lines(lines, _FLAKE8_RE, cut)
-
-
-_GRADLE_BUILD_RE = re.compile(r"^BUILD (SUCCESSFUL|FAILED) in .*$")
-_GRADLE_TESTS_RE = re.compile(r"^(\d+) tests? completed, (\d+) failed(?:, (\d+) skipped)?")
-
-
-def _parse_gradle(lines: list[str], cut: bool) -> _Parsed | None:
-    build = _last(lines, _GRADLE_BUILD_RE)
-    tests = _last(lines, _GRADLE_TESTS_RE)
-    if build is None and tests is None:
-        return None
-    parsed = _Parsed(summary_line=build[1].group(0).strip() if build else None)
-    if tests:
-        total, failed, skipped = (int(g or 0) for g in tests[1].groups())
-        parsed.passed, parsed.failed, parsed.skipped = total - failed - skipped, failed, skipped
-        parsed.summary_line = "; ".join(x for x in (tests[1].string.strip(), parsed.summary_line) if x)
-    return parsed
-
-
-_MVN_BUILD_RE = re.compile(r"^\[(?:INFO|ERROR)\] BUILD (SUCCESS|FAILURE)\s*$")
-_MVN_TESTS_RE = re.compile(r"Tests run: (\d+), Failures: (\d+), Errors: (\d+), Skipped: (\d+)")
-
-
-def _parse_mvn(lines: list[str], cut: bool) -> _Parsed | None:
-    build = _last(lines, _MVN_BUILD_RE)
-    tests = _last(lines, _MVN_TESTS_RE)
-    if build is None and tests is None:
-        return None
-    parsed = _Parsed(summary_line=build[1].group(0).strip() if build else None)
-    if tests:
-        run, failures, errors, skipped = (int(g) for g in tests[1].groups())
-        parsed.passed = run - failures - errors - skipped
-        parsed.failed, parsed.errors, parsed.skipped = failures, errors, skipped
-        parsed.summary_line = "; ".join(x for x in (tests[1].group(0), parsed.summary_line) if x)
-    return parsed
-
-
-_MAKE_ERROR_RE = re.compile(r"^g?make(?:\[\d+\])?: \*\*\* .*$")
-
-_TEST_PARSERS: list[_Parser] = [
-    _parse_pytest, _parse_unittest, _parse_cargo, _parse_jest, _parse_vitest, _parse_mocha, _parse_node,
-    _parse_go_test, _parse_gradle, _parse_mvn,
-]  # fmt: skip
-_CHECK_PARSERS: list[_Parser] = [
-    _parse_mypy, _parse_pyright, _parse_ruff, _parse_eslint, _parse_tsc, _parse_cargo, _parse_gradle,
-    _parse_mvn,
-]  # fmt: skip
-
-_TOOL_PARSERS: dict[tuple[str, str], list[_Parser]] = {
-    ("pytest", "test"): [_parse_pytest],
-    ("unittest", "test"): [_parse_unittest],
-    ("django", "test"): [_parse_unittest],
-    ("cargo", "test"): [_parse_cargo],
-    ("cargo", "build"): [_parse_cargo],
-    ("cargo", "lint"): [_parse_cargo],
-    ("go", "test"): [_parse_go_test, _parse_go_build],
-    ("go", "build"): [_parse_go_build],
-    ("go", "lint"): [_parse_go_build],
-    ("jest", "test"): [_parse_jest],
-    ("vitest", "test"): [_parse_vitest],
-    ("mocha", "test"): [_parse_mocha],
-    ("node", "test"): [_parse_node],
-    ("tsc", "typecheck"): [_parse_tsc],
-    ("mypy", "typecheck"): [_parse_mypy],
-    ("pyright", "typecheck"): [_parse_pyright],
-    ("ruff", "lint"): [_parse_ruff],
-    ("eslint", "lint"): [_parse_eslint],
-    ("flake8", "lint"): [_parse_flake8],
-    ("gradle", "test"): [_parse_gradle],
-    ("gradle", "build"): [_parse_gradle],
-    ("mvn", "test"): [_parse_mvn],
-    ("mvn", "build"): [_parse_mvn],
-}
-# Tools that print nothing when all is well: exit 0 and no complaint means zero errors.
-_QUIET_ON_SUCCESS = frozenset({("eslint", "lint"), ("flake8", "lint"), ("go", "build"), ("go", "lint"),
-                               ("tsc", "typecheck")})  # fmt: skip
+# The formats to try for each (tool, kind); any other pair tries every format.
+_FORMATS = {(r.tool, kind): _formats(r, kind) for r in RUNNERS for kind in get_args(Kind)}
 
 
 def parse_verification(cls: Classification, output: str, exit_code: int | None) -> Verification:
@@ -881,21 +930,16 @@ def parse_verification(cls: Classification, output: str, exit_code: int | None) 
     lines = [line.rstrip() for line in text.split("\n")]
     if len(output) > _TAIL_CHARS:
         lines = lines[1:]  # the first line is probably partial
-    parsers = _TOOL_PARSERS.get((cls.tool, cls.kind))
-    if parsers is None:
-        parsers = _TEST_PARSERS + _CHECK_PARSERS if cls.kind == "test" else _CHECK_PARSERS + _TEST_PARSERS
+    runner = _RUNNER_BY_TOOL.get(cls.tool)
     parsed: _Parsed | None = None
-    for parser in parsers:
+    formats = _FORMATS.get((cls.tool, cls.kind), _ANY_TEST if cls.kind == "test" else _ANY_CHECK)
+    for parser in formats:
         parsed = parser(lines, cut)
         if parsed is not None:
             break
     if parsed is None:
         parsed = _Parsed()
-        if cls.tool == "make":
-            hit = _last(lines, _MAKE_ERROR_RE)
-            if hit:
-                parsed.summary_line = hit[1].group(0)
-        if exit_code == 0 and (cls.tool, cls.kind) in _QUIET_ON_SUCCESS:
+        if exit_code == 0 and runner is not None and cls.kind in runner.quiet:
             parsed.errors = 0
     problems = (parsed.failed or 0) > 0 or (parsed.errors or 0) > 0
     ok: bool | None

@@ -689,3 +689,115 @@ def test_big_output_reads_only_the_tail() -> None:
     big = "== 9 failed in 1.00s ==\n" + ("x" * 200 + "\n") * 50_000 + "== 5 passed in 2.00s ==\n"
     v = parse_verification(cls, big, 0)
     assert (v.passed, v.failed, v.ok) == (5, 0, True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The runner table and its summary rules
+# ---------------------------------------------------------------------------------------------
+
+
+def test_runner_table_is_consistent() -> None:
+    from codemode.tools._verification import LAUNCHERS, RUNNERS
+
+    names = [name for r in RUNNERS for name in r.names] + [
+        name for launcher in LAUNCHERS for name in launcher.names
+    ]
+    assert len(names) == len(set(names)), "an executable belongs to one runner or launcher"
+    tools = [r.tool for r in RUNNERS]
+    assert len(tools) == len(set(tools))
+    for r in RUNNERS:
+        assert r.reports() or r.delegates, r.tool  # a runner that delegates may report any kind
+        assert r.formats or r.delegates, f"{r.tool} has no summary format"
+        assert r.quiet <= r.reports(), r.tool
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("uv tool run ruff check", ("lint", "ruff")),
+        ("pipx run pytest", ("test", "pytest")),
+        ("uvx run --python 3.12 mypy src", ("typecheck", "mypy")),
+        ("conda run -n env pytest", ("test", "pytest")),
+        ("coverage run --source pkg -m pytest", ("test", "pytest")),
+        ("npx -p typescript tsc", ("typecheck", "tsc")),
+        ("cargo nextest run", ("test", "cargo")),
+        ("cargo -- test", ("test", "cargo")),
+        ("./mvnw -q integration-test", ("test", "mvn")),
+        ("./gradlew :app:integrationTest", ("test", "gradle")),
+        ("gradle assemble", ("build", "gradle")),
+        ("make -C sub lint-types", ("lint", "make")),
+        ("C:/tools/ruff.exe check", ("lint", "ruff")),
+        ("sh -ec 'make test'", ("test", "make")),
+        ("basedpyright", ("typecheck", "pyright")),
+        ("bun test", ("test", "bun")),
+    ],
+)
+def test_classify_table_entries(command: str, expected: tuple[str, str]) -> None:
+    cls = classify_command(command)
+    assert cls is not None, command
+    assert (cls.kind, cls.tool) == expected
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "ruff ''",
+        "ruff",
+        "cargo",
+        "go",
+        "node app.js",
+        "manage.py migrate",
+        "uv pip install x",
+        "coverage report",
+    ],
+)
+def test_classify_table_ignores(command: str) -> None:
+    assert classify_command(command) is None
+
+
+@pytest.mark.parametrize(
+    ("cls", "output", "expected"),
+    [
+        # ruff --fix: the remaining errors count, not the total; a malformed line is no summary.
+        (Classification("lint", "ruff"), "Found 3 errors (1 fixed, 2 remaining).", (None, None, None, 2)),
+        (Classification("lint", "ruff"), "Found 5 errors (3 fixed, 2 errors.", (None, None, None, None)),
+        (Classification("lint", "ruff"), "Found 1 remaining).", (None, None, None, None)),
+        # Success and failure lines: the later one wins.
+        (
+            Classification("typecheck", "mypy"),
+            "Found 1 error in 1 file (checked 1 source file)\nSuccess: no issues found",
+            (None, None, None, 0),
+        ),
+        (Classification("lint", "ruff"), "All checks passed!\nFound 2 errors.", (None, None, None, 2)),
+        # A line that only adds counts to the summary line.
+        (
+            Classification("test", "vitest"),
+            "      Tests  3 passed | 1 todo (4)\n     Errors  2 errors",
+            (3, 0, 1, 2),
+        ),
+        (Classification("test", "vitest"), "     Errors  2 errors", (None, None, None, None)),
+        # flake8 --count: the total on the last line.
+        (Classification("lint", "flake8"), "./a.py:1:1: F401 x\n  7", (None, None, None, 7)),
+        # A total: passed is what failures, errors and skips leave.
+        (
+            Classification("test", "mvn"),
+            "Tests run: 9, Failures: 1, Errors: 2, Skipped: 3\n[INFO] BUILD FAILURE",
+            (3, 1, 3, 2),
+        ),
+        (Classification("test", "gradle"), "5 tests completed, 2 failed", (3, 2, 0, None)),
+        (
+            Classification("test", "cargo"),
+            "     Summary [   0.1s] 5 tests run: 4 passed, 1 failed, 2 skipped",
+            (4, 1, 2, 0),
+        ),
+        # A kind the tool never reports: every format is tried.
+        (Classification("build", "pytest"), "Tests:       1 failed, 2 passed, 3 total", (2, 1, 0, 0)),
+        # A tool not in the table: every format too.
+        (Classification("test", "whatever"), "== 2 passed in 0.1s ==", (2, 0, 0, 0)),
+    ],
+)
+def test_summary_rules(
+    cls: Classification, output: str, expected: tuple[int | None, int | None, int | None, int | None]
+) -> None:
+    v = parse_verification(cls, output, 1)
+    assert (v.passed, v.failed, v.skipped, v.errors) == expected

@@ -252,86 +252,6 @@ def _script_runner_kind(runner: Runner, words: list[str], depth: int) -> Classif
     return _classify_script_runner(runner.tool, words, depth)
 
 
-@dataclass(frozen=True)
-class Runner:
-    """A verification tool, as data: how a command line selects it and how its output reads.
-
-    Attributes:
-        tool: The name reported in :class:`Classification`.
-        names: Executables (and ``python -m`` modules) that run it.
-        kind: Its kind; with ``subcommands``, the kind of any subcommand not listed there; with
-            ``flag``, the kind when the flag is given; with ``targets``, the kind when none is.
-        subcommands: The first word after the options selects the kind (None: not a verification).
-        options: The characters that start the options skipped before the subcommand ("" when
-            the subcommand comes first); ``--`` ends them.
-        flag: An argument that must appear anywhere (``node --test``).
-        targets: Any argument among these selects that kind (``mvn clean verify``).
-        classify: Code, for the runners whose command line needs it (make, gradle, npm & co.).
-        kinds: The kinds that code reports (the other fields say so themselves).
-        formats: Its summary formats, tried in order until one is found in the output.
-        test_formats: Formats tried first when the command runs tests (``go test``).
-        delegates: It prints the summary of what it runs (``npm test``, ``make``, ``tox``): every
-            known format is tried before its own.
-        quiet: Kinds for which it prints nothing when all is well: exit 0 with no summary means
-            zero errors.
-    """
-
-    tool: str
-    names: tuple[str, ...]
-    kind: Kind | None = None
-    subcommands: Mapping[str, Kind | None] | None = None
-    options: str = "-"
-    flag: str | None = None
-    targets: Mapping[str, Kind] | None = None
-    classify: Callable[[Runner, list[str], int], Classification | None] | None = None
-    kinds: frozenset[Kind] = frozenset()
-    formats: tuple[_Parser, ...] = ()
-    test_formats: tuple[_Parser, ...] = ()
-    delegates: bool = False
-    quiet: frozenset[Kind] = frozenset()
-
-    def reports(self) -> frozenset[Kind]:
-        """The kinds it can report."""
-        said = [self.kind, *(self.subcommands or {}).values(), *(self.targets or {}).values()]
-        return self.kinds | frozenset(k for k in said if k is not None)
-
-    def select(self, args: list[str]) -> Kind | None:
-        """The kind this command line runs, or None."""
-        if self.flag is not None:
-            return self.kind if self.flag in args else None
-        if self.targets is not None:
-            for a in args:
-                if a in self.targets:
-                    return self.targets[a]
-            return self.kind
-        if self.subcommands is None:
-            return self.kind
-        i = 0
-        if self.options:
-            while i < len(args) and args[i][:1] and args[i][0] in self.options and args[i] != "--":
-                i += 1
-            if args[i : i + 1] == ["--"]:
-                i += 1
-        if i >= len(args) or not args[i]:
-            return None
-        return self.subcommands.get(args[i], self.kind)
-
-
-@dataclass(frozen=True)
-class Launcher:
-    """A command that runs the rest of its arguments as a command (``uv run``, ``npx``).
-
-    Attributes:
-        names: Its executables.
-        verbs: The words that must follow the name, tried in order (``()``: none).
-        value_opts: Its options that take a value, skipped with it before the command.
-    """
-
-    names: tuple[str, ...]
-    verbs: tuple[tuple[str, ...], ...] = ((),)
-    value_opts: frozenset[str] = frozenset()
-
-
 def _classify_python(args: list[str], depth: int) -> Classification | None:
     i = 0
     while i < len(args):
@@ -751,7 +671,8 @@ PYTEST = Summary((
             r"^=*\s*(?P<counts>(?:\d+ (?:failed|passed|skipped|deselected|xfailed|xpassed|warnings?|errors?"
             r"|rerun)(?:, )?)+|no tests ran)\s+in\s+[\d.]+s(?:\s+\([\d:.]+\))?\s*=*$"
         ),
-        words={"passed": "passed", "failed": "failed", "skipped": "skipped", "error": "errors", "errors": "errors"},
+        words={"passed": "passed", "failed": "failed", "skipped": "skipped", "error": "errors",
+               "errors": "errors"},
         zero=_FIELDS,
     ),
 ))  # fmt: skip
@@ -768,7 +689,10 @@ TSC = Summary((Line(re.compile(r"^Found (?P<errors>\d+) errors?\b.*$")),))
 TSC_ERRORS = Count(re.compile(r"(?:\(\d+,\d+\): error TS\d+:|:\d+:\d+ - error TS\d+:)|^error TS\d+:"))
 # Success and failure in one pattern: the later of the two lines wins.
 MYPY = Summary((
-    Line(re.compile(r"^(?:Found (?P<errors>\d+) errors? in \d+ files?.*|Success: no issues found.*)$"), zero=("errors",)),
+    Line(
+        re.compile(r"^(?:Found (?P<errors>\d+) errors? in \d+ files?.*|Success: no issues found.*)$"),
+        zero=("errors",),
+    ),
 ))  # fmt: skip
 PYRIGHT = Summary((
     Line(re.compile(r"^(?P<errors>\d+) errors?, \d+ warnings?, \d+ (?:informations?|notes?|infos?)\s*$")),
@@ -777,26 +701,37 @@ PYRIGHT = Summary((
 # remaining ones, so group 1 skips the total, and then "remaining)" must follow.
 RUFF = Summary((
     Line(
-        re.compile(r"^(?:Found (\d+ errors? \(\d+ fixed, )?(?P<errors>\d+)(?(1) remaining\)| errors?)\.|All checks passed!)$"),
+        re.compile(
+            r"^(?:Found (\d+ errors? \(\d+ fixed, )?(?P<errors>\d+)(?(1) remaining\)| errors?)\."
+            r"|All checks passed!)$"
+        ),
         zero=("errors",),
     ),
 ))  # fmt: skip
 ESLINT = Summary((
     Line(re.compile(r"^[✖✕xX] \d+ problems? \((?P<errors>\d+) errors?, \d+ warnings?\)"), summary="line"),
 ))  # fmt: skip
-FLAKE8_TOTAL = Summary((Line(re.compile(r"^\s*(?P<errors>\d+)$"), tail=1),))  # --count prints the total last
+# flake8 --count prints the total last.
+FLAKE8_TOTAL = Summary((Line(re.compile(r"^\s*(?P<errors>\d+)$"), tail=1),))
 FLAKE8 = Count(re.compile(r"^[^\s:][^:]*:\d+:\d+: [A-Z]+\d+ "))
 GO_ERRORS = Count(re.compile(r"^(?:\S+\.go:\d+(?::\d+)?: |vet: )"))
 GRADLE = Summary((
     Line(
-        re.compile(r"^(?P<total>\d+) tests? completed, (?P<failed>\d+) failed(?:, (?P<skipped>\d+) skipped)?"),
+        re.compile(
+            r"^(?P<total>\d+) tests? completed, (?P<failed>\d+) failed(?:, (?P<skipped>\d+) skipped)?"
+        ),
         zero=("skipped",),
         summary="line",
     ),
     Line(re.compile(r"^BUILD (SUCCESSFUL|FAILED) in .*$")),
 ))  # fmt: skip
 MVN = Summary((
-    Line(re.compile(r"Tests run: (?P<total>\d+), Failures: (?P<failed>\d+), Errors: (?P<errors>\d+), Skipped: (?P<skipped>\d+)")),
+    Line(
+        re.compile(
+            r"Tests run: (?P<total>\d+), Failures: (?P<failed>\d+), Errors: (?P<errors>\d+), "
+            r"Skipped: (?P<skipped>\d+)"
+        ),
+    ),
     Line(re.compile(r"^\[(?:INFO|ERROR)\] BUILD (SUCCESS|FAILURE)\s*$")),
 ))  # fmt: skip
 MAKE_ERROR = Summary((Line(re.compile(r"^g?make(?:\[\d+\])?: \*\*\* .*$")),))
@@ -809,16 +744,8 @@ _TEST_FORMATS: tuple[_Parser, ...] = (
     GRADLE, MVN,
 )  # fmt: skip
 _CHECK_FORMATS: tuple[_Parser, ...] = (
-    MYPY,
-    PYRIGHT,
-    RUFF,
-    ESLINT,
-    TSC,
-    TSC_ERRORS,
-    _parse_cargo,
-    GRADLE,
-    MVN,
-)
+    MYPY, PYRIGHT, RUFF, ESLINT, TSC, TSC_ERRORS, _parse_cargo, GRADLE, MVN,
+)  # fmt: skip
 _ANY_TEST = tuple(dict.fromkeys(_TEST_FORMATS + _CHECK_FORMATS))
 _ANY_CHECK = tuple(dict.fromkeys(_CHECK_FORMATS + _TEST_FORMATS))
 
@@ -826,6 +753,86 @@ _ANY_CHECK = tuple(dict.fromkeys(_CHECK_FORMATS + _TEST_FORMATS))
 # ---------------------------------------------------------------------------------------------
 # The runners
 # ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Runner:
+    """A verification tool, as data: how a command line selects it and how its output reads.
+
+    Attributes:
+        tool: The name reported in :class:`Classification`.
+        names: Executables (and ``python -m`` modules) that run it.
+        kind: Its kind; with ``subcommands``, the kind of any subcommand not listed there; with
+            ``flag``, the kind when the flag is given; with ``targets``, the kind when none is.
+        subcommands: The first word after the options selects the kind (None: not a verification).
+        options: The characters that start the options skipped before the subcommand ("" when
+            the subcommand comes first); ``--`` ends them.
+        flag: An argument that must appear anywhere (``node --test``).
+        targets: Any argument among these selects that kind (``mvn clean verify``).
+        classify: Code, for the runners whose command line needs it (make, gradle, npm & co.).
+        kinds: The kinds that code reports (the other fields say so themselves).
+        formats: Its summary formats, tried in order until one is found in the output.
+        test_formats: Formats tried first when the command runs tests (``go test``).
+        delegates: It prints the summary of what it runs (``npm test``, ``make``, ``tox``): every
+            known format is tried before its own.
+        quiet: Kinds for which it prints nothing when all is well: exit 0 with no summary means
+            zero errors.
+    """
+
+    tool: str
+    names: tuple[str, ...]
+    kind: Kind | None = None
+    subcommands: Mapping[str, Kind | None] | None = None
+    options: str = "-"
+    flag: str | None = None
+    targets: Mapping[str, Kind] | None = None
+    classify: Callable[[Runner, list[str], int], Classification | None] | None = None
+    kinds: frozenset[Kind] = frozenset()
+    formats: tuple[_Parser, ...] = ()
+    test_formats: tuple[_Parser, ...] = ()
+    delegates: bool = False
+    quiet: frozenset[Kind] = frozenset()
+
+    def reports(self) -> frozenset[Kind]:
+        """The kinds it can report."""
+        said = [self.kind, *(self.subcommands or {}).values(), *(self.targets or {}).values()]
+        return self.kinds | frozenset(k for k in said if k is not None)
+
+    def select(self, args: list[str]) -> Kind | None:
+        """The kind this command line runs, or None."""
+        if self.flag is not None:
+            return self.kind if self.flag in args else None
+        if self.targets is not None:
+            for a in args:
+                if a in self.targets:
+                    return self.targets[a]
+            return self.kind
+        if self.subcommands is None:
+            return self.kind
+        i = 0
+        if self.options:
+            while i < len(args) and args[i][:1] and args[i][0] in self.options and args[i] != "--":
+                i += 1
+            if args[i : i + 1] == ["--"]:
+                i += 1
+        if i >= len(args) or not args[i]:
+            return None
+        return self.subcommands.get(args[i], self.kind)
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """A command that runs the rest of its arguments as a command (``uv run``, ``npx``).
+
+    Attributes:
+        names: Its executables.
+        verbs: The words that must follow the name, tried in order (``()``: none).
+        value_opts: Its options that take a value, skipped with it before the command.
+    """
+
+    names: tuple[str, ...]
+    verbs: tuple[tuple[str, ...], ...] = ((),)
+    value_opts: frozenset[str] = frozenset()
 
 
 _CARGO_SUBCOMMANDS: dict[str, Kind | None] = {

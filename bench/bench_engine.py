@@ -64,8 +64,12 @@ def node_print(n: int) -> list[float] | None:
 
 
 async def main() -> None:
-    workspace = Path(tempfile.mkdtemp(prefix="bench-ws-"))
-    state = Path(tempfile.mkdtemp(prefix="bench-state-")) / "state"
+    with tempfile.TemporaryDirectory(prefix="codemode-bench-") as tmp:
+        (Path(tmp) / "ws").mkdir()
+        await _bench(Path(tmp) / "ws", Path(tmp) / "state")
+
+
+async def _bench(workspace: Path, state: Path) -> None:
     async with Host(workspace=workspace, state_dir=state, builtin_tools=True) as host:
 
         @host.tool()

@@ -1,6 +1,13 @@
 """Sandbox policy (plain data) and the one launch path that applies every confinement layer."""
 
-from codemode.sandbox._cgroup import CgroupRoot, cgroup_kill, cgroup_members, cgroup_remove, cgroup_root
+from codemode.sandbox._cgroup import (
+    CgroupRoot,
+    cgroup_empty,
+    cgroup_kill,
+    cgroup_members,
+    cgroup_remove,
+    cgroup_root,
+)
 from codemode.sandbox._enforce import (
     ENFORCEMENT_FAILED_EXIT,
     ENFORCEMENT_FAILED_MARKER,
@@ -30,6 +37,7 @@ __all__ = [
     "Process",
     "SandboxMode",
     "SandboxPolicy",
+    "cgroup_empty",
     "cgroup_kill",
     "cgroup_members",
     "cgroup_remove",

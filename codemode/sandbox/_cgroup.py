@@ -25,7 +25,7 @@ import signal
 import time
 from dataclasses import dataclass
 
-__all__ = ["CgroupRoot", "cgroup_kill", "cgroup_members", "cgroup_remove", "cgroup_root"]
+__all__ = ["CgroupRoot", "cgroup_empty", "cgroup_kill", "cgroup_members", "cgroup_remove", "cgroup_root"]
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 #: Set to ``1`` to behave as if cgroups were unavailable (tests, users).
@@ -140,6 +140,21 @@ def cgroup_members(path: str) -> list[int]:
             return [int(line) for line in f if line.strip()]
     except (OSError, ValueError):
         return []
+
+
+def cgroup_empty(path: str) -> bool:
+    """Whether no process is in the cgroup (one read of ``cgroup.procs``; the hot path of
+    every foreground command, so plain fds rather than a text file object)."""
+    try:
+        fd = os.open(os.path.join(path, "cgroup.procs"), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        return os.read(fd, 1) == b""
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def _populated(path: str) -> bool:

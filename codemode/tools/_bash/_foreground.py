@@ -36,7 +36,7 @@ from codemode.sandbox import (
     LaunchSpec,
     Process,
     SandboxPolicy,
-    cgroup_members,
+    cgroup_empty,
     cgroup_remove,
     cgroup_root,
     launch,
@@ -240,7 +240,7 @@ class _CgroupPool:
 
     def give(self, path: str) -> bool:
         """Keep ``path`` for reuse if it is empty; False when processes still run in it."""
-        if cgroup_members(path):
+        if not cgroup_empty(path):
             return False
         with self._lock:
             self._free.append(path)

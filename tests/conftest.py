@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -63,3 +63,17 @@ def host(host_probe: tuple[Host, Probe]) -> Host:
 @pytest.fixture
 def probe(host_probe: tuple[Host, Probe]) -> Probe:
     return host_probe[1]
+
+
+@pytest.fixture(params=["openat2", "openat"])
+def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Run a test with openat2 (where the kernel has it) and with the O_NOFOLLOW openat walk
+    (the file tools' two ways of resolving a path; modules opt in with usefixtures)."""
+    from codemode.sandbox import _fs
+
+    if request.param == "openat":
+        monkeypatch.setattr(_fs, "USE_OPENAT2", False)
+        assert not _fs.openat2_available()
+    elif not _fs.openat2_available():
+        pytest.skip("this kernel has no openat2")
+    yield request.param

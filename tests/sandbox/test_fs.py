@@ -11,7 +11,6 @@ import stat
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,16 +29,8 @@ from codemode.sandbox._fs import (
 from codemode.sandbox._paths import locate_readable
 from codemode.sandbox._policy import SandboxPolicy
 
-
-@pytest.fixture(params=["openat2", "openat"], autouse=True)
-def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Every test runs with openat2 (where the kernel has it) and with the O_NOFOLLOW openat walk."""
-    if request.param == "openat":
-        monkeypatch.setattr(_fs, "USE_OPENAT2", False)
-        assert not _fs.openat2_available()
-    elif not _fs.openat2_available():
-        pytest.skip("this kernel has no openat2")
-    yield request.param
+# Every test runs with openat2 (where the kernel has it) and with the O_NOFOLLOW openat walk.
+pytestmark = pytest.mark.usefixtures("resolver")
 
 
 def open_fds() -> int:

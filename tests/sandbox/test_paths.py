@@ -6,24 +6,16 @@ Every test runs twice: resolving with openat2 and with the O_NOFOLLOW openat wal
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from codemode.errors import SandboxDenied, ToolError
-from codemode.sandbox import _fs
 from codemode.sandbox._paths import check_readable, check_writable, locate_writable, resolve_path
 from codemode.sandbox._policy import SandboxMode, SandboxPolicy
 
-
-@pytest.fixture(params=["openat2", "openat"], autouse=True)
-def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    if request.param == "openat":
-        monkeypatch.setattr(_fs, "USE_OPENAT2", False)
-    elif not _fs.openat2_available():
-        pytest.skip("this kernel has no openat2")
-    yield request.param
+# Every test runs with openat2 (where the kernel has it) and with the O_NOFOLLOW openat walk.
+pytestmark = pytest.mark.usefixtures("resolver")
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ import pytest
 
 import codemode.tools.files._limits as files_module
 from codemode.errors import ErrorCode, SandboxDenied, ToolError
-from codemode.sandbox import _fs
 from codemode.sandbox._policy import SandboxMode, SandboxPolicy
 from codemode.tools import typescript_signature
 from codemode.tools._model import Tool, ToolContext, ToolResult
@@ -36,14 +35,8 @@ from codemode.tools.files import (
     file_tools,
 )
 
-
-@pytest.fixture(params=["openat2", "openat"], autouse=True)
-def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    if request.param == "openat":
-        monkeypatch.setattr(_fs, "USE_OPENAT2", False)
-    elif not _fs.openat2_available():
-        pytest.skip("this kernel has no openat2")
-    yield request.param
+# Every test runs with openat2 (where the kernel has it) and with the O_NOFOLLOW openat walk.
+pytestmark = pytest.mark.usefixtures("resolver")
 
 
 @dataclass

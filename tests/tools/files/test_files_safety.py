@@ -23,7 +23,6 @@ import pytest
 
 import codemode.tools.files._located as files_module
 from codemode.errors import SandboxDenied, ToolError
-from codemode.sandbox import _fs
 from codemode.sandbox._paths import locate_readable, locate_writable
 from codemode.sandbox._policy import SandboxMode, SandboxPolicy
 from codemode.tools._model import ToolContext, ToolResult
@@ -32,13 +31,8 @@ from codemode.tools.files import EditFileArgs, ReadFileArgs, WriteFileArgs, edit
 ROUNDS = 400
 
 
-@pytest.fixture(params=["openat2", "openat"], autouse=True)
-def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    if request.param == "openat":
-        monkeypatch.setattr(_fs, "USE_OPENAT2", False)
-    elif not _fs.openat2_available():
-        pytest.skip("this kernel has no openat2")
-    yield request.param
+# Every test runs with openat2 (where the kernel has it) and with the O_NOFOLLOW openat walk.
+pytestmark = pytest.mark.usefixtures("resolver")
 
 
 @pytest.fixture(autouse=True)

@@ -112,6 +112,7 @@ class Host:
         self._archive: Archive | None = None
         self._processes: ProcessManager | None = None
         self._session_tmp: dict[str, Path] = {}
+        self._sessions_noted: set[str] = set()  # sessions this host has marked known in the archive
         self._in_flight: dict[tuple[str, str], anyio.Event] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -353,7 +354,11 @@ class Host:
         done = self._in_flight[record_key] = anyio.Event()
         try:
             result = await self._run_code(source, session, call, max_output_tokens, timeout_seconds)
-            archive.record_run(session, call, result.model_dump_json(), digest)
+            if call_id is not None:  # only a caller's id can ever replay: a fresh one is not kept
+                archive.record_run(session, call, result.model_dump_json(), digest)
+            elif session not in self._sessions_noted:  # one write per session, not per run
+                archive.note_session(session)
+                self._sessions_noted.add(session)
             return result
         finally:
             self._in_flight.pop(record_key, None)

@@ -178,3 +178,17 @@ async def test_a_call_id_replays_its_own_source_only(tmp_path: Path) -> None:
         assert "'c1'" in other.text and "different program" in other.text and "nothing ran" in other.text
         assert "different" not in other.text.replace("different program", "")
         assert (await host.run_code("print(1 + 1)", call_id="c1")) == first  # still replays
+
+
+async def test_a_run_without_a_call_id_keeps_no_record_but_the_session_is_known(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    async with Host(workspace=tmp_path / "ws", state_dir=tmp_path / "state") as host:
+        for _ in range(3):
+            result = await host.run_code("print(1)", session_id="fresh")
+        assert host.archive.get_run("fresh", result.call_id) is None  # nothing can replay it
+        assert host.session_exists("fresh") and not host.session_exists("never-ran")
+        conn = host.archive.connect()
+        try:
+            assert conn.execute("SELECT COUNT(*) FROM run_records").fetchone()[0] == 0
+        finally:
+            conn.close()

@@ -68,7 +68,7 @@ READ_MAX_LIMIT = 16 * 1024 * 1024
 
 _REF_RE = re.compile(r"ar_[A-Za-z0-9_\-]{20}")
 _BUSY_TIMEOUT_MS = 10_000
-_SCHEMA_VERSION = 4
+_SCHEMA_VERSION = 5
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS archive_entries (
     ref TEXT PRIMARY KEY,
@@ -111,6 +111,10 @@ CREATE TABLE IF NOT EXISTS run_records (
     PRIMARY KEY (session_id, call_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS run_records_created ON run_records(created);
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY,
+    first_seen REAL NOT NULL
+) WITHOUT ROWID;
 """
 
 
@@ -159,11 +163,22 @@ def _migrate_3_to_4(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE run_records ADD COLUMN source_sha256 TEXT")
 
 
+def _migrate_4_to_5(conn: sqlite3.Connection) -> None:
+    """A table of the sessions seen, so runs without a call id need no record of their own
+    (nothing can replay them) and a session is still known once it has run anything."""
+    conn.execute("CREATE TABLE sessions (session_id TEXT PRIMARY KEY, first_seen REAL NOT NULL) WITHOUT ROWID")
+    conn.execute(
+        "INSERT OR IGNORE INTO sessions (session_id, first_seen)"
+        " SELECT session_id, MIN(created) FROM run_records GROUP BY session_id"
+    )
+
+
 # _MIGRATIONS[v] brings a database from version v to v + 1, inside the caller's transaction.
 _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _migrate_1_to_2,
     2: _migrate_2_to_3,
     3: _migrate_3_to_4,
+    4: _migrate_4_to_5,
 }
 
 
@@ -1053,12 +1068,20 @@ class Archive:
         archived text (background processes are the process manager's records)."""
         with self._connection() as conn:
             row = conn.execute(
-                "SELECT EXISTS (SELECT 1 FROM run_records WHERE session_id = ?)"
+                "SELECT EXISTS (SELECT 1 FROM sessions WHERE session_id = ?)"
+                " OR EXISTS (SELECT 1 FROM run_records WHERE session_id = ?)"
                 " OR EXISTS (SELECT 1 FROM store_values WHERE session_id = ?)"
                 " OR EXISTS (SELECT 1 FROM archive_entries WHERE session_id = ?)",
-                (session_id, session_id, session_id),
+                (session_id, session_id, session_id, session_id),
             ).fetchone()
         return bool(row[0])
+
+    @_host_faults
+    def note_session(self, session_id: str) -> None:
+        """Remember that a session ran something (once; later calls change nothing)."""
+        self._execute(
+            "INSERT OR IGNORE INTO sessions (session_id, first_seen) VALUES (?, ?)", (session_id, time.time())
+        )
 
     # -- run records ------------------------------------------------------------------------
 

@@ -166,7 +166,9 @@ def _migrate_3_to_4(conn: sqlite3.Connection) -> None:
 def _migrate_4_to_5(conn: sqlite3.Connection) -> None:
     """A table of the sessions seen, so runs without a call id need no record of their own
     (nothing can replay them) and a session is still known once it has run anything."""
-    conn.execute("CREATE TABLE sessions (session_id TEXT PRIMARY KEY, first_seen REAL NOT NULL) WITHOUT ROWID")
+    conn.execute(
+        "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, first_seen REAL NOT NULL) WITHOUT ROWID"
+    )
     conn.execute(
         "INSERT OR IGNORE INTO sessions (session_id, first_seen)"
         " SELECT session_id, MIN(created) FROM run_records GROUP BY session_id"

@@ -541,11 +541,6 @@ def _build_ruleset(policy: SandboxPolicy, abi: int, read_paths: Sequence[str]) -
     return fd
 
 
-def cgroups_available() -> bool:
-    """Whether commands get a cgroup each (see :mod:`._cgroup`)."""
-    return cgroup_root().path is not None
-
-
 @dataclass(frozen=True)
 class Layer:
     """One confinement layer as ``codemode doctor`` shows it.

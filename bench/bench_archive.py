@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from codemode.archive import Archive, Redactor
+from codemode.archive import Archive, Redactor, State
 
 
 def median_us(fn: Callable[[int], object], n: int) -> float:
@@ -83,7 +83,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
-        archive = Archive(tmp / "state", Redactor(environ={}))
+        archive_state = State(tmp / "state", Redactor(environ={}))
+        archive = archive_state.archive
 
         # -- page read from a big entry --------------------------------------------------------
         data = mixed_output(args.entry_mb * 1024 * 1024)
@@ -115,9 +116,9 @@ def main() -> None:
             lambda i: conn.execute("SELECT v FROM bench_kv WHERE k = ?", (f"k{i % 50}",)).fetchone(), n
         )
         value = '{"process_id": "proc_123", "items": [1, 2, 3]}'
-        s_set = median_us(lambda i: archive.store_set("sess", f"k{i % 50}", value), n)
-        s_get = median_us(lambda i: archive.store_get("sess", f"k{i % 50}"), n)
-        rec = median_us(lambda i: archive.record_run("sess", f"call-{i}", '{"text": "ok"}'), n)
+        s_set = median_us(lambda i: archive_state.values.set("sess", f"k{i % 50}", value), n)
+        s_get = median_us(lambda i: archive_state.values.get("sess", f"k{i % 50}"), n)
+        rec = median_us(lambda i: archive_state.runs.record("sess", f"call-{i}", '{"text": "ok"}'), n)
         got = median_us(lambda i: archive.get_run("sess", f"call-{i}"), n)
         print(f"store / run records (median of {n}):")
         print(f"  baseline sqlite INSERT OR REPLACE {raw_set:7.1f} us   baseline SELECT {raw_get:6.1f} us")
@@ -148,7 +149,7 @@ def main() -> None:
         print(f"  Redactor.redact_bytes            {mb / rb:8.0f} MB/s   ({lower / rb:.2f}x baseline)")
         print(f"  Redactor.redact (str)            {mb / rs:8.0f} MB/s")
         bench_log(archive, tmp, args.log_mb, sample[: 64 * 1024])
-        archive.close()
+        archive_state.close()
 
 
 if __name__ == "__main__":

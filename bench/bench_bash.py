@@ -28,7 +28,7 @@ from typing import Any
 import anyio
 import psutil
 
-from codemode.archive import Archive
+from codemode.archive import Archive, State
 from codemode.archive._redact import Redactor, StreamRedactor
 from codemode.sandbox import SandboxMode, SandboxPolicy
 from codemode.tools._bash import ProcessManager
@@ -288,7 +288,8 @@ async def main() -> None:
         root = Path(tmp)
         (root / "ws").mkdir()
         (root / "tmp").mkdir()
-        archive = Archive(root / "state")
+        archive_state = State(root / "state")
+        archive = archive_state.archive
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f}")
         if "true" in parts:
             await bench_true(root, archive, args.true_runs)
@@ -298,7 +299,7 @@ async def main() -> None:
             await bench_background(root, archive, args.background)
         if "gb" in parts:
             await bench_gigabyte(root, archive, args.gb)
-        archive.close()
+        archive_state.close()
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from codemode.archive import Archive, ArchiveRef, Redactor
+from codemode.archive import ArchiveRef, Redactor, State
 from codemode.budget import TokenCounter, fit_to_budget
 
 BUDGET = 2000
@@ -54,7 +54,8 @@ def main() -> None:
         return ArchiveRef("ar_" + "0" * 20, sizes[id(text)], "")
 
     with tempfile.TemporaryDirectory() as tmp:
-        archive = Archive(Path(tmp) / "state", Redactor(environ={}))
+        archive_state = State(Path(tmp) / "state", Redactor(environ={}))
+        archive = archive_state.archive
 
         def real_archive(text: str) -> ArchiveRef:
             return archive.put(text, kind="output")
@@ -67,7 +68,7 @@ def main() -> None:
         t_put = median_ms(lambda: archive.put(big, kind="output"), 5)
         t_put_bytes = median_ms(lambda: archive.put(big.encode(), kind="output"), 5)
         t_encode = median_ms(lambda: big.encode(), 10)
-        archive.close()
+        archive_state.close()
     res = fit_to_budget([big], BUDGET, counter, null_archive)
     print(f"cut to {BUDGET} tokens (medians); result has {counter.count(res.text)} tokens:")
     print(f"  200 KB, no-op archive        {t_small:8.2f} ms")

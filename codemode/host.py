@@ -1,4 +1,4 @@
-"""The Host: one registry, engine, archive, budget, sandbox policy and process manager."""
+"""The Host: one registry, engine, state directory, budget, sandbox policy and process manager."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import anyio
 
 from codemode._ids import check_id
 from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage
-from codemode.archive import Archive, ArchiveRef
+from codemode.archive import Archive, ArchiveRef, State
 from codemode.budget import MIN_BUDGET, TokenCounter, fit_to_budget
 from codemode.engine import Engine, EngineLimits, GuestError, HeaderError, parse_header
 from codemode.errors import UserError
@@ -109,10 +109,10 @@ class Host:
                 tool_data_bytes=self.config.tool_data_mb * 1024 * 1024,
             ),
         )
-        self._archive: Archive | None = None
+        self._state: State | None = None
         self._processes: ProcessManager | None = None
         self._session_tmp: dict[str, Path] = {}
-        self._sessions_noted: set[str] = set()  # sessions this host has marked known in the archive
+        self._sessions_noted: set[str] = set()  # sessions this host has marked known in the state dir
         self._in_flight: dict[tuple[str, str], anyio.Event] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -127,14 +127,14 @@ class Host:
         await self.aclose()
 
     async def open(self) -> None:
-        """Open the archive and register the built-in tools (idempotent).
+        """Open the state directory and register the built-in tools (idempotent).
 
         Raises:
             StateDirError: The state directory cannot be created or secured.
         """
-        if self._archive is not None:
+        if self._state is not None:
             return
-        self._archive = Archive(
+        self._state = state = State(
             self.config.state_dir.expanduser(),
             log_cap_bytes=self.config.log_cap_bytes,
             quota_bytes=self.config.state_quota_bytes,
@@ -142,13 +142,11 @@ class Host:
         # Loading the tokenizer takes about a second; do it now, off the loop, so the first
         # long output does not pay for it. Counting waits for this load if it comes first.
         threading.Thread(target=lambda: self.counter.exact, name="codemode-tokenizer", daemon=True).start()
-        if not self.config.builtin_tools:
-            self._archive.maintain()
-        else:
-            # The process manager runs the archive's upkeep itself, after pinning the logs of
-            # completions not yet delivered (so they survive compaction and expiry).
+        if self.config.builtin_tools:
+            # The process manager pins the logs of completions not yet delivered (so they
+            # survive the archive's compaction and expiry below).
             self._processes = ProcessManager(
-                self._archive,
+                state.archive,
                 handoff_seconds=self.config.handoff_seconds,
                 max_background_per_session=self.config.max_background_per_session,
             )
@@ -158,9 +156,10 @@ class Host:
             self.registry.add_extension(Extension("files", file_tools()))
             self.registry.add_extension(Extension("archive", [read_archive_tool()]))
             self.registry.add_extension(self._processes.extension())
+        state.maintain()
 
     async def aclose(self) -> None:
-        """Stop foreground commands and close the archive. Background processes survive.
+        """Stop foreground commands and close the state directory. Background processes survive.
 
         A session's temp dir (its commands' ``TMPDIR``) is removed unless the session still
         has running background processes, which keep using it.
@@ -179,20 +178,29 @@ class Host:
         finally:
             self._processes = None
             self._session_tmp.clear()
-            if self._archive is not None:
-                self._archive.close()
-                self._archive = None
+            if self._state is not None:
+                self._state.close()
+                self._state = None
 
     @property
-    def archive(self) -> Archive:
-        """The open archive.
+    def state(self) -> State:
+        """The open state directory (its database and stores).
 
         Raises:
             UserError: The host is not open.
         """
-        if self._archive is None:
+        if self._state is None:
             raise UserError("the Host is not open: use `async with Host(...) as host:` or await host.open()")
-        return self._archive
+        return self._state
+
+    @property
+    def archive(self) -> Archive:
+        """The open state directory's archive (archived text and logs).
+
+        Raises:
+            UserError: The host is not open.
+        """
+        return self.state.archive
 
     @property
     def processes(self) -> ProcessManager:
@@ -252,6 +260,7 @@ class Host:
             policy=replace(self._policy, temp_dir=temp),
             archive=self.archive,
             call_id=call_id,
+            store=self.state.values.for_session(session_id),
         )
 
     # -- tools ------------------------------------------------------------------------------
@@ -336,7 +345,7 @@ class Host:
             UserError: The host is not open, or not running on asyncio; or ``session_id`` or
                 ``call_id`` is empty, longer than 256 characters or holds control characters.
         """
-        archive = self.archive
+        runs = self.state.runs
         if timeout_seconds is not None and not (math.isfinite(timeout_seconds) and timeout_seconds > 0):
             raise UserError(f"timeout_seconds must be a positive number of seconds, got {timeout_seconds!r}")
         if max_output_tokens is not None and max_output_tokens <= 0:
@@ -355,9 +364,9 @@ class Host:
         try:
             result = await self._run_code(source, session, call, max_output_tokens, timeout_seconds)
             if call_id is not None:  # only a caller's id can ever replay: a fresh one is not kept
-                archive.record_run(session, call, result.model_dump_json(), digest)
+                runs.record(session, call, result.model_dump_json(), digest)
             elif session not in self._sessions_noted:  # one write per session, not per run
-                archive.note_session(session)
+                runs.note_session(session)
                 self._sessions_noted.add(session)
             return result
         finally:
@@ -373,12 +382,11 @@ class Host:
         in_flight = self._in_flight.get(record_key)
         if in_flight is not None:
             await in_flight.wait()
-        recorded = self.archive.get_run_record(*record_key)
+        recorded = self.state.runs.get(*record_key)
         if recorded is None:
             return None
-        text, recorded_digest = recorded
-        if recorded_digest is None or recorded_digest == digest:
-            return RunResult.model_validate_json(text)
+        if recorded.source_sha256 is None or recorded.source_sha256 == digest:
+            return RunResult.model_validate_json(recorded.result_json)
         session, call = record_key
         message = (
             f"call id {call!r} was already used in this session for a different program; nothing ran. "
@@ -644,7 +652,7 @@ class Host:
         check_id(session_id, "session_id")
         if self._processes is not None and self._processes.list_processes(session_id):
             return True
-        return self.archive.has_session(session_id)
+        return self.state.runs.has_session(session_id)
 
     # -- diagnostics ------------------------------------------------------------------------
 

@@ -276,14 +276,15 @@ def test_json_is_honoured_where_accepted_and_refused_by_mcp(tmp_path: Path, work
 
 
 def test_archive_read_marks_the_dropped_middle_of_a_capped_log(tmp_path: Path, workspace: Path) -> None:
-    from codemode.archive import MIN_LOG_CAP_BYTES, Archive
+    from codemode.archive import MIN_LOG_CAP_BYTES, State
 
     data = b"".join(b"line %07d\n" % i for i in range(300_000))  # 3.9 MB through a 1 MiB cap
-    archive = Archive(tmp_path / "state", log_cap_bytes=MIN_LOG_CAP_BYTES)
+    archive_state = State(tmp_path / "state", log_cap_bytes=MIN_LOG_CAP_BYTES)
+    archive = archive_state.archive
     writer = archive.open_log(kind="log", session_id="s1")
     writer.write(data)
     ref = writer.close()
-    archive.close()
+    archive_state.close()
     assert ref.dropped is not None
     start, end = ref.dropped
     done = codemode(tmp_path, workspace, "archive", "read", ref.ref)

@@ -185,9 +185,9 @@ async def test_a_run_without_a_call_id_keeps_no_record_but_the_session_is_known(
     async with Host(workspace=tmp_path / "ws", state_dir=tmp_path / "state") as host:
         for _ in range(3):
             result = await host.run_code("print(1)", session_id="fresh")
-        assert host.archive.get_run("fresh", result.call_id) is None  # nothing can replay it
+        assert host.state.runs.get("fresh", result.call_id) is None  # nothing can replay it
         assert host.session_exists("fresh") and not host.session_exists("never-ran")
-        conn = host.archive.connect()
+        conn = host.state.db.connect()
         try:
             assert conn.execute("SELECT COUNT(*) FROM run_records").fetchone()[0] == 0
         finally:

@@ -1,15 +1,14 @@
-"""Durable state: archived text and logs, records, store values, redaction.
+"""Durable state: one state directory, one SQLite schema with versioned migrations, and the
+stores on it (archived text and logs, store values, run records, process records), redaction.
 
-One state directory (mode 0700) holds a SQLite database and the archived files; each log is
-capped while it is written and the directory has a quota.
+One state directory (mode 0700) holds the database and the archived files; each log is capped
+while it is written and the directory has a quota. `State` opens all of it.
 """
 
+from codemode.archive import _processes as process_records
 from codemode.archive._archive import (
     COMPACT_KEEP_BYTES,
     EXPIRE_AFTER_SECONDS,
-    STORE_KEY_MAX_CHARS,
-    STORE_SESSION_MAX_BYTES,
-    STORE_VALUE_MAX_BYTES,
     Archive,
     ArchivePage,
     ArchiveRef,
@@ -21,7 +20,19 @@ from codemode.archive._capped import (
     MIN_LOG_CAP_BYTES,
     MIN_QUOTA_BYTES,
 )
+from codemode.archive._database import Database
+from codemode.archive._processes import ProcessRecord
 from codemode.archive._redact import Redactor, StreamRedactor
+from codemode.archive._runs import RunRecord, RunRecords
+from codemode.archive._schema import SCHEMA_VERSION
+from codemode.archive._state import State
+from codemode.archive._values import (
+    STORE_KEY_MAX_CHARS,
+    STORE_SESSION_MAX_BYTES,
+    STORE_VALUE_MAX_BYTES,
+    SessionValues,
+    ValueStore,
+)
 
 __all__ = [
     "COMPACT_KEEP_BYTES",
@@ -30,13 +41,22 @@ __all__ = [
     "EXPIRE_AFTER_SECONDS",
     "MIN_LOG_CAP_BYTES",
     "MIN_QUOTA_BYTES",
+    "SCHEMA_VERSION",
     "STORE_KEY_MAX_CHARS",
     "STORE_SESSION_MAX_BYTES",
     "STORE_VALUE_MAX_BYTES",
     "Archive",
     "ArchivePage",
     "ArchiveRef",
+    "Database",
     "LogWriter",
+    "ProcessRecord",
     "Redactor",
+    "RunRecord",
+    "RunRecords",
+    "SessionValues",
+    "State",
     "StreamRedactor",
+    "ValueStore",
+    "process_records",
 ]

@@ -1,9 +1,4 @@
-"""The durable archive: archived text and command logs, store values and run records.
-
-Layout of the state directory (mode 0700)::
-
-    state.db          SQLite (WAL): archive index, store values, run records, other parts' tables
-    blobs/<file>      one file per archived entry (mode 0600)
+"""The archive: archived text and command logs, in the state directory's ``blobs/``.
 
 An entry's offsets are byte offsets into the whole original text, and ``total_bytes`` is its
 whole size. A log keeps at most its cap on disk while it is written: its head and its tail sit
@@ -14,40 +9,29 @@ start (file offset 0 is byte ``retained_from``).
 
 The directory has a quota: past it, finished entries are evicted (the oldest finished logs
 first); writers check it every 1/64 of the quota in a thread of their own.
-
-Connections come from a small pool, so the archive can be used from many threads at once;
-several processes can share one state directory (SQLite WAL plus a busy timeout).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
 import secrets
 import sqlite3
-import stat
-import threading
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import wraps
 from pathlib import Path
-from typing import ParamSpec, TypeVar
 
 from codemode.archive import _capped
 from codemode.archive._capped import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES, CappedLog
+from codemode.archive._database import Database, host_faults
 from codemode.archive._redact import Redactor, StreamRedactor
-from codemode.errors import HostFault, StateDirError, ToolError, UnknownRefError
+from codemode.errors import StateDirError, ToolError, UnknownRefError
 
 __all__ = [
     "COMPACT_KEEP_BYTES",
     "EXPIRE_AFTER_SECONDS",
-    "STORE_KEY_MAX_CHARS",
-    "STORE_SESSION_MAX_BYTES",
-    "STORE_VALUE_MAX_BYTES",
     "Archive",
     "ArchivePage",
     "ArchiveRef",
@@ -58,130 +42,10 @@ COMPACT_KEEP_BYTES = 8 * 1024 * 1024
 """A finished log keeps this many bytes (its tail) after compaction."""
 EXPIRE_AFTER_SECONDS = 30 * 24 * 3600
 """Entries and run records older than this are removed by `Archive.maintain` (unless pinned)."""
-STORE_VALUE_MAX_BYTES = 1024 * 1024
-"""Largest store value (UTF-8 bytes of its JSON text)."""
-STORE_SESSION_MAX_BYTES = 16 * 1024 * 1024
-"""Largest total of one session's store values plus keys (UTF-8 bytes)."""
-STORE_KEY_MAX_CHARS = 256
-"""Longest store key."""
 READ_MAX_LIMIT = 16 * 1024 * 1024
 
 _REF_RE = re.compile(r"ar_[A-Za-z0-9_\-]{20}")
-_BUSY_TIMEOUT_MS = 10_000
 _SCHEMA_VERSION = 5
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS archive_entries (
-    ref TEXT PRIMARY KEY,
-    kind TEXT NOT NULL,
-    session_id TEXT,
-    created REAL NOT NULL,
-    finished REAL,
-    total_bytes INTEGER NOT NULL DEFAULT 0,
-    sha256 TEXT,
-    retained_from INTEGER NOT NULL DEFAULT 0,
-    raw INTEGER NOT NULL DEFAULT 0,
-    stream INTEGER NOT NULL DEFAULT 0,
-    pinned INTEGER NOT NULL DEFAULT 0,
-    needs_compact INTEGER NOT NULL DEFAULT 0,
-    file TEXT NOT NULL,
-    disk_bytes INTEGER,
-    cap_bytes INTEGER
-);
-CREATE INDEX IF NOT EXISTS archive_entries_created ON archive_entries(created);
-CREATE INDEX IF NOT EXISTS archive_entries_compact ON archive_entries(needs_compact) WHERE needs_compact = 1;
-CREATE INDEX IF NOT EXISTS archive_entries_live ON archive_entries(finished) WHERE finished IS NULL;
-CREATE TABLE IF NOT EXISTS archive_settings (
-    key TEXT PRIMARY KEY,
-    value INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS store_values (
-    session_id TEXT NOT NULL,
-    key TEXT NOT NULL,
-    value TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    updated REAL NOT NULL,
-    PRIMARY KEY (session_id, key)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS run_records (
-    session_id TEXT NOT NULL,
-    call_id TEXT NOT NULL,
-    result TEXT NOT NULL,
-    created REAL NOT NULL,
-    source_sha256 TEXT,
-    PRIMARY KEY (session_id, call_id)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS run_records_created ON run_records(created);
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id TEXT PRIMARY KEY,
-    first_seen REAL NOT NULL
-) WITHOUT ROWID;
-"""
-
-
-def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
-    """Run records: one key ``session + "\\x1f" + call`` becomes two columns.
-
-    A key joined with a separator let session ``team`` with call id ``"victim\\x1fc1"`` hit the
-    record of session ``team\\x1fvictim``'s call ``c1``. Version 1 stored the owner beside the
-    joined key, so each row splits back exactly: the call id is the key without the
-    ``session + "\\x1f"`` prefix (a key without that prefix was a plain call id).
-    """
-    conn.execute("ALTER TABLE run_records RENAME TO run_records_v1")
-    conn.execute(
-        "CREATE TABLE run_records (session_id TEXT NOT NULL, call_id TEXT NOT NULL, result TEXT NOT NULL,"
-        " created REAL NOT NULL, PRIMARY KEY (session_id, call_id)) WITHOUT ROWID"
-    )
-    conn.execute(
-        "INSERT OR IGNORE INTO run_records (session_id, call_id, result, created)"
-        " SELECT session_id,"
-        " CASE WHEN substr(call_id, 1, length(session_id) + 1) = session_id || char(31)"
-        " THEN substr(call_id, length(session_id) + 2) ELSE call_id END,"
-        " result, created FROM run_records_v1"
-    )
-    conn.execute("DROP TABLE run_records_v1")  # and its index
-    conn.execute("CREATE INDEX run_records_created ON run_records(created)")
-
-
-def _migrate_2_to_3(conn: sqlite3.Connection) -> None:
-    """Entries record their disk use (for the quota) and their log's cap; a settings table.
-
-    A finished entry of version 2 is one dense file of its retained bytes, so that is its
-    disk use (within a block).
-    """
-    conn.execute("ALTER TABLE archive_entries ADD COLUMN disk_bytes INTEGER")
-    conn.execute("ALTER TABLE archive_entries ADD COLUMN cap_bytes INTEGER")
-    conn.execute(
-        "UPDATE archive_entries SET disk_bytes = total_bytes - retained_from WHERE finished IS NOT NULL"
-    )
-    conn.execute("CREATE INDEX archive_entries_live ON archive_entries(finished) WHERE finished IS NULL")
-    conn.execute("CREATE TABLE archive_settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID")
-
-
-def _migrate_3_to_4(conn: sqlite3.Connection) -> None:
-    """Run records keep the sha256 of their program's source, so a replay can check it
-    (records from before have none: they replay unchecked)."""
-    conn.execute("ALTER TABLE run_records ADD COLUMN source_sha256 TEXT")
-
-
-def _migrate_4_to_5(conn: sqlite3.Connection) -> None:
-    """A table of the sessions seen, so runs without a call id need no record of their own
-    (nothing can replay them) and a session is still known once it has run anything."""
-    conn.execute(
-        "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, first_seen REAL NOT NULL) WITHOUT ROWID"
-    )
-    conn.execute(
-        "INSERT OR IGNORE INTO sessions (session_id, first_seen)"
-        " SELECT session_id, MIN(created) FROM run_records GROUP BY session_id"
-    )
-
-
-# _MIGRATIONS[v] brings a database from version v to v + 1, inside the caller's transaction.
-_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
-    1: _migrate_1_to_2,
-    2: _migrate_2_to_3,
-    3: _migrate_3_to_4,
-    4: _migrate_4_to_5,
-}
 
 
 @dataclass(frozen=True)
@@ -244,69 +108,10 @@ def _new_ref() -> str:
     return "ar_" + secrets.token_urlsafe(15)
 
 
-def _secure_state_dir(path: Path) -> Path:
-    """Create ``path`` (mode 0700) or check and tighten an existing one."""
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except FileExistsError as exc:
-        raise StateDirError(f"state directory {path} exists but is not a directory; move it away") from exc
-    except OSError as exc:
-        raise StateDirError(f"cannot create state directory {path}: {exc.strerror or exc}") from exc
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise StateDirError(f"cannot inspect state directory {path}: {exc.strerror or exc}") from exc
-    if not stat.S_ISDIR(st.st_mode):
-        raise StateDirError(f"state directory {path} is not a directory; move it away or choose another")
-    if st.st_uid != os.getuid():
-        raise StateDirError(
-            f"state directory {path} is owned by uid {st.st_uid}, not by this user (uid {os.getuid()}); "
-            "choose a directory of your own (CODEMODE_HOME)"
-        )
-    if stat.S_IMODE(st.st_mode) != 0o700:
-        try:
-            os.chmod(path, 0o700)
-        except OSError as exc:
-            raise StateDirError(
-                f"state directory {path} has mode {stat.S_IMODE(st.st_mode):o} and cannot be set to 700: "
-                f"{exc.strerror or exc}"
-            ) from exc
-        if stat.S_IMODE(os.stat(path).st_mode) != 0o700:
-            raise StateDirError(f"state directory {path} could not be secured to mode 700")
-    return path
-
-
-_P = ParamSpec("_P")
-_T = TypeVar("_T")
-
-
-def _host_faults(fn: Callable[_P, _T]) -> Callable[_P, _T]:
-    """Turn database and disk failures (locked for too long, disk full, I/O error) into HostFault."""
-
-    @wraps(fn)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
-        try:
-            return fn(*args, **kwargs)
-        except sqlite3.Error as exc:
-            raise HostFault(f"the archive database failed during {fn.__name__}: {exc}") from exc
-        except OSError as exc:
-            raise HostFault(
-                f"the archive could not {fn.__name__.replace('_', ' ')}: {exc.strerror or exc}"
-            ) from exc
-
-    return wrapper
-
-
 def _write_fully(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def _configure(conn: sqlite3.Connection) -> sqlite3.Connection:
-    conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    return conn
 
 
 class LogWriter:
@@ -410,11 +215,10 @@ class LogWriter:
 
 
 class Archive:
-    """The durable archive in one state directory.
+    """Archived text and logs of one state directory.
 
     Args:
-        state_dir: Directory to use (created with mode 0700, parents too; an existing one is
-            tightened to 0700).
+        db: The state directory's database.
         redactor: Redacts text before it is persisted and raw logs when read. Defaults to a
             `Redactor` over ``os.environ``.
         log_cap_bytes: Most bytes one log keeps on disk while it is written (its head and
@@ -428,14 +232,13 @@ class Archive:
     longer than the busy timeout, disk full, I/O error): that is never the model's fault.
 
     Raises:
-        StateDirError: The directory is not a directory, is not ours, cannot be secured, or
-            the database cannot be opened.
+        StateDirError: ``blobs/`` cannot be created, or the quota cannot be recorded.
         ValueError: ``log_cap_bytes`` or ``quota_bytes`` is below its minimum.
     """
 
     def __init__(
         self,
-        state_dir: Path,
+        db: Database,
         redactor: Redactor | None = None,
         *,
         log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
@@ -447,33 +250,24 @@ class Archive:
             )
         if quota_bytes < _capped.MIN_QUOTA_BYTES:
             raise ValueError(f"quota_bytes must be at least {_capped.MIN_QUOTA_BYTES} (got {quota_bytes})")
+        self._db = db
         self._log_cap = log_cap_bytes
         self._quota_bytes = quota_bytes
-        self._state_dir = _secure_state_dir(Path(state_dir).expanduser().absolute())
+        self._state_dir = db.state_dir
+        self._db_path = db.db_path
         self._blob_dir = self._state_dir / "blobs"
         try:
             self._blob_dir.mkdir(mode=0o700, exist_ok=True)
         except OSError as exc:
             raise StateDirError(f"cannot create {self._blob_dir}: {exc.strerror or exc}") from exc
-        self._db_path = self._state_dir / "state.db"
         self._redactor = redactor if redactor is not None else Redactor()
-        self._lock = threading.Lock()
-        self._free: list[sqlite3.Connection] = []
-        self._all: list[sqlite3.Connection] = []
-        self._closed = False
         try:
-            conn = self._open_connection()
-            self._init_schema(conn)
-            conn.execute(
+            db.execute(
                 "INSERT OR REPLACE INTO archive_settings (key, value) VALUES ('quota_bytes', ?)",
                 (quota_bytes,),
             )
-            with contextlib.suppress(OSError):
-                os.chmod(self._db_path, 0o600)
         except sqlite3.Error as exc:
-            raise StateDirError(f"cannot open the state database {self._db_path}: {exc}") from exc
-        self._free.append(conn)
-        self._all.append(conn)
+            raise StateDirError(f"cannot record the quota in {self._db_path}: {exc}") from exc
         self._quota = _capped.QuotaWatch(str(self._db_path), quota_bytes, before=self._compact_pending)
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -493,97 +287,9 @@ class Archive:
         """The redactor applied before text is persisted and to raw logs when read."""
         return self._redactor
 
-    def connect(self) -> sqlite3.Connection:
-        """Open a new connection to the state database, configured like the archive's own.
-
-        WAL journal, ``synchronous=NORMAL``, a 10 s busy timeout, usable from any thread
-        (``check_same_thread=False``; serialise use yourself) and Python's default
-        transaction handling (``with conn:`` commits). The caller closes it.
-        """
-        conn = sqlite3.connect(self._db_path, timeout=_BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
-        return _configure(conn)
-
-    def _open_connection(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(
-            self._db_path, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
-        )
-        return _configure(conn)
-
-    def _init_schema(self, conn: sqlite3.Connection) -> None:
-        """Create the schema in a new database, or migrate an older one step by step.
-
-        Raises:
-            StateDirError: The database is in WAL-incapable storage, or was written by a newer
-                codemode (its schema version is unknown here).
-        """
-        (version,) = conn.execute("PRAGMA user_version").fetchone()
-        if version == _SCHEMA_VERSION:
-            return
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise StateDirError(f"the state database {self._db_path} cannot use WAL mode (got {mode})")
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            # Another process may have created or migrated it while this one waited for the lock.
-            (version,) = conn.execute("PRAGMA user_version").fetchone()
-            if version > _SCHEMA_VERSION:
-                raise StateDirError(
-                    f"the state database {self._db_path} has schema version {version}, newer than this "
-                    f"codemode's ({_SCHEMA_VERSION}); upgrade codemode or use another state directory"
-                )
-            if version == 0:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-            else:
-                for step in range(version, _SCHEMA_VERSION):
-                    _MIGRATIONS[step](conn)
-            conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-
-    def _acquire(self) -> sqlite3.Connection:
-        with self._lock:
-            if self._closed:
-                raise ValueError("the archive is closed")
-            if self._free:
-                return self._free.pop()
-        conn = self._open_connection()
-        with self._lock:
-            self._all.append(conn)
-        return conn
-
-    @contextlib.contextmanager
-    def _connection(self) -> Iterator[sqlite3.Connection]:
-        """A pooled connection for the block (any open transaction is rolled back after)."""
-        conn = self._acquire()
-        try:
-            yield conn
-        finally:
-            self._release(conn)
-
-    def _release(self, conn: sqlite3.Connection) -> None:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        with self._lock:
-            if self._closed:
-                conn.close()
-            else:
-                self._free.append(conn)
-
-    def close(self) -> None:
-        """Close every pooled connection. Idempotent; connections in use close when released."""
-        with self._lock:
-            self._closed = True
-            free, self._free = self._free, []
-        for conn in free:
-            conn.close()
-
     # -- entries ----------------------------------------------------------------------------
 
-    @_host_faults
+    @host_faults
     def put(self, data: str | bytes, *, kind: str, session_id: str | None = None) -> ArchiveRef:
         """Store a text (redacted first) or bytes (as given) as a new entry.
 
@@ -609,7 +315,7 @@ class Archive:
             os.close(fd)
         digest = hashlib.sha256(blob).hexdigest()
         now = time.time()
-        self._execute(
+        self._db.execute(
             "INSERT INTO archive_entries"
             " (ref, kind, session_id, created, finished, total_bytes, sha256, file, needs_compact, disk_bytes)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -629,7 +335,7 @@ class Archive:
         self._quota.added(disk)
         return ArchiveRef(ref, len(blob), digest)
 
-    @_host_faults
+    @host_faults
     def open_log(self, *, kind: str, session_id: str | None = None, redact: bool = True) -> LogWriter:
         """Start a streamed entry (a command log); it is readable while being written.
 
@@ -644,7 +350,7 @@ class Archive:
         """
         ref = _new_ref()
         path = self._blob_dir / ref
-        self._execute(
+        self._db.execute(
             "INSERT INTO archive_entries (ref, kind, session_id, created, raw, stream, file, cap_bytes)"
             " VALUES (?, ?, ?, ?, ?, 1, ?, ?)",
             (ref, kind, session_id, time.time(), 0 if redact else 1, ref, self._log_cap),
@@ -652,7 +358,7 @@ class Archive:
         stream = StreamRedactor(self._redactor) if redact else None
         return LogWriter(self, ref, path, stream, self._log_cap)
 
-    @_host_faults
+    @host_faults
     def finish_log(self, ref: str) -> ArchiveRef:
         """Finish a streamed entry whose file another process wrote (see `LogWriter.detach`).
 
@@ -664,7 +370,7 @@ class Archive:
             UnknownRefError: No such entry, or its file is gone.
         """
         file, retained_from, total, _raw, _stream = self._lookup(ref)
-        with self._connection() as conn:
+        with self._db.connection() as conn:
             row = conn.execute(
                 "SELECT sha256, total_bytes FROM archive_entries WHERE ref = ?", (ref,)
             ).fetchone()
@@ -698,7 +404,7 @@ class Archive:
             disk = os.stat(self._blob_dir / file).st_blocks * 512
         except FileNotFoundError:
             disk = 0
-        self._execute(
+        self._db.execute(
             "UPDATE archive_entries SET finished = ?, total_bytes = ?, sha256 = ?, needs_compact = ?,"
             " disk_bytes = ? WHERE ref = ?",
             (
@@ -710,10 +416,6 @@ class Archive:
                 result.ref,
             ),
         )
-
-    def _execute(self, sql: str, params: tuple[object, ...]) -> int:
-        with self._connection() as conn:
-            return conn.execute(sql, params).rowcount
 
     def _lookup(self, ref: str, session_id: str | None = None) -> tuple[str, int, int | None, int, int]:
         """Return (file, retained_from, total_bytes if finished else None, raw, stream).
@@ -727,7 +429,7 @@ class Archive:
                 "from truncation notices and bash log fields",
                 {"ref": ref},
             )
-        with self._connection() as conn:
+        with self._db.connection() as conn:
             row = conn.execute(
                 "SELECT file, retained_from, finished, total_bytes, raw, stream, session_id"
                 " FROM archive_entries WHERE ref = ?",
@@ -742,7 +444,7 @@ class Archive:
         file, retained_from, finished, total, raw, stream, _owner = row
         return file, retained_from, (total if finished is not None else None), raw, stream
 
-    @_host_faults
+    @host_faults
     def read(
         self, ref: str, offset: int = 0, limit: int = 65536, *, session_id: str | None = None
     ) -> ArchivePage:
@@ -846,17 +548,17 @@ class Archive:
                     data = data[:cut]
         return self._redactor.redact_bytes(data), end
 
-    @_host_faults
+    @host_faults
     def pin(self, ref: str, pinned: bool) -> None:
         """Protect an entry from compaction and expiry (or lift the protection).
 
         Raises:
             UnknownRefError: No such entry.
         """
-        if self._execute("UPDATE archive_entries SET pinned = ? WHERE ref = ?", (int(pinned), ref)) == 0:
+        if self._db.execute("UPDATE archive_entries SET pinned = ? WHERE ref = ?", (int(pinned), ref)) == 0:
             raise UnknownRefError(f"no archived text {ref!r} to pin", {"ref": ref})
 
-    @_host_faults
+    @host_faults
     def entry_info(self, ref: str) -> dict[str, object]:
         """Index data of one entry: kind, session, sizes, times, flags (for the CLI and doctor).
 
@@ -864,7 +566,7 @@ class Archive:
             UnknownRefError: No such entry.
         """
         self._lookup(ref)
-        with self._connection() as conn:
+        with self._db.connection() as conn:
             cursor = conn.execute("SELECT * FROM archive_entries WHERE ref = ?", (ref,))
             names = [d[0] for d in cursor.description]
             row = cursor.fetchone()
@@ -874,7 +576,7 @@ class Archive:
 
     # -- maintenance ------------------------------------------------------------------------
 
-    @_host_faults
+    @host_faults
     def maintain(self, now: float | None = None) -> dict[str, int]:
         """Compact finished logs to their last 8 MiB, expire what is older than 30 days, and
         evict finished entries while the state directory is over its quota.
@@ -887,12 +589,12 @@ class Archive:
             now: The current time (seconds since the epoch); defaults to ``time.time()``.
 
         Returns:
-            Counts: ``compacted``, ``expired`` (entries), ``expired_runs``, ``evicted``.
+            Counts: ``compacted``, ``expired`` (entries), ``evicted``.
         """
         now = time.time() if now is None else now
         cutoff = now - EXPIRE_AFTER_SECONDS
-        counts = {"compacted": 0, "expired": 0, "expired_runs": 0}
-        with self._connection() as conn:
+        counts = {"compacted": 0, "expired": 0}
+        with self._db.connection() as conn:
             old = conn.execute(
                 "SELECT ref, file, finished FROM archive_entries WHERE created < ? AND pinned = 0", (cutoff,)
             ).fetchall()
@@ -907,9 +609,6 @@ class Archive:
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
                     counts["expired"] += 1
-            counts["expired_runs"] = conn.execute(
-                "DELETE FROM run_records WHERE created < ?", (cutoff,)
-            ).rowcount
         counts["compacted"] = self._compact_pending()
         counts["evicted"] = _capped.enforce_quota(str(self._db_path), self._quota_bytes)
         return counts
@@ -917,7 +616,7 @@ class Archive:
     def _compact_pending(self) -> int:
         """Compact every finished log waiting for it; return how many were."""
         compacted = 0
-        with self._connection() as conn:
+        with self._db.connection() as conn:
             todo = conn.execute(
                 "SELECT ref FROM archive_entries WHERE needs_compact = 1 AND pinned = 0"
             ).fetchall()
@@ -968,153 +667,3 @@ class Archive:
         with contextlib.suppress(FileNotFoundError):
             old_path.unlink()
         return True
-
-    # -- store ------------------------------------------------------------------------------
-
-    @staticmethod
-    def _check_key(key: str) -> None:
-        if not isinstance(key, str) or not 1 <= len(key) <= STORE_KEY_MAX_CHARS:
-            shown = key if not isinstance(key, str) else f"{len(key)} characters"
-            raise ToolError(
-                f"store key must be a string of 1 to {STORE_KEY_MAX_CHARS} characters (got {shown})",
-                {"field": "key", "limit": STORE_KEY_MAX_CHARS},
-            )
-
-    @_host_faults
-    def store_get(self, session_id: str, key: str) -> str | None:
-        """Return the JSON text stored under ``key``, or ``None`` when the key is missing.
-
-        A stored JSON ``null`` comes back as the text ``"null"``, so missing and null differ.
-
-        Raises:
-            ToolError: The key is not 1 to 256 characters.
-        """
-        self._check_key(key)
-        with self._connection() as conn:
-            row = conn.execute(
-                "SELECT value FROM store_values WHERE session_id = ? AND key = ?", (session_id, key)
-            ).fetchone()
-        return None if row is None else str(row[0])
-
-    @_host_faults
-    def store_set(self, session_id: str, key: str, value_json: str) -> None:
-        """Store a JSON value under ``key`` for the session (replacing any old value).
-
-        Raises:
-            ToolError: The key is not 1 to 256 characters, the text is not JSON, the value is
-                over 1 MiB, or the session's values would total over 16 MiB.
-        """
-        self._check_key(key)
-        if not isinstance(value_json, str):
-            raise ToolError("store value must be JSON text", {"field": "value"})
-        size = len(value_json.encode("utf-8"))
-        if size > STORE_VALUE_MAX_BYTES:
-            raise ToolError(
-                f"store value for {key!r} is {size} bytes of JSON; the limit is "
-                f"{STORE_VALUE_MAX_BYTES} bytes (1 MiB) per value: store less, or split it over several keys",
-                {"field": "value", "limit": STORE_VALUE_MAX_BYTES, "size": size},
-            )
-        try:
-            json.loads(value_json)
-        except ValueError as exc:
-            raise ToolError(f"store value for {key!r} is not valid JSON: {exc}", {"field": "value"}) from exc
-        cost = size + len(key.encode("utf-8"))
-        with self._connection() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            (used,) = conn.execute(
-                "SELECT COALESCE(SUM(size + length(CAST(key AS BLOB))), 0) FROM store_values"
-                " WHERE session_id = ? AND key != ?",
-                (session_id, key),
-            ).fetchone()
-            if used + cost > STORE_SESSION_MAX_BYTES:
-                conn.execute("ROLLBACK")
-                raise ToolError(
-                    f"store is full for this session: {used} bytes used, this value needs {cost} more, the "
-                    f"limit is {STORE_SESSION_MAX_BYTES} bytes (16 MiB) per session; delete keys you no "
-                    "longer need (store.delete)",
-                    {"limit": STORE_SESSION_MAX_BYTES, "used": used, "size": cost},
-                )
-            conn.execute(
-                "INSERT OR REPLACE INTO store_values (session_id, key, value, size, updated)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (session_id, key, value_json, size, time.time()),
-            )
-            conn.execute("COMMIT")
-
-    @_host_faults
-    def store_delete(self, session_id: str, key: str) -> bool:
-        """Delete ``key``; return whether it existed.
-
-        Raises:
-            ToolError: The key is not 1 to 256 characters.
-        """
-        self._check_key(key)
-        return bool(
-            self._execute("DELETE FROM store_values WHERE session_id = ? AND key = ?", (session_id, key))
-        )
-
-    @_host_faults
-    def store_keys(self, session_id: str) -> list[str]:
-        """The session's keys, sorted."""
-        with self._connection() as conn:
-            rows = conn.execute(
-                "SELECT key FROM store_values WHERE session_id = ? ORDER BY key", (session_id,)
-            ).fetchall()
-        return [str(row[0]) for row in rows]
-
-    # -- sessions ---------------------------------------------------------------------------
-
-    @_host_faults
-    def has_session(self, session_id: str) -> bool:
-        """Whether anything of this session is kept here: a run record, a store value or an
-        archived text (background processes are the process manager's records)."""
-        with self._connection() as conn:
-            row = conn.execute(
-                "SELECT EXISTS (SELECT 1 FROM sessions WHERE session_id = ?)"
-                " OR EXISTS (SELECT 1 FROM run_records WHERE session_id = ?)"
-                " OR EXISTS (SELECT 1 FROM store_values WHERE session_id = ?)"
-                " OR EXISTS (SELECT 1 FROM archive_entries WHERE session_id = ?)",
-                (session_id, session_id, session_id, session_id),
-            ).fetchone()
-        return bool(row[0])
-
-    @_host_faults
-    def note_session(self, session_id: str) -> None:
-        """Remember that a session ran something (once; later calls change nothing)."""
-        self._execute(
-            "INSERT OR IGNORE INTO sessions (session_id, first_seen) VALUES (?, ?)", (session_id, time.time())
-        )
-
-    # -- run records ------------------------------------------------------------------------
-
-    @_host_faults
-    def get_run(self, session_id: str, call_id: str) -> str | None:
-        """The recorded result (JSON text) of the session's call ``call_id``, or ``None``.
-
-        Records are keyed by both ids (two columns): a call id never reaches another
-        session's record, whatever characters either id holds.
-        """
-        record = self.get_run_record(session_id, call_id)
-        return None if record is None else record[0]
-
-    @_host_faults
-    def get_run_record(self, session_id: str, call_id: str) -> tuple[str, str | None] | None:
-        """`get_run`, with the sha256 of the program's source recorded beside it (None for
-        records made before that was kept)."""
-        with self._connection() as conn:
-            row = conn.execute(
-                "SELECT result, source_sha256 FROM run_records WHERE session_id = ? AND call_id = ?",
-                (session_id, call_id),
-            ).fetchone()
-        return None if row is None else (str(row[0]), None if row[1] is None else str(row[1]))
-
-    @_host_faults
-    def record_run(
-        self, session_id: str, call_id: str, result_json: str, source_sha256: str | None = None
-    ) -> None:
-        """Record the result of the session's call ``call_id``. The first record wins."""
-        self._execute(
-            "INSERT OR IGNORE INTO run_records (session_id, call_id, result, created, source_sha256)"
-            " VALUES (?, ?, ?, ?, ?)",
-            (session_id, call_id, result_json, time.time(), source_sha256),
-        )

@@ -651,23 +651,24 @@ class ProgramThread:
         settle(call_id, True, payload, False)
 
     def _sync_op(self, op: str, a: Any, b: Any) -> Any:
-        archive = self.context.archive
-        session = self.context.session_id
         if op == "searchTools":
             limit = int(b) if isinstance(b, int | float) and b > 0 else 10
             return self.registry.search(str(a), limit=limit)
         if op == "describeTool":
             return self.registry.describe(str(a))
+        store = self.context.store
+        if store is None:
+            raise ToolError(f"{op}: this host gave the program no store", code=ErrorCode.TOOL_FAILED)
         if op == "store.get":
-            raw = archive.store_get(session, str(a))
+            raw = store.get(str(a))
             return None if raw is None else json.loads(raw)
         if op == "store.set":
-            archive.store_set(session, str(a), str(b))
+            store.set(str(a), str(b))
             return None
         if op == "store.delete":
-            return archive.store_delete(session, str(a))
+            return store.delete(str(a))
         if op == "store.keys":
-            return archive.store_keys(session)
+            return store.keys()
         raise ToolError(f"unknown operation {op}")
 
     def _wait_and_deliver(self, ctx: quickjs.Context, settle: Any, fire: Any) -> bool:

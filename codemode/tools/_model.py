@@ -21,7 +21,7 @@ from codemode.sandbox import SandboxPolicy
 from codemode.tools._signature import typescript_signature
 
 if TYPE_CHECKING:
-    from codemode.archive import Archive
+    from codemode.archive import Archive, SessionValues
 
 
 class TextContent(pydantic.BaseModel):
@@ -108,8 +108,10 @@ class ToolContext:
         workspace: The workspace root (absolute, symlinks resolved: the Host resolves it);
             relative paths resolve against it.
         policy: The sandbox policy in force for this call.
-        archive: The durable archive (logs, overflow text, records).
+        archive: The archive (command logs, overflow text).
         call_id: Id of the surrounding ``run_code`` or direct call, when there is one.
+        store: The session's store values (what a program's ``store`` reaches); None where
+            the caller gave none (a program's ``store`` calls then fail with a clear error).
     """
 
     session_id: str
@@ -117,6 +119,7 @@ class ToolContext:
     policy: SandboxPolicy
     archive: Archive
     call_id: str | None = None
+    store: SessionValues | None = None
 
 
 Handler = Callable[..., Any]

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,10 +19,13 @@ import pytest
 from codemode.archive import (
     COMPACT_KEEP_BYTES,
     EXPIRE_AFTER_SECONDS,
+    SCHEMA_VERSION,
     STORE_SESSION_MAX_BYTES,
     STORE_VALUE_MAX_BYTES,
     Archive,
     Redactor,
+    State,
+    process_records,
 )
 from codemode.errors import StateDirError, ToolError, UnknownRefError
 
@@ -30,10 +34,21 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def archive(tmp_path: Path) -> Archive:
-    arch = Archive(tmp_path / "state", Redactor(environ={}))
-    yield arch
-    arch.close()
+def state(tmp_path: Path) -> Iterator[State]:
+    opened = State(tmp_path / "state", Redactor(environ={}))
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def archive(state: State) -> Archive:
+    return state.archive
+
+
+def run_text(state: State, session_id: str, call_id: str) -> str | None:
+    """The recorded result text of a run, or None."""
+    record = state.runs.get(session_id, call_id)
+    return None if record is None else record.result_json
 
 
 def read_all(archive: Archive, ref: str, limit: int) -> bytes:
@@ -53,7 +68,7 @@ def read_all(archive: Archive, ref: str, limit: int) -> bytes:
 
 def test_creates_state_dir_with_parents_mode_0700(tmp_path: Path) -> None:
     target = tmp_path / "a" / "b" / "state"
-    Archive(target).close()
+    State(target).close()
     assert stat.S_IMODE(target.stat().st_mode) == 0o700
     assert (target / "state.db").is_file()
     with __import__("sqlite3").connect(target / "state.db") as conn:
@@ -64,7 +79,7 @@ def test_tightens_loose_permissions(tmp_path: Path) -> None:
     target = tmp_path / "state"
     target.mkdir(mode=0o755)
     os.chmod(target, 0o755)
-    Archive(target).close()
+    State(target).close()
     assert stat.S_IMODE(target.stat().st_mode) == 0o700
 
 
@@ -72,7 +87,7 @@ def test_refuses_a_file_as_state_dir(tmp_path: Path) -> None:
     target = tmp_path / "state"
     target.write_text("not a dir")
     with pytest.raises(StateDirError, match="not a directory"):
-        Archive(target)
+        State(target)
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to make a directory owned by another user")
@@ -81,7 +96,7 @@ def test_refuses_a_dir_owned_by_someone_else(tmp_path: Path) -> None:
     target.mkdir()
     os.chown(target, 12345, 12345)
     with pytest.raises(StateDirError, match="owned by uid 12345"):
-        Archive(target)
+        State(target)
 
 
 def test_blob_files_are_private(archive: Archive) -> None:
@@ -280,19 +295,19 @@ def read_all_from(archive: Archive, ref: str, offset: int) -> bytes:
             return out
 
 
-def test_maintain_expires_old_entries_unless_pinned(archive: Archive) -> None:
+def test_maintain_expires_old_entries_unless_pinned(archive: Archive, state: State) -> None:
     old = archive.put("old", kind="output")
     kept = archive.put("pinned", kind="output")
     archive.pin(kept.ref, True)
-    archive.record_run("s", "call-1", '{"x": 1}')
+    state.runs.record("s", "call-1", '{"x": 1}')
     later = time.time() + EXPIRE_AFTER_SECONDS + 60
-    counts = archive.maintain(now=later)
+    counts = state.maintain(now=later)
     assert counts["expired"] == 1 and counts["expired_runs"] == 1
     with pytest.raises(UnknownRefError):
         archive.read(old.ref)
     assert not (archive.state_dir / "blobs" / old.ref).exists()
     assert archive.read(kept.ref).data == b"pinned"
-    assert archive.get_run("s", "call-1") is None
+    assert run_text(state, "s", "call-1") is None
     archive.pin(kept.ref, False)
     assert archive.maintain(now=later)["expired"] == 1
     assert archive.maintain(now=time.time())["expired"] == 0
@@ -317,61 +332,61 @@ def test_pin_unknown_ref(archive: Archive) -> None:
 # -- store -------------------------------------------------------------------------------------
 
 
-def test_store_roundtrip_missing_vs_null(archive: Archive) -> None:
-    assert archive.store_get("s", "k") is None
-    archive.store_set("s", "k", "null")
-    assert archive.store_get("s", "k") == "null"
-    archive.store_set("s", "k", '{"a": [1, 2]}')
-    assert json.loads(archive.store_get("s", "k") or "") == {"a": [1, 2]}
-    assert archive.store_get("other", "k") is None
-    archive.store_set("s", "b", "1")
-    assert archive.store_keys("s") == ["b", "k"]
-    assert archive.store_delete("s", "k") is True
-    assert archive.store_delete("s", "k") is False
-    assert archive.store_keys("s") == ["b"]
+def test_store_roundtrip_missing_vs_null(archive: Archive, state: State) -> None:
+    assert state.values.get("s", "k") is None
+    state.values.set("s", "k", "null")
+    assert state.values.get("s", "k") == "null"
+    state.values.set("s", "k", '{"a": [1, 2]}')
+    assert json.loads(state.values.get("s", "k") or "") == {"a": [1, 2]}
+    assert state.values.get("other", "k") is None
+    state.values.set("s", "b", "1")
+    assert state.values.keys("s") == ["b", "k"]
+    assert state.values.delete("s", "k") is True
+    assert state.values.delete("s", "k") is False
+    assert state.values.keys("s") == ["b"]
 
 
 def test_store_persists_across_instances(tmp_path: Path) -> None:
-    first = Archive(tmp_path / "st")
-    first.store_set("s", "pid", '"proc_1"')
-    first.close()
-    second = Archive(tmp_path / "st")
-    assert second.store_get("s", "pid") == '"proc_1"'
-    second.close()
+    first_state = State(tmp_path / "st")
+    first_state.values.set("s", "pid", '"proc_1"')
+    first_state.close()
+    second_state = State(tmp_path / "st")
+    assert second_state.values.get("s", "pid") == '"proc_1"'
+    second_state.close()
 
 
-def test_store_limits(archive: Archive) -> None:
+def test_store_limits(archive: Archive, state: State) -> None:
     with pytest.raises(ToolError, match="not valid JSON"):
-        archive.store_set("s", "k", "{nope")
+        state.values.set("s", "k", "{nope")
     with pytest.raises(ToolError, match="1 to 256 characters"):
-        archive.store_set("s", "", "1")
+        state.values.set("s", "", "1")
     with pytest.raises(ToolError, match="1 to 256 characters"):
-        archive.store_get("s", "k" * 257)
+        state.values.get("s", "k" * 257)
     big = json.dumps("x" * STORE_VALUE_MAX_BYTES)
     with pytest.raises(ToolError, match="1 MiB") as info:
-        archive.store_set("s", "big", big)
+        state.values.set("s", "big", big)
     assert info.value.data["limit"] == STORE_VALUE_MAX_BYTES
     value = json.dumps("x" * (STORE_VALUE_MAX_BYTES - 2))  # exactly 1 MiB: allowed
     fits = STORE_SESSION_MAX_BYTES // STORE_VALUE_MAX_BYTES - 1  # keys count too
     for i in range(fits):
-        archive.store_set("s", f"k{i}", value)
+        state.values.set("s", f"k{i}", value)
     with pytest.raises(ToolError, match="16 MiB") as info:
-        archive.store_set("s", "one-more", value)
+        state.values.set("s", "one-more", value)
     assert "store is full" in info.value.message and info.value.data["limit"] == STORE_SESSION_MAX_BYTES
-    archive.store_set("s", "k0", value)  # replacing a value counts its new size only
-    archive.store_set("other", "k", value)  # the limit is per session
+    state.values.set("s", "k0", value)  # replacing a value counts its new size only
+    state.values.set("other", "k", value)  # the limit is per session
 
 
-def test_store_and_records_from_many_threads(archive: Archive) -> None:
+def test_store_and_records_from_many_threads(archive: Archive, state: State) -> None:
     errors: list[BaseException] = []
 
     def work(n: int) -> None:
         try:
             for i in range(100):
-                archive.store_set(f"s{n % 3}", f"t{n}-{i}", json.dumps({"n": n, "i": i}))
-                assert json.loads(archive.store_get(f"s{n % 3}", f"t{n}-{i}") or "") == {"n": n, "i": i}
-                archive.record_run("s", f"c{n}-{i}", json.dumps(i))
-                assert archive.get_run("s", f"c{n}-{i}") == json.dumps(i)
+                state.values.set(f"s{n % 3}", f"t{n}-{i}", json.dumps({"n": n, "i": i}))
+                assert json.loads(state.values.get(f"s{n % 3}", f"t{n}-{i}") or "") == {"n": n, "i": i}
+                state.runs.record("s", f"c{n}-{i}", json.dumps(i))
+                assert run_text(state, "s", f"c{n}-{i}") == json.dumps(i)
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
@@ -381,23 +396,23 @@ def test_store_and_records_from_many_threads(archive: Archive) -> None:
     for t in threads:
         t.join()
     assert errors == []
-    assert sum(len(archive.store_keys(f"s{k}")) for k in range(3)) == 1200
+    assert sum(len(state.values.keys(f"s{k}")) for k in range(3)) == 1200
 
 
 def test_two_processes_write_at_once(tmp_path: Path) -> None:
     state = tmp_path / "shared"
-    Archive(state).close()
+    State(state).close()
     script = (
         "import sys, json\n"
         "from pathlib import Path\n"
-        "from codemode.archive import Archive\n"
-        "a = Archive(Path(sys.argv[1]))\n"
+        "from codemode.archive import State\n"
+        "a = State(Path(sys.argv[1]))\n"
         "tag = sys.argv[2]\n"
         "for i in range(200):\n"
-        "    a.store_set('shared', f'{tag}-{i}', json.dumps(i))\n"
-        "    a.record_run('shared', f'{tag}-{i}', json.dumps(tag))\n"
-        "    ref = a.put(f'{tag} {i}', kind='output')\n"
-        "    assert a.read(ref.ref).data == f'{tag} {i}'.encode()\n"
+        "    a.values.set('shared', f'{tag}-{i}', json.dumps(i))\n"
+        "    a.runs.record('shared', f'{tag}-{i}', json.dumps(tag))\n"
+        "    ref = a.archive.put(f'{tag} {i}', kind='output')\n"
+        "    assert a.archive.read(ref.ref).data == f'{tag} {i}'.encode()\n"
         "a.close()\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -408,32 +423,32 @@ def test_two_processes_write_at_once(tmp_path: Path) -> None:
     for proc in procs:
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err.decode()
-    archive = Archive(state)
-    keys = archive.store_keys("shared")
+    opened = State(state)
+    keys = opened.values.keys("shared")
     assert len(keys) == 400
-    assert archive.get_run("shared", "a-199") == '"a"' and archive.get_run("shared", "b-0") == '"b"'
-    archive.close()
+    assert run_text(opened, "shared", "a-199") == '"a"' and run_text(opened, "shared", "b-0") == '"b"'
+    opened.close()
 
 
 # -- run records ---------------------------------------------------------------------------
 
 
-def test_run_record_first_wins(archive: Archive) -> None:
-    assert archive.get_run("s", "c1") is None
-    archive.record_run("s", "c1", '{"text": "first"}')
-    archive.record_run("s", "c1", '{"text": "second"}')
-    assert archive.get_run("s", "c1") == '{"text": "first"}'
+def test_run_record_first_wins(archive: Archive, state: State) -> None:
+    assert run_text(state, "s", "c1") is None
+    state.runs.record("s", "c1", '{"text": "first"}')
+    state.runs.record("s", "c1", '{"text": "second"}')
+    assert run_text(state, "s", "c1") == '{"text": "first"}'
 
 
-def test_run_records_of_two_sessions_never_meet_whatever_the_ids_hold(archive: Archive) -> None:
+def test_run_records_of_two_sessions_never_meet_whatever_the_ids_hold(archive: Archive, state: State) -> None:
     # Issue 8, item 11: one joined key "session\x1fcall" let ("team", "victim\x1fc1") read
     # ("team\x1fvictim", "c1"). Two columns keep every pair apart.
-    archive.record_run("team\x1fvictim", "c1", '"victim"')
-    assert archive.get_run("team", "victim\x1fc1") is None
-    archive.record_run("team", "victim\x1fc1", '"attacker"')
-    assert archive.get_run("team\x1fvictim", "c1") == '"victim"'
-    assert archive.get_run("team", "victim\x1fc1") == '"attacker"'
-    assert archive.get_run("c1", "team\x1fvictim") is None
+    state.runs.record("team\x1fvictim", "c1", '"victim"')
+    assert run_text(state, "team", "victim\x1fc1") is None
+    state.runs.record("team", "victim\x1fc1", '"attacker"')
+    assert run_text(state, "team\x1fvictim", "c1") == '"victim"'
+    assert run_text(state, "team", "victim\x1fc1") == '"attacker"'
+    assert run_text(state, "c1", "team\x1fvictim") is None
 
 
 # The version-1 schema, as codemode created it before run records had two key columns.
@@ -490,24 +505,25 @@ def test_a_version_1_state_db_migrates_its_run_records_to_two_columns(tmp_path: 
             ("ar_" + "l" * 20, now, "ar_" + "l" * 20),
         )
     conn.close()
-    arch = Archive(state)
+    arch_state = State(state)
+    arch = arch_state.archive
     try:
         # Version 2 to 3: entries know their disk use and cap, the quota is stored.
         assert arch.entry_info("ar_" + "f" * 20)["disk_bytes"] == 13
         assert arch.entry_info("ar_" + "l" * 20)["disk_bytes"] is None
         assert arch.read("ar_" + "f" * 20, session_id="A").data == b"finished text"
         assert arch.finish_log("ar_" + "l" * 20).total_bytes == 4
-        assert arch.get_run("A", "1") == '"a1"'
-        assert arch.get_run("team\x1fvictim", "c1") == '"victim"'
-        assert arch.get_run("team", "victim\x1fc1") is None
-        assert arch.get_run("s", "plain") == '"plain"'
-        assert arch.store_get("A", "k") == "1"  # the other tables are untouched
-        arch.record_run("A", "2", '"a2"')
-        assert arch.get_run("A", "2") == '"a2"'
-        assert arch.maintain()["expired_runs"] == 1  # the created index moved with the rows
-        assert arch.get_run("old", "x") is None
+        assert run_text(arch_state, "A", "1") == '"a1"'
+        assert run_text(arch_state, "team\x1fvictim", "c1") == '"victim"'
+        assert run_text(arch_state, "team", "victim\x1fc1") is None
+        assert run_text(arch_state, "s", "plain") == '"plain"'
+        assert arch_state.values.get("A", "k") == "1"  # the other tables are untouched
+        arch_state.runs.record("A", "2", '"a2"')
+        assert run_text(arch_state, "A", "2") == '"a2"'
+        assert arch_state.maintain()["expired_runs"] == 1  # the created index moved with the rows
+        assert run_text(arch_state, "old", "x") is None
     finally:
-        arch.close()
+        arch_state.close()
     with sqlite3.connect(state / "state.db") as conn:
         columns = [row[1] for row in conn.execute("PRAGMA table_info(run_records)")]
         indexes = [row[1] for row in conn.execute("PRAGMA index_list(run_records)")]
@@ -517,38 +533,86 @@ def test_a_version_1_state_db_migrates_its_run_records_to_two_columns(tmp_path: 
     assert "run_records_created" in indexes
     assert "archive_settings" in tables
     assert "run_records_v1" not in tables
-    Archive(state).close()  # opening a migrated database again changes nothing
+    State(state).close()  # opening a migrated database again changes nothing
+
+
+@pytest.mark.parametrize("bash_tables", ["absent", "first release"])
+def test_a_version_5_state_db_gets_the_bash_tables_through_the_one_migration_list(
+    tmp_path: Path, bash_tables: str
+) -> None:
+    # Version 5 kept the bash tool's tables outside the versioned schema: created on their own
+    # (or not yet, if no bash tool ever ran), columns added by hand. Version 6 owns them.
+    state = tmp_path / "state"
+    State(state).close()
+    with sqlite3.connect(state / "state.db") as conn:
+        conn.execute("DROP TABLE bash_notifications")
+        conn.execute("DROP TABLE bash_processes")
+        if bash_tables == "first release":  # without the input_token and cgroup columns
+            conn.execute(
+                "CREATE TABLE bash_processes (process_id TEXT PRIMARY KEY, session_id TEXT NOT NULL,"
+                " command TEXT NOT NULL, cwd TEXT NOT NULL, kind TEXT NOT NULL, marker TEXT NOT NULL,"
+                " lifecycle TEXT NOT NULL, completion_mode TEXT NOT NULL, purpose TEXT, scope TEXT,"
+                " state TEXT NOT NULL, pid INTEGER, pid_started REAL, supervisor_pid INTEGER,"
+                " supervisor_started REAL, log_path TEXT NOT NULL, log_ref TEXT,"
+                " log_base INTEGER NOT NULL DEFAULT 0, input_path TEXT, started_at REAL NOT NULL,"
+                " ended_at REAL, exit_code INTEGER, exit_signal TEXT,"
+                " stop_requested INTEGER NOT NULL DEFAULT 0, error TEXT)"
+            )
+            conn.execute(
+                "INSERT INTO bash_processes (process_id, session_id, command, cwd, kind, marker, lifecycle,"
+                " completion_mode, state, log_path, started_at) VALUES"
+                " ('bg_1', 's', 'sleep 1', '/', 'background', 'm', 'session', 'resume', 'exited', 'l', 1.0)"
+            )
+        conn.execute("PRAGMA user_version = 5")
+    conn.close()
+    opened = State(state)
+    try:
+        with opened.db.connection() as conn:
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(bash_processes)")}
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        records = process_records.connect(opened.db_path)
+        record = process_records.get(records, "bg_1")
+        records.close()
+    finally:
+        opened.close()
+    assert version == SCHEMA_VERSION
+    assert {"input_token", "cgroup"} <= columns and "bash_notifications" in tables
+    if bash_tables == "first release":  # the old rows are kept, the new columns empty
+        assert record is not None and record.command == "sleep 1" and record.cgroup is None
+    else:
+        assert record is None
 
 
 def test_a_state_db_from_a_newer_codemode_is_refused(tmp_path: Path) -> None:
-    Archive(tmp_path / "state").close()
+    State(tmp_path / "state").close()
     with sqlite3.connect(tmp_path / "state" / "state.db") as conn:
         conn.execute("PRAGMA user_version = 99")
     conn.close()
     with pytest.raises(StateDirError, match="schema version 99, newer"):
-        Archive(tmp_path / "state")
+        State(tmp_path / "state")
 
 
-def test_connect_gives_a_configured_connection(archive: Archive) -> None:
-    conn = archive.connect()
+def test_connect_gives_a_configured_connection(archive: Archive, state: State) -> None:
+    conn = state.db.connect()
     with conn:
         conn.execute("CREATE TABLE IF NOT EXISTS other_part (x INTEGER)")
         conn.execute("INSERT INTO other_part VALUES (1)")
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 1000
     conn.close()
-    other = archive.connect()
+    other = state.db.connect()
     assert other.execute("SELECT x FROM other_part").fetchall() == [(1,)]
     other.close()
     assert archive.db_path == archive.state_dir / "state.db"
 
 
 def test_closed_archive_refuses(tmp_path: Path) -> None:
-    arch = Archive(tmp_path / "s")
-    arch.close()
-    arch.close()
+    arch_state = State(tmp_path / "s")
+    arch_state.close()
+    arch_state.close()
     with pytest.raises(ValueError, match="closed"):
-        arch.store_keys("s")
+        arch_state.values.keys("s")
 
 
 def test_log_written_by_another_process(archive: Archive, tmp_path: Path) -> None:
@@ -572,7 +636,7 @@ def test_log_written_by_another_process(archive: Archive, tmp_path: Path) -> Non
     assert archive.entry_info(log.ref)["finished"] is not None
 
 
-def test_disk_failure_is_a_host_fault(archive: Archive) -> None:
+def test_disk_failure_is_a_host_fault(archive: Archive, state: State) -> None:
     from codemode.errors import HostFault
 
     blobs = archive.state_dir / "blobs"
@@ -582,7 +646,7 @@ def test_disk_failure_is_a_host_fault(archive: Archive) -> None:
     blobs.write_text("in the way")
     with pytest.raises(HostFault, match="put"):
         archive.put("text", kind="output")
-    assert archive.store_keys("s") == []  # the archive keeps working otherwise
+    assert state.values.keys("s") == []  # the archive keeps working otherwise
 
 
 def test_put_and_read_from_many_threads(archive: Archive) -> None:
@@ -616,9 +680,9 @@ def test_put_log_kind_is_compacted_other_kinds_are_not(archive: Archive) -> None
     assert archive.read(out.ref).retained_from == 0
 
 
-def test_maintain_with_nothing_to_do_touches_no_files(archive: Archive) -> None:
+def test_maintain_with_nothing_to_do_touches_no_files(archive: Archive, state: State) -> None:
     refs = [archive.put(f"entry {i}", kind="output").ref for i in range(200)]
     before = {p.name: p.stat().st_mtime_ns for p in (archive.state_dir / "blobs").iterdir()}
-    assert archive.maintain() == {"compacted": 0, "expired": 0, "expired_runs": 0, "evicted": 0}
+    assert state.maintain() == {"compacted": 0, "expired": 0, "expired_runs": 0, "evicted": 0}
     after = {p.name: p.stat().st_mtime_ns for p in (archive.state_dir / "blobs").iterdir()}
     assert before == after and set(after) == set(refs)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from codemode.archive import Archive, Redactor, _capped
+from codemode.archive import Archive, Redactor, State, _capped
 from codemode.archive._capped import CappedLog, EntryLog, holes_supported, read_kept
 
 MIB = 1024 * 1024
@@ -51,9 +51,12 @@ def read_all(archive: Archive, ref: str, limit: int = 1 << 20) -> list[tuple[int
 
 @pytest.fixture
 def archive(tmp_path: Path) -> Any:
-    arch = Archive(tmp_path / "state", Redactor(environ={}), log_cap_bytes=4 * MIB, quota_bytes=1024 * MIB)
+    arch_state = State(
+        tmp_path / "state", Redactor(environ={}), log_cap_bytes=4 * MIB, quota_bytes=1024 * MIB
+    )
+    arch = arch_state.archive
     yield arch
-    arch.close()
+    arch_state.close()
 
 
 needs_holes = pytest.mark.skipif(
@@ -220,9 +223,9 @@ def test_a_cap_below_the_minimum_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="at least 1048576"):
         CappedLog(str(tmp_path / "f"), 1000)
     with pytest.raises(ValueError, match="log_cap_bytes"):
-        Archive(tmp_path / "state", log_cap_bytes=1000)
+        State(tmp_path / "state", log_cap_bytes=1000)
     with pytest.raises(ValueError, match="quota_bytes"):
-        Archive(tmp_path / "state", quota_bytes=1000)
+        State(tmp_path / "state", quota_bytes=1000)
 
 
 # -- compaction of a capped log ----------------------------------------------------------------
@@ -230,7 +233,8 @@ def test_a_cap_below_the_minimum_is_refused(tmp_path: Path) -> None:
 
 @needs_holes
 def test_a_finished_capped_log_compacts_to_its_last_8_mib(tmp_path: Path) -> None:
-    arch = Archive(tmp_path / "state", Redactor(environ={}), log_cap_bytes=32 * MIB)
+    arch_state = State(tmp_path / "state", Redactor(environ={}), log_cap_bytes=32 * MIB)
+    arch = arch_state.archive
     try:
         log = arch.open_log(kind="log", session_id="s", redact=False)
         for i in range(60):
@@ -243,14 +247,14 @@ def test_a_finished_capped_log_compacts_to_its_last_8_mib(tmp_path: Path) -> Non
         assert page.dropped == (0, page.offset) and page.data == pattern(page.offset, len(page.data))
         assert arch.entry_info(ref.ref)["disk_bytes"] <= 8 * MIB + 64 * 1024
     finally:
-        arch.close()
+        arch_state.close()
 
 
 # -- the quota ---------------------------------------------------------------------------------
 
 
 def usage(archive: Archive) -> int:
-    conn = archive.connect()
+    conn = sqlite3.connect(archive.db_path)
     try:
         return _capped.state_usage(conn, str(archive.state_dir))
     finally:
@@ -258,7 +262,8 @@ def usage(archive: Archive) -> int:
 
 
 def test_over_the_quota_the_oldest_finished_logs_go_first(tmp_path: Path) -> None:
-    arch = Archive(tmp_path / "state", Redactor(environ={}), log_cap_bytes=4 * MIB, quota_bytes=12 * MIB)
+    arch_state = State(tmp_path / "state", Redactor(environ={}), log_cap_bytes=4 * MIB, quota_bytes=12 * MIB)
+    arch = arch_state.archive
     try:
         refs = []
         for _ in range(4):  # four finished 2 MiB logs, oldest first
@@ -287,18 +292,20 @@ def test_over_the_quota_the_oldest_finished_logs_go_first(tmp_path: Path) -> Non
         assert alive(output) and alive(pinned.ref) and alive(live.ref)
         assert not (arch.state_dir / "blobs" / refs[0]).exists()
         # Still over: outputs next, then pinned logs; never the live one.
-        arch.close()
-        arch = Archive(tmp_path / "state", Redactor(environ={}), quota_bytes=4 * MIB)
+        arch_state.close()
+        arch_state = State(tmp_path / "state", Redactor(environ={}), quota_bytes=4 * MIB)
+        arch = arch_state.archive
         assert arch.maintain()["evicted"] == 4  # logs 3 and 4, the output, the pinned log
         assert usage(arch) <= 4 * MIB
         assert [alive(r) for r in (output, pinned.ref, live.ref)] == [False, False, True]
         live.detach()  # its archive was closed above
     finally:
-        arch.close()
+        arch_state.close()
 
 
 def test_writers_keep_the_quota_without_anyone_calling_maintain(tmp_path: Path) -> None:
-    arch = Archive(tmp_path / "state", Redactor(environ={}), log_cap_bytes=2 * MIB, quota_bytes=8 * MIB)
+    arch_state = State(tmp_path / "state", Redactor(environ={}), log_cap_bytes=2 * MIB, quota_bytes=8 * MIB)
+    arch = arch_state.archive
     try:
         for _ in range(12):  # 24 MiB of finished logs through a quota of 8
             log = arch.open_log(kind="log", session_id="s", redact=False)
@@ -310,11 +317,11 @@ def test_writers_keep_the_quota_without_anyone_calling_maintain(tmp_path: Path) 
             time.sleep(0.01)
         assert usage(arch) <= 8 * MIB + _capped.quota_step(8 * MIB)
     finally:
-        arch.close()
+        arch_state.close()
 
 
 def test_the_quota_is_stored_for_supervisors(tmp_path: Path) -> None:
-    Archive(tmp_path / "state", quota_bytes=64 * MIB).close()
+    State(tmp_path / "state", quota_bytes=64 * MIB).close()
     with sqlite3.connect(tmp_path / "state" / "state.db") as conn:
         assert conn.execute("SELECT value FROM archive_settings WHERE key = 'quota_bytes'").fetchone() == (
             64 * MIB,

@@ -22,7 +22,7 @@ def blob_disk(host: Host) -> dict[str, int]:
 
 
 def usage(host: Host) -> int:
-    conn = host.archive.connect()
+    conn = host.state.db.connect()
     try:
         return _capped.state_usage(conn, str(host.archive.state_dir))
     finally:

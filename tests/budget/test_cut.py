@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from codemode.archive import Archive, ArchiveRef, Redactor
+from codemode.archive import Archive, ArchiveRef, Redactor, State
 from codemode.budget import MIN_BUDGET, BudgetCut, TokenCounter, fit_to_budget, read_archive_call
 from codemode.errors import UserError
 
@@ -75,9 +75,10 @@ def counter(request: pytest.FixtureRequest) -> TokenCounter:
 
 @pytest.fixture
 def archive(tmp_path: Path) -> Iterator[Archive]:
-    arch = Archive(tmp_path / "state", Redactor(environ={}))
+    arch_state = State(tmp_path / "state", Redactor(environ={}))
+    arch = arch_state.archive
     yield arch
-    arch.close()
+    arch_state.close()
 
 
 def fit(blocks: list[str], budget: int, counter: TokenCounter, archive: Archive) -> BudgetCut:

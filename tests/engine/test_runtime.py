@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from codemode.archive import Archive
+from codemode.archive import Archive, State
 from codemode.engine import Engine, EngineLimits, ProgramOutcome
 from codemode.errors import ToolError, UserError
 from codemode.sandbox import SandboxMode, SandboxPolicy
@@ -33,9 +33,10 @@ class Seen:
 
 @pytest.fixture
 def archive(tmp_path: Path) -> Iterator[Archive]:
-    a = Archive(tmp_path / "state")
+    a_state = State(tmp_path / "state")
+    a = a_state.archive
     yield a
-    a.close()
+    a_state.close()
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from codemode.archive import COMPACT_KEEP_BYTES, Archive, Redactor
+from codemode.archive import COMPACT_KEEP_BYTES, Redactor, State
 from codemode.errors import ErrorCode, ToolError, UnknownRefError
 from codemode.sandbox._policy import SandboxPolicy
 from codemode.tools._model import ToolContext, ToolResult
@@ -21,9 +21,10 @@ TOOL = read_archive_tool()
 
 @pytest.fixture
 def ctx(tmp_path: Path) -> Iterator[ToolContext]:
-    archive = Archive(tmp_path / "state", Redactor(environ={}))
+    archive_state = State(tmp_path / "state", Redactor(environ={}))
+    archive = archive_state.archive
     yield ToolContext(session_id="s", workspace=tmp_path, policy=SandboxPolicy(), archive=archive)
-    archive.close()
+    archive_state.close()
 
 
 def call(ctx: ToolContext, **args: Any) -> ToolResult:
@@ -155,7 +156,8 @@ def test_another_sessions_ref_is_unknown_in_the_same_words(ctx: ToolContext, own
 
 
 def test_a_capped_log_says_which_bytes_were_not_kept(tmp_path: Path) -> None:
-    archive = Archive(tmp_path / "state", Redactor(environ={}), log_cap_bytes=1 << 20)
+    archive_state = State(tmp_path / "state", Redactor(environ={}), log_cap_bytes=1 << 20)
+    archive = archive_state.archive
     ctx = ToolContext(session_id="s", workspace=tmp_path, policy=SandboxPolicy(), archive=archive)
     try:
         log = archive.open_log(kind="log", session_id="s", redact=False)
@@ -177,4 +179,4 @@ def test_a_capped_log_says_which_bytes_were_not_kept(tmp_path: Path) -> None:
         head = call(ctx, ref=ref.ref, offset=0, limit=10)
         assert head.structured_content["dropped"] is None and head.structured_content["text"] == "0" * 10
     finally:
-        archive.close()
+        archive_state.close()

@@ -12,7 +12,7 @@ import pydantic
 import pytest
 
 from codemode import Extension, Host, Tool, ToolContext, ToolError, ToolResult, UserError, make_tool, tool
-from codemode.archive import Archive
+from codemode.archive import State
 from codemode.errors import ErrorCode
 from codemode.sandbox import SandboxPolicy
 from codemode.tools import ToolRegistry, typescript_signature
@@ -23,7 +23,8 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture
 def ctx(tmp_path: Path) -> Iterator[ToolContext]:
-    archive = Archive(tmp_path / "state")
+    archive_state = State(tmp_path / "state")
+    archive = archive_state.archive
     workspace = tmp_path / "ws"
     workspace.mkdir()
     yield ToolContext(
@@ -32,7 +33,7 @@ def ctx(tmp_path: Path) -> Iterator[ToolContext]:
         policy=SandboxPolicy(writable_roots=(workspace,)),
         archive=archive,
     )
-    archive.close()
+    archive_state.close()
 
 
 class Item(pydantic.BaseModel):

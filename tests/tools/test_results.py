@@ -15,7 +15,7 @@ from typing_extensions import TypedDict
 
 import codemode
 from codemode import Host, TextContent, ToolContext, ToolError, ToolResult, UserError, make_tool
-from codemode.archive import Archive
+from codemode.archive import State
 from codemode.errors import ErrorCode, GuestErrorKind, ProcessNotFound, SandboxDenied, UnknownRefError
 from codemode.sandbox import SandboxPolicy
 from codemode.tools import ToolRegistry
@@ -251,7 +251,8 @@ async def test_codes_reach_the_result_at_the_one_boundary(tmp_path: Path) -> Non
     registry = ToolRegistry()
     registry.add(refuses)
     registry.add(breaks)
-    archive = Archive(tmp_path / "state")
+    archive_state = State(tmp_path / "state")
+    archive = archive_state.archive
     ctx = ToolContext("s", tmp_path, SandboxPolicy(), archive)
     refused = await registry.call("refuses", {}, ctx)
     assert refused.error is not None
@@ -261,7 +262,7 @@ async def test_codes_reach_the_result_at_the_one_boundary(tmp_path: Path) -> Non
         {"near": 1},
     )
     broken = await registry.call("breaks", {}, ctx)
-    archive.close()
+    archive_state.close()
     assert broken.error is not None and broken.error.code is ErrorCode.HANDLER_FAILED
     # A result may carry the MCP error flag without failing: its data is a value, not a rejection.
     flagged = ToolResult(

@@ -3,9 +3,8 @@
 Public surface (wired by the host and the CLI):
 
 * ``ProcessManager(archive, *, handoff_seconds=10.0, max_background_per_session=32,
-  redactor=None, environ=None)``: construct it *before* calling ``archive.maintain()``
-  yourself (its start-up upkeep pins logs of undelivered completions, then runs
-  ``archive.maintain()``).
+  redactor=None, environ=None)``: construct it *before* the state's upkeep
+  (``State.maintain()``): its own start-up upkeep pins the logs of undelivered completions.
 * ``extension()``: the ``bash`` tool plus its guidance text.
 * ``pending_notifications(session_id) -> list[Notification]`` and ``ack(session_id, ids)``.
 * ``await close_session(session_id)``, ``await aclose()``.

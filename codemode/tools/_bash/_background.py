@@ -19,9 +19,9 @@ from typing import Any
 import psutil
 
 from codemode.archive import Archive
+from codemode.archive import process_records as _records
 from codemode.errors import ToolError
 from codemode.sandbox import cgroup_kill, cgroup_remove
-from codemode.tools._bash import _records
 from codemode.tools._bash._env import command_env
 from codemode.tools._bash._foreground import RunSpec, command_cgroup, confine
 

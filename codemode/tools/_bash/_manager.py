@@ -30,10 +30,10 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from codemode.archive import Archive, Redactor
+from codemode.archive import Archive, ProcessRecord, Redactor
+from codemode.archive import process_records as _records
 from codemode.errors import ProcessNotFound, ToolError
 from codemode.sandbox import cgroup_kill, cgroup_remove
-from codemode.tools._bash import _records
 from codemode.tools._bash._background import start_background
 from codemode.tools._bash._env import resolve_cwd
 from codemode.tools._bash._foreground import (
@@ -46,7 +46,6 @@ from codemode.tools._bash._foreground import (
     run_foreground,
 )
 from codemode.tools._bash._proctree import create_time, is_same_process, terminate_tree
-from codemode.tools._bash._records import ProcessRecord
 from codemode.tools._bash._tool import (
     DEFAULT_READ_BYTES,
     DEFAULT_TIMEOUT_SECONDS,
@@ -145,7 +144,6 @@ class ProcessManager:
         self._start_lock = threading.Lock()
         self._db_lock = threading.RLock()
         self._conn = _records.connect(archive.db_path)
-        _records.ensure_schema(self._conn)
         me = os.getpid()
         self._me = (me, create_time(me))
         self._closed = False
@@ -213,7 +211,8 @@ class ProcessManager:
         return fresh
 
     def maintain(self) -> dict[str, int]:
-        """Start-up upkeep: reconcile records, finish logs, compact, expire (also safe later).
+        """Start-up upkeep: reconcile records, finish and pin logs, expire old records (also
+        safe later). Run it before the archive's own upkeep (`State.maintain`).
 
         Terminal records older than 30 days are removed with their logs unless a completion
         is still undelivered; logs of undelivered completions are pinned so the archive's
@@ -224,7 +223,7 @@ class ProcessManager:
 
         Returns:
             Counts: ``lost`` (records reconciled), ``expired`` (records removed), ``orphans``
-            (foreground commands of dead hosts ended), plus the archive's own counts.
+            (foreground commands of dead hosts ended).
         """
         counts = {"lost": 0, "expired": 0, "orphans": 0}
         # Foreground commands of a host that died (SIGKILL) have no reader left: end them.
@@ -264,7 +263,6 @@ class ProcessManager:
                         (record.process_id,),
                     )
                 counts["expired"] += 1
-        counts.update(self._archive.maintain())
         return counts
 
     def _log_finished(self, ref: str) -> bool:

@@ -5,7 +5,7 @@ codemode.tools._bash._supervisor``) in a new session, with the JSON spec on stdi
 once so the host can reap the first process at once; the second lives on without the host
 (init adopts it). It imports only the standard library and psutil — not the ``codemode``
 package — so a hundred of them stay cheap; the record SQL comes from the sibling
-``_records.py`` and the launch primitive from ``codemode/sandbox/_spawn.py``, loaded by path.
+``codemode/archive/_processes.py`` and the launch primitive from ``codemode/sandbox/_spawn.py``, loaded by path.
 
 Steps: open a PTY and start ``bash -c COMMAND`` on it through the sandbox's exec helper (the
 host prepared every layer and passed their fds: the same launch path as foreground commands),
@@ -63,7 +63,7 @@ def _load(path: Path, name: str) -> ModuleType:
 
 
 def _load_records() -> ModuleType:
-    return _load(Path(__file__).with_name("_records.py"), "_codemode_bash_records")
+    return _load(Path(__file__).resolve().parents[2] / "archive" / "_processes.py", "_codemode_bash_records")
 
 
 def _answer(message: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from codemode.archive import Archive
+from codemode.archive import Archive, State
 from codemode.sandbox import SandboxMode, SandboxPolicy
 from codemode.tools._bash import ProcessManager
 from codemode.tools._model import ToolContext, ToolResult
@@ -33,9 +33,10 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def archive(state_dir: Path) -> Iterator[Archive]:
-    a = Archive(state_dir)
+    a_state = State(state_dir)
+    a = a_state.archive
     yield a
-    a.close()
+    a_state.close()
 
 
 @pytest.fixture

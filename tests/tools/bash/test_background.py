@@ -15,9 +15,10 @@ import psutil
 import pytest
 
 from codemode.archive import Archive
+from codemode.archive import process_records as _records
 from codemode.errors import ToolError
 from codemode.sandbox import SandboxPolicy
-from codemode.tools._bash import _background, _records
+from codemode.tools._bash import _background
 from codemode.tools._bash._background import runtime_dir, start_background
 from codemode.tools._bash._foreground import RunSpec
 
@@ -29,7 +30,6 @@ Start = Callable[..., tuple[str, dict[str, Any]]]
 @pytest.fixture
 def conn(archive: Archive) -> Iterator[Any]:
     c = _records.connect(archive.db_path)
-    _records.ensure_schema(c)
     yield c
     c.close()
 

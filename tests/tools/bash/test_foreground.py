@@ -231,12 +231,13 @@ async def test_redaction_of_secret_env_values(archive: Any, workspace: Path, pol
 
 
 async def test_a_streamed_log_is_redacted_when_read(archive: Any, workspace: Path, policy: Any) -> None:
-    from codemode.archive import Redactor
+    from codemode.archive import Redactor, State
 
     secret = "s3cr3t-STREAMED-" + "q" * 20
     env = {**os.environ, "MY_API_TOKEN": secret}
     manager = ProcessManager(archive, handoff_seconds=None, redactor=Redactor(env), environ=env)
-    archive_with_rules = type(archive)(archive.state_dir, redactor=Redactor(env))
+    state_with_rules = State(archive.state_dir, redactor=Redactor(env))
+    archive_with_rules = state_with_rules.archive
     caller = Caller(manager, ToolContext("s1", workspace, policy, archive))
     # 200 KB of output streams the log to disk; the secret sits in its middle and at its end.
     command = 'yes filler | head -c 100000; echo "token=$MY_API_TOKEN"; yes more | head -c 100000; printf "$MY_API_TOKEN"'
@@ -255,7 +256,7 @@ async def test_a_streamed_log_is_redacted_when_read(archive: Any, workspace: Pat
     assert text.count("[REDACTED:env:MY_API_TOKEN]") == 2
     assert text.startswith("filler\n") and "more\n" in text
     await manager.aclose()
-    archive_with_rules.close()
+    state_with_rules.close()
 
 
 async def test_workspace_revision_in_git_tree(bash: Caller, workspace: Path) -> None:

@@ -12,7 +12,7 @@ import anyio
 import psutil
 import pytest
 
-from codemode.archive import Archive
+from codemode.archive import Archive, State
 from codemode.errors import ProcessNotFound, ToolError
 from codemode.sandbox import SandboxPolicy
 from codemode.tools._bash import ProcessManager
@@ -402,7 +402,8 @@ async def test_promoted_offsets_follow_the_stored_log(
 ) -> None:
     secret = "s3cr3t-" + "z" * 24
     monkeypatch.setenv("MY_SERVICE_TOKEN", secret)
-    archive = Archive(tmp_path / "state2")  # its redactor knows the secret
+    archive_state = State(tmp_path / "state2")  # its redactor knows the secret
+    archive = archive_state.archive
     manager = ProcessManager(archive, handoff_seconds=0.3)
     bash = Caller(manager, ToolContext("s1", workspace, policy, archive))
     go = workspace / "go"
@@ -428,4 +429,4 @@ async def test_promoted_offsets_follow_the_stored_log(
     assert output.startswith(" rest")
     assert secret not in output
     await manager.aclose()
-    archive.close()
+    archive_state.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from codemode.archive import Archive
+from codemode.archive import Archive, State
 from codemode.sandbox import SandboxPolicy
 from codemode.tools._bash import ProcessManager
 from codemode.tools._model import ToolContext
@@ -79,6 +79,7 @@ async def test_finished_log_compacted_and_offset_note(
     await manager.aclose()
 
     restarted = ProcessManager(archive, handoff_seconds=None)
+    archive.maintain()  # the archive's upkeep after the manager's (the host's order)
     data = await restarted.read("s1", pid, 0, 64, None)
     assert "note" in data and "compacted" in data["note"]
     assert data["offset"] > 0
@@ -92,7 +93,8 @@ async def test_finished_log_compacted_and_offset_note(
 async def test_a_read_in_the_dropped_middle_of_a_capped_log_says_so(
     tmp_path: Path, workspace: Path, policy: SandboxPolicy
 ) -> None:
-    archive = Archive(tmp_path / "capped-state", log_cap_bytes=1024 * 1024)
+    archive_state = State(tmp_path / "capped-state", log_cap_bytes=1024 * 1024)
+    archive = archive_state.archive
     manager = ProcessManager(archive, handoff_seconds=None)
     bash = Caller(manager, ToolContext("s1", workspace, policy, archive))
     pid = await _finished(bash, "head -c 4000000 /dev/zero | tr '\\0' y; echo; echo END")
@@ -102,4 +104,4 @@ async def test_a_read_in_the_dropped_middle_of_a_capped_log_says_so(
     tail = await manager.read("s1", pid, data["total_bytes"] - 8, None, None)
     assert "END" in tail["output"]
     await manager.aclose()
-    archive.close()
+    archive_state.close()

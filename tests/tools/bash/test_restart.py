@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from codemode.archive import Archive
+from codemode.archive import State
 from codemode.tools._bash import ProcessManager
 
 from .test_foreground import _survivors
@@ -24,14 +24,15 @@ _HOST = textwrap.dedent(
     """
     import json, sys, anyio
     from pathlib import Path
-    from codemode.archive import Archive
+    from codemode.archive import State
     from codemode.sandbox import SandboxPolicy
     from codemode.tools._bash import ProcessManager
     from codemode.tools._model import ToolContext
 
     async def main():
         state, ws, tmp, token, go = (Path(p) for p in sys.argv[1:6])
-        archive = Archive(state)
+        archive_state = State(state)
+        archive = archive_state.archive
         manager = ProcessManager(archive, handoff_seconds=0.3)
         no_handoff = ProcessManager(archive, handoff_seconds=None)
         plain = no_handoff.extension().tools[0]
@@ -86,7 +87,7 @@ async def test_host_sigkill_then_restart(state_dir: Path, workspace: Path, tmp_p
         if host.poll() is None:
             host.kill()
             host.wait()
-        cleanup = ProcessManager(Archive(state_dir), handoff_seconds=None)
+        cleanup = ProcessManager(State(state_dir).archive, handoff_seconds=None)
         for process in cleanup.list_processes("s1"):
             if process["state"] == "running":
                 await cleanup.stop("s1", process["process_id"])
@@ -104,7 +105,9 @@ async def _kill_restart_and_check(
     host.wait()
     host.stdout.close()
 
-    archive = Archive(state_dir)
+    archive_state = State(state_dir)
+
+    archive = archive_state.archive
     go.touch()  # the second background process ends while no host runs
     first = ProcessManager(archive, handoff_seconds=None)
     with anyio.fail_after(20):
@@ -142,4 +145,4 @@ async def _kill_restart_and_check(
         [ids["promoted"], ids["waits"]]
     )
     await second.aclose()
-    archive.close()
+    archive_state.close()

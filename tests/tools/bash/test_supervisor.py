@@ -20,12 +20,11 @@ from typing import Any
 import psutil
 import pytest
 
-from codemode.archive import Archive
+from codemode.archive import Archive, ProcessRecord
+from codemode.archive import process_records as _records
 from codemode.sandbox import SandboxPolicy
-from codemode.tools._bash import _records
 from codemode.tools._bash._background import start_background
 from codemode.tools._bash._foreground import RunSpec
-from codemode.tools._bash._records import ProcessRecord
 
 Start = Callable[..., tuple[str, dict[str, Any]]]
 
@@ -44,7 +43,6 @@ def _poll(check: Callable[[], Any], seconds: float = 15, what: str = "") -> Any:
 @pytest.fixture
 def conn(archive: Archive) -> Iterator[Any]:
     c = _records.connect(archive.db_path)
-    _records.ensure_schema(c)
     yield c
     c.close()
 
@@ -146,16 +144,16 @@ def test_the_command_runs_on_a_terminal_while_its_record_says_running(
 _HOST_SCRIPT = """
 import contextlib, json, sys
 from pathlib import Path
-from codemode.archive import Archive
+from codemode.archive import State
 from codemode.sandbox import SandboxMode, SandboxPolicy
-from codemode.tools._bash import _records
+from codemode.archive import process_records as _records
 from codemode.tools._bash._background import start_background
 from codemode.tools._bash._foreground import RunSpec
 
 state, ws, tmp, session, process_id, command = sys.argv[1:]
-archive = Archive(Path(state))
+archive_state = State(Path(state))
+archive = archive_state.archive
 conn = _records.connect(archive.db_path)
-_records.ensure_schema(conn)
 
 @contextlib.contextmanager
 def db():

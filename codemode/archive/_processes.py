@@ -1,9 +1,10 @@
 """Durable records of background processes and their completion notifications (SQLite).
 
 Standard library only: the supervisor process loads this file directly, without importing the
-``codemode`` package, to stay small and quick to start.
+``codemode`` package, to stay small and quick to start. The host has created (or migrated) the
+schema before any supervisor starts.
 
-Two tables live in the archive's database:
+Two tables of the state database (their schema is ``_schema``'s, with every other table's):
 
 * ``bash_processes``: one row per background (or promoted) process. ``state`` is
   ``starting``, ``running``, ``exited``, ``stopped``, ``failed`` (never started) or ``lost``
@@ -26,50 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS bash_processes (
-    process_id TEXT PRIMARY KEY,
-    session_id TEXT NOT NULL,
-    command TEXT NOT NULL,
-    cwd TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    marker TEXT NOT NULL,
-    lifecycle TEXT NOT NULL,
-    completion_mode TEXT NOT NULL,
-    purpose TEXT,
-    scope TEXT,
-    state TEXT NOT NULL,
-    pid INTEGER,
-    pid_started REAL,
-    supervisor_pid INTEGER,
-    supervisor_started REAL,
-    log_path TEXT NOT NULL,
-    log_ref TEXT,
-    log_base INTEGER NOT NULL DEFAULT 0,
-    input_path TEXT,
-    input_token TEXT,
-    cgroup TEXT,
-    started_at REAL NOT NULL,
-    ended_at REAL,
-    exit_code INTEGER,
-    exit_signal TEXT,
-    stop_requested INTEGER NOT NULL DEFAULT 0,
-    error TEXT
-);
-CREATE INDEX IF NOT EXISTS bash_processes_session ON bash_processes (session_id, state);
-CREATE TABLE IF NOT EXISTS bash_notifications (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    session_id TEXT NOT NULL,
-    process_id TEXT NOT NULL UNIQUE,
-    command TEXT NOT NULL,
-    exit_code INTEGER,
-    text TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    delivered_at REAL
-);
-CREATE INDEX IF NOT EXISTS bash_notifications_pending ON bash_notifications (session_id, delivered_at);
-"""
-
 LIVE_STATES = ("starting", "running")
 
 
@@ -79,20 +36,6 @@ def connect(db_path: str | Path) -> sqlite3.Connection:
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA busy_timeout = 30000")
     return conn
-
-
-#: Columns added after the first release, with their types: added to older databases.
-_ADDED_COLUMNS = (("input_token", "TEXT"), ("cgroup", "TEXT"))
-
-
-def ensure_schema(conn: sqlite3.Connection) -> None:
-    """Create the tables if they do not exist, and add columns an older database lacks."""
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.executescript(SCHEMA)
-    have = {row[1] for row in conn.execute("PRAGMA table_info(bash_processes)")}
-    for name, kind in _ADDED_COLUMNS:
-        if name not in have:
-            conn.execute(f"ALTER TABLE bash_processes ADD COLUMN {name} {kind}")
 
 
 @dataclass(frozen=True)
@@ -185,7 +128,7 @@ _REDACTOR: Any = None
 
 
 def _redactor() -> Any:
-    """The codemode redactor (``codemode/archive/_redact.py``, standard library only as well).
+    """The codemode redactor (``_redact.py`` beside this file, standard library only as well).
 
     The supervisor loads this file by path, without the ``codemode`` package; it loads the
     redactor's file the same way.
@@ -197,7 +140,7 @@ def _redactor() -> Any:
 
             _REDACTOR = Redactor()
         else:
-            path = Path(__file__).resolve().parents[2] / "archive" / "_redact.py"
+            path = Path(__file__).resolve().with_name("_redact.py")
             spec = importlib.util.spec_from_file_location("_codemode_redact", path)
             assert spec is not None and spec.loader is not None
             module = importlib.util.module_from_spec(spec)

@@ -1,0 +1,238 @@
+"""The one schema of the state database, and the migrations that bring an older one to it.
+
+Every table of every part lives here: the archive's entries and settings, store values, run
+records and sessions, the bash tool's process records and notifications. A database records
+its version in ``PRAGMA user_version``; a new one gets `SCHEMA` whole, an older one runs
+``_MIGRATIONS[v]`` for each version ``v`` up to `SCHEMA_VERSION`, all in one transaction, so
+another process sees the old schema or the new one, never half of each. To change a table: bump
+`SCHEMA_VERSION`, change `SCHEMA` to the new shape, add the step that brings version ``v - 1``
+there, and a test that opens a database of the old version.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from codemode.errors import StateDirError
+
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "init_schema"]
+
+SCHEMA_VERSION = 6
+
+# The bash tool's tables (process records, completion notifications), part of SCHEMA.
+_BASH_TABLES = """
+CREATE TABLE IF NOT EXISTS bash_processes (
+    process_id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    command TEXT NOT NULL,
+    cwd TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    marker TEXT NOT NULL,
+    lifecycle TEXT NOT NULL,
+    completion_mode TEXT NOT NULL,
+    purpose TEXT,
+    scope TEXT,
+    state TEXT NOT NULL,
+    pid INTEGER,
+    pid_started REAL,
+    supervisor_pid INTEGER,
+    supervisor_started REAL,
+    log_path TEXT NOT NULL,
+    log_ref TEXT,
+    log_base INTEGER NOT NULL DEFAULT 0,
+    input_path TEXT,
+    input_token TEXT,
+    cgroup TEXT,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    exit_code INTEGER,
+    exit_signal TEXT,
+    stop_requested INTEGER NOT NULL DEFAULT 0,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS bash_processes_session ON bash_processes (session_id, state);
+CREATE TABLE IF NOT EXISTS bash_notifications (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    process_id TEXT NOT NULL UNIQUE,
+    command TEXT NOT NULL,
+    exit_code INTEGER,
+    text TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    delivered_at REAL
+);
+CREATE INDEX IF NOT EXISTS bash_notifications_pending ON bash_notifications (session_id, delivered_at);
+"""
+
+SCHEMA = (
+    """
+CREATE TABLE IF NOT EXISTS archive_entries (
+    ref TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    session_id TEXT,
+    created REAL NOT NULL,
+    finished REAL,
+    total_bytes INTEGER NOT NULL DEFAULT 0,
+    sha256 TEXT,
+    retained_from INTEGER NOT NULL DEFAULT 0,
+    raw INTEGER NOT NULL DEFAULT 0,
+    stream INTEGER NOT NULL DEFAULT 0,
+    pinned INTEGER NOT NULL DEFAULT 0,
+    needs_compact INTEGER NOT NULL DEFAULT 0,
+    file TEXT NOT NULL,
+    disk_bytes INTEGER,
+    cap_bytes INTEGER
+);
+CREATE INDEX IF NOT EXISTS archive_entries_created ON archive_entries(created);
+CREATE INDEX IF NOT EXISTS archive_entries_compact ON archive_entries(needs_compact) WHERE needs_compact = 1;
+CREATE INDEX IF NOT EXISTS archive_entries_live ON archive_entries(finished) WHERE finished IS NULL;
+CREATE TABLE IF NOT EXISTS archive_settings (
+    key TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS store_values (
+    session_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    updated REAL NOT NULL,
+    PRIMARY KEY (session_id, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS run_records (
+    session_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    result TEXT NOT NULL,
+    created REAL NOT NULL,
+    source_sha256 TEXT,
+    PRIMARY KEY (session_id, call_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS run_records_created ON run_records(created);
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY,
+    first_seen REAL NOT NULL
+) WITHOUT ROWID;
+"""
+    + _BASH_TABLES
+)
+"""Every table, as a new database gets it."""
+
+
+def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
+    """Run records: one key ``session + "\\x1f" + call`` becomes two columns.
+
+    A key joined with a separator let session ``team`` with call id ``"victim\\x1fc1"`` hit the
+    record of session ``team\\x1fvictim``'s call ``c1``. Version 1 stored the owner beside the
+    joined key, so each row splits back exactly: the call id is the key without the
+    ``session + "\\x1f"`` prefix (a key without that prefix was a plain call id).
+    """
+    conn.execute("ALTER TABLE run_records RENAME TO run_records_v1")
+    conn.execute(
+        "CREATE TABLE run_records (session_id TEXT NOT NULL, call_id TEXT NOT NULL, result TEXT NOT NULL,"
+        " created REAL NOT NULL, PRIMARY KEY (session_id, call_id)) WITHOUT ROWID"
+    )
+    conn.execute(
+        "INSERT OR IGNORE INTO run_records (session_id, call_id, result, created)"
+        " SELECT session_id,"
+        " CASE WHEN substr(call_id, 1, length(session_id) + 1) = session_id || char(31)"
+        " THEN substr(call_id, length(session_id) + 2) ELSE call_id END,"
+        " result, created FROM run_records_v1"
+    )
+    conn.execute("DROP TABLE run_records_v1")  # and its index
+    conn.execute("CREATE INDEX run_records_created ON run_records(created)")
+
+
+def _migrate_2_to_3(conn: sqlite3.Connection) -> None:
+    """Entries record their disk use (for the quota) and their log's cap; a settings table.
+
+    A finished entry of version 2 is one dense file of its retained bytes, so that is its
+    disk use (within a block).
+    """
+    conn.execute("ALTER TABLE archive_entries ADD COLUMN disk_bytes INTEGER")
+    conn.execute("ALTER TABLE archive_entries ADD COLUMN cap_bytes INTEGER")
+    conn.execute(
+        "UPDATE archive_entries SET disk_bytes = total_bytes - retained_from WHERE finished IS NOT NULL"
+    )
+    conn.execute("CREATE INDEX archive_entries_live ON archive_entries(finished) WHERE finished IS NULL")
+    conn.execute("CREATE TABLE archive_settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID")
+
+
+def _migrate_3_to_4(conn: sqlite3.Connection) -> None:
+    """Run records keep the sha256 of their program's source, so a replay can check it
+    (records from before have none: they replay unchecked)."""
+    conn.execute("ALTER TABLE run_records ADD COLUMN source_sha256 TEXT")
+
+
+def _migrate_4_to_5(conn: sqlite3.Connection) -> None:
+    """A table of the sessions seen, so runs without a call id need no record of their own
+    (nothing can replay them) and a session is still known once it has run anything."""
+    conn.execute(
+        "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, first_seen REAL NOT NULL) WITHOUT ROWID"
+    )
+    conn.execute(
+        "INSERT OR IGNORE INTO sessions (session_id, first_seen)"
+        " SELECT session_id, MIN(created) FROM run_records GROUP BY session_id"
+    )
+
+
+def _migrate_5_to_6(conn: sqlite3.Connection) -> None:
+    """The bash tool's tables join the one schema (they were created apart, their columns
+    added by hand): create them where missing, add the columns older copies lack."""
+    for statement in _BASH_TABLES.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    have = {row[1] for row in conn.execute("PRAGMA table_info(bash_processes)")}
+    for name in ("input_token", "cgroup"):
+        if name not in have:
+            conn.execute(f"ALTER TABLE bash_processes ADD COLUMN {name} TEXT")
+
+
+# _MIGRATIONS[v] brings a database from version v to v + 1, inside the caller's transaction.
+_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    1: _migrate_1_to_2,
+    2: _migrate_2_to_3,
+    3: _migrate_3_to_4,
+    4: _migrate_4_to_5,
+    5: _migrate_5_to_6,
+}
+
+
+def init_schema(conn: sqlite3.Connection, db_path: Path) -> None:
+    """Create the schema in a new database, or migrate an older one step by step.
+
+    Args:
+        conn: An autocommit connection (``isolation_level=None``) to the database.
+        db_path: Its file, for messages.
+
+    Raises:
+        StateDirError: The database is in WAL-incapable storage, or was written by a newer
+            codemode (its schema version is unknown here).
+    """
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
+    if version == SCHEMA_VERSION:
+        return
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise StateDirError(f"the state database {db_path} cannot use WAL mode (got {mode})")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # Another process may have created or migrated it while this one waited for the lock.
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        if version > SCHEMA_VERSION:
+            raise StateDirError(
+                f"the state database {db_path} has schema version {version}, newer than this "
+                f"codemode's ({SCHEMA_VERSION}); upgrade codemode or use another state directory"
+            )
+        if version == 0:
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+        else:
+            for step in range(version, SCHEMA_VERSION):
+                _MIGRATIONS[step](conn)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

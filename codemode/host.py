@@ -444,8 +444,15 @@ class Host:
                 f"{outcome.output_dropped_bytes:,} printed characters beyond the in-memory limit were "
                 "dropped; print less"
             )
+        for name, value in outcome.unawaited:
+            notices.append(_late_notice(name, value, "while the program ran"))
+        if outcome.unawaited_more:
+            notices.append(
+                f"{outcome.unawaited_more} more calls that change something finished while the program ran "
+                "without being awaited; await every call you start"
+            )
         for name, value in outcome.late:
-            notices.append(_late_notice(name, value))
+            notices.append(_late_notice(name, value, "after the program ended"))
         return self._result(
             call,
             session,
@@ -704,13 +711,13 @@ class _Fitted:
     printed_bytes: int
 
 
-def _late_notice(name: str, value: ToolResult) -> str:
-    """What a call nothing awaited did, finishing after its program had ended (one line)."""
+def _late_notice(name: str, value: ToolResult, when: str) -> str:
+    """What a call nothing awaited did (one line); ``when`` it finished."""
     text = " ".join(value.text.split())
     if len(text) > 300:
         text = text[:300] + "…"
     verb = "failed" if value.is_error else "finished"
-    return f"tools.{name} (not awaited) {verb} after the program ended: {text}; await every call you start"
+    return f"tools.{name} (not awaited) {verb} {when}: {text}; await every call you start"
 
 
 def _redact_json(value: Any, redact: Callable[[str], str]) -> Any:

@@ -112,6 +112,20 @@ class GuestError:
         return head
 
 
+# How many results of calls nothing looked at a program's report shows (the rest are counted).
+_UNAWAITED_KEPT = 100
+
+
+def as_result(value: Any) -> ToolResult:
+    """What a handler returned (a `ToolResult` or plain data) as a result, for reporting."""
+    if isinstance(value, ToolResult):
+        return value
+    try:
+        return to_tool_result(value)
+    except Exception as exc:  # a value pydantic cannot serialise: still say it finished
+        return ToolResult.from_text(f"returned a value that cannot be shown ({type(exc).__name__})")
+
+
 _CANCELLED = GuestError("cancelled", "Cancelled", "the run was cancelled by the host")
 
 
@@ -128,6 +142,12 @@ class ProgramOutcome:
     dropped_timers: int = 0
     pending_calls: dict[int, str] = field(default_factory=dict)
     late: list[tuple[str, ToolResult]] = field(default_factory=list)
+    unawaited: list[tuple[str, ToolResult]] = field(default_factory=list)
+    """Calls of tools that declare they change things (destructive) which settled while the
+    program ran, but whose result the program never looked at (no await, then or Promise.all):
+    what each did."""
+    unawaited_more: int = 0
+    """How many more such calls there were than `unawaited` lists."""
 
 
 def _finite(value: Any) -> Any:
@@ -239,6 +259,7 @@ _ENTRY_POINTS = (
     "__cm_drain",
     "__cm_take_output",
     "__cm_take_chunk",
+    "__cm_unobserved",
 )
 
 
@@ -253,6 +274,7 @@ class PreparedContext:
     drain: Any
     take_output: Any
     take_chunk: Any
+    unobserved: Any
 
     @classmethod
     def create(cls) -> PreparedContext:
@@ -334,6 +356,11 @@ class ProgramThread:
         self._timers: list[tuple[float, int]] = []
         self._live_timers: set[int] = set()
         self._tool_calls = 0
+        # Calls of tools that change something: started, delivered, and the first results
+        # (for the report of calls the program never looked at, see _unawaited).
+        self._effect_calls: set[int] = set()
+        self._effect_delivered: set[int] = set()
+        self._effect_results: dict[int, tuple[str, Any]] = {}
         self._running = 0  # calls handed to the loop and not finished
         self._waiting: collections.deque[tuple[int, Tool, Any]] = collections.deque()
         self._deadline = 0.0
@@ -361,8 +388,10 @@ class ProgramThread:
             if self.cancelled.is_set():  # cancelled before the watch existed (see cancel)
                 WATCHDOG.cancel(self._watch)
             error = self._run(warm)
+            unawaited, unawaited_more = self._unawaited(warm)
         except BaseException as exc:
             error = GuestError("internal", type(exc).__name__, f"engine fault: {exc}")
+            unawaited, unawaited_more = [], 0
         finally:
             self._disarm()
             # Drop our references to the context's functions here, so the runtime is freed
@@ -377,7 +406,24 @@ class ProgramThread:
             cpu_seconds=time.thread_time() - self._cpu_start,
             output_dropped_bytes=self._output_dropped,
             dropped_timers=len(self._live_timers),
+            unawaited=unawaited,
+            unawaited_more=unawaited_more,
         )
+
+    def _unawaited(self, warm: PreparedContext) -> tuple[list[tuple[str, ToolResult]], int]:
+        """The calls of tools that change something which settled but were never looked at
+        (the prelude tracks their promises), with what each returned; and how many more
+        there were than this keeps."""
+        if not self._effect_results:
+            return [], 0
+        self._disarm()
+        try:
+            ids = json.loads(warm.unobserved())
+        except (quickjs.JSException, TypeError, ValueError):  # the heap is full: nothing to say
+            return [], 0
+        kept = [self._effect_results[i] for i in ids if i in self._effect_results]
+        more = sum(1 for i in ids if i in self._effect_delivered and i not in self._effect_results)
+        return [(name, as_result(value)) for name, value in kept], more
 
     def cancel(self) -> None:
         """Stop the program as soon as possible, also in the middle of computing (any thread)."""
@@ -442,7 +488,7 @@ class ProgramThread:
             # One arm per cycle (start, then each wake-up) covers every entry into JS until
             # the next wait: each call gets at most what was left when armed.
             self._arm(ctx)
-            start(main, self.limits.tool_data_bytes)
+            start(main, self.limits.tool_data_bytes, self.registry.effectful_names_json())
             while True:
                 stopped = self._run_jobs(ctx)
                 if stopped is not None:
@@ -611,6 +657,8 @@ class ProgramThread:
             self._reject(settle, call_id, exc.message, exc.data, exc.code)
             return
         self._tool_calls += 1
+        if tool.destructive is True:  # what the prelude tracks (effectful_names_json)
+            self._effect_calls.add(call_id)
         if tool.inline:
             try:
                 value = self.registry.invoke_inline(tool, args, self.context)
@@ -706,6 +754,11 @@ class ProgramThread:
 
     def _deliver(self, settle: Any, call_id: int, value: Any, tool_name: str) -> None:
         """Settle a call with what its handler returned (a `ToolResult` or plain data)."""
+        if call_id in self._effect_calls:  # kept in case the program never looks at it
+            self._effect_calls.discard(call_id)
+            self._effect_delivered.add(call_id)
+            if len(self._effect_results) < _UNAWAITED_KEPT:
+                self._effect_results[call_id] = (tool_name, value)
         kind = type(value)
         if kind is str:
             self._hand_over(settle, call_id, True, _js_text(value), True, tool_name)

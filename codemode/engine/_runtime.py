@@ -14,10 +14,11 @@ from codemode.engine._program import (
     ProgramOutcome,
     ProgramThread,
     ToolDispatcher,
+    as_result,
 )
 from codemode.engine._workers import WorkerPool
 from codemode.errors import ErrorCode
-from codemode.tools import Tool, ToolContext, ToolRegistry, ToolResult, to_tool_result
+from codemode.tools import Tool, ToolContext, ToolRegistry, ToolResult
 
 
 class _Dispatcher(ToolDispatcher):
@@ -63,16 +64,6 @@ class _Dispatcher(ToolDispatcher):
             program.inbox.put((call_id, ended))
 
         self.spawner.spawn(run_tool, refused)
-
-
-def _as_result(value: Any) -> ToolResult:
-    """What a handler returned (a `ToolResult` or plain data) as a result, for reporting."""
-    if isinstance(value, ToolResult):
-        return value
-    try:
-        return to_tool_result(value)
-    except Exception as exc:  # a value pydantic cannot serialise: still say it finished
-        return ToolResult.from_text(f"returned a value that cannot be shown ({type(exc).__name__})")
 
 
 # How long calls the program left running get to stop (or finish) once it has ended.
@@ -141,7 +132,7 @@ class Engine:
         for call_id, value in program.inbox.drain():
             if isinstance(call_id, int):
                 late.setdefault(call_id, value)
-        done = {cid: _as_result(value) for cid, value in late.items() if cid in outcome.pending_calls}
+        done = {cid: as_result(value) for cid, value in late.items() if cid in outcome.pending_calls}
         return replace(
             outcome,
             cancelled=[name for cid, name in outcome.pending_calls.items() if cid not in done],

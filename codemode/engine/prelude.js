@@ -49,6 +49,8 @@
   const WeakSetCtor = WeakSet;
   const WeakSetAdd = WeakSet.prototype.add;
   const WeakSetHas = WeakSet.prototype.has;
+  const SymbolSpecies = Symbol.species;
+  const MapForEach = Map.prototype.forEach;
 
   const pending = new MapCtor();   // call id -> {resolve, reject, name}
   let outbox = [];  // messages to the host, each one JSON text (see __cm_post)
@@ -68,17 +70,52 @@
   const calls = new WeakSetCtor();
   const settledCalls = new WeakSetCtor();
 
-  function __cm_new_call(name) {
+  // Calls of tools that declare they change things (destructive: the host names them in
+  // __cm_start) return a TrackedCall. Its `then`, which `await`, Promise.all/race and .catch/.finally all
+  // reach, notes that the program looked at the result; a call that settled and was never
+  // looked at is reported when the program ends as what it did (a background start with its
+  // process id, a file written). The subclass costs extra jobs per await (~14 us a call), so
+  // every other tool keeps native promises.
+  let effectfulJson = "[]";
+  let effectful = null;  // Set of tool names, parsed from effectfulJson at the first call
+  const effectCalls = new MapCtor();  // call id -> promise, for the end-of-program report
+  const observedCalls = new WeakSetCtor();
+  class __cm_TrackedCall extends PromiseCtor {
+    static get [SymbolSpecies]() { return PromiseCtor; }
+    then(onFulfilled, onRejected) {
+      ReflectApply(WeakSetAdd, observedCalls, [this]);
+      return ReflectApply(PromiseThen, this, [onFulfilled, onRejected]);
+    }
+  }
+
+  function __cm_new_call(name, tracked = false) {
     // A call's promise and its entry ({resolve, reject, ...}), the promise remembered as a call's.
     // `site` keeps where the program made the call, so a rejection it does not catch names the
     // line:column of the call in the program's source (~1 us a call).
     const entry = { resolve: null, reject: null, name, size: 0, promise: null, site: new ErrorCtor() };
-    entry.promise = new PromiseCtor(function __cm_call_executor(resolve, reject) {
+    const executor = function __cm_call_executor(resolve, reject) {
       entry.resolve = resolve;
       entry.reject = reject;
-    });
+    };
+    entry.promise = tracked ? new __cm_TrackedCall(executor) : new PromiseCtor(executor);
     ReflectApply(WeakSetAdd, calls, [entry.promise]);
     return entry;
+  }
+
+  function __cm_is_effectful(name) {
+    if (effectful === null) effectful = new SetCtor(JSONparse(effectfulJson));
+    return ReflectApply(SetHas, effectful, [name]);
+  }
+
+  function __cm_unobserved() {
+    // Ids of the tracked calls that settled while nothing ever looked at their promise.
+    const ids = [];
+    ReflectApply(MapForEach, effectCalls, [function __cm_check_call(promise, id) {
+      if (ReflectApply(WeakSetHas, settledCalls, [promise]) && !ReflectApply(WeakSetHas, observedCalls, [promise])) {
+        ReflectApply(ArrayPush, ids, [id]);
+      }
+    }]);
+    return JSONstringify(ids);
   }
 
 
@@ -305,7 +342,8 @@
 
   // ---- tool calls ----
   function __cm_call_tool(name, args) {
-    const entry = __cm_new_call(name);
+    const tracked = __cm_is_effectful(name);
+    const entry = __cm_new_call(name, tracked);
     if (args === undefined) args = {};
     const plain = __cm_plain(args, 0) && __cm_native_json_ok();
     if (!plain) {
@@ -332,6 +370,7 @@
     const id = nextCallId++;
     __cm_post_call(id, name, argsJson);
     ReflectApply(MapSet, pending, [id, entry]);
+    if (tracked) ReflectApply(MapSet, effectCalls, [id, entry.promise]);
     return entry.promise;
   }
 
@@ -537,8 +576,9 @@
     }, false));
   }
 
-  function __cm_start(main, dataLimit) {
+  function __cm_start(main, dataLimit, effectfulNamesJson) {
     toolDataLimit = dataLimit;
+    effectfulJson = effectfulNamesJson;
     if (typeof main !== "function") {
       __cm_unbalanced();
       return;
@@ -575,4 +615,5 @@
   global.__cm_drain = __cm_drain;
   global.__cm_take_output = __cm_take_output;
   global.__cm_take_chunk = __cm_take_chunk;
+  global.__cm_unobserved = __cm_unobserved;
 })(globalThis);

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 import logging
 import math
 import re
@@ -60,6 +61,7 @@ class ToolRegistry:
         self._tools: dict[str, Tool] = {}
         self._extensions: dict[str, Extension] = {}
         self._disabled: dict[str, Extension] = {}
+        self._effectful_json: str | None = None  # effectful_names_json, until the tools change
 
     # -- registration -------------------------------------------------------------------
 
@@ -73,6 +75,7 @@ class ToolRegistry:
         if tool_obj.name in self._tools:
             raise UserError(f"a tool named {tool_obj.name!r} is already registered")
         self._tools[tool_obj.name] = tool_obj
+        self._effectful_json = None
         return tool_obj
 
     def remove(self, name: str) -> None:
@@ -83,6 +86,7 @@ class ToolRegistry:
         """
         if self._tools.pop(name, None) is None:
             raise UserError(f"no tool named {name!r} is registered")
+        self._effectful_json = None
 
     def add_extension(self, extension: Extension) -> None:
         """Register an extension and its tools.
@@ -116,6 +120,7 @@ class ToolRegistry:
         for t in extension.tools:
             self._tools.pop(t.name, None)
         self._disabled[name] = extension
+        self._effectful_json = None
 
     def remove_extension(self, name: str) -> None:
         """Forget an extension (enabled or disabled) and its tools; no error if unknown."""
@@ -124,6 +129,7 @@ class ToolRegistry:
             for t in extension.tools:
                 if self._tools.get(t.name) is t:
                     del self._tools[t.name]
+            self._effectful_json = None
 
     def enable_extension(self, name: str) -> None:
         """Bring back a disabled extension.
@@ -150,6 +156,17 @@ class ToolRegistry:
     def get(self, name: str) -> Tool | None:
         """The tool with this name, or None."""
         return self._tools.get(name)
+
+    def effectful_names_json(self) -> str:
+        """The names of the tools that declare they change things (``destructive=True``: the
+        built-in bash, write_file and edit_file), as a JSON array. The prelude tracks their
+        calls, so one nothing awaited is still reported with what it did; tracking costs an
+        extra job per await (~14 us a call), so tools that do not declare it are not tracked."""
+        if self._effectful_json is None:
+            self._effectful_json = json.dumps(
+                sorted(n for n, t in self._tools.items() if t.destructive is True)
+            )
+        return self._effectful_json
 
     def names(self) -> list[str]:
         """All tool names, sorted."""

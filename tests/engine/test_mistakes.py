@@ -79,3 +79,56 @@ async def test_a_background_start_left_unawaited_is_never_called_cancelled(host:
             assert named <= running, result.text
         for pid in running:
             await host.call_tool("bash", {"action": "stop", "process_id": pid})
+
+
+async def test_a_call_that_finished_unawaited_during_the_program_is_reported_with_what_it_did(
+    host: Host,
+) -> None:
+    # The start finishes long before the program ends; nothing ever looks at its promise.
+    # Its process id must still reach the model (the process runs on).
+    result = await run(
+        host,
+        'tools.bash({command: "sleep 30", run_in_background: true}); await sleep(1500); print("end");',
+    )
+    listed = await host.call_tool("bash", {"action": "list"})
+    running = {p["process_id"] for p in listed.structured_content["processes"] if p["state"] == "running"}
+    try:
+        assert len(running) == 1, listed.text
+        (pid,) = running
+        assert "tools.bash (not awaited) finished while the program ran" in result.text, result.text
+        assert pid in result.text
+        assert "cancelled" not in result.text
+    finally:
+        for pid in running:
+            await host.call_tool("bash", {"action": "stop", "process_id": pid})
+
+
+@pytest.mark.parametrize(
+    "looked_at",
+    [
+        "await p;",
+        "await Promise.all([p]);",
+        "p.then(v => print('then'));",
+        "p.catch(() => {});",
+        "await p.finally(() => {});",
+    ],
+)
+async def test_a_call_whose_result_the_program_looked_at_is_not_reported_again(
+    host: Host, looked_at: str
+) -> None:
+    result = await run(
+        host, f"const p = tools.echo({{value: 'seen'}}); {looked_at} await sleep(20); print('end');"
+    )
+    assert result.ok, result.text
+    assert "not awaited" not in result.text, result.text
+
+
+async def test_read_only_tools_left_unawaited_change_nothing_so_are_not_reported(
+    host: Host, tmp_path: Any
+) -> None:
+    result = await run(host, 'tools.read_file({path: "nothing-here.txt"}); await sleep(50); print("end");')
+    assert "not awaited" not in result.text, result.text
+    write = await run(
+        host, 'tools.write_file({path: "w.txt", content: "x"}); await sleep(200); print("end");'
+    )
+    assert "tools.write_file (not awaited) finished while the program ran" in write.text, write.text

@@ -19,13 +19,16 @@ from codemode.errors import (
     UserError,
 )
 from codemode.host import Host, run_code
+from codemode.policy import ApprovalRequest, Decision
 from codemode.sandbox import SandboxMode, SandboxPolicy
 from codemode.tools import Extension, TextContent, Tool, ToolContext, ToolResult, make_tool, tool
 from codemode.tools._bash import Notification
 
 __all__ = [
+    "ApprovalRequest",
     "CallResult",
     "CodemodeError",
+    "Decision",
     "Extension",
     "Host",
     "HostConfig",

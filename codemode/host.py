@@ -24,7 +24,8 @@ from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage
 from codemode.archive import Archive, ArchiveRef, State
 from codemode.budget import MIN_BUDGET, TokenCounter, fit_to_budget
 from codemode.engine import Engine, EngineLimits, GuestError, HeaderError, parse_header
-from codemode.errors import UserError
+from codemode.errors import ErrorCode, ToolError, UserError
+from codemode.policy import ApprovalRequest, Approvals, ApproveCallback, Decision
 from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy
 from codemode.tools import Extension, Tool, ToolContext, ToolRegistry, ToolResult
 from codemode.tools._bash import Notification, ProcessManager
@@ -71,13 +72,20 @@ class Host:
 
     Args:
         config: A `HostConfig`; or pass its fields as keyword arguments.
+        approve: Decides, in batches, on calls that need approval (tools whose permission is
+            ``ask``, per-call capabilities such as ``network: true`` while the network is
+            off, commands the command policy marks): an async callable taking a list of
+            `ApprovalRequest` and returning one `Decision` per request. Without it nothing
+            asks (``ask`` means allow); ``deny`` permissions still refuse.
         **options: `HostConfig` fields.
 
     Raises:
         UserError: Invalid configuration (named in the message).
     """
 
-    def __init__(self, config: HostConfig | None = None, **options: Any) -> None:
+    def __init__(
+        self, config: HostConfig | None = None, *, approve: ApproveCallback | None = None, **options: Any
+    ) -> None:
         if config is not None and options:
             raise UserError("pass either a HostConfig or keyword options, not both")
         try:
@@ -110,6 +118,15 @@ class Host:
             ),
         )
         self._state: State | None = None
+        self.approvals = Approvals(
+            approve,
+            permissions=self.config.tool_permissions,
+            network_default=self.config.network,
+            redact=lambda text: self.archive.redactor.redact(text),
+            audit=self._audit_approval,
+        )
+        # Calls pass through the approvals only when something can be asked or refused.
+        self._gate = self.approvals if approve is not None or self.config.tool_permissions else None
         self._processes: ProcessManager | None = None
         self._session_tmp: dict[str, Path] = {}
         self._sessions_noted: set[str] = set()  # sessions this host has marked known in the state dir
@@ -432,7 +449,7 @@ class Host:
             )
             timeout = config.max_timeout_seconds
         context = self._context(session, call)
-        outcome = await self.engine.run(source, context, timeout_seconds=timeout)
+        outcome = await self.engine.run(source, context, timeout_seconds=timeout, gate=self._gate)
         error = _run_error(outcome.error, self.archive.redactor.redact) if outcome.error is not None else None
         if outcome.dropped_timers and outcome.error is None:
             notices.append(
@@ -566,7 +583,12 @@ class Host:
         if call_id is not None:
             check_id(call_id, "call_id")
         context = self._context(session, call_id)
-        result: ToolResult = await self.registry.call(name, args if args is not None else {}, context)
+        arguments = args if args is not None else {}
+        refusal = await self._approve_direct(name, arguments, session)
+        if refusal is not None:
+            result: ToolResult = ToolResult.failure(ErrorCode.DENIED, refusal, {"error": "denied"})
+        else:
+            result = await self.registry.call(name, arguments, context)
         budget = min(max_output_tokens or self.config.max_output_tokens, self.config.max_output_tokens_limit)
         trailer = "\n".join(self._take_notifications(session))
         blocks = [block.text for block in result.content]
@@ -578,6 +600,37 @@ class Host:
             is_error=result.is_error,
             truncated=fitted.truncated,
             refs=fitted.refs,
+        )
+
+    async def _approve_direct(self, name: str, arguments: dict[str, Any], session: str) -> str | None:
+        """Ask the approvals about one direct call (a batch of one); the refusal, or None."""
+        tool = self.registry.get(name)
+        if self._gate is None or tool is None:
+            return None
+        try:
+            tool.parse(arguments)
+        except ToolError:
+            return None  # the call itself reports its invalid arguments; nothing to approve
+        needs = self._gate.requests(tool, arguments, session)
+        if isinstance(needs, str):
+            return f"{name}: {needs}"
+        if not needs:
+            return None
+        refusal = self._gate.refusal(needs, await self._gate.decide(needs))
+        return None if refusal is None else f"{name}: {refusal}"
+
+    def _audit_approval(self, request: ApprovalRequest, decision: Decision) -> None:
+        """Keep an approval request and its decision in the state dir (the audit records)."""
+        self.state.approvals.record(
+            request_id=request.id,
+            session_id=request.session_id,
+            kind=request.kind.value,
+            tool=request.tool,
+            summary=request.summary,
+            arguments_json=json.dumps(request.arguments, ensure_ascii=False),
+            rule=request.rule,
+            verdict=decision.verdict,
+            reason=decision.reason,
         )
 
     def search_tools(self, query: str, limit: int = 10) -> list[dict[str, str]]:
@@ -637,12 +690,14 @@ class Host:
         return [n.text for n in notes]
 
     async def close_session(self, session_id: str) -> None:
-        """Stop the session's ``lifecycle: session`` processes and drop its temp dir.
+        """Stop the session's ``lifecycle: session`` processes, drop its temp dir and its
+        standing approval decisions.
 
         Raises:
             UserError: ``session_id`` is not a valid id.
         """
         check_id(session_id, "session_id")
+        self.approvals.forget_session(session_id)
         if self._processes is not None:
             await self._processes.close_session(session_id)
         temp = self._session_tmp.pop(session_id, None)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import codemode
 
 PUBLIC = {
+    "ApprovalRequest",
     "CallResult",
     "CodemodeError",
+    "Decision",
     "Extension",
     "Host",
     "HostConfig",

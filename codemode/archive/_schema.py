@@ -19,7 +19,7 @@ from codemode.errors import StateDirError
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "init_schema"]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # The bash tool's tables (process records, completion notifications), part of SCHEMA.
 _BASH_TABLES = """
@@ -64,6 +64,23 @@ CREATE TABLE IF NOT EXISTS bash_notifications (
     delivered_at REAL
 );
 CREATE INDEX IF NOT EXISTS bash_notifications_pending ON bash_notifications (session_id, delivered_at);
+"""
+
+# Approval requests and their decisions (the audit of codemode.policy's approvals).
+_APPROVAL_TABLES = """
+CREATE TABLE IF NOT EXISTS approval_records (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    created REAL NOT NULL,
+    kind TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    arguments TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    verdict TEXT NOT NULL,
+    reason TEXT
+);
+CREATE INDEX IF NOT EXISTS approval_records_session ON approval_records (session_id, created);
 """
 
 SCHEMA = (
@@ -115,6 +132,7 @@ CREATE TABLE IF NOT EXISTS sessions (
 ) WITHOUT ROWID;
 """
     + _BASH_TABLES
+    + _APPROVAL_TABLES
 )
 """Every table, as a new database gets it."""
 
@@ -188,6 +206,13 @@ def _migrate_5_to_6(conn: sqlite3.Connection) -> None:
             conn.execute(f"ALTER TABLE bash_processes ADD COLUMN {name} TEXT")
 
 
+def _migrate_6_to_7(conn: sqlite3.Connection) -> None:
+    """Approval requests and decisions are kept (the audit records of approvals)."""
+    for statement in _APPROVAL_TABLES.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
 # _MIGRATIONS[v] brings a database from version v to v + 1, inside the caller's transaction.
 _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _migrate_1_to_2,
@@ -195,6 +220,7 @@ _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     3: _migrate_3_to_4,
     4: _migrate_4_to_5,
     5: _migrate_5_to_6,
+    6: _migrate_6_to_7,
 }
 
 

@@ -9,6 +9,8 @@ import anyio
 
 from codemode.engine._loop import LoopSpawner
 from codemode.engine._program import (
+    _APPROVED,
+    CallGate,
     EngineLimits,
     PreparedContext,
     ProgramOutcome,
@@ -65,6 +67,20 @@ class _Dispatcher(ToolDispatcher):
 
         self.spawner.spawn(run_tool, refused)
 
+    def approve(self, batch: int, requests: list[Any]) -> None:
+        program = self.program
+        gate = program.gate if program is not None else None
+        assert program is not None and gate is not None
+
+        async def ask() -> None:
+            decisions = await gate.decide(requests)
+            program.inbox.put((_APPROVED, (batch, list(decisions))))
+
+        def refused() -> None:
+            pass  # the program has ended: its held calls are reported as cancelled
+
+        self.spawner.spawn(ask, refused)
+
 
 # How long calls the program left running get to stop (or finish) once it has ended.
 _LATE_SECONDS = 5.0
@@ -88,8 +104,12 @@ class Engine:
         """Let the idle JS threads exit."""
         self._workers.close()
 
-    async def run(self, source: str, context: ToolContext, *, timeout_seconds: float) -> ProgramOutcome:
+    async def run(
+        self, source: str, context: ToolContext, *, timeout_seconds: float, gate: CallGate | None = None
+    ) -> ProgramOutcome:
         """Run one program to its end; guest failures come back in the outcome, never raised.
+
+        ``gate`` (the host's approvals) decides, in batches, which calls may run.
 
         Raises:
             UserError: Not running on the asyncio backend.
@@ -103,6 +123,7 @@ class Engine:
             limits=self.limits,
             timeout_seconds=timeout_seconds,
             dispatcher=dispatcher,
+            gate=gate,
         )
         dispatcher.program = program
 

@@ -30,10 +30,14 @@ class WorkerPool:
     Args:
         prepare: Builds the warm context on the worker thread.
         max_workers: Most programs running at once.
+        after: Called on the worker with each job's value once its context is dropped.
     """
 
-    def __init__(self, prepare: Callable[[], Any], max_workers: int) -> None:
+    def __init__(
+        self, prepare: Callable[[], Any], max_workers: int, after: Callable[[Any], None] | None = None
+    ) -> None:
         self._prepare = prepare
+        self._after = after
         self._max = max_workers
         self._jobs: queue.SimpleQueue[tuple[Job, Callable[[Any, BaseException | None], None]] | None] = (
             queue.SimpleQueue()
@@ -88,10 +92,13 @@ class WorkerPool:
                     raise warm
                 value = job(warm)
             except BaseException as exc:
+                value = None
                 done(None, exc)
             else:
                 done(value, None)
             warm = None
+            if self._after is not None and value is not None:
+                self._after(value)
             with self._lock:
                 if not current or jobs is not self._jobs:
                     return  # retired by close(): the new generation starts its own workers

@@ -6,6 +6,7 @@ import collections
 import hashlib
 import json
 import math
+import re
 import shutil
 import tempfile
 import threading
@@ -329,10 +330,7 @@ class Host:
             for t in tools:
                 parts.append(f"- {self.registry.describe(t.name)['signature']}\n    {t.description}")
         else:
-            parts.append(
-                f"{len(tools)} tools: {', '.join(t.name for t in tools)}.\n"
-                "Use await searchTools(query) and await describeTool(name) for arguments."
-            )
+            parts.append(_tool_listing(tools))
         for extension in self.registry.extensions:
             if extension.guidance:
                 parts.append(extension.guidance.strip())
@@ -764,6 +762,31 @@ class _Fitted:
     refs: list[str]
     tokens: int
     printed_bytes: int
+
+
+_LISTING_CHARS = 3000  # ~800 tokens: the most the description spends naming tools
+
+
+def _tool_listing(tools: list[Tool]) -> str:
+    """Many tools for the description: their names while they fit, else their groups (an
+    extension, or the first word of the name) with counts, largest first, then how many more;
+    searchTools finds the rest."""
+    hint = "Use await searchTools(query) to find tools and await describeTool(name) for their arguments."
+    names = ", ".join(t.name for t in tools)
+    if len(names) <= _LISTING_CHARS:
+        return f"{len(tools)} tools: {names}.\n{hint}"
+    groups = collections.Counter(t.extension or re.split(r"[_.]", t.name, maxsplit=1)[0] for t in tools)
+    shown: list[str] = []
+    used = 0
+    for group, count in sorted(groups.items(), key=lambda item: (-item[1], item[0])):
+        entry = f"{group} ({count})"
+        if used + len(entry) > _LISTING_CHARS:
+            break
+        shown.append(entry)
+        used += len(entry) + 2
+    more = len(groups) - len(shown)
+    rest = f", and {more} more groups" if more else ""
+    return f"{len(tools)} tools in {len(groups)} groups: {', '.join(shown)}{rest}.\n{hint}"
 
 
 def _late_notice(name: str, value: ToolResult, when: str) -> str:

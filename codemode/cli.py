@@ -165,6 +165,9 @@ def _host(args: argparse.Namespace, workspace: Path | None = None) -> Host:
         # An MCP client gets completions at the end of its next result; the CLI prints them on
         # stderr itself, so stdout stays the result (`PID=$(codemode run ...)`).
         notify_in_results=mcp,
+        # A one-shot command counts tokens exactly only when its output is long; loading the
+        # tokenizer ahead on a thread of its own competes with the run (~100 ms of a print(1)).
+        preload_tokenizer=mcp,
     )
 
 

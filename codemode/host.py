@@ -159,7 +159,10 @@ class Host:
         )
         # Loading the tokenizer takes about a second; do it now, off the loop, so the first
         # long output does not pay for it. Counting waits for this load if it comes first.
-        threading.Thread(target=lambda: self.counter.exact, name="codemode-tokenizer", daemon=True).start()
+        if self.config.preload_tokenizer:
+            threading.Thread(
+                target=lambda: self.counter.exact, name="codemode-tokenizer", daemon=True
+            ).start()
         if self.config.builtin_tools:
             # The process manager pins the logs of completions not yet delivered (so they
             # survive the archive's compaction and expiry below).

@@ -126,8 +126,10 @@ class Host:
             redact=lambda text: self.archive.redactor.redact(text),
             audit=self._audit_approval,
         )
-        # Calls pass through the approvals only when something can be asked or refused.
-        self._gate = self.approvals if approve is not None or self.config.tool_permissions else None
+        # Every call passes the approvals (cheap when nothing is asked: a permission lookup and
+        # a look for capability arguments); without a callback nothing asks, but a call still
+        # gets no more than the host allows.
+        self._gate = self.approvals
         self._processes: ProcessManager | None = None
         self._session_tmp: dict[str, Path] = {}
         self._sessions_noted: set[str] = set()  # sessions this host has marked known in the state dir

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -84,27 +82,10 @@ class _Dispatcher(ToolDispatcher):
         self.spawner.spawn(ask, refused)
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
-    except (OSError, AttributeError):  # not glibc: its allocator returns memory its own way
-        return None
-
-
-_TRIM = _malloc_trim()
-
-
-def _return_memory(outcome: Any) -> None:
-    """After a program that hit its memory limit, give the freed heap back to the system.
-
-    QuickJS frees its runtime with the program's context, but glibc keeps the pages in the
-    worker thread's arena: the host's RSS stayed ~130 MiB higher after two 64 MiB memory bombs
-    (and kept growing with more workers). ``malloc_trim(0)`` returns them (measured: back to
-    within 1 MiB). It walks every arena, so only programs that ran out of memory pay for it.
-    """
+def _ran_out_of_memory(outcome: Any) -> bool:
+    """Whether a program's context held much memory: it ran out of its limit (`WorkerPool`)."""
     error = getattr(outcome, "error", None)
-    if _TRIM is not None and error is not None and error.kind == "out_of_memory":
-        _TRIM(0)
+    return error is not None and error.kind == "out_of_memory"
 
 
 # How long calls the program left running get to stop (or finish) once it has ended.
@@ -123,7 +104,7 @@ class Engine:
     def __init__(self, registry: ToolRegistry, limits: EngineLimits, *, max_programs: int = 64) -> None:
         self.registry = registry
         self.limits = limits
-        self._workers = WorkerPool(PreparedContext.create, max_programs, after=_return_memory)
+        self._workers = WorkerPool(PreparedContext.create, max_programs, heavy=_ran_out_of_memory)
 
     def close(self) -> None:
         """Let the idle JS threads exit."""

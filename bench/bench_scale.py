@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import anyio
+import psutil
 
 from codemode import Host
 
@@ -66,6 +67,41 @@ async def main() -> None:
             ok = sum(1 for text in results if text == "190")
             print(
                 f"200 programs x 20 async calls: {ok}/200 correct in {wall:.2f} s = {200 / wall:.0f} programs/s"
+            )
+
+            # Memory: an idle session costs what the state dir holds for it (nothing in RSS
+            # beyond the host's caches); a running program holds a worker thread and its context.
+            me = psutil.Process()
+            before = me.memory_info().rss
+            for i in range(200):
+                await host.run_code("print(1)", session_id=f"idle{i}")
+            idle = (me.memory_info().rss - before) / 200
+            gate = anyio.Event()
+            started = 0
+
+            @host.tool()
+            async def hold() -> str:
+                """Wait until the bench lets go."""
+                nonlocal started
+                started += 1
+                await gate.wait()
+                return "ok"
+
+            base = me.memory_info().rss
+            async with anyio.create_task_group() as tg:
+                for i in range(32):
+                    tg.start_soon(
+                        lambda i=i: host.run_code(
+                            "const big = 'x'.repeat(1 << 20); await tools.hold(); print(big.length);",
+                            session_id=f"run{i}",
+                        )
+                    )
+                while started < 32:
+                    await anyio.sleep(0.01)
+                running = (me.memory_info().rss - base) / 32
+                gate.set()
+            print(
+                f"RSS per idle session: {idle / 1024:.0f} KiB; per running program (holding a 1 MiB string): {running / 2**20:.1f} MiB"
             )
 
             stalls: list[float] = []

@@ -13,6 +13,7 @@ PUBLIC = {
     "HostFault",
     "Notification",
     "ProcessNotFound",
+    "Progress",
     "RunError",
     "RunResult",
     "SandboxDenied",

@@ -75,6 +75,23 @@ def _as_result(value: Any) -> ToolResult:
         return ToolResult.from_text(f"returned a value that cannot be shown ({type(exc).__name__})")
 
 
+class RunView:
+    """A live view of one running program, for progress reports (`Engine.run` fills it in)."""
+
+    def __init__(self) -> None:
+        self._program: ProgramThread | None = None
+
+    @property
+    def printed_chars(self) -> int:
+        """Characters printed so far (0 before the program starts)."""
+        return 0 if self._program is None else self._program.printed_chars
+
+    @property
+    def tool_calls(self) -> int:
+        """Tool calls started so far."""
+        return 0 if self._program is None else self._program.tool_calls
+
+
 # How long calls the program left running get to stop (or finish) once it has ended.
 _LATE_SECONDS = 5.0
 
@@ -97,8 +114,16 @@ class Engine:
         """Let the idle JS threads exit."""
         self._workers.close()
 
-    async def run(self, source: str, context: ToolContext, *, timeout_seconds: float) -> ProgramOutcome:
+    async def run(
+        self, source: str, context: ToolContext, *, timeout_seconds: float, view: RunView | None = None
+    ) -> ProgramOutcome:
         """Run one program to its end; guest failures come back in the outcome, never raised.
+
+        Args:
+            source: The program.
+            context: The calling session's tool context.
+            timeout_seconds: Its wall-clock limit.
+            view: Filled in with a live view of the program while it runs (progress reports).
 
         Raises:
             UserError: Not running on the asyncio backend.
@@ -114,6 +139,8 @@ class Engine:
             dispatcher=dispatcher,
         )
         dispatcher.program = program
+        if view is not None:
+            view._program = program
 
         finished = False
         try:

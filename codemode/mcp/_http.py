@@ -11,10 +11,12 @@ base (one machine: the state directory is SQLite and local process groups).
 
 from __future__ import annotations
 
+import contextlib
 import hmac
+import signal
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,8 +155,31 @@ async def serve_http(
             server = create_server(opened, session_of=sessions, handshake_only=True)
         app = create_http_app(server, options)
         config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
-        (announce or _announce)(url)
-        await uvicorn.Server(config).serve(sockets=[sock])
+        http = _Uvicorn(config)
+        async with anyio.create_task_group() as signals:
+            signals.start_soon(_stop_on_signal, http)
+            (announce or _announce)(url)
+            await http.serve(sockets=[sock])
+            signals.cancel_scope.cancel()
+    # Here the sessions' closes have run (the task group waited for them), then the host closed.
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn, minus its signal capture: it re-raises SIGTERM once it has stopped, which would
+    kill the process before the sessions it ended are closed. `_stop_on_signal` stops it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def _stop_on_signal(http: uvicorn.Server) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+        async for signum in received:
+            # uvicorn's own handler (which sse-starlette hooks to end the open event streams
+            # at once, not after the graceful-shutdown timeout)
+            http.handle_exit(signum, None)
+            return
 
 
 def _announce(url: str) -> None:

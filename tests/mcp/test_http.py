@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -132,14 +133,17 @@ async def test_a_sessions_processes_stop_when_it_ends_and_only_its_own(server: H
             assert not stopped.is_error
         assert await wait_until_gone(pids[2])
         assert alive(pids[1])  # lifecycle=managed: outlives every session (stopped by the test)
-        stop = await _stop_managed(server, kept.structured_content["process_id"])
+        stop = await _codemode(server, "stop", kept.structured_content["process_id"])
         assert stop.returncode == 0, stop.stderr
 
 
-async def _stop_managed(server: HttpServer, process_id: str) -> subprocess.CompletedProcess[str]:
-    args = ["stop", process_id, "--workspace", str(server.workspace), "--state-dir", str(server.state_dir)]
+async def _codemode(server: HttpServer, *args: str) -> subprocess.CompletedProcess[str]:
+    """The codemode CLI on the server's workspace and state dir."""
+    where = ["--workspace", str(server.workspace), "--state-dir", str(server.state_dir)]
     return await anyio.to_thread.run_sync(
-        lambda: subprocess.run([sys.executable, "-m", "codemode", *args], capture_output=True, text=True)
+        lambda: subprocess.run(
+            [sys.executable, "-m", "codemode", *args, *where], capture_output=True, text=True
+        )
     )
 
 
@@ -206,3 +210,45 @@ async def test_a_client_that_prefers_the_new_protocol_falls_back_to_a_session(se
             await client.call_tool("run_code", {"code": 'await store.set("k", 1)'})
             again = await client.call_tool("run_code", {"code": 'print(await store.get("k"))'})
             assert _text(again) == "1"
+
+
+async def test_two_server_processes_share_one_state_dir(tmp_path: Path) -> None:
+    """What a load balancer with affinity on Mcp-Session-Id needs: each process keeps only
+    connections, each session's state is in the shared state dir, sessions stay apart."""
+    with (
+        http_server(tmp_path, name="one") as one,
+        http_server(tmp_path, name="two") as two,
+        anyio.fail_after(90),
+    ):
+        assert one.state_dir == two.state_dir and one.url != two.url
+        async with session(two.url) as b:
+            async with session(one.url) as a:
+                pids = []
+                for client, who in ((a, "a"), (b, "b")):
+                    await client.call_tool("run_code", {"code": f'await store.set("who", "{who}")'})
+                    started = await client.call_tool(
+                        "bash", {"command": "sleep 300", "run_in_background": True}
+                    )
+                    assert started.structured_content is not None
+                    pids.append(started.structured_content["pid"])
+                assert _text(await a.call_tool("run_code", {"code": 'print(await store.get("who"))'})) == "a"
+                assert _text(await b.call_tool("run_code", {"code": 'print(await store.get("who"))'})) == "b"
+                listed = await _codemode(one, "ps", "--all", "--json")  # both, from the shared dir
+                sessions = {row["session_id"] for row in json.loads(listed.stdout)}
+                assert len(sessions) == 2 and all(s.startswith("mcp-") for s in sessions)
+            assert await wait_until_gone(pids[0])  # A ended on server one: only its process stops
+            assert alive(pids[1])
+        assert await wait_until_gone(pids[1])
+
+
+async def test_stopping_the_server_ends_its_sessions(tmp_path: Path) -> None:
+    with http_server(tmp_path) as server, anyio.fail_after(90):
+        async with session(server.url, terminate_on_close=False) as a:
+            started = await a.call_tool("bash", {"command": "sleep 300", "run_in_background": True})
+            assert started.structured_content is not None
+            pid = started.structured_content["pid"]
+            server.process.send_signal(signal.SIGTERM)
+            code = await anyio.to_thread.run_sync(lambda: server.process.wait(60))
+        assert code == 0, server.stderr.read_text()
+        assert await wait_until_gone(pid, 5)  # stopped before the server exited: no waiting
+        assert "Traceback" not in server.stderr.read_text()

@@ -661,6 +661,7 @@ class Host:
         temp = self._session_tmp.pop(session_id, None)
         if temp is not None:
             shutil.rmtree(temp, ignore_errors=True)
+        self._sessions_noted.discard(session_id)  # a server front keeps nothing per ended session
 
     def session_exists(self, session_id: str) -> bool:
         """Whether the state directory knows this session: it ran a program or a tool that

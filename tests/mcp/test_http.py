@@ -210,6 +210,13 @@ async def test_a_client_that_prefers_the_new_protocol_falls_back_to_a_session(se
             await client.call_tool("run_code", {"code": 'await store.set("k", 1)'})
             again = await client.call_tool("run_code", {"code": 'print(await store.get("k"))'})
             assert _text(again) == "1"
+        # A client pinned to the new protocol gets an error result that says what to do.
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http,
+            Client(streamable_http_client(server.url, http_client=http), mode="2026-07-28") as pinned,
+        ):
+            refused = await pinned.call_tool("run_code", {"code": "print(1)"})
+            assert refused.is_error and "mode='legacy'" in _text(refused)
 
 
 async def test_two_server_processes_share_one_state_dir(tmp_path: Path) -> None:

@@ -524,11 +524,17 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     if not args.idle_timeout > 0:
         raise UserError(f"--idle-timeout must be a positive number of seconds, got {args.idle_timeout:g}")
     token = args.token or os.environ.get("CODEMODE_MCP_TOKEN") or ""
-    if not token:
+    generated = not token
+    if generated:
         import secrets
 
         token = secrets.token_urlsafe(32)
-        _note(f"bearer token for this server (set CODEMODE_MCP_TOKEN to choose one): {token}")
+
+    def announce(url: str) -> None:  # once listening (nothing is printed for a bind that fails)
+        _note(f"serving MCP over streamable HTTP at {url}")
+        if generated:
+            _note(f"bearer token (generated; set CODEMODE_MCP_TOKEN to choose one): {token}")
+
     options = mcp.HttpOptions(
         token=token,
         host=bind,
@@ -537,7 +543,7 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         allowed_hosts=args.allow_host,
         idle_timeout_seconds=args.idle_timeout,
     )
-    anyio.run(mcp.serve_http, make_host, options)
+    anyio.run(lambda: mcp.serve_http(make_host, options, announce=announce))
     return 0
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import ipaddress
 import signal
 import socket
 import sys
@@ -159,6 +160,11 @@ async def serve_http(
         async with anyio.create_task_group() as signals:
             signals.start_soon(_stop_on_signal, http)
             (announce or _announce)(url)
+            if not _loopback(options.host):
+                sys.stderr.write(
+                    f"codemode: listening on {options.host}, beyond this machine: whoever reaches it with the "
+                    "token runs commands as this user; put TLS in front (a reverse proxy), keep the token secret\n"
+                )
             await http.serve(sockets=[sock])
             signals.cancel_scope.cancel()
     # Here the sessions' closes have run (the task group waited for them), then the host closed.
@@ -185,6 +191,13 @@ async def _stop_on_signal(http: uvicorn.Server) -> None:
 def _announce(url: str) -> None:
     sys.stderr.write(f"codemode: serving MCP over streamable HTTP at {url}\n")
     sys.stderr.flush()
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -41,7 +41,7 @@ def http_server(
     workspace.mkdir(exist_ok=True)
     state_dir = tmp_path / "state"
     stderr = tmp_path / f"{name}.stderr"
-    environ = dict(os.environ, CODEMODE_MCP_TOKEN=TOKEN, **(env or {}))
+    environ = {**os.environ, "CODEMODE_MCP_TOKEN": TOKEN, **(env or {})}
     args = ["--workspace", str(workspace), "--state-dir", str(state_dir), *extra]
     with stderr.open("wb") as sink:
         process = subprocess.Popen(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -259,3 +260,13 @@ async def test_stopping_the_server_ends_its_sessions(tmp_path: Path) -> None:
         assert code == 0, server.stderr.read_text()
         assert await wait_until_gone(pid, 5)  # stopped before the server exited: no waiting
         assert "Traceback" not in server.stderr.read_text()
+
+
+async def test_without_a_configured_token_one_is_generated_and_printed_once(tmp_path: Path) -> None:
+    with http_server(tmp_path, env={"CODEMODE_MCP_TOKEN": ""}) as server, anyio.fail_after(60):
+        found = re.findall(r"bearer token \(generated[^)]*\): (\S+)", server.stderr.read_text())
+        assert len(found) == 1 and len(found[0]) >= 32 and found[0] != TOKEN
+        async with session(server.url, token=found[0]) as a:
+            assert _text(await a.call_tool("run_code", {"code": "print(6 * 7)"})) == "42"
+        assert (await _post(server.url, {"Authorization": f"Bearer {TOKEN}"})).status_code == 401
+        assert server.stderr.read_text().count(found[0]) == 1

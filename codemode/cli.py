@@ -531,9 +531,9 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         token = secrets.token_urlsafe(32)
 
     def announce(url: str) -> None:  # once listening (nothing is printed for a bind that fails)
-        _note(f"serving MCP over streamable HTTP at {url}")
         if generated:
             _note(f"bearer token (generated; set CODEMODE_MCP_TOKEN to choose one): {token}")
+        _note(f"serving MCP over streamable HTTP at {url}")  # last: the line that says it is ready
 
     options = mcp.HttpOptions(
         token=token,

@@ -21,10 +21,11 @@ from typing import Any
 import anyio
 
 from codemode._ids import check_id
+from codemode._progress import Progress, ProgressCallback, reporting
 from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage
 from codemode.archive import Archive, ArchiveRef, State
 from codemode.budget import MIN_BUDGET, TokenCounter, fit_to_budget
-from codemode.engine import Engine, EngineLimits, GuestError, HeaderError, parse_header
+from codemode.engine import Engine, EngineLimits, GuestError, HeaderError, RunView, parse_header
 from codemode.errors import ErrorCode, ToolError, UserError
 from codemode.policy import ApprovalRequest, Approvals, ApproveCallback, Decision
 from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy
@@ -351,6 +352,7 @@ class Host:
         call_id: str | None = None,
         max_output_tokens: int | None = None,
         timeout_seconds: float | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> RunResult:
         """Run one program. Guest failures are in the result, never raised.
 
@@ -360,6 +362,7 @@ class Host:
             call_id: Id to record the result under; a recorded id replays its result.
             max_output_tokens: Budget when the header gives none (clamped to the limit).
             timeout_seconds: Wall-clock limit when the header gives none (clamped).
+            on_progress: Awaited with a `Progress` about once a second while the program runs.
 
         Raises:
             UserError: The host is not open, or not running on asyncio; or ``session_id`` or
@@ -382,7 +385,9 @@ class Host:
                 return replayed
         done = self._in_flight[record_key] = anyio.Event()
         try:
-            result = await self._run_code(source, session, call, max_output_tokens, timeout_seconds)
+            result = await self._run_code(
+                source, session, call, max_output_tokens, timeout_seconds, on_progress
+            )
             if call_id is not None:  # only a caller's id can ever replay: a fresh one is not kept
                 runs.record(session, call, result.model_dump_json(), digest)
             elif session not in self._sessions_noted:  # one write per session, not per run
@@ -424,6 +429,7 @@ class Host:
         call: str,
         max_output_tokens: int | None,
         timeout_seconds: float | None,
+        on_progress: ProgressCallback | None = None,
     ) -> RunResult:
         started = time.perf_counter()
         config = self.config
@@ -452,7 +458,21 @@ class Host:
             )
             timeout = config.max_timeout_seconds
         context = self._context(session, call)
-        outcome = await self.engine.run(source, context, timeout_seconds=timeout, gate=self._gate)
+        view = RunView()
+
+        def sample(elapsed: float) -> Progress:
+            output = self._processes.output_bytes(session, call) if self._processes is not None else 0
+            return Progress(
+                elapsed_seconds=elapsed,
+                printed_chars=view.printed_chars,
+                tool_calls=view.tool_calls,
+                output_bytes=output,
+            )
+
+        async with reporting(on_progress, sample):
+            outcome = await self.engine.run(
+                source, context, timeout_seconds=timeout, gate=self._gate, view=view
+            )
         error = _run_error(outcome.error, self.archive.redactor.redact) if outcome.error is not None else None
         if outcome.dropped_timers and outcome.error is None:
             notices.append(
@@ -572,11 +592,13 @@ class Host:
         session_id: str | None = None,
         call_id: str | None = None,
         max_output_tokens: int | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> CallResult:
         """Call one tool directly, the way an agent calls a tool without Code Mode.
 
         Unknown tools, bad arguments and handler failures come back as ``is_error``
         results; the text is cut to the budget (the rest archived, as for ``run_code``).
+        ``on_progress`` is awaited with a `Progress` about once a second while the call runs.
 
         Raises:
             UserError: The host is not open; or ``session_id`` or ``call_id`` is empty, longer
@@ -585,13 +607,21 @@ class Host:
         session = self._session(session_id)
         if call_id is not None:
             check_id(call_id, "call_id")
-        context = self._context(session, call_id)
+        # A call that reports progress needs an id its commands are counted under.
+        call = call_id if call_id is not None or on_progress is None else f"call_{uuid.uuid4().hex}"
+        context = self._context(session, call)
+
+        def sample(elapsed: float) -> Progress:
+            output = self._processes.output_bytes(session, call) if self._processes and call else 0
+            return Progress(elapsed_seconds=elapsed, output_bytes=output)
+
         arguments = args if args is not None else {}
         refusal = await self._approve_direct(name, arguments, session)
         if refusal is not None:
             result: ToolResult = ToolResult.failure(ErrorCode.DENIED, refusal, {"error": "denied"})
         else:
-            result = await self.registry.call(name, arguments, context)
+            async with reporting(on_progress, sample):
+                result = await self.registry.call(name, arguments, context)
         budget = min(max_output_tokens or self.config.max_output_tokens, self.config.max_output_tokens_limit)
         trailer = "\n".join(self._take_notifications(session))
         blocks = [block.text for block in result.content]
@@ -706,6 +736,7 @@ class Host:
         temp = self._session_tmp.pop(session_id, None)
         if temp is not None:
             shutil.rmtree(temp, ignore_errors=True)
+        self._sessions_noted.discard(session_id)  # a server front keeps nothing per ended session
 
     def session_exists(self, session_id: str) -> bool:
         """Whether the state directory knows this session: it ran a program or a tool that

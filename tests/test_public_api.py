@@ -15,6 +15,7 @@ PUBLIC = {
     "HostFault",
     "Notification",
     "ProcessNotFound",
+    "Progress",
     "RunError",
     "RunResult",
     "SandboxDenied",

@@ -2,7 +2,7 @@
 
 from codemode.engine._header import HeaderError, HeaderOptions, parse_header
 from codemode.engine._program import CallGate, EngineLimits, GuestError, ProgramOutcome
-from codemode.engine._runtime import Engine
+from codemode.engine._runtime import Engine, RunView
 
 __all__ = [
     "CallGate",
@@ -12,5 +12,6 @@ __all__ = [
     "HeaderError",
     "HeaderOptions",
     "ProgramOutcome",
+    "RunView",
     "parse_header",
 ]

@@ -88,6 +88,23 @@ def _ran_out_of_memory(outcome: Any) -> bool:
     return error is not None and error.kind == "out_of_memory"
 
 
+class RunView:
+    """A live view of one running program, for progress reports (`Engine.run` fills it in)."""
+
+    def __init__(self) -> None:
+        self._program: ProgramThread | None = None
+
+    @property
+    def printed_chars(self) -> int:
+        """Characters printed so far (0 before the program starts)."""
+        return 0 if self._program is None else self._program.printed_chars
+
+    @property
+    def tool_calls(self) -> int:
+        """Tool calls started so far."""
+        return 0 if self._program is None else self._program.tool_calls
+
+
 # How long calls the program left running get to stop (or finish) once it has ended.
 _LATE_SECONDS = 5.0
 
@@ -111,11 +128,22 @@ class Engine:
         self._workers.close()
 
     async def run(
-        self, source: str, context: ToolContext, *, timeout_seconds: float, gate: CallGate | None = None
+        self,
+        source: str,
+        context: ToolContext,
+        *,
+        timeout_seconds: float,
+        gate: CallGate | None = None,
+        view: RunView | None = None,
     ) -> ProgramOutcome:
         """Run one program to its end; guest failures come back in the outcome, never raised.
 
-        ``gate`` (the host's approvals) decides, in batches, which calls may run.
+        Args:
+            source: The program.
+            context: The calling session's tool context.
+            timeout_seconds: Its wall-clock limit.
+            gate: The host's approvals: decides, in batches, which calls may run.
+            view: Filled in with a live view of the program while it runs (progress reports).
 
         Raises:
             UserError: Not running on the asyncio backend.
@@ -132,6 +160,8 @@ class Engine:
             gate=gate,
         )
         dispatcher.program = program
+        if view is not None:
+            view._program = program
 
         finished = False
         try:

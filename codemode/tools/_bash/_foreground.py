@@ -146,6 +146,7 @@ class RunSpec:
     lifecycle: str = "session"
     completion_mode: str = "resume"
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    call_id: str | None = None  # the surrounding run_code or direct call (progress reports)
 
     def record_fields(self) -> dict[str, Any]:
         """The fields of a process record that come from this request."""

@@ -354,6 +354,7 @@ class ProcessManager:
             lifecycle=args.lifecycle or "session",
             completion_mode=args.completion_mode or "resume",
             environ=self._environ,
+            call_id=ctx.call_id,
         )
 
     async def _run(self, args: BashRunArgs, ctx: ToolContext) -> ToolResult:
@@ -773,6 +774,15 @@ class ProcessManager:
             if row["log_ref"]:
                 with contextlib.suppress(ToolError):
                     self._archive.pin(row["log_ref"], False)
+
+    def output_bytes(self, session_id: str, call_id: str) -> int:
+        """Bytes the session's foreground commands started by this call have output so far
+        (for progress reports; commands handed to the background are no longer counted)."""
+        with self._lock:
+            runs = list(self._foreground)
+        return sum(
+            r.pump.bytes_read for r in runs if r.spec.session_id == session_id and r.spec.call_id == call_id
+        )
 
     async def close_session(self, session_id: str) -> None:
         """Stop the session's ``lifecycle: session`` processes."""

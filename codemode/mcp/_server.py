@@ -19,6 +19,7 @@ streamable HTTP, one per MCP session (see `ConnectionSessions`). A call whose cl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from typing import Any
@@ -38,6 +39,7 @@ from codemode._version import __version__
 from codemode.budget import TokenCounter
 from codemode.errors import GuestErrorKind, UserError
 from codemode.host import Host
+from codemode.mcp._approval import Elicitor
 from codemode.mcp._sessions import NoSession, SessionOf
 from codemode.tools import Tool
 
@@ -98,6 +100,11 @@ def create_server(
             protocol 2026-07-28 has none). SDK clients then fall back to ``initialize``.
     """
 
+    # Without an approval callback of the host's own, the client's user decides (elicitation).
+    elicitor = Elicitor(host.config.session_id) if host.approvals.callback is None else None
+    if elicitor is not None:
+        host.approvals.callback = elicitor
+
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         tools = [_run_code_tool(host.run_code_description())]
         for t in host.registry:
@@ -121,8 +128,14 @@ def create_server(
             session = session_of(ctx) if session_of is not None else None
         except NoSession as exc:
             return _error(str(exc))
+        serving = (
+            elicitor.serving(session, ctx, direct=params.name != "run_code")
+            if elicitor is not None
+            else contextlib.nullcontext()
+        )
         try:
-            return await dispatch(params, session, _progress_callback(ctx))
+            with serving:
+                return await dispatch(params, session, _progress_callback(ctx))
         except Exception as exc:  # a host fault: an error result, never a protocol error
             return _error(f"{params.name} failed on the host: {type(exc).__name__}: {exc}")
 

@@ -227,14 +227,7 @@ class Approvals:
         if not requests:
             return []
         if self.callback is None:
-            # Nothing to ask: a tool's "ask" and the command policy's marks mean allow, but no
-            # call gets more than the host allows (fail closed).
-            decisions = [
-                Decision.deny("the host does not allow this, and it has no approval callback to ask")
-                if request.kind is ApprovalKind.CAPABILITY
-                else Decision.allow()
-                for request in requests
-            ]
+            decisions = self.default_decisions(requests)
         else:
             try:
                 answered = list(await self.callback(list(requests)))
@@ -257,6 +250,18 @@ class Approvals:
             if self._audit is not None:
                 self._audit(request, decision)
         return decisions
+
+    @staticmethod
+    def default_decisions(requests: Sequence[ApprovalRequest]) -> list[Decision]:
+        """The decisions when there is no one to ask: a tool's ``ask`` and the command
+        policy's marks mean allow, but no call gets more than the host allows (a capability
+        request is denied: fail closed)."""
+        return [
+            Decision.deny("the host does not allow this, and there is no one to ask for approval")
+            if request.kind is ApprovalKind.CAPABILITY
+            else Decision.allow()
+            for request in requests
+        ]
 
     @staticmethod
     def refusal(requests: Sequence[ApprovalRequest], decisions: Sequence[Decision]) -> str | None:

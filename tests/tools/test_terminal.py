@@ -115,14 +115,14 @@ def test_dcs_apc_pm_sos_strings() -> None:
     assert clean_terminal_text(raw) == "abcde"
 
 
-def test_private_modes_charsets_and_two_char_escapes() -> None:
-    raw = b"\x1b[?1049h\x1b[?25l\x1b(B\x1b)0\x1b7\x1b=text\x1b8\x1b>\x1bM\x1b[?25h\x1b[?1049l"
+def test_private_modes_charsets_and_keypad_escapes_show_nothing() -> None:
+    raw = b"\x1b[?25l\x1b(B\x1b)0\x1b=text\x1b>\x1b[?2004h\x1b[?25h"
     assert clean_terminal_text(raw) == "text"
 
 
 def test_c0_and_c1_controls_removed_tab_kept() -> None:
-    raw = "a\x07b\x0bc\x0cd\te\x1af\x7fg\u0085h\u0080\u0099i".encode()
-    assert clean_terminal_text(raw) == "abcd\tefghi"
+    raw = "a\x07b\x00c\x1ad\te\x7ff\u0085g\u0080\u0099h".encode()
+    assert clean_terminal_text(raw) == "abcd\tefgh"
 
 
 def test_cut_escape_sequence_at_end_removed() -> None:
@@ -135,10 +135,9 @@ def test_cursor_moves_within_line() -> None:
     assert clean_terminal_text(b"ab\x1b[2Ccd") == "ab  cd"
 
 
-def test_vertical_moves_are_dropped_lines_kept() -> None:
-    # Multi-line redraws are not emulated: each frame stays visible, nothing is lost.
+def test_vertical_moves_redraw_in_place() -> None:
     raw = b"layer 1: 10%\nlayer 2: 10%\n\x1b[2A\x1b[Klayer 1: 100%\n\x1b[Klayer 2: 100%\n"
-    assert clean_terminal_text(raw) == "layer 1: 10%\nlayer 2: 10%\nlayer 1: 100%\nlayer 2: 100%\n"
+    assert clean_terminal_text(raw) == "layer 1: 100%\nlayer 2: 100%\n"
 
 
 def test_strip_ansi_only_removes_sequences() -> None:

@@ -405,10 +405,11 @@ class _Screen:
             self.wrapped.append(False)
 
     def _goto(self, x: int, y: int) -> None:
-        self.x = min(max(x, 0), self.columns - 1)
-        self.y = min(max(y, 0), self.lines - 1)
+        self.x = 0 if x < 0 else x if x < self.columns else self.columns - 1
+        self.y = y = 0 if y < 0 else y if y < self.lines else self.lines - 1
         self.pending = False
-        self._fill(self.y)
+        if y >= len(self.rows):
+            self._fill(y)
 
     def index(self) -> None:
         """Move down one row, scrolling the region at its bottom margin."""
@@ -664,6 +665,12 @@ class _Screen:
         n = params[0] or 1
         if final == "K":
             self.erase_line(params[0])
+        elif final == "H" or final == "f":  # CUP, HVP
+            col = (params[1] or 1) if len(params) > 1 else 1
+            if self.origin:
+                self._goto_origin(col - 1, n - 1)
+            else:
+                self._goto(col - 1, n - 1)
         elif final == "A" or final == "F":  # CUU, CPL
             limit = self.top if self.y >= self.top else 0
             self._goto(0 if final == "F" else self.x, max(limit, self.y - n))
@@ -676,9 +683,6 @@ class _Screen:
             self._goto(self.x - n, self.y)
         elif final == "G" or final == "`":  # CHA, HPA
             self._goto(n - 1, self.y)
-        elif final == "H" or final == "f":  # CUP, HVP
-            col = (params[1] or 1) if len(params) > 1 else 1
-            self._goto_origin(col - 1, n - 1)
         elif final == "d":  # VPA
             self._goto_origin(self.x, n - 1)
         elif final == "J":

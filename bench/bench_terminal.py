@@ -13,6 +13,9 @@ line-level-only module); "after" is the one in this tree. Each kind of output is
   rewriting every line (the screen path after; dropped motion, every frame kept, before);
 * tui: a full-screen program on the alternate screen (CUP, ED, scroll region).
 
+When pyte is importable (it is not a dependency: ``pip install pyte`` to compare), its
+HistoryScreen of the same size is timed on the same pieces too, as the library alternative.
+
 Run: ``PYTHONPATH=. python bench/bench_terminal.py [total_MiB] [--before REV] [--quick]``
 """
 
@@ -120,6 +123,19 @@ def _tui(total: int) -> bytes:
     return (block * (total // len(block) + 1))[:total]
 
 
+def _pyte() -> ModuleType | None:
+    try:
+        return importlib.import_module("pyte")
+    except ImportError:
+        return None
+
+
+def _feed_pyte(pyte: ModuleType, pieces: list[bytes]) -> None:
+    for p in pieces:
+        screen = pyte.HistoryScreen(80, 24, history=100_000)
+        pyte.Stream(screen).feed(p.decode("utf-8", errors="replace"))
+
+
 def _pieces(data: bytes) -> list[bytes]:
     return [data[i : i + PIECE] for i in range(0, len(data), PIECE)]
 
@@ -175,6 +191,7 @@ def main() -> None:
         "tui": _tui(total // 4),
     }
     repeat = 3 if quick else 5
+    pyte = _pyte()
     print(
         f"pieces of {PIECE // 1024} KiB; before = {rev}:codemode/tools/_terminal.py; best of {repeat}, run in turns"
     )
@@ -203,6 +220,11 @@ def main() -> None:
             f"{name:<12} {len(data) / 2**20:5.0f} {mb / t_before:12.1f} {mb / t_after:11.1f} "
             f"{t_before / t_after:12.2f}x  {path}"
         )
+        if pyte is not None:
+            sample = pieces[: max(1, len(pieces) // 16)]  # pyte is slow: a sixteenth is enough
+            t_pyte = _best_pair(lambda s=sample: _feed_pyte(pyte, s), lambda: None, 1)[0]
+            size = sum(map(len, sample)) / 1e6
+            print(f"{'':<12} {'':>5} {'pyte':>12} {size / t_pyte:11.2f}")
 
 
 if __name__ == "__main__":

@@ -851,6 +851,8 @@ def _overlay_frames(line: str, columns: int) -> str | None:
     column 0. None for anything else (the caller plays it on a screen)."""
     if "\t" in line or not (line.isascii() or _all_narrow(line)):
         return None
+    if "\x1b[" in line:  # going to column 1 is a carriage return
+        line = line.replace("\x1b[G", "\r").replace("\x1b[1G", "\r").replace("\x1b[0G", "\r")
     shown = ""
     for frame in reversed(line.split("\r")):
         erased = frame.startswith(_ERASE_PREFIXES)
@@ -894,12 +896,14 @@ def clean_terminal_text(data: bytes, view: TerminalView = _DEFAULT_VIEW) -> str:
     Returns:
         The cleaned text.
     """
-    if b"\x1b" in data:
+    escapes = b"\x1b" in data
+    if escapes:
         if any(start in data for start in _B_STRING_STARTS):
             data = _B_STRING_RE.sub(b"", data)
         # Colour first: it is most of the escapes, and what is left is quick to scan.
         data = _B_SGR_RE.sub(b"", data)
-        if b"\x1b" in data and _B_SCREEN_RE.search(data):
+        escapes = b"\x1b" in data
+        if escapes and _B_SCREEN_RE.search(data):
             return _render_screen(data, view)
     stripped = data.translate(None, _B_CONTROLS)
     if len(stripped) != len(data) and (b"\x0b" in data or b"\x0c" in data):
@@ -909,15 +913,16 @@ def clean_terminal_text(data: bytes, view: TerminalView = _DEFAULT_VIEW) -> str:
     if not view.newline_returns and data.count(b"\n") != data.count(b"\r\n"):
         return _render_screen(data, view)
     data = stripped
-    if b"\x1b" in data:
+    if escapes:
         data = _B_CSI_DROP_RE.sub(b"", data)
         data = _B_OTHER_ESC_RE.sub(b"", data)
+        escapes = b"\x1b" in data  # the in-line moves kept for the replay
     if b"\r\n" in data:
         data = data.replace(b"\r\n", b"\n")
     text = data.decode("utf-8", errors="replace")
     if b"\xc2" in data:  # the UTF-8 lead byte of U+0080-U+00BF
         text = _C1_RE.sub("", text)
-    if b"\r" not in data and b"\x08" not in data and b"\x1b" not in data:
+    if not escapes and b"\r" not in data and b"\x08" not in data:
         return text
     lines = text.split("\n")
     for i, line in enumerate(lines):

@@ -256,7 +256,7 @@ class _Screen:
         self.tabstops: set[int] | None = None  # None: every 8 columns
         self.saved: _Cursor | None = None
         self.saved_main: _Cursor | None = None
-        self.last = " "
+        self.last = ""  # the character REP repeats
 
     # ----------------------------------------------------------------- feeding
 
@@ -269,6 +269,8 @@ class _Screen:
             chunk = parts[i - 1]
             if chunk:
                 draw(chunk)
+            else:
+                self.last = ""  # REP repeats a character only right after it (as tmux does)
             token = parts[i]
             if token == "\n":
                 if self.newline_returns:
@@ -436,28 +438,32 @@ class _Screen:
         elif self.y > 0:
             self.y -= 1
 
+    def _shift(self, start: int, end: int, n: int, up: bool) -> list[tuple[list[str], bool]]:
+        """Move rows ``start..end`` up (or down) ``n`` rows, blank rows coming in at the other
+        end; return the rows pushed out (with their wrap flags), top first."""
+        self._fill(end)
+        n = min(n, end - start + 1)
+        rows, wrapped = self.rows, self.wrapped
+        cut = start if up else end + 1 - n
+        gone = list(zip(rows[cut : cut + n], wrapped[cut : cut + n], strict=True))
+        del rows[cut : cut + n]
+        del wrapped[cut : cut + n]
+        at = end + 1 - n if up else start
+        rows[at:at] = [[] for _ in range(n)]
+        wrapped[at:at] = [False] * n
+        return gone
+
     def scroll_up(self, n: int) -> None:
         """Scroll the region up ``n`` rows; rows leaving the top of the screen go to history."""
-        top, bottom = self.top, self.bottom
-        self._fill(bottom)
-        keep = top == 0 and not self.in_alt
-        for _ in range(min(n, bottom - top + 1)):
-            row = self.rows.pop(top)
-            wrapped = self.wrapped.pop(top)
-            if keep:
-                self.history.append("".join(row) if wrapped else "".join(row).rstrip(" ") + "\n")
-            self.rows.insert(bottom, [])
-            self.wrapped.insert(bottom, False)
+        gone = self._shift(self.top, self.bottom, n, up=True)
+        if self.top == 0 and not self.in_alt:
+            self.history.extend(
+                "".join(row) if wrap else "".join(row).rstrip(" ") + "\n" for row, wrap in gone
+            )
 
     def scroll_down(self, n: int) -> None:
-        top, bottom = self.top, self.bottom
-        self._fill(bottom)
-        for _ in range(min(n, bottom - top + 1)):
-            del self.rows[bottom]
-            del self.wrapped[bottom]
-            self.rows.insert(top, [])
-            self.wrapped.insert(top, False)
-        self.wrapped[bottom] = False
+        self._shift(self.top, self.bottom, n, up=False)
+        self.wrapped[self.bottom] = False
 
     def tab(self, n: int) -> None:
         x = self.x
@@ -512,6 +518,8 @@ class _Screen:
         elif mode == 2:
             row.clear()
             self.wrapped[self.y] = False
+        if not row and self.y:
+            self.wrapped[self.y - 1] = False  # the row a wrapped line went on to is gone
 
     def erase_display(self, mode: int) -> None:
         if mode == 0:
@@ -533,18 +541,7 @@ class _Screen:
     def insert_lines(self, n: int, delete: bool) -> None:
         if not self.top <= self.y <= self.bottom:
             return
-        self._fill(self.bottom)
-        for _ in range(min(n, self.bottom - self.y + 1)):
-            if delete:
-                del self.rows[self.y]
-                del self.wrapped[self.y]
-                self.rows.insert(self.bottom, [])
-                self.wrapped.insert(self.bottom, False)
-            else:
-                del self.rows[self.bottom]
-                del self.wrapped[self.bottom]
-                self.rows.insert(self.y, [])
-                self.wrapped.insert(self.y, False)
+        self._shift(self.y, self.bottom, n, up=delete)
         self.x = 0
         self.pending = False
 
@@ -701,7 +698,8 @@ class _Screen:
             self._erase_cells(self.rows[self.y], self.x, self.x + n)
             self.pending = False
         elif final == "b":  # REP
-            self.draw(self.last * min(n, self.columns * self.lines))
+            if self.last:
+                self.draw(self.last * min(n, self.columns * self.lines))
         elif final == "I":
             self.tab(n)
         elif final == "Z":

@@ -353,8 +353,9 @@ def test_width_clamps_in_line_level_redraws_too() -> None:
 
 def test_cut_and_malformed_sequences_never_raise() -> None:
     assert _screen("\x1b[2Aabc\x1b[3") == "abc"
-    # REP repeats at most a screenful (8 cells here), as one wrapped line.
-    assert _screen("x\x1b[99999999999999999999A\x1b[999999999b", columns=4, lines=2) == "x" * 9
+    # REP repeats at most a screenful (8 cells here), as one wrapped line; only right after text.
+    assert _screen("x\x1b[999999999b", columns=4, lines=2) == "x" * 9
+    assert _screen("x\x1b[99999999999999999999A\x1b[999999999b", columns=4, lines=2) == "x"
     assert _screen("\x1b[;H\x1b[0;0Hq\x1b[?r\x1b[>5Hz") == "qz"
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from codemode.tools._terminal import TerminalView, clean_terminal_text, strip_ansi, terminal_view
 
@@ -364,3 +367,74 @@ def test_terminal_view_from_the_environment() -> None:
     assert terminal_view({"COLUMNS": "132", "LINES": "40"}) == TerminalView(132, 40)
     assert terminal_view({"COLUMNS": "wide", "LINES": "0"}) == TerminalView(80, 24)
     assert terminal_view({"COLUMNS": "99999999"}).columns == 4096
+
+
+# ---------------------------------------------------------------------------------------------
+# The same sequences on a real terminal: tmux, its pane fed the raw bytes (output processing
+# off, so a line feed moves down only, as in a PTY log), read back with its scrollback and
+# wrapped lines joined (capture-pane -J -S -). Left out where tmux differs from xterm: it keeps
+# rows scrolled out of a region that does not start at the top, and pushes the screen into the
+# scrollback on ED 2; its capture shows DEC line drawing untranslated.
+
+_TMUX_CASES = [
+    "ab\x1bDcd",
+    "ab\x1bEcd",
+    "line1\r\nline2\x1bM\rX",
+    "top\x1b[H\x1bMnew",
+    "ab\x0bcd\x0cef",
+    "1\r\n2\r\n3\x1b[2AX\x1b[3B\ry",
+    "\x1b[3;5Hx\x1b[H\x1b[2Cy",
+    "aaa\r\nbbb\r\nccc\x1b[2;2H\x1b[J",
+    "aaa\r\nbbb\r\nccc\x1b[2;2H\x1b[1J",
+    "abcdef\x1b[3D\x1b[1K\x1b[3Cg",
+    "\x1b7abc\r\n\r\ndef\x1b8X",
+    "1\r\n2\r\n3\r\n4\r\n5\r\n6\x1b[1;3r\x1b[3;1H\nx\x1b[r",
+    "abcdefghijklmnopqrstuvwxyz\rX",
+    "abcdefghijklmnopqrst\rX\r\nnext",
+    "abcdefghijklmnopqrstuvwxyz\x1b[AZ",
+    "a\tb\tc\r\n\t\t\tX\x1b[H",
+    "before\r\n\x1b[?1049h\x1b[Hfull screen\x1b[?1049lafter\r\n",
+    "abcdef\x1b[1G\x1b[2P\r\nabc\x1b[1G\x1b[2@\r\nabcdef\x1b[1G\x1b[3X\r\na\x1b[4b",
+    "".join(f"line {i}\r\n" for i in range(1, 16)) + "\x1b[1;1HX\x1b[6;1H",
+    "l1: 0%\r\nl2: 0%\r\n"
+    + "".join(f"\x1b[2A\x1b[2K\rl1: {p}%\r\n\x1b[2K\rl2: {p}%\r\n" for p in (10, 50, 100)),
+    "\x1b[?7labcdefghijklmnopqrstuvwxyz\x1b[?7h",
+]
+
+
+def _tmux_shows(tmux: str, socket: Path, data: bytes, columns: int, lines: int) -> str:
+    case = socket.with_suffix(".bin")
+    case.write_bytes(data)
+    run = [tmux, "-S", str(socket)]
+    command = f"stty -opost; cat {case}; {tmux} -S {socket} wait-for -S shown; sleep 60"
+    subprocess.run(
+        [*run, "new-session", "-d", "-s", "t", "-x", str(columns), "-y", str(lines), command], check=True
+    )
+    try:
+        subprocess.run([*run, "wait-for", "shown"], check=True, timeout=20)
+        return subprocess.run(
+            [*run, "capture-pane", "-p", "-J", "-S", "-", "-t", "t"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    finally:
+        subprocess.run([*run, "kill-server"], check=False, capture_output=True)
+
+
+def _visible_lines(text: str) -> list[str]:
+    lines = [line.rstrip() for line in text.split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.parametrize("case", _TMUX_CASES, ids=range(len(_TMUX_CASES)))
+def test_rendering_matches_a_real_terminal(case: str, tmp_path: Path) -> None:
+    tmux = shutil.which("tmux")
+    assert tmux is not None
+    data = case.encode()
+    shown = _tmux_shows(tmux, tmp_path / "tmux", data, 20, 6)
+    ours = clean_terminal_text(data, TerminalView(20, 6, newline_returns=False))
+    assert _visible_lines(ours) == _visible_lines(shown)

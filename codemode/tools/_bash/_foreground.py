@@ -54,6 +54,7 @@ from codemode.tools._bash._proctree import create_time, markers_with_prefix, ter
 from codemode.tools._bash._pump import Pump, PumpStatus
 from codemode.tools._bash._shape import build_result
 from codemode.tools._capture import StreamCapture
+from codemode.tools._terminal import terminal_view
 from codemode.tools._verification import Classification, classify_command
 
 
@@ -385,7 +386,8 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
     finally:
         os.close(out_write)
         os.close(err_write)
-    stdout, stderr = StreamCapture(), StreamCapture()
+    view = terminal_view(spec.environ)  # pipes: rendered for COLUMNS x LINES, or 80 x 24
+    stdout, stderr = StreamCapture(view=view), StreamCapture(view=view)
     log = LazyLog(archive, spec.session_id, redactor)
     try:
         pump = Pump(proc, (out_read, err_read), stdout, stderr, log)

@@ -35,7 +35,7 @@ from codemode.archive import Archive, ProcessRecord, Redactor
 from codemode.archive import process_records as _records
 from codemode.errors import ErrorCode, ProcessNotFound, ToolError, UserError
 from codemode.sandbox import SandboxPolicy, cgroup_kill, cgroup_remove, check_policy
-from codemode.tools._bash._background import start_background
+from codemode.tools._bash._background import PTY_VIEW, start_background
 from codemode.tools._bash._env import resolve_cwd
 from codemode.tools._bash._foreground import (
     CGROUPS,
@@ -61,7 +61,7 @@ from codemode.tools._bash._tool import (
     guidance,
 )
 from codemode.tools._model import Extension, TextContent, ToolContext, ToolResult
-from codemode.tools._terminal import clean_terminal_text
+from codemode.tools._terminal import clean_terminal_text, terminal_view
 
 _EXPIRE_SECONDS = 30 * 24 * 3600
 
@@ -602,7 +602,9 @@ class ProcessManager:
     def _read_page(self, record: ProcessRecord, offset: int, limit: int) -> dict[str, Any]:
         assert record.log_ref is not None
         page = self._archive.read(record.log_ref, offset, limit, session_id=record.session_id)
-        output = self._redactor.redact(clean_terminal_text(page.data))
+        # A background command wrote to its PTY; a promoted one to pipes.
+        view = PTY_VIEW if record.kind == "background" else terminal_view(self._environ)
+        output = self._redactor.redact(clean_terminal_text(page.data, view))
         data: dict[str, Any] = {
             "process_id": record.process_id,
             "output": output,

@@ -271,7 +271,7 @@ def supervise(spec: dict[str, Any]) -> int:
         os.set_blocking(input_write, True)
         fifo_fd: int | None = input_read
         log = _Copier.open_log(spec["db_path"], spec["log_path"])
-        master, terminal = _open_pty(50, 200)
+        master, terminal = _open_pty(*spec["pty_size"])
         proc = spawn.spawn_helper(
             program="/bin/bash",
             argv=["/bin/bash", "-c", spec["command"]],

@@ -55,7 +55,7 @@ _MARKER = re.compile(rb"\[REDACTED:[^\]\n]{1,200}\]")
 @dataclass(frozen=True)
 class _Allow:
     target: str  # "secret", "match" or "line"
-    regexes: tuple[Any, ...]  # compiled re2 patterns (bytes)
+    regex: Any  # the allowlist's regexes as one compiled RE2 alternation (bytes), or None
     stopwords: tuple[bytes, ...]
 
 
@@ -64,6 +64,7 @@ class _Rule:
     id: str
     label: str
     source: str
+    prefilter: str  # what stage 1 scans for: the regex, or a cheaper pattern that matches wherever it can
     pattern: Any  # compiled re2 pattern (bytes)
     marker: bytes
     secret_group: int  # -1: the first non-empty unnamed group, else the whole match
@@ -71,6 +72,7 @@ class _Rule:
     entropy: float
     allowlists: tuple[_Allow, ...]
     check: str | None
+    multiline: bool  # a match may span lines: stage 2 runs on the whole text, not the hit's line
 
 
 def _allowlists(spec: list[dict[str, Any]]) -> tuple[_Allow, ...]:
@@ -78,14 +80,15 @@ def _allowlists(spec: list[dict[str, Any]]) -> tuple[_Allow, ...]:
     for allow in spec:
         if allow.get("paths") and allow.get("condition", "OR").upper() == "AND":
             continue  # applies only with a file path, and output has none
-        regexes = tuple(re2.compile(r.encode()) for r in allow.get("regexes", []))
+        sources = allow.get("regexes", [])
+        regex = re2.compile("|".join(f"(?:{r})" for r in sources).encode()) if sources else None
         stopwords = tuple(w.lower().encode() for w in allow.get("stopwords", []))
-        if regexes or stopwords:
-            out.append(_Allow(allow.get("regexTarget", "secret"), regexes, stopwords))
+        if regex is not None or stopwords:
+            out.append(_Allow(allow.get("regexTarget", "secret"), regex, stopwords))
     return tuple(out)
 
 
-def _rule(spec: dict[str, Any], label: str, global_allow: tuple[_Allow, ...]) -> _Rule:
+def _rule(spec: dict[str, Any], label: str, global_allow: tuple[_Allow, ...], multiline: bool) -> _Rule:
     source = spec["regex"]
     pattern = re2.compile(source.encode())
     named = set(pattern.groupindex.values())
@@ -95,6 +98,7 @@ def _rule(spec: dict[str, Any], label: str, global_allow: tuple[_Allow, ...]) ->
         id=spec["id"],
         label=label,
         source=source,
+        prefilter=spec.get("prefilter", source),
         pattern=pattern,
         marker=f"[REDACTED:{label}]".encode(),
         secret_group=group,
@@ -102,6 +106,7 @@ def _rule(spec: dict[str, Any], label: str, global_allow: tuple[_Allow, ...]) ->
         entropy=float(spec.get("entropy", 0.0)),
         allowlists=_allowlists(spec.get("allowlists", [])) + global_allow,
         check=spec.get("check"),
+        multiline=multiline,
     )
 
 
@@ -114,13 +119,17 @@ def load_rules(rules_dir: Path = RULES_DIR) -> list[_Rule]:
     changes = ours.get("gitleaks", {})
     disabled = set(changes.get("disabled", []))
     labels: dict[str, str] = changes.get("labels", {})
+    multiline = set(changes.get("multiline", []))
     global_allow = _allowlists([gitleaks.get("allowlist", {})])
     rules = [
-        _rule(spec, labels.get(spec["id"], spec["id"]), global_allow)
+        _rule(spec, labels.get(spec["id"], spec["id"]), global_allow, spec["id"] in multiline)
         for spec in gitleaks["rules"]
         if "regex" in spec and spec["id"] not in disabled
     ]
-    rules += [_rule(spec, spec.get("label", spec["id"]), ()) for spec in ours["rules"]]
+    rules += [
+        _rule(spec, spec.get("label", spec["id"]), (), bool(spec.get("multiline", False)))
+        for spec in ours["rules"]
+    ]
     return rules
 
 
@@ -149,37 +158,49 @@ class _Engine:
         self.rules = rules
         self.database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
         self.database.compile(
-            expressions=[r.source.encode() for r in rules],
+            expressions=[r.prefilter.encode() for r in rules],
             ids=list(range(len(rules))),
             elements=len(rules),
-            flags=[hyperscan.HS_FLAG_SINGLEMATCH] * len(rules),
+            flags=[0] * len(rules),
         )
         self._local = threading.local()
 
-    def matching_rules(self, data: bytes) -> list[int]:
-        """Indices of the rules whose pattern matches somewhere in ``data`` (stage 1)."""
+    def matches(self, data: bytes) -> list[tuple[int, int]]:
+        """(rule index, end offset) of every match of every rule in ``data`` (stage 1)."""
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
             scratch = self._local.scratch = hyperscan.Scratch(self.database)
-        hits: list[int] = []
+        hits: list[tuple[int, int]] = []
         self.database.scan(data, match_event_handler=_collect, context=hits, scratch=scratch)
         return hits
 
-    def spans(self, data: bytes, hits: list[int]) -> list[tuple[int, int, bytes]]:
-        """(start, end, marker) of every secret that the rules ``hits`` find (stage 2)."""
+    def spans(self, data: bytes, hits: list[tuple[int, int]]) -> list[tuple[int, int, bytes]]:
+        """(start, end, marker) of every secret the rules find where stage 1 saw them (stage 2):
+        on the line of each hit, or on the whole text for a rule whose matches span lines."""
         found: list[tuple[int, int, bytes]] = []
-        for index in sorted(hits):
+        done_to: dict[int, int] = {}
+        for index, end in sorted(hits):
+            if end <= done_to.get(index, -1):
+                continue
             rule = self.rules[index]
-            for match in rule.pattern.finditer(data):
+            if rule.multiline:
+                start, stop = 0, len(data)
+            else:
+                start = data.rfind(b"\n", 0, max(end - 1, 0)) + 1
+                stop = data.find(b"\n", end)
+                stop = len(data) if stop < 0 else stop
+            done_to[index] = stop
+            region = data if (start, stop) == (0, len(data)) else data[start:stop]
+            for match in rule.pattern.finditer(region):
                 span = _secret_span(rule, match)
-                if span is not None and _keep(rule, data, match, span):
-                    found.append((span[0], span[1], rule.marker))
+                if span is not None and _keep(rule, region, match, span):
+                    found.append((start + span[0], start + span[1], rule.marker))
         return found
 
 
 def _collect(rule_id: int, start: int, end: int, flags: int, hits: object) -> None:
     assert isinstance(hits, list)
-    hits.append(rule_id)
+    hits.append((rule_id, end))
 
 
 def _secret_span(rule: _Rule, match: Any) -> tuple[int, int] | None:
@@ -218,14 +239,14 @@ def _keep(rule: _Rule, data: bytes, match: Any, span: tuple[int, int]) -> bool:
     for allow in rule.allowlists:
         if any(word in lowered for word in allow.stopwords):
             return False
-        if allow.regexes:
+        if allow.regex is not None:
             if allow.target == "match":
                 target = match.group()
             elif allow.target == "line":
                 target = line if line is not None else _line(data, *match.span())
             else:
                 target = secret
-            if any(r.search(target) for r in allow.regexes):
+            if allow.regex.search(target):
                 return False
     return True
 
@@ -378,7 +399,7 @@ class Redactor:
 def _redact_rules(data: bytes) -> bytes:
     """``data`` with what the rules find replaced; ``data`` itself when they find nothing."""
     engine = _engine()
-    hits = engine.matching_rules(data)
+    hits = engine.matches(data)
     if not hits:
         return data
     return _replace(data, engine.spans(data, hits))

@@ -158,7 +158,8 @@ def families() -> dict[str, list[tuple[str, str]]]:
         "",
     )
     add("chat", bare(f"https://discord.com/api/webhooks/{r(DIG, 18)}/{r(URLSAFE, 68)}"), "")
-    add("chat", bare(f"M{r(ALNUM, 25)}.{r(URLSAFE, 6)}.{r(URLSAFE, 38)}"), "")
+    bot_id = base64.b64encode(str(RNG.randrange(10**17, 10**19)).encode()).decode().rstrip("=")
+    add("chat", bare(f"{bot_id}.{r(URLSAFE, 6)}.{r(URLSAFE, 38)}"), "")
     add("chat", bare(f"{r(DIG, 10)}:AA{r(URLSAFE, 33)}"), "")
 
     # Payments

@@ -88,7 +88,9 @@ def _allowlists(spec: list[dict[str, Any]]) -> tuple[_Allow, ...]:
     return tuple(out)
 
 
-def _rule(spec: dict[str, Any], label: str, global_allow: tuple[_Allow, ...], multiline: bool) -> _Rule:
+def _rule(
+    spec: dict[str, Any], label: str, global_allow: tuple[_Allow, ...], multiline: bool, prefilter: str | None
+) -> _Rule:
     source = spec["regex"]
     pattern = re2.compile(source.encode())
     named = set(pattern.groupindex.values())
@@ -98,7 +100,7 @@ def _rule(spec: dict[str, Any], label: str, global_allow: tuple[_Allow, ...], mu
         id=spec["id"],
         label=label,
         source=source,
-        prefilter=spec.get("prefilter", source),
+        prefilter=prefilter or spec.get("prefilter", source),
         pattern=pattern,
         marker=f"[REDACTED:{label}]".encode(),
         secret_group=group,
@@ -120,14 +122,21 @@ def load_rules(rules_dir: Path = RULES_DIR) -> list[_Rule]:
     disabled = set(changes.get("disabled", []))
     labels: dict[str, str] = changes.get("labels", {})
     multiline = set(changes.get("multiline", []))
+    prefilters: dict[str, str] = changes.get("prefilters", {})
     global_allow = _allowlists([gitleaks.get("allowlist", {})])
     rules = [
-        _rule(spec, labels.get(spec["id"], spec["id"]), global_allow, spec["id"] in multiline)
+        _rule(
+            spec,
+            labels.get(spec["id"], spec["id"]),
+            global_allow,
+            spec["id"] in multiline,
+            prefilters.get(spec["id"]),
+        )
         for spec in gitleaks["rules"]
         if "regex" in spec and spec["id"] not in disabled
     ]
     rules += [
-        _rule(spec, spec.get("label", spec["id"]), (), bool(spec.get("multiline", False)))
+        _rule(spec, spec.get("label", spec["id"]), (), bool(spec.get("multiline", False)), None)
         for spec in ours["rules"]
     ]
     return rules

@@ -161,27 +161,50 @@ _CHECKS = {"private-key-b64": _private_key_b64}
 
 
 class _Engine:
-    """The compiled rules: one Hyperscan database for stage 1, RE2 patterns for stage 2."""
+    """The compiled rules: RE2 patterns for stage 2, and for stage 1 one Hyperscan database,
+    compiled when a text first needs it (about half a second, once per process)."""
 
     def __init__(self, rules: list[_Rule]) -> None:
         self.rules = rules
-        self.database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        self.database.compile(
-            expressions=[r.prefilter.encode() for r in rules],
-            ids=list(range(len(rules))),
-            elements=len(rules),
-            flags=[0] * len(rules),
-        )
+        self._database: hyperscan.Database | None = None
+        self._short_texts = 0
+        self._lock = threading.Lock()
         self._local = threading.local()
 
     def matches(self, data: bytes) -> list[tuple[int, int]]:
-        """(rule index, end offset) of every match of every rule in ``data`` (stage 1)."""
+        """(rule index, end offset) of every match of every rule's prefilter in ``data`` (stage 1).
+
+        Before the database exists, a short text (a command line, a notification) is not worth
+        compiling it for: every rule is taken to match at the end of every line, so stage 2 runs
+        each rule on each line (a few milliseconds a line). The result is the same (a prefilter
+        matches wherever its rule does); only the cost differs, so a process that shows a few
+        short lines (the background supervisor's notification) never compiles the database, and
+        one that shows many compiles it after the first few.
+        """
+        if self._database is None and len(data) <= _SHORT_TEXT and self._short_texts < _SHORT_TEXTS:
+            self._short_texts += 1
+            ends = [i for i in range(len(data)) if data[i] == 10] + [len(data)]
+            return [(index, end) for index in range(len(self.rules)) for end in ends]
+        database = self._compiled()
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
-            scratch = self._local.scratch = hyperscan.Scratch(self.database)
+            scratch = self._local.scratch = hyperscan.Scratch(database)
         hits: list[tuple[int, int]] = []
-        self.database.scan(data, match_event_handler=_collect, context=hits, scratch=scratch)
+        database.scan(data, match_event_handler=_collect, context=hits, scratch=scratch)
         return hits
+
+    def _compiled(self) -> hyperscan.Database:
+        with self._lock:
+            if self._database is None:
+                database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+                database.compile(
+                    expressions=[r.prefilter.encode() for r in self.rules],
+                    ids=list(range(len(self.rules))),
+                    elements=len(self.rules),
+                    flags=[0] * len(self.rules),
+                )
+                self._database = database
+            return self._database
 
     def spans(self, data: bytes, hits: list[tuple[int, int]]) -> list[tuple[int, int, bytes]]:
         """(start, end, marker) of every secret the rules find where stage 1 saw them (stage 2):
@@ -260,12 +283,14 @@ def _keep(rule: _Rule, data: bytes, match: Any, span: tuple[int, int]) -> bool:
     return True
 
 
+_SHORT_TEXT = 512  # bytes; see _Engine.matches
+_SHORT_TEXTS = 32  # short texts checked rule by rule before the database is compiled anyway
 _ENGINE: _Engine | None = None
 _ENGINE_LOCK = threading.Lock()
 
 
 def _engine() -> _Engine:
-    """The rules, compiled once per process (on first use: about half a second)."""
+    """The rules, loaded once per process (on first use)."""
     global _ENGINE
     if _ENGINE is None:
         with _ENGINE_LOCK:

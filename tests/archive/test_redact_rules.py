@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from codemode.archive import Redactor, StreamRedactor
-from codemode.archive._redact import load_rules
+from codemode.archive._redact import _Engine, load_rules
 from tests.archive.secret_fixtures import families, ordinary_output, pem
 
 R = Redactor(environ={})
@@ -91,3 +91,22 @@ def test_every_rule_compiles_and_names_its_label() -> None:
         "generic-api-key" not in ids and "sourcegraph-access-token" not in ids
     )  # turned off in codemode.toml
     assert all(r.marker == f"[REDACTED:{r.label}]".encode() for r in rules)
+
+
+def test_short_texts_checked_rule_by_rule_give_what_the_hyperscan_pass_gives() -> None:
+    rules = load_rules()
+    scanned = _Engine(rules)
+    scanned.matches(b"x" * 1000)  # a long text compiles the database; short ones then use it too
+    compared = 0
+    for cases in FAMILIES.values():
+        for text, _ in cases:
+            data = text.encode()
+            if len(data) <= 512:
+                fresh = _Engine(rules)  # no database yet: a short text goes rule by rule
+                by_rule = fresh.spans(data, fresh.matches(data))
+                assert fresh._database is None
+                assert by_rule, text
+                assert sorted(by_rule) == sorted(scanned.spans(data, scanned.matches(data))), text
+                compared += 1
+    assert compared > 300
+    assert scanned._database is not None

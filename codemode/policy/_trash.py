@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pydantic
 
-from codemode.errors import UserError
+from codemode.errors import ErrorCode, ToolError
 
 __all__ = ["TRASH_INBOX", "Trash", "TrashEntry", "install_rm_shim"]
 
@@ -160,24 +160,35 @@ class Trash:
         """Put an entry back where it was.
 
         Raises:
-            UserError: No such entry, its path is outside this workspace or leads out of it
-                through a symlink, or something exists there now.
+            ToolError: No such entry (``not_found``), something exists there now
+                (``already_exists``), or its path is outside this workspace or leads out of it
+                through a symlink (``denied_by_policy``).
         """
         entry = next((e for e in self.entries() if e.id == entry_id), None)
         if entry is None:
-            raise UserError(
-                f"no trash entry {entry_id!r} for {self.workspace}; `codemode trash list` shows them"
+            raise ToolError(
+                f"no trash entry {entry_id!r} for {self.workspace}; `codemode trash list` shows them",
+                code=ErrorCode.NOT_FOUND,
             )
         target = Path(os.path.normpath(entry.path))
         if not _inside(str(target), self.workspace):
-            raise UserError(f"trash entry {entry_id} names {target}, outside the workspace {self.workspace}")
+            raise ToolError(
+                f"trash entry {entry_id} names {target}, outside the workspace {self.workspace}",
+                code=ErrorCode.DENIED_BY_POLICY,
+            )
         if os.path.lexists(target):
-            raise UserError(f"cannot restore {entry_id}: {target} exists now; move it away first")
+            raise ToolError(
+                f"cannot restore {entry_id}: {target} exists now; move it away first",
+                code=ErrorCode.ALREADY_EXISTS,
+            )
         existing = target.parent
         while not existing.exists():
             existing = existing.parent
         if not _inside(os.path.realpath(existing), self.workspace, allow_root=True):
-            raise UserError(f"cannot restore {entry_id}: {target.parent} leads out of the workspace")
+            raise ToolError(
+                f"cannot restore {entry_id}: {target.parent} leads out of the workspace (a symlink)",
+                code=ErrorCode.DENIED_BY_POLICY,
+            )
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.rename(entry.location, target)

@@ -196,6 +196,9 @@ def _command(node: tree_sitter.Node, parsed: Parsed, *, piped_in: bool, stdin_sc
     words = tuple(static_value(w) for w in word_nodes)
     raw = tuple(_text(w) for w in word_nodes)
     line = node.start_point[0] + 1
+    for redirect in node.children_by_field_name("redirect"):
+        if redirect.type == "herestring_redirect" and redirect.named_children:
+            stdin_script = static_value(redirect.named_children[-1])
     if word_nodes:
         if words[0] is None:
             parsed.problems.append(Problem("a computed command name", _short(raw[0]), line))

@@ -180,13 +180,13 @@ def _walk(node: tree_sitter.Node, parsed: Parsed, *, piped_in: bool, stdin_scrip
                 word = redirect.named_children[-1] if redirect.named_children else None
                 feed = static_value(word) if word is not None else None
         body_node = node.child_by_field_name("body")
-        for child in node.children:
+        for child in node.named_children:
             if child == body_node:
                 _walk(child, parsed, piped_in=piped_in, stdin_script=feed)
             else:
                 _walk(child, parsed, piped_in=False, stdin_script=None)
         return
-    for child in node.children:
+    for child in node.children if node.has_error else node.named_children:
         _walk(child, parsed, piped_in=False, stdin_script=None)
 
 
@@ -204,5 +204,5 @@ def _command(node: tree_sitter.Node, parsed: Parsed, *, piped_in: bool, stdin_sc
             parsed.problems.append(Problem("a computed command name", _short(raw[0]), line))
         parsed.commands.append(Command(words, raw, line, stdin_script, piped_in))
     # Substitutions inside the words, assignments and redirects run commands of their own.
-    for child in node.children:
+    for child in node.children if node.has_error else node.named_children:
         _walk(child, parsed, piped_in=False, stdin_script=None)

@@ -310,5 +310,10 @@ def guidance(handoff_seconds: float | None) -> str:
             '("\\u0003" is Ctrl-C); `bash({action: "stop", process_id})`; `bash({action: "list"})`.',
             "- Process ids are opaque and belong to this session; keep one in `store` to use it in a later "
             "program.",
+            '- `bash({argv: ["git", "log", "-1", msg]})` runs a program without a shell (no quoting needed). '
+            "The host's command policy may refuse a run before it starts: code `denied_by_policy`, "
+            "`watcher_in_foreground` (watchers, dev servers, `tail -f`: use `run_in_background: true`) or "
+            "`redacted_value` (a `[REDACTED:…]` value cannot be passed back: read the secret inside the "
+            "command). `rm` of workspace files moves them to a trash the user can restore from.",
         ]
     )

@@ -20,7 +20,7 @@ from codemode.errors import (
     UserError,
 )
 from codemode.host import Host, run_code
-from codemode.policy import ApprovalRequest, Decision
+from codemode.policy import ApprovalRequest, CommandPolicy, Decision
 from codemode.sandbox import SandboxMode, SandboxPolicy
 from codemode.tools import Extension, TextContent, Tool, ToolContext, ToolResult, make_tool, tool
 from codemode.tools._bash import Notification
@@ -29,6 +29,7 @@ __all__ = [
     "ApprovalRequest",
     "CallResult",
     "CodemodeError",
+    "CommandPolicy",
     "Decision",
     "Extension",
     "Host",

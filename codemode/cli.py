@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ from codemode._results import default_state_dir
 from codemode._version import __version__
 from codemode.errors import CodemodeError, ToolError, UserError
 from codemode.host import Host, dumps_result
+from codemode.policy import CommandPolicy, Trash
 from codemode.sandbox import SandboxMode
 
 T = TypeVar("T")
@@ -65,6 +67,18 @@ def _common(
     )
     parser.add_argument(
         "--network", choices=["on", "off"], default="on", help="TCP for sandboxed commands (default: on)"
+    )
+    parser.add_argument(
+        "--deny-command",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="refuse this executable wherever a bash run would start it (repeatable)",
+    )
+    parser.add_argument(
+        "--strict-commands",
+        action="store_true",
+        help="refuse bash commands the policy cannot check (default: they run unchecked)",
     )
     if json_help is not None:
         parser.add_argument("--json", action="store_true", help=json_help)
@@ -172,6 +186,16 @@ def build_parser() -> argparse.ArgumentParser:
     close = session_sub.add_parser("close", help="stop a session's lifecycle=session processes")
     close.add_argument("session_id")
     _common(close, "print {session_id, stopped, still_running} as JSON")
+
+    trash = sub.add_parser("trash", help="what protected deletes (rm in the workspace) moved aside")
+    trash_sub = trash.add_subparsers(dest="trash_command", required=True)
+    _common(trash_sub.add_parser("list", help="list the workspace's trash"), "print the entries as JSON")
+    restore = trash_sub.add_parser("restore", help="put an entry back where it was")
+    restore.add_argument("entry_id")
+    _common(restore, "print the restored entry as JSON")
+    _common(
+        trash_sub.add_parser("empty", help="delete the workspace's trash for good"), "print {removed} as JSON"
+    )
     return parser
 
 
@@ -198,6 +222,7 @@ def _host(args: argparse.Namespace, workspace: Path | None = None) -> Host:
         session_id=args.session or ("mcp-" + uuid.uuid4().hex[:12] if mcp else "cli"),
         sandbox=SandboxMode(args.sandbox),
         network=args.network == "on",
+        command_policy=CommandPolicy(deny=frozenset(args.deny_command), strict=args.strict_commands),
         # An MCP client gets completions at the end of its next result; the CLI prints them on
         # stderr itself, so stdout stays the result (`PID=$(codemode run ...)`).
         notify_in_results=mcp,
@@ -686,6 +711,30 @@ def _cmd_session_close(args: argparse.Namespace) -> int:
     return anyio.run(_with_host, args, body)
 
 
+def _cmd_trash(args: argparse.Namespace) -> int:
+    trash = Trash((args.state_dir or default_state_dir()).expanduser(), args.workspace.expanduser().resolve())
+    trash.file_all()
+    if args.trash_command == "restore":
+        entry = trash.restore(args.entry_id)
+        _emit(entry.model_dump_json(indent=2) if args.json else f"restored {entry.path} ({entry.kind})")
+        return 0
+    if args.trash_command == "empty":
+        removed = trash.empty()
+        _emit(json.dumps({"removed": removed}) if args.json else f"deleted {removed} trash entries for good")
+        return 0
+    entries = trash.entries()
+    if args.json:
+        _emit(json.dumps([e.model_dump() for e in entries], indent=2))
+    elif not entries:
+        _emit(f"the trash of {trash.workspace} is empty")
+    else:
+        for e in entries:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.deleted_at))
+            shown = e.path.removeprefix(str(trash.workspace) + "/") + ("/" if e.kind == "directory" else "")
+            _emit(f"{e.id}  {when}  {e.kind:9}  {shown}")
+    return 0
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _cmd_run,
     "call": _cmd_call,
@@ -696,6 +745,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "ps": _cmd_ps,
     "logs": _cmd_logs,
     "stop": _cmd_stop,
+    "trash": _cmd_trash,
 }
 
 

@@ -69,6 +69,15 @@ class ErrorCode(enum.StrEnum):
     DENIED = "denied"
     """The call was refused by an approval decision (the message carries the reason) or its
     tool's permission is deny."""
+    DENIED_BY_POLICY = "denied_by_policy"
+    """The host's command policy refuses this command: a denied executable (``data.executable``),
+    or, under the strict policy, a construct it cannot check (``data.construct``)."""
+    WATCHER_IN_FOREGROUND = "watcher_in_foreground"
+    """The command watches for changes and never ends by itself: start it with
+    ``run_in_background: true``."""
+    REDACTED_VALUE = "redacted_value"
+    """An argument holds a ``[REDACTED:…]`` marker: the redactor masked that value, so it cannot
+    be passed back; read the secret inside the same command instead."""
 
     # -- sandbox --
     DENIED_BY_SANDBOX = "denied_by_sandbox"

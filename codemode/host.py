@@ -27,7 +27,15 @@ from codemode.archive import Archive, ArchiveRef, State
 from codemode.budget import MIN_BUDGET, TokenCounter, fit_to_budget
 from codemode.engine import Engine, EngineLimits, GuestError, HeaderError, RunView, parse_header
 from codemode.errors import ErrorCode, ToolError, UserError
-from codemode.policy import ApprovalRequest, Approvals, ApproveCallback, Decision
+from codemode.policy import (
+    ApprovalRequest,
+    Approvals,
+    ApproveCallback,
+    CommandGuard,
+    CommandPolicy,
+    Decision,
+    Trash,
+)
 from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy
 from codemode.tools import Extension, Tool, ToolContext, ToolRegistry, ToolResult
 from codemode.tools._bash import Notification, ProcessManager
@@ -79,6 +87,10 @@ class Host:
             off, commands the command policy marks): an async callable taking a list of
             `ApprovalRequest` and returning one `Decision` per request. Without it nothing
             asks (``ask`` means allow); ``deny`` permissions still refuse.
+        command_policy: What the ``bash`` tool may run (`CommandPolicy`): denied executables,
+            strict parsing, watchers refused in the foreground, protected deletes, masked values
+            refused. Default ``CommandPolicy()``: permissive (what cannot be parsed runs
+            unchecked), nothing denied, the rest on. No tool argument can loosen it.
         **options: `HostConfig` fields.
 
     Raises:
@@ -86,8 +98,14 @@ class Host:
     """
 
     def __init__(
-        self, config: HostConfig | None = None, *, approve: ApproveCallback | None = None, **options: Any
+        self,
+        config: HostConfig | None = None,
+        *,
+        approve: ApproveCallback | None = None,
+        command_policy: CommandPolicy | None = None,
+        **options: Any,
     ) -> None:
+        self.command_policy = command_policy if command_policy is not None else CommandPolicy()
         if config is not None and options:
             raise UserError("pass either a HostConfig or keyword options, not both")
         try:
@@ -173,6 +191,7 @@ class Host:
                 state.archive,
                 handoff_seconds=self.config.handoff_seconds,
                 max_background_per_session=self.config.max_background_per_session,
+                command_gate=CommandGuard(self.command_policy, self.trash),
             )
             # A reopened host replaces the built-ins of its previous opening (new manager).
             for name in ("files", "archive", "bash"):
@@ -191,6 +210,7 @@ class Host:
         self.engine.close()
         try:
             if self._processes is not None:
+                self.trash.file_all()  # what rm moved during background runs
                 for session, path in list(self._session_tmp.items()):
                     running = [p for p in self._processes.list_processes(session) if p["state"] == "running"]
                     if not running:
@@ -225,6 +245,15 @@ class Host:
             UserError: The host is not open.
         """
         return self.state.archive
+
+    @property
+    def trash(self) -> Trash:
+        """The workspace's trash (protected deletes) in the state directory.
+
+        Raises:
+            UserError: The host is not open.
+        """
+        return Trash(self.archive.state_dir, self.workspace)
 
     @property
     def processes(self) -> ProcessManager:
@@ -735,6 +764,8 @@ class Host:
             await self._processes.close_session(session_id)
         temp = self._session_tmp.pop(session_id, None)
         if temp is not None:
+            if self._state is not None:
+                self.trash.file_all()  # before the inbox goes with the temp dir
             shutil.rmtree(temp, ignore_errors=True)
         self._sessions_noted.discard(session_id)  # a server front keeps nothing per ended session
 

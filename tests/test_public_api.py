@@ -8,6 +8,7 @@ PUBLIC = {
     "ApprovalRequest",
     "CallResult",
     "CodemodeError",
+    "CommandPolicy",
     "Decision",
     "Extension",
     "Host",

@@ -1,5 +1,6 @@
-"""Policy in front of the tools: approvals of calls (batched), per-tool permissions, per-call
-capabilities."""
+"""Policy in front of the tools: the command policy (argv, every command of a shell script
+checked, watchers, masked values), protected deletes (the trash), approvals of calls (batched),
+per-tool permissions, per-call capabilities."""
 
 from codemode.policy._approval import (
     ApprovalKind,
@@ -9,12 +10,23 @@ from codemode.policy._approval import (
     Decision,
     ToolPermission,
 )
+from codemode.policy._commands import REDACTION_MARKER, CommandPolicy, CommandVerdict, Verdict
+from codemode.policy._guard import CommandGuard, plain_argv
+from codemode.policy._trash import Trash, TrashEntry
 
 __all__ = [
+    "REDACTION_MARKER",
     "ApprovalKind",
     "ApprovalRequest",
     "Approvals",
     "ApproveCallback",
+    "CommandGuard",
+    "CommandPolicy",
+    "CommandVerdict",
     "Decision",
     "ToolPermission",
+    "Trash",
+    "TrashEntry",
+    "Verdict",
+    "plain_argv",
 ]

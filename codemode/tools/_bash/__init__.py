@@ -25,6 +25,7 @@ Design notes:
   stopped at ``aclose()`` and reported ``lost`` (exit code unknown) if the host dies.
 """
 
+from codemode.tools._bash._gate import AfterRun, CommandGate, CommandPlan
 from codemode.tools._bash._manager import Notification, ProcessManager
 
-__all__ = ["Notification", "ProcessManager"]
+__all__ = ["AfterRun", "CommandGate", "CommandPlan", "Notification", "ProcessManager"]

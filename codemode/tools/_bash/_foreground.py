@@ -148,6 +148,8 @@ class RunSpec:
     completion_mode: str = "resume"
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     call_id: str | None = None  # the surrounding run_code or direct call (progress reports)
+    direct: tuple[str, ...] | None = None  # exec this argv without a shell
+    shell_fallback: bool = False  # direct came from a command string: bash runs it if not found
 
     def record_fields(self) -> dict[str, Any]:
         """The fields of a process record that come from this request."""
@@ -364,22 +366,30 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
     # the pump does not use; the read ends stay in this process, the write ends go to the child.
     out_read, out_write = os.pipe2(os.O_CLOEXEC)
     err_read, err_write = os.pipe2(os.O_CLOEXEC)
-    argv = ["/bin/bash", "-c", spec.command]
+    argv = list(spec.direct) if spec.direct is not None else ["/bin/bash", "-c", spec.command]
     try:
         env = command_env(spec.environ, marker, term="dumb")
+        if spec.direct is not None:
+            env["PWD"] = str(spec.cwd)  # what bash would have set
         started = time.monotonic()
         cgroup = CGROUPS.take()
-        proc = _launch(
-            LaunchSpec(
-                argv, str(spec.cwd), env, spec.policy, stdio=(_devnull(), out_write, err_write), cgroup=cgroup
-            )
-        )
+        stdio = (_devnull(), out_write, err_write)
+        try:
+            proc = _launch(LaunchSpec(argv, str(spec.cwd), env, spec.policy, stdio=stdio, cgroup=cgroup))
+        except FileNotFoundError:
+            if not spec.shell_fallback:
+                raise
+            # Not on PATH: bash says so as it would have ("command not found", exit 127).
+            argv = ["/bin/bash", "-c", spec.command]
+            proc = _launch(LaunchSpec(argv, str(spec.cwd), env, spec.policy, stdio=stdio, cgroup=cgroup))
     except BaseException as exc:
         os.close(out_read)
         os.close(err_read)
         if isinstance(exc, OSError):
+            program = argv[0] if spec.direct is not None else "/bin/bash"
+            hint = " (not found on PATH)" if isinstance(exc, FileNotFoundError) else ""
             raise ToolError(
-                f"could not start /bin/bash in {str(spec.cwd)!r}: {exc.strerror or exc}",
+                f"could not start {program} in {str(spec.cwd)!r}: {exc.strerror or exc}{hint}",
                 {"error": "spawn_failed"},
             ) from exc
         raise

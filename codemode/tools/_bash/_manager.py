@@ -46,6 +46,7 @@ from codemode.tools._bash._foreground import (
     orphaned_foreground_markers,
     run_foreground,
 )
+from codemode.tools._bash._gate import CommandGate
 from codemode.tools._bash._proctree import create_time, is_same_process, terminate_tree
 from codemode.tools._bash._tool import (
     DEFAULT_READ_BYTES,
@@ -151,6 +152,7 @@ class ProcessManager:
         max_background_per_session: Cap on live background processes per session.
         redactor: Redacts text before it is returned (default: the archive's redactor).
         environ: The environment commands start from (default ``os.environ``).
+        command_gate: Checks every run first (the host's command policy); None checks nothing.
 
     Raises:
         StateDirError: The records cannot be opened (from the archive).
@@ -164,7 +166,9 @@ class ProcessManager:
         max_background_per_session: int = 32,
         redactor: Redactor | None = None,
         environ: Mapping[str, str] | None = None,
+        command_gate: CommandGate | None = None,
     ) -> None:
+        self._gate = command_gate
         self._archive = archive
         self._handoff = handoff_seconds
         self._max_background = max_background_per_session
@@ -325,6 +329,8 @@ class ProcessManager:
                 data = await self.read(session, pid, read.offset_bytes or 0, read.max_bytes, read.wait_ms)
                 return ToolResult.from_text(_read_text(data), data)
             case BashWriteArgs(process_id=pid, input=text):
+                if self._gate is not None:
+                    self._gate.check_input(text)
                 data = await self.write(session, pid, text)
                 return ToolResult.from_text(f"Wrote {data['bytes']} bytes to {pid}.", data)
             case BashStopArgs(process_id=pid):
@@ -336,16 +342,36 @@ class ProcessManager:
         raise AssertionError(f"unhandled bash arguments {type(args.root).__name__}")  # pragma: no cover
 
     def _spec(self, args: BashRunArgs, ctx: ToolContext) -> RunSpec:
-        if "\x00" in args.command:
+        if any("\x00" in word for word in (args.argv or [args.command or ""])):
             raise ToolError(
                 "the command contains a NUL character, which no shell command line can hold; remove it "
                 "(use printf '\\0' to produce one)",
                 {"error": "bad_command"},
             )
         policy = _with_capabilities(ctx, args)
+        cwd = resolve_cwd(args.cwd, ctx.workspace, policy)
+        environ = self._environ
+        direct = tuple(args.argv) if args.argv is not None else None
+        shell_fallback = False
+        if self._gate is not None:
+            plan = self._gate.plan(
+                command=args.command,
+                argv=args.argv,
+                cwd=cwd,
+                background=bool(args.run_in_background),
+                ctx=ctx,
+            )
+            if plan.env or plan.path_prepend:
+                environ = {**environ, **plan.env}
+                if plan.path_prepend:
+                    environ["PATH"] = os.pathsep.join((*plan.path_prepend, environ.get("PATH", os.defpath)))
+            if direct is None and plan.direct is not None:
+                direct, shell_fallback = plan.direct, True
         return RunSpec(
-            command=args.command,
-            cwd=resolve_cwd(args.cwd, ctx.workspace, policy),
+            command=args.shown,
+            cwd=cwd,
+            direct=None if args.run_in_background else direct,
+            shell_fallback=shell_fallback,
             timeout_seconds=args.timeout_seconds or DEFAULT_TIMEOUT_SECONDS,
             session_id=ctx.session_id,
             policy=policy,
@@ -353,7 +379,7 @@ class ProcessManager:
             scope=args.scope,
             lifecycle=args.lifecycle or "session",
             completion_mode=args.completion_mode or "resume",
-            environ=self._environ,
+            environ=environ,
             call_id=ctx.call_id,
         )
 
@@ -384,6 +410,10 @@ class ProcessManager:
         )
         # One content block per part, so that a budget cut keeps each stream's head and tail.
         content = [TextContent(text=block) for block in outcome.blocks]
+        after = self._gate.finished(ctx) if self._gate is not None else None
+        if after is not None:
+            content.append(TextContent(text=after.text))
+            outcome.structured.update(after.data)
         return ToolResult(content=content, structured_content=outcome.structured, is_error=outcome.is_error)
 
     # ------------------------------------------------------------------ starting

@@ -3,6 +3,7 @@ guidance text."""
 
 from __future__ import annotations
 
+import shlex
 from typing import Annotated, Any, Literal, get_args
 
 import pydantic
@@ -63,7 +64,14 @@ class BashRunArgs(_ActionArgs):
     """Run a command (the default action)."""
 
     action: Literal["run"] = "run"
-    command: str = pydantic.Field(min_length=1, description="the bash command line (a new shell each call).")
+    command: str | None = pydantic.Field(
+        default=None, min_length=1, description="the bash command line (a new shell each call)."
+    )
+    argv: list[str] | None = pydantic.Field(
+        default=None,
+        min_length=1,
+        description='the program and its arguments, run without a shell (["git", "status"]); instead of command.',
+    )
     timeout_seconds: int | None = pydantic.Field(
         default=None,
         ge=1,
@@ -98,6 +106,23 @@ class BashRunArgs(_ActionArgs):
         max_length=16,
         description="extra existing directories this command may write, beyond the workspace (asks for approval).",
     )
+
+    @pydantic.model_validator(mode="after")
+    def _command_or_argv(self) -> BashRunArgs:
+        if (self.command is None) == (self.argv is None):
+            raise pydantic_core.PydanticCustomError(
+                "arguments_for_action",
+                'bash action "run" needs either command (a shell string) or argv (a list, no shell), not '
+                + ("both" if self.command is not None else "neither"),
+            )
+        if self.argv is not None and not self.argv[0]:
+            raise pydantic_core.PydanticCustomError("arguments_for_action", "argv[0] (the program) is empty")
+        return self
+
+    @property
+    def shown(self) -> str:
+        """The command line as recorded and shown (argv quoted as a shell would need it)."""
+        return self.command if self.command is not None else shlex.join(self.argv or [])
 
 
 class BashReadArgs(_ActionArgs):
@@ -294,5 +319,10 @@ def guidance(handoff_seconds: float | None) -> str:
             '("\\u0003" is Ctrl-C); `bash({action: "stop", process_id})`; `bash({action: "list"})`.',
             "- Process ids are opaque and belong to this session; keep one in `store` to use it in a later "
             "program.",
+            '- `bash({argv: ["git", "log", "-1", msg]})` runs a program without a shell (no quoting needed). '
+            "The host's command policy may refuse a run before it starts: code `denied_by_policy`, "
+            "`watcher_in_foreground` (watchers, dev servers, `tail -f`: use `run_in_background: true`) or "
+            "`redacted_value` (a `[REDACTED:…]` value cannot be passed back: read the secret inside the "
+            "command). `rm` of workspace files moves them to a trash the user can restore from.",
         ]
     )

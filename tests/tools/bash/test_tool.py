@@ -39,7 +39,10 @@ async def test_schema_is_one_plain_bounded_object_per_action(manager: ProcessMan
     schema = tool.input_schema
     assert schema["type"] == "object" and len(schema["oneOf"]) == 6
     fields = {
-        action: (sorted(_option(schema, action)["properties"]), sorted(_option(schema, action)["required"]))
+        action: (
+            sorted(_option(schema, action)["properties"]),
+            sorted(_option(schema, action).get("required", [])),
+        )
         for action in ("run", "read", "write", "stop", "list", "update")
     }
     assert fields == {
@@ -48,6 +51,7 @@ async def test_schema_is_one_plain_bounded_object_per_action(manager: ProcessMan
                 [
                     "action",
                     "command",
+                    "argv",
                     "timeout_seconds",
                     "cwd",
                     "run_in_background",
@@ -59,7 +63,7 @@ async def test_schema_is_one_plain_bounded_object_per_action(manager: ProcessMan
                     "write_paths",
                 ]
             ),
-            ["command"],  # action is optional: run is the default
+            [],  # action is optional (run is the default); command or argv, checked by the model
         ),
         "read": (["action", "max_bytes", "offset_bytes", "process_id", "wait_ms"], ["action", "process_id"]),
         "write": (["action", "input", "process_id"], ["action", "input", "process_id"]),
@@ -83,7 +87,9 @@ async def test_schema_is_one_plain_bounded_object_per_action(manager: ProcessMan
 
 async def test_signature_says_which_fields_go_with_which_action(manager: ProcessManager) -> None:
     signature = typescript_signature(manager.extension().tools[0], with_result=False)
-    assert signature.startswith('tools.bash(args: { action?: "run"; command: string /* ')
+    # run takes command or argv (the model's validator says which is missing): both are optional fields
+    assert signature.startswith('tools.bash(args?: { action?: "run"; command?: string /* ')
+    assert "argv?: string[] /* the program and its arguments, run without a shell" in signature
     assert (
         '} | { action: "read"; process_id: string /* the id run returned. */; offset_bytes?: number'
         in signature
@@ -145,7 +151,7 @@ def test_each_action_takes_its_own_fields(
     [
         (
             {"command": "ls", "process_id": "p1"},
-            'bash action "run" does not take process_id (it takes command, ',
+            'bash action "run" does not take process_id (it takes argv, command, ',
         ),
         (
             {"action": "read", "process_id": "p1", "input": "x", "cwd": "."},
@@ -177,7 +183,7 @@ def test_each_action_refuses_the_fields_of_the_others(args: dict[str, Any], mess
         bash_tool(lambda args: None, None).parse(args)
     assert raised.value.data["path"] == "$"
     assert raised.value.data["message"].startswith(message)
-    assert "Expected: tools.bash(args: " in raised.value.message
+    assert "Expected: tools.bash(args?: " in raised.value.message
 
 
 def test_problems_are_reported_at_their_own_path() -> None:
@@ -221,8 +227,14 @@ async def test_command_without_action_runs(bash: Caller) -> None:
 
 
 async def test_missing_command(bash: Caller) -> None:
-    with pytest.raises(ToolError, match="needs command"):
+    with pytest.raises(
+        ToolError, match=r"needs either command \(a shell string\) or argv \(a list, no shell\), not neither"
+    ):
         await bash(action="run")
+    with pytest.raises(ToolError, match="not both"):
+        await bash(command="ls", argv=["ls"])
+    with pytest.raises(ToolError, match=r"argv\[0\] \(the program\) is empty"):
+        await bash(argv=[""])
 
 
 async def test_field_of_another_action(bash: Caller) -> None:

@@ -1,0 +1,683 @@
+"""The command policy: plain data the host sets, and the check of one bash run against it.
+
+Every command a run would start is found (`_shell.parse` for shell strings; through the common
+wrappers, ``sh -c``/``bash -c`` and ``eval`` strings, ``find -exec``, aliases, and npm/pnpm/yarn/
+bun scripts read from package.json up to 4 levels) and checked:
+
+* a denied executable (by its bare name, whatever path or quoting spells it) is refused;
+* in the foreground, a file watcher (a command that never ends by itself) is refused before it
+  starts, pointing to ``run_in_background``;
+* an argument holding a ``[REDACTED:`` marker is refused (the value was masked for the model);
+* under the strict policy, what cannot be checked (a syntax error, a computed command name, a
+  script piped into a shell, scripts nested too deep) is refused naming the construct; the
+  default policy lets it run unchecked and lists it in the verdict's ``unchecked``.
+
+Tables, not code, say what a wrapper, a watcher and a script runner are.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import shlex
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pydantic
+
+from codemode.errors import ErrorCode
+from codemode.policy._shell import Command, Problem, parse
+
+__all__ = ["REDACTION_MARKER", "CommandPolicy", "CommandVerdict", "Verdict"]
+
+REDACTION_MARKER = "[REDACTED:"
+"""What every value the redactor masked starts with (see `codemode.archive.Redactor`)."""
+
+_MAX_DEPTH = 8  # nested sh -c / eval / alias strings
+_MAX_SCRIPT_LEVELS = 4  # package.json scripts followed through one another
+_PACKAGE_JSON_BYTES = 1 << 20
+
+
+class Verdict(enum.StrEnum):
+    """What the policy says about a run."""
+
+    ALLOW = "allow"
+    DENY = "deny"
+    ASK = "ask"
+    """Needs an approval decision (for the approvals; this policy does not produce it yet)."""
+
+
+class CommandVerdict(pydantic.BaseModel):
+    """The policy's answer for one run.
+
+    Attributes:
+        verdict: allow, deny or ask.
+        code: The error code of a refusal.
+        message: Why it is refused, and what to do instead ("" when allowed).
+        executables: Every command name found, in order (wrappers included).
+        unchecked: What could not be checked (the permissive policy runs it anyway).
+    """
+
+    model_config = pydantic.ConfigDict(frozen=True)
+
+    verdict: Verdict
+    code: ErrorCode | None = None
+    message: str = ""
+    executables: tuple[str, ...] = ()
+    unchecked: tuple[str, ...] = ()
+
+    @property
+    def allowed(self) -> bool:
+        """Whether the run may start."""
+        return self.verdict is Verdict.ALLOW
+
+
+class CommandPolicy(pydantic.BaseModel):
+    """What commands the host lets the ``bash`` tool run: plain data, set by the host only.
+
+    Attributes:
+        deny: Executables refused wherever they appear (bare names: ``rm``, ``curl``).
+        strict: Refuse what cannot be checked (syntax errors, computed command names, scripts
+            piped into a shell, nesting deeper than 8); the default runs it unchecked.
+        refuse_foreground_watchers: Refuse file watchers unless ``run_in_background``.
+        protected_deletes: ``rm`` of workspace files moves them to the workspace's trash.
+        refuse_redacted: Refuse arguments that hold a redaction marker.
+    """
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+
+    deny: frozenset[str] = frozenset()
+    strict: bool = False
+    refuse_foreground_watchers: bool = True
+    protected_deletes: bool = True
+    refuse_redacted: bool = True
+
+    @pydantic.field_validator("deny")
+    @classmethod
+    def _bare_names(cls, value: frozenset[str]) -> frozenset[str]:
+        bad = sorted(name for name in value if not name or "/" in name or name != name.strip())
+        if bad:
+            raise ValueError(f"denied commands are bare executable names (no '/', no spaces): {bad}")
+        return value
+
+    def describe(self) -> str:
+        """One line for ``codemode doctor`` and the README."""
+        mode = "strict (what cannot be checked is refused)" if self.strict else "permissive"
+        denied = ", ".join(sorted(self.deny)) or "none"
+        return f"command policy {mode}; denied: {denied}"
+
+    def check(
+        self,
+        *,
+        command: str | None = None,
+        argv: Sequence[str] | None = None,
+        cwd: Path,
+        workspace: Path,
+        background: bool = False,
+    ) -> CommandVerdict:
+        """Check one run: a shell ``command`` string, or an ``argv`` run without a shell.
+
+        Args:
+            command: The bash command line.
+            argv: The program and its arguments (no shell).
+            cwd: Its working directory (package.json scripts are looked up from here).
+            workspace: The workspace root (package.json is not looked for above it).
+            background: It runs in the background (watchers allowed).
+        """
+        texts = list(argv) if argv is not None else [command or ""]
+        if self.refuse_redacted and any(REDACTION_MARKER in text for text in texts):
+            return CommandVerdict(
+                verdict=Verdict.DENY,
+                code=ErrorCode.REDACTED_VALUE,
+                message=(
+                    "the command holds a [REDACTED:…] marker: that value was masked before you saw it, "
+                    "so it cannot be used as an argument; read the secret inside the same command "
+                    'instead (for example `curl -H "Authorization: Bearer $(cat token.txt)"` or '
+                    "`source .env && deploy`)"
+                ),
+            )
+        walk = _Walk(self, workspace)
+        if argv is not None:
+            found = list(walk.argv(tuple(argv), cwd, (), 0))
+        else:
+            found = list(walk.script(command or "", cwd, (), 0))
+        executables = tuple(f.name for f in found)
+        unchecked = tuple(p.describe() for p in walk.problems)
+        for item in found:
+            refusal = self._refusal(item, background)
+            if refusal is not None:
+                code, message = refusal
+                return CommandVerdict(
+                    verdict=Verdict.DENY,
+                    code=code,
+                    message=message,
+                    executables=executables,
+                    unchecked=unchecked,
+                )
+        if self.strict and walk.problems:
+            return CommandVerdict(
+                verdict=Verdict.DENY,
+                code=ErrorCode.DENIED_BY_POLICY,
+                message=(
+                    f"the strict command policy cannot check {walk.problems[0].describe()}"
+                    + (f" (and {len(walk.problems) - 1} more)" if len(walk.problems) > 1 else "")
+                    + "; write it with literal command names (no computed names, no scripts piped into "
+                    "a shell), or pass argv"
+                ),
+                executables=executables,
+                unchecked=unchecked,
+            )
+        return CommandVerdict(verdict=Verdict.ALLOW, executables=executables, unchecked=unchecked)
+
+    def _refusal(self, item: _Found, background: bool) -> tuple[ErrorCode, str] | None:
+        where = f" ({', '.join(item.via)})" if item.via else ""
+        if item.name in self.deny:
+            return ErrorCode.DENIED_BY_POLICY, (
+                f"`{item.name}`{where} is denied by this host's command policy; do it another way or "
+                "ask the user"
+            )
+        if self.refuse_foreground_watchers and not background:
+            why = watcher(item.words)
+            if why is not None:
+                return ErrorCode.WATCHER_IN_FOREGROUND, (
+                    f"`{item.shown()}`{where} {why} and never ends by itself, so it is not run in the "
+                    "foreground; start it with run_in_background: true and read its output with "
+                    'bash({action: "read", process_id, wait_ms})'
+                )
+        return None
+
+
+# -- what runs what -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Found:
+    """One command a run would start: its words (None: computed) and how it was reached."""
+
+    words: tuple[str | None, ...]
+    via: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        first = self.words[0] if self.words else None
+        return os.path.basename(first) if first else "?"
+
+    def shown(self) -> str:
+        return " ".join(w if w is not None else "…" for w in self.words)[:80]
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """A command that runs the command in its arguments.
+
+    Attributes:
+        names: Its executable names.
+        valued: Its options that take the next word as their value.
+        positionals: Words after the options before the command (``timeout 5 cmd``).
+        assignments: It takes ``NAME=value`` words before the command (``env``, ``sudo``).
+        lookup_only: Options after which it only looks the command up (``command -v``).
+        script_option: An option whose value is a shell string it runs (``npx -c``).
+    """
+
+    names: frozenset[str]
+    valued: frozenset[str] = frozenset()
+    positionals: int = 0
+    assignments: bool = False
+    lookup_only: frozenset[str] = frozenset()
+    script_option: str | None = None
+
+
+def _w(names: str, valued: str = "", **kw: object) -> Wrapper:
+    return Wrapper(frozenset(names.split()), frozenset(valued.split()), **kw)  # type: ignore[arg-type]
+
+
+WRAPPERS: tuple[Wrapper, ...] = (
+    _w("env", "-u --unset -C --chdir", assignments=True),
+    _w("nohup setsid chronic unbuffer nocache builtin"),
+    _w("nice", "-n --adjustment"),
+    _w("ionice", "-c --class -n --classdata"),
+    _w("stdbuf", "-i -o -e --input --output --error"),
+    _w("timeout", "-s --signal -k --kill-after", positionals=1),
+    _w("time", "-f --format -o --output"),
+    _w("command", lookup_only=frozenset({"-v", "-V"})),
+    _w("exec", "-a"),
+    _w(
+        "sudo",
+        "-u --user -g --group -C --close-from -D --chdir -h --host -p --prompt -r --role -t --type "
+        "-T --command-timeout -U --other-user",
+        assignments=True,
+    ),
+    _w("doas", "-u -C"),
+    _w(
+        "xargs",
+        "-a --arg-file -d --delimiter -E -I -L --max-lines -n --max-args -P --max-procs -s --max-chars "
+        "--process-slot-var",
+    ),
+    _w("flock", "-w --wait --timeout -E --conflict-exit-code", positionals=1, script_option="-c"),
+    _w("watch", "-n --interval -d --differences -c --color -g --chgexit"),
+    _w("npx bunx pnpx", "-p --package", script_option="-c"),
+)
+_WRAPPER_BY_NAME = {name: w for w in WRAPPERS for name in w.names}
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "busybox"})
+_SHELL_VALUED = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
+FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+
+
+@dataclass(frozen=True)
+class ScriptRunner:
+    """A package manager whose words can name a package.json script.
+
+    Attributes:
+        names: Its executable names.
+        run_words: Subcommands followed by a script name (``run``).
+        lifecycle: Subcommands that are scripts of the same name (``start``, ``test``).
+        bare_scripts: A bare first word that is not one of its own commands names a script
+            (``pnpm dev``, ``yarn build``, ``bun dev``).
+        builtins: Its own commands (never a script when bare).
+        dir_options: Options whose value is the directory of the package.json.
+        extra_after_dashdash: Arguments reach the script only after ``--`` (npm).
+    """
+
+    names: frozenset[str]
+    run_words: frozenset[str]
+    lifecycle: frozenset[str]
+    bare_scripts: bool
+    builtins: frozenset[str] = frozenset()
+    dir_options: frozenset[str] = frozenset()
+    extra_after_dashdash: bool = False
+
+
+SCRIPT_RUNNERS: tuple[ScriptRunner, ...] = (
+    ScriptRunner(
+        frozenset({"npm"}),
+        frozenset({"run", "run-script", "rum", "urn"}),
+        frozenset({"start", "test", "t", "tst", "stop", "restart"}),
+        bare_scripts=False,
+        dir_options=frozenset({"--prefix", "-C"}),
+        extra_after_dashdash=True,
+    ),
+    ScriptRunner(
+        frozenset({"pnpm"}),
+        frozenset({"run", "run-script"}),
+        frozenset({"start", "test", "t", "stop", "restart"}),
+        bare_scripts=True,
+        builtins=frozenset(
+            "add install i update up remove rm uninstall link unlink import rebuild prune fetch exec dlx "
+            "create init publish pack list ls outdated why audit store config env setup licenses "
+            "patch deploy".split()
+        ),
+        dir_options=frozenset({"-C", "--dir"}),
+    ),
+    ScriptRunner(
+        frozenset({"yarn"}),
+        frozenset({"run"}),
+        frozenset({"start", "test", "stop", "restart"}),
+        bare_scripts=True,
+        builtins=frozenset(
+            "add install remove upgrade up init info link unlink pack publish why workspace workspaces "
+            "config cache global dlx exec bin set node plugin constraints dedupe explain".split()
+        ),
+        dir_options=frozenset({"--cwd"}),
+    ),
+    ScriptRunner(
+        frozenset({"bun"}),
+        frozenset({"run"}),
+        frozenset({"start"}),
+        bare_scripts=True,
+        builtins=frozenset(
+            "add install i remove rm update link unlink pm build init create x upgrade repl exec "
+            "publish outdated patch audit".split()
+        ),
+        dir_options=frozenset({"--cwd"}),
+    ),
+)
+_RUNNER_BY_NAME = {name: r for r in SCRIPT_RUNNERS for name in r.names}
+
+
+class _Walk:
+    """Finds every command one run would start (see the module docstring)."""
+
+    def __init__(self, policy: CommandPolicy, workspace: Path) -> None:
+        self.policy = policy
+        self.workspace = workspace
+        self.problems: list[Problem] = []
+
+    def script(self, text: str, cwd: Path, via: tuple[str, ...], depth: int) -> Iterator[_Found]:
+        if depth > _MAX_DEPTH:
+            self.problems.append(Problem("scripts nested too deep", _cut(text), 1))
+            return
+        parsed = parse(text)
+        self.problems.extend(parsed.problems)
+        for command in parsed.commands:
+            if command.words and command.words[0] == "cd" and len(command.words) == 2:
+                target = command.words[1]
+                if target is not None and not target.startswith("-"):
+                    cwd = cwd / target  # later commands of this script run there (checks only)
+            yield from self.command(command, cwd, via, depth)
+
+    def command(self, command: Command, cwd: Path, via: tuple[str, ...], depth: int) -> Iterator[_Found]:
+        words = command.words
+        if not words or words[0] is None:
+            return
+        name = os.path.basename(words[0])
+        if name in SHELLS and "-c" not in _shell_flags(words) and _shell_operand(words) is None:
+            # A shell reading its script from stdin.
+            if command.stdin_script is not None:
+                yield _Found(words, via)
+                yield from self.script(command.stdin_script, cwd, (*via, f"script fed to {name}"), depth + 1)
+                return
+            if command.piped_in:
+                self.problems.append(
+                    Problem(f"a script piped into {name}", _cut(" ".join(command.raw)), command.line)
+                )
+        if name == "alias":
+            for word in words[1:]:
+                if word is not None and "=" in word:
+                    alias, _, value = word.partition("=")
+                    yield from self.script(value, cwd, (*via, f"alias {alias}"), depth + 1)
+            return
+        yield from self.argv(words, cwd, via, depth, line=command.line)
+
+    def argv(
+        self, words: tuple[str | None, ...], cwd: Path, via: tuple[str, ...], depth: int, line: int = 1
+    ) -> Iterator[_Found]:
+        """The commands one argv starts: itself, then what it runs in turn."""
+        if not words:
+            return
+        if words[0] is None:
+            self.problems.append(Problem("a computed command name", "…", line))
+            return
+        yield _Found(words, via)
+        name = os.path.basename(words[0])
+        rest = words[1:]
+        if name in SHELLS:
+            script = _shell_script(words)
+            if script is not None:
+                if script[0] is None:
+                    self.problems.append(Problem(f"a computed {name} -c script", "…", line))
+                else:
+                    yield from self.script(script[0], cwd, (*via, f"inside {name} -c"), depth + 1)
+            return
+        if name == "eval":
+            if any(w is None for w in rest):
+                self.problems.append(Problem("a computed eval string", "…", line))
+            else:
+                yield from self.script(
+                    " ".join(w for w in rest if w is not None), cwd, (*via, "eval"), depth + 1
+                )
+            return
+        if name == "find":
+            for index, word in enumerate(rest):
+                if word in FIND_EXEC:
+                    tail: list[str | None] = []
+                    for part in rest[index + 1 :]:
+                        if part in (";", "+"):
+                            break
+                        tail.append(part)
+                    if tail and tail[0] == "{}":
+                        self.problems.append(Problem("a found file run as a command", "{}", line))
+                    elif tail:
+                        yield from self.argv(tuple(tail), cwd, (*via, f"find {word}"), depth + 1, line)
+            return
+        runner = _RUNNER_BY_NAME.get(name)
+        if runner is not None:
+            yield from self.package_script(runner, name, rest, cwd, via, depth, line)
+            return
+        wrapper = _WRAPPER_BY_NAME.get(name)
+        if wrapper is not None:
+            inner = _unwrap(wrapper, rest)
+            if isinstance(inner, str):
+                yield from self.script(inner, cwd, (*via, f"{name} {wrapper.script_option}"), depth + 1)
+            elif inner:
+                yield from self.argv(inner, cwd, (*via, f"via {name}"), depth, line)
+
+    def package_script(
+        self,
+        runner: ScriptRunner,
+        name: str,
+        rest: tuple[str | None, ...],
+        cwd: Path,
+        via: tuple[str, ...],
+        depth: int,
+        line: int,
+    ) -> Iterator[_Found]:
+        words = list(rest)
+        where = cwd
+        script: str | None = None
+        index = 0
+        while index < len(words):
+            word = words[index]
+            if word is None:
+                return
+            if word in runner.dir_options and index + 1 < len(words):
+                target = words[index + 1]
+                if target is None:
+                    return
+                where = cwd / target
+                index += 2
+                continue
+            if word.startswith("-"):
+                index += 1
+                continue
+            break
+        if index >= len(words):
+            return
+        first = words[index]
+        assert first is not None
+        if first in runner.run_words:
+            if index + 1 >= len(words) or words[index + 1] is None:
+                return
+            script, extra = words[index + 1], words[index + 2 :]
+        elif first in runner.lifecycle:
+            script, extra = {"t": "test", "tst": "test"}.get(first, first), words[index + 1 :]
+        elif runner.bare_scripts and first not in runner.builtins:
+            script, extra = first, words[index + 1 :]
+        elif first in ("exec", "dlx", "x"):
+            yield from self.argv(tuple(words[index + 1 :]), cwd, (*via, f"{name} {first}"), depth, line)
+            return
+        else:
+            return
+        assert script is not None
+        levels = sum(1 for v in via if v.startswith("script "))
+        if levels >= _MAX_SCRIPT_LEVELS:
+            self.problems.append(Problem("package scripts nested deeper than 4", f"{name} {script}", line))
+            return
+        body = _package_script(where, self.workspace, script)
+        if body is None:
+            return
+        if runner.extra_after_dashdash:
+            extra = extra[extra.index("--") + 1 :] if "--" in extra else []
+        if any(e is None for e in extra):
+            return
+        text = body + "".join(" " + shlex.quote(e) for e in extra if e is not None)
+        yield from self.script(text, where, (*via, f"script {script!r} of {name}"), depth + 1)
+
+
+def _cut(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def _shell_flags(words: tuple[str | None, ...]) -> set[str]:
+    flags: set[str] = set()
+    for word in words[1:]:
+        if word is None or not word.startswith(("-", "+")) or word in ("-", "--"):
+            break
+        if word.startswith("--"):
+            flags.add(word)
+        else:
+            flags.update(f"-{c}" for c in word[1:])
+    return flags
+
+
+def _shell_operand(words: tuple[str | None, ...]) -> int | None:
+    """The index of a shell's first operand (its script, or with -c its command string)."""
+    index = 1
+    while index < len(words):
+        word = words[index]
+        if word is None:
+            return index
+        if word == "--":
+            return index + 1 if index + 1 < len(words) else None
+        if word in _SHELL_VALUED:
+            index += 2
+            continue
+        if word.startswith(("-", "+")) and word not in ("-", "+"):
+            index += 1
+            continue
+        return index
+    return None
+
+
+def _shell_script(words: tuple[str | None, ...]) -> tuple[str | None] | None:
+    """A shell's ``-c`` string (None inside: computed), or None when it runs no -c string."""
+    if os.path.basename(words[0] or "") == "busybox":
+        words = words[1:]
+    if "-c" not in _shell_flags(words):
+        return None
+    index = _shell_operand(words)
+    if index is None or index >= len(words):
+        return None
+    return (words[index],)
+
+
+def _unwrap(wrapper: Wrapper, rest: tuple[str | None, ...]) -> tuple[str | None, ...] | str | None:
+    """What a wrapper runs: an argv, a shell string (its script option), or None."""
+    index = 0
+    positionals = wrapper.positionals
+    while index < len(rest):
+        word = rest[index]
+        if word is None:
+            return rest[index:] if positionals == 0 else None
+        if word == "--":
+            index += 1
+            break
+        if wrapper.script_option is not None and word == wrapper.script_option:
+            return rest[index + 1] if index + 1 < len(rest) else None
+        if word in wrapper.lookup_only:
+            return None
+        if word in wrapper.valued:
+            index += 2
+            continue
+        if word.startswith("-") and word != "-":
+            index += 1
+            continue
+        if wrapper.assignments and "=" in word and not word.startswith("="):
+            index += 1
+            continue
+        if positionals:
+            positionals -= 1
+            index += 1
+            continue
+        break
+    while positionals and index < len(rest):
+        positionals -= 1
+        index += 1
+    if wrapper.assignments:
+        while (
+            index < len(rest) and (rest[index] or "").count("=") and not (rest[index] or "").startswith("=")
+        ):
+            index += 1
+    return rest[index:] or None
+
+
+def _package_script(cwd: Path, workspace: Path, script: str) -> str | None:
+    """The text of ``script`` in the nearest package.json from ``cwd`` up to the workspace root."""
+    try:
+        here = Path(os.path.normpath(cwd if cwd.is_absolute() else workspace / cwd))
+    except ValueError:
+        return None
+    root = Path(os.path.normpath(workspace))
+    while True:
+        candidate = here / "package.json"
+        try:
+            with open(candidate, "rb") as handle:
+                data = json.loads(handle.read(_PACKAGE_JSON_BYTES))
+        except (OSError, ValueError):
+            data = None
+        if isinstance(data, dict):
+            scripts = data.get("scripts")
+            value = scripts.get(script) if isinstance(scripts, dict) else None
+            return value if isinstance(value, str) else None
+        if here == root or root not in here.parents:
+            return None
+        here = here.parent
+
+
+# -- watchers -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Watcher:
+    """Commands that watch for changes (or serve) until stopped.
+
+    Attributes:
+        names: Executable names.
+        flags: Options that make it watch (empty with ``subcommands`` empty: it always does).
+        subcommands: First arguments that make it watch; ``""`` means no subcommand at all.
+        why: What it does, for the message.
+    """
+
+    names: frozenset[str]
+    flags: frozenset[str] = frozenset()
+    subcommands: frozenset[str] = frozenset()
+    why: str = "watches for changes"
+
+
+def _watch(
+    names: str, flags: str = "", subcommands: tuple[str, ...] = (), why: str = "watches for changes"
+) -> Watcher:
+    return Watcher(frozenset(names.split()), frozenset(flags.split()), frozenset(subcommands), why)
+
+
+WATCHERS: tuple[Watcher, ...] = (
+    _watch("nodemon chokidar onchange watchexec entr fswatch watchmedo ptw pytest-watch cargo-watch"),
+    _watch("live-server browser-sync webpack-dev-server", why="serves and reloads on changes"),
+    _watch("watch", why="reruns a command forever"),
+    _watch("tsc webpack rollup babel sass coffee tailwindcss mocha ava esbuild", "-w"),
+    _watch("vite", subcommands=("", "dev", "serve"), why="runs a dev server"),
+    _watch("next nuxt nuxi astro remix svelte-kit", subcommands=("dev",), why="runs a dev server"),
+    _watch("vitest", subcommands=("watch", "dev")),
+    _watch("parcel", subcommands=("", "serve", "watch"), why="runs a dev server"),
+    _watch("ng", subcommands=("serve",), why="runs a dev server"),
+    _watch("webpack", subcommands=("serve",), why="runs a dev server"),
+    _watch("react-scripts", subcommands=("start",), why="runs a dev server"),
+    _watch("cargo", subcommands=("watch",)),
+    _watch("tail", "-f -F --follow", why="follows a file"),
+    _watch("inotifywait", "-m --monitor"),
+    _watch("uvicorn hypercorn gunicorn flask", "--reload", why="serves and reloads on changes"),
+)
+_WATCHERS_BY_NAME: dict[str, list[Watcher]] = {}
+for _rule in WATCHERS:
+    for _name in _rule.names:
+        _WATCHERS_BY_NAME.setdefault(_name, []).append(_rule)
+_WATCH_FLAGS = frozenset({"--watch", "--watchAll", "--watch=true", "--watchAll=true"})
+
+
+def watcher(words: Sequence[str | None]) -> str | None:
+    """Why this argv is a watcher (a phrase), or None when it is not one."""
+    if not words or words[0] is None:
+        return None
+    args = [w for w in words[1:] if w is not None]
+    if any(a in _WATCH_FLAGS for a in args):
+        return "watches for changes (--watch)"
+    name = os.path.basename(words[0])
+    for rule in _WATCHERS_BY_NAME.get(name, ()):
+        if rule.flags:
+            short = {f for f in rule.flags if len(f) == 2 and f[0] == "-" and f[1] != "-"}
+            for arg in args:
+                if arg in rule.flags or arg.split("=", 1)[0] in rule.flags:
+                    return rule.why
+                if short and arg.startswith("-") and not arg.startswith("--"):
+                    if any(f"-{c}" in short for c in arg[1:]):
+                        return rule.why
+            continue
+        if rule.subcommands:
+            first = next((a for a in args if not a.startswith("-")), "")
+            if first in rule.subcommands:
+                return rule.why
+            continue
+        return rule.why
+    return None

@@ -1,0 +1,126 @@
+"""The host's command gate: the command policy and the trash in front of every bash run."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from codemode.errors import ErrorCode, ToolError
+from codemode.policy._commands import REDACTION_MARKER, CommandPolicy, Verdict
+from codemode.policy._trash import TRASH_INBOX, Trash, install_rm_shim
+from codemode.tools import ToolContext
+from codemode.tools._bash import AfterRun, CommandPlan
+
+__all__ = ["CommandGuard", "plain_argv"]
+
+# A command line whose words hold none of these characters means the same to bash as its words
+# split on spaces: it runs without a shell (see `plain_argv`).
+_PLAIN = re.compile(r"[A-Za-z0-9_./:=,+@%-]+(?: +[A-Za-z0-9_./:=,+@%-]+)*")
+# bash's builtins and keywords: such a first word needs the shell.
+_SHELL_WORDS = frozenset(
+    ". : [ alias bg bind break builtin caller cd command compgen complete compopt continue declare dirs "
+    "disown echo enable eval exec exit export false fc fg getopts hash help history jobs kill let local "
+    "logout mapfile popd printf pushd pwd read readarray readonly return set shift shopt source suspend "
+    "test times trap true type typeset ulimit umask unalias unset wait if then else elif fi case esac "
+    "for select while until do done in function time coproc".split()
+)
+
+
+def plain_argv(command: str) -> tuple[str, ...] | None:
+    """The argv of a command line bash would run as its words split on spaces, or None.
+
+    A line qualifies when it holds only letters, digits, spaces and ``_ . / : = , + @ % -``
+    (no quote, escape, expansion, glob, redirection, list, comment, ``~``, tab or newline),
+    its first word is no builtin or keyword and no ``NAME=value`` assignment.
+    """
+    text = command.strip(" ")
+    if not _PLAIN.fullmatch(text):
+        return None
+    words = tuple(text.split())
+    if words[0] in _SHELL_WORDS or "=" in words[0]:
+        return None
+    return words
+
+
+class CommandGuard:
+    """The `CommandGate` the host gives the process manager.
+
+    Args:
+        policy: The host's command policy.
+        trash: The workspace's trash (protected deletes), or None.
+    """
+
+    def __init__(self, policy: CommandPolicy, trash: Trash | None) -> None:
+        self.policy = policy
+        self.trash = trash if policy.protected_deletes else None
+
+    def plan(
+        self,
+        *,
+        command: str | None,
+        argv: Sequence[str] | None,
+        cwd: Path,
+        background: bool,
+        ctx: ToolContext,
+    ) -> CommandPlan:
+        """Check one run (see `CommandPolicy.check`) and say how it starts.
+
+        Raises:
+            ToolError: The policy refuses it.
+        """
+        verdict = self.policy.check(
+            command=command, argv=argv, cwd=cwd, workspace=ctx.workspace, background=background
+        )
+        if verdict.verdict is Verdict.ASK:
+            raise ToolError(
+                f"{verdict.message or 'this command needs approval'}; this host cannot ask for approval",
+                {"error": ErrorCode.DENIED_BY_POLICY.value},
+            )
+        if not verdict.allowed:
+            code = verdict.code or ErrorCode.DENIED_BY_POLICY
+            raise ToolError(
+                verdict.message, {"error": code.value, "executables": list(verdict.executables)}, code=code
+            )
+        direct = plain_argv(command) if command is not None else None
+        temp = ctx.policy.temp_dir
+        if self.trash is None or temp is None:
+            return CommandPlan(direct=direct)
+        return CommandPlan(
+            direct=direct, env=self.trash.env(temp), path_prepend=(str(install_rm_shim(temp)),)
+        )
+
+    def check_input(self, text: str) -> None:
+        """Refuse input that holds a redaction marker.
+
+        Raises:
+            ToolError: It does.
+        """
+        if self.policy.refuse_redacted and REDACTION_MARKER in text:
+            raise ToolError(
+                "the input holds a [REDACTED:…] marker: that value was masked before you saw it, so it "
+                "cannot be sent; have the process read the secret itself",
+                code=ErrorCode.REDACTED_VALUE,
+            )
+
+    def finished(self, ctx: ToolContext) -> AfterRun | None:
+        """File what the run's ``rm`` moved into the session's inbox; a line saying where it went."""
+        temp = ctx.policy.temp_dir
+        if self.trash is None or temp is None:
+            return None
+        filed = self.trash.file(temp / TRASH_INBOX)
+        if not filed:
+            return None
+        filed.sort(key=lambda e: (e.deleted_at, e.id))
+        workspace = str(self.trash.workspace)
+        shown = [
+            f"{e.path.removeprefix(workspace + '/')}{'/' if e.kind == 'directory' else ''} ({e.id})"
+            for e in filed
+        ]
+        listing = ", ".join(shown[:10]) + (f" and {len(shown) - 10} more" if len(shown) > 10 else "")
+        text = (
+            f"[protected deletes: rm moved {len(filed)} path(s) to this workspace's trash: {listing}; "
+            "restore one with `codemode trash restore ID`, list them with `codemode trash list`]"
+        )
+        data = {"trashed": [{"id": e.id, "path": e.path, "kind": e.kind} for e in filed]}
+        return AfterRun(text=text, data=data)

@@ -80,6 +80,11 @@ def _common(
         action="store_true",
         help="refuse bash commands the policy cannot check (default: they run unchecked)",
     )
+    parser.add_argument(
+        "--approve-commands",
+        action="store_true",
+        help="bash commands off the read-only allowlist need approval (over MCP: the client's user)",
+    )
     if json_help is not None:
         parser.add_argument("--json", action="store_true", help=json_help)
 
@@ -222,7 +227,11 @@ def _host(args: argparse.Namespace, workspace: Path | None = None) -> Host:
         session_id=args.session or ("mcp-" + uuid.uuid4().hex[:12] if mcp else "cli"),
         sandbox=SandboxMode(args.sandbox),
         network=args.network == "on",
-        command_policy=CommandPolicy(deny=frozenset(args.deny_command), strict=args.strict_commands),
+        command_policy=CommandPolicy(
+            deny=frozenset(args.deny_command),
+            strict=args.strict_commands,
+            approve_commands=args.approve_commands,
+        ),
         # An MCP client gets completions at the end of its next result; the CLI prints them on
         # stderr itself, so stdout stays the result (`PID=$(codemode run ...)`).
         notify_in_results=mcp,

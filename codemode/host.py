@@ -35,6 +35,7 @@ from codemode.policy import (
     CommandPolicy,
     Decision,
     Trash,
+    approval_commands,
 )
 from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy
 from codemode.tools import Extension, Tool, ToolContext, ToolRegistry, ToolResult
@@ -144,6 +145,7 @@ class Host:
             network_default=self.config.network,
             redact=lambda text: self.archive.redactor.redact(text),
             audit=self._audit_approval,
+            commands=approval_commands(self.command_policy, workspace),
         )
         # Every call passes the approvals (cheap when nothing is asked: a permission lookup and
         # a look for capability arguments); without a callback nothing asks, but a call still

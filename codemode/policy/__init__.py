@@ -11,7 +11,7 @@ from codemode.policy._approval import (
     ToolPermission,
 )
 from codemode.policy._commands import REDACTION_MARKER, CommandPolicy, CommandVerdict, Verdict
-from codemode.policy._guard import CommandGuard, plain_argv
+from codemode.policy._guard import CommandGuard, approval_commands, plain_argv
 from codemode.policy._trash import Trash, TrashEntry
 
 __all__ = [
@@ -28,5 +28,6 @@ __all__ = [
     "Trash",
     "TrashEntry",
     "Verdict",
+    "approval_commands",
     "plain_argv",
 ]

@@ -28,6 +28,7 @@ from pathlib import Path
 import pydantic
 
 from codemode.errors import ErrorCode
+from codemode.policy._readonly import NEUTRAL_WRAPPERS, is_read_only
 from codemode.policy._shell import Command, Problem, parse
 
 __all__ = ["REDACTION_MARKER", "CommandPolicy", "CommandVerdict", "Verdict"]
@@ -46,7 +47,7 @@ class Verdict(enum.StrEnum):
     ALLOW = "allow"
     DENY = "deny"
     ASK = "ask"
-    """Needs an approval decision (for the approvals; this policy does not produce it yet)."""
+    """Needs an approval decision: with ``approve_commands``, a run that is not read-only."""
 
 
 class CommandVerdict(pydantic.BaseModel):
@@ -84,6 +85,10 @@ class CommandPolicy(pydantic.BaseModel):
         refuse_foreground_watchers: Refuse file watchers unless ``run_in_background``.
         protected_deletes: ``rm`` of workspace files moves them to the workspace's trash.
         refuse_redacted: Refuse arguments that hold a redaction marker.
+        approve_commands: A run with any command off the read-only allowlist (git status,
+            ls, cat, grep, find without -exec, ...; a sensitive path cancels a match) needs
+            an approval decision (verdict ``ask``): the host's ``approve`` callback, or the
+            MCP client's user, decides. Off by default.
     """
 
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
@@ -93,6 +98,7 @@ class CommandPolicy(pydantic.BaseModel):
     refuse_foreground_watchers: bool = True
     protected_deletes: bool = True
     refuse_redacted: bool = True
+    approve_commands: bool = False
 
     @pydantic.field_validator("deny")
     @classmethod
@@ -169,6 +175,16 @@ class CommandPolicy(pydantic.BaseModel):
                 executables=executables,
                 unchecked=unchecked,
             )
+        if self.approve_commands:
+            looking = [f for f in found if not (is_read_only(f.words) or f.name in NEUTRAL_WRAPPERS)]
+            if looking or walk.problems or not found:
+                first = looking[0].shown() if looking else (command or " ".join(argv or ()))[:80]
+                return CommandVerdict(
+                    verdict=Verdict.ASK,
+                    message=f"`{first}` is not read-only",
+                    executables=executables,
+                    unchecked=unchecked,
+                )
         return CommandVerdict(verdict=Verdict.ALLOW, executables=executables, unchecked=unchecked)
 
     def _refusal(self, item: _Found, background: bool) -> tuple[ErrorCode, str] | None:

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import shlex
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from codemode.errors import ErrorCode, ToolError
 from codemode.policy._commands import REDACTION_MARKER, CommandPolicy, Verdict
 from codemode.policy._trash import TRASH_INBOX, Trash, install_rm_shim
-from codemode.tools import ToolContext
+from codemode.tools import Tool, ToolContext
 from codemode.tools._bash import AfterRun, CommandPlan
 
-__all__ = ["CommandGuard", "plain_argv"]
+__all__ = ["CommandGuard", "approval_commands", "plain_argv"]
 
 # A command line whose words hold none of these characters means the same to bash as its words
 # split on spaces: it runs without a shell (see `plain_argv`).
@@ -72,12 +74,9 @@ class CommandGuard:
         verdict = self.policy.check(
             command=command, argv=argv, cwd=cwd, workspace=ctx.workspace, background=background
         )
-        if verdict.verdict is Verdict.ASK:
-            raise ToolError(
-                f"{verdict.message or 'this command needs approval'}; this host cannot ask for approval",
-                {"error": ErrorCode.DENIED_BY_POLICY.value},
-            )
-        if not verdict.allowed:
+        # ASK: the host's approvals asked about this run before the call reached the tool
+        # (Approvals' ``commands`` hook, `approval_commands`), and it was allowed.
+        if verdict.verdict is Verdict.DENY:
             code = verdict.code or ErrorCode.DENIED_BY_POLICY
             raise ToolError(
                 verdict.message, {"error": code.value, "executables": list(verdict.executables)}, code=code
@@ -124,3 +123,34 @@ class CommandGuard:
         )
         data = {"trashed": [{"id": e.id, "path": e.path, "kind": e.kind} for e in filed]}
         return AfterRun(text=text, data=data)
+
+
+def approval_commands(
+    policy: CommandPolicy, workspace: Path
+) -> Callable[[Tool, Mapping[str, Any]], Sequence[str]]:
+    """The `Approvals` hook that names the commands of a bash run needing a decision: the run's
+    command line (or argv) when the policy says ``ask`` (``approve_commands``), else nothing."""
+
+    def commands(tool: Tool, arguments: Mapping[str, Any]) -> Sequence[str]:
+        if (
+            not policy.approve_commands
+            or tool.name != "bash"
+            or arguments.get("action", "run") not in (None, "run")
+        ):
+            return ()
+        command, argv = arguments.get("command"), arguments.get("argv")
+        if not isinstance(command, str) and not isinstance(argv, list):
+            return ()  # invalid arguments: the tool reports them
+        cwd = arguments.get("cwd")
+        verdict = policy.check(
+            command=command if isinstance(command, str) else None,
+            argv=[str(a) for a in argv] if isinstance(argv, list) else None,
+            cwd=workspace / cwd if isinstance(cwd, str) else workspace,
+            workspace=workspace,
+            background=bool(arguments.get("run_in_background")),
+        )
+        if verdict.verdict is not Verdict.ASK:
+            return ()
+        return [command if isinstance(command, str) else shlex.join(str(a) for a in argv or ())]
+
+    return commands

@@ -206,3 +206,51 @@ def test_permissions_follow_the_annotations_unless_the_host_says_otherwise() -> 
     approvals = Approvals(permissions={"plain": "ask"})
     assert [approvals.permission(t).value for t in (look_t, change_t, plain_t)] == ["allow", "ask", "ask"]
     assert Approvals().permission(plain_t).value == "allow"
+
+
+async def test_commands_off_the_read_only_allowlist_are_asked_and_the_rest_run(tmp_path: Path) -> None:
+    from codemode import CommandPolicy
+
+    asker = Asker(lambda r: Decision.deny("no writes today"))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "seen.txt").write_text("x")
+    policy = CommandPolicy(approve_commands=True)
+    async with Host(workspace=ws, state_dir=tmp_path / "state", approve=asker, command_policy=policy) as host:
+        result = await run(
+            host,
+            "const r = await Promise.allSettled([tools.bash({command: 'ls'}), tools.bash({command: 'touch made.txt'}),"
+            " tools.bash({command: 'cat seen.txt | wc -c'})]);"
+            "print(r.map(x => x.status === 'fulfilled' ? x.value.exit_code : x.reason.code).join(' '));",
+        )
+    assert [[(r.kind.value, r.rule) for r in batch] for batch in asker.batches] == [
+        [("command", "touch made.txt")]
+    ]
+    assert result.text.strip() == "0 denied 0", result.text
+    assert not (ws / "made.txt").exists()
+
+
+@pytest.mark.parametrize(
+    ("words", "read_only"),
+    [
+        (["ls", "-la"], True),
+        (["git", "status"], True),
+        (["git", "push"], False),
+        (["git"], False),
+        (["find", ".", "-name", "*.py"], True),
+        (["find", ".", "-delete"], False),
+        (["find", ".", "-exec", "rm", "{}", ";"], False),
+        (["tail", "-f", "log"], False),
+        (["cat", ".env"], False),
+        (["cat", "config/.env.local"], False),
+        (["grep", "-r", "key", "/home/u/.ssh"], False),
+        (["cat", "deploy.pem"], False),
+        (["sort", "-o", "out", "in"], False),
+        (["cat", None], False),
+        (["rm", "x"], False),
+    ],
+)
+def test_the_read_only_allowlist(words: list[str | None], read_only: bool) -> None:
+    from codemode.policy._readonly import is_read_only
+
+    assert is_read_only(words) is read_only

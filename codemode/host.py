@@ -24,7 +24,7 @@ from codemode._ids import check_id
 from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage
 from codemode.archive import Archive, ArchiveRef, State
 from codemode.budget import MIN_BUDGET, TokenCounter, fit_to_budget
-from codemode.engine import Engine, EngineLimits, GuestError, HeaderError, parse_header
+from codemode.engine import Engine, EngineLimits, GuestError, HeaderError, LoopSpawner, parse_header
 from codemode.errors import ErrorCode, ToolError, UserError
 from codemode.policy import ApprovalRequest, Approvals, ApproveCallback, Decision
 from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy
@@ -32,6 +32,17 @@ from codemode.tools import Extension, Tool, ToolContext, ToolRegistry, ToolResul
 from codemode.tools._bash import Notification, ProcessManager
 from codemode.tools._read_archive import read_archive_tool
 from codemode.tools.files import file_tools
+from codemode.tools.upstream import (
+    EXTENSION_PREFIX,
+    ServerConfig,
+    UpstreamServers,
+    load_mcp_config,
+    parse_mcp_config,
+)
+
+McpServers = str | Path | dict[str, Any] | list[ServerConfig] | tuple[ServerConfig, ...]
+"""What ``Host(mcp_servers=...)`` takes: an ``mcpServers`` JSON file, its parsed object, or
+`ServerConfig`s."""
 
 _SIGNATURES_INLINE = 30  # above this many tools the description lists names only
 
@@ -78,6 +89,10 @@ class Host:
             off, commands the command policy marks): an async callable taking a list of
             `ApprovalRequest` and returning one `Decision` per request. Without it nothing
             asks (``ask`` means allow); ``deny`` permissions still refuse.
+        mcp_servers: The user's MCP servers, mounted as ``tools.<server>.<tool>``: an
+            ``mcpServers`` JSON file, its parsed object, or `ServerConfig`s.
+        connect_mcp_at_open: Connect them when the Host opens (default: on first use, i.e.
+            the first program, direct call, search or description that needs their tools).
         **options: `HostConfig` fields.
 
     Raises:
@@ -85,7 +100,13 @@ class Host:
     """
 
     def __init__(
-        self, config: HostConfig | None = None, *, approve: ApproveCallback | None = None, **options: Any
+        self,
+        config: HostConfig | None = None,
+        *,
+        approve: ApproveCallback | None = None,
+        mcp_servers: McpServers | None = None,
+        connect_mcp_at_open: bool = False,
+        **options: Any,
     ) -> None:
         if config is not None and options:
             raise UserError("pass either a HostConfig or keyword options, not both")
@@ -132,6 +153,10 @@ class Host:
         self._session_tmp: dict[str, Path] = {}
         self._sessions_noted: set[str] = set()  # sessions this host has marked known in the state dir
         self._in_flight: dict[tuple[str, str], anyio.Event] = {}
+        self._mcp_configs: list[ServerConfig] = _server_configs(mcp_servers)
+        self._connect_mcp_at_open = connect_mcp_at_open
+        self._spawner: LoopSpawner | None = None
+        self._upstream: UpstreamServers | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -175,6 +200,61 @@ class Host:
             self.registry.add_extension(Extension("archive", [read_archive_tool()]))
             self.registry.add_extension(self._processes.extension())
         state.maintain()
+        self._spawner = spawner = LoopSpawner()
+        self._upstream = UpstreamServers(
+            state=state,
+            spawn=lambda factory: spawner.spawn(factory, lambda: None),
+            workspace=self.workspace,
+            policy=lambda: self._policy,
+            install=self._install_server,
+            taken=lambda: [n for n in self.registry.names() if "." not in n],
+        )
+        for server in self._mcp_configs:
+            self._upstream.add(server)
+        if self._connect_mcp_at_open:
+            await self._upstream.ensure_connected()
+
+    def _install_server(self, ident: str, extension: Extension) -> None:
+        """Put an upstream server's extension (its tools, its guidance) in the registry."""
+        self.registry.remove_extension(EXTENSION_PREFIX + ident)
+        self.registry.add_extension(extension)
+
+    def add_mcp_server(self, name: str, server: dict[str, Any] | None = None, **fields: Any) -> str:
+        """Mount one more MCP server (``mcpServers`` fields: ``command``/``args``/``env``/``cwd``,
+        or ``url``/``headers``; ``timeout``, ``sandbox``). It connects on first use.
+
+        Returns:
+            Its identifier: the program calls ``tools.<identifier>.<tool>(args)``.
+
+        Raises:
+            UserError: The fields are invalid, or the name is taken.
+        """
+        (config,) = parse_mcp_config({name: {**(server or {}), **fields}}, source="add_mcp_server")
+        self._mcp_configs.append(config)
+        if self._upstream is None:
+            return name
+        return self._upstream.add(config)
+
+    async def connect_mcp_servers(self) -> None:
+        """Connect the MCP servers not tried yet (at once); one that fails says why in its
+        guidance, its calls and ``mcp_servers_report``. Idempotent."""
+        if self._upstream is not None:
+            await self._upstream.ensure_connected()
+
+    async def mcp_servers_report(self) -> list[dict[str, Any]]:
+        """Each MCP server (connecting it first): reachable or why not, tool count, server
+        version, transport, its log file; no env or header values."""
+        return [] if self._upstream is None else await self._upstream.report()
+
+    def mcp_server_log(self, name: str) -> str:
+        """An MCP server's log (its stderr and codemode's lines about it), redacted.
+
+        Raises:
+            UserError: No such server, or the host is not open.
+        """
+        if self._upstream is None:
+            raise UserError("the Host is not open: use `async with Host(...) as host:` or await host.open()")
+        return self._upstream.read_log(name)
 
     async def aclose(self) -> None:
         """Stop foreground commands and close the state directory. Background processes survive.
@@ -184,6 +264,12 @@ class Host:
         """
         self.engine.close()
         try:
+            if self._upstream is not None:
+                await self._upstream.aclose()
+                self._upstream = None
+            if self._spawner is not None:
+                await self._spawner.aclose(5.0)
+                self._spawner = None
             if self._processes is not None:
                 for session, path in list(self._session_tmp.items()):
                     running = [p for p in self._processes.list_processes(session) if p["state"] == "running"]
@@ -361,6 +447,8 @@ class Host:
                 ``call_id`` is empty, longer than 256 characters or holds control characters.
         """
         runs = self.state.runs
+        if self._upstream is not None:
+            await self._upstream.ensure_connected()
         if timeout_seconds is not None and not (math.isfinite(timeout_seconds) and timeout_seconds > 0):
             raise UserError(f"timeout_seconds must be a positive number of seconds, got {timeout_seconds!r}")
         if max_output_tokens is not None and max_output_tokens <= 0:
@@ -581,6 +669,8 @@ class Host:
         if call_id is not None:
             check_id(call_id, "call_id")
         context = self._context(session, call_id)
+        if self._upstream is not None:
+            await self._upstream.ensure_connected()
         arguments = args if args is not None else {}
         refusal = await self._approve_direct(name, arguments, session)
         if refusal is not None:
@@ -796,6 +886,21 @@ def _late_notice(name: str, value: ToolResult, when: str) -> str:
         text = text[:300] + "…"
     verb = "failed" if value.is_error else "finished"
     return f"tools.{name} (not awaited) {verb} {when}: {text}; await every call you start"
+
+
+def _server_configs(servers: McpServers | None) -> list[ServerConfig]:
+    """The servers ``Host(mcp_servers=...)`` names.
+
+    Raises:
+        UserError: The file or object is not a valid ``mcpServers`` configuration.
+    """
+    if servers is None:
+        return []
+    if isinstance(servers, str | Path):
+        return load_mcp_config(servers)
+    if isinstance(servers, dict):
+        return parse_mcp_config(servers)
+    return list(servers)
 
 
 def _redact_json(value: Any, redact: Callable[[str], str]) -> Any:

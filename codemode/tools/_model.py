@@ -150,6 +150,9 @@ class Tool:
         inline: A cheap, non-blocking sync handler that a program calls directly on its own
             JS thread, without the trip to the event loop (its time counts as the program's
             CPU time, and inline calls run one at a time).
+        origin: Where the tool comes from when it is not codemode's: an upstream MCP server's
+            name and the tool's own name there (``{"server": ..., "tool": ...}``).
+        output_observed: ``output_schema`` was learned from a call's result, not declared.
         output_schema: JSON Schema of ``result_type`` (derived; None when it is unknown or void).
         result_adapter: The validator of ``result_type`` (derived; None when there is none).
         null_means_absent: Optional arguments that do not take null (derived): a null for
@@ -172,6 +175,8 @@ class Tool:
     model_param: str | None = None
     is_async: bool = True
     inline: bool = False
+    origin: dict[str, str] | None = None
+    output_observed: bool = False
     result_adapter: pydantic.TypeAdapter[Any] | None = field(init=False, repr=False, compare=False)
     output_schema: dict[str, Any] | None = field(init=False, repr=False, compare=False)
     null_means_absent: frozenset[str] = field(init=False, repr=False, compare=False)

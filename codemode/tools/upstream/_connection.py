@@ -92,6 +92,7 @@ class Connection:
         self._last_end = 0.0
         self._closing = False
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._http_refusal: str | None = None  # the last HTTP error status the server answered
 
     # -- redaction ----------------------------------------------------------------------
 
@@ -155,6 +156,15 @@ class Connection:
         config = self.config
         if config.url is not None:
             client = create_mcp_http_client(headers=dict(config.headers) or None)
+            self._http_refusal = None
+
+            async def note_refusal(response: Any) -> None:
+                # The SDK answers an HTTP error status with a generic JSON-RPC error; keep the
+                # status, which says what is wrong (401: the headers).
+                if response.status_code >= 400:
+                    self._http_refusal = f"HTTP {response.status_code} {response.reason_phrase}".strip()
+
+            client.event_hooks["response"].append(note_refusal)
             return _with_client(client, streamable_http_client(config.url, http_client=client))
         assert config.command is not None
         cwd = str(Path(config.cwd).expanduser()) if config.cwd else str(self._workspace)
@@ -207,8 +217,16 @@ class Connection:
                 await stop.wait()
                 clean = self._closing
                 pump.cancel()
-        except Exception as exc:
-            self.last_error = self.redact(_reason(exc))
+        except Exception as exc:  # every failure is a reason shown to the model
+            reason = _reason(exc)
+            if self._http_refusal is not None:
+                hint = (
+                    ' (check its "headers")'
+                    if self._http_refusal.startswith(("HTTP 401", "HTTP 403"))
+                    else ""
+                )
+                reason = f"the server answered {self._http_refusal}{hint}: {reason}"
+            self.last_error = self.redact(reason)
             self._log(f"failed: {self.last_error}")
         finally:
             self._session = None

@@ -1,0 +1,69 @@
+"""Fixtures for the upstream tests: the SDK-written server of upstream_server.py, over stdio
+or streamable HTTP, started as a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SERVER = Path(__file__).resolve().parent / "upstream_server.py"
+
+
+def stdio_server(marks: Path | None = None, **fields: Any) -> dict[str, Any]:
+    """An ``mcpServers`` entry that starts the test server over stdio."""
+    env = {"UPSTREAM_SECRET": "s3cr3t-value-xyz", **fields.pop("env", {})}
+    if marks is not None:
+        env["UPSTREAM_MARKS"] = str(marks)
+    return {"command": sys.executable, "args": [str(SERVER), "stdio"], "env": env, **fields}
+
+
+def read_marks(marks: Path, wanted: str, seconds: float = 20.0) -> list[str]:
+    """The marks file's lines once ``wanted`` is among them (polled; fails after ``seconds``)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        lines = marks.read_text().splitlines() if marks.exists() else []
+        if wanted in lines:
+            return lines
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the server never recorded {wanted!r}; it recorded {lines}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def marks(tmp_path: Path) -> Path:
+    return tmp_path / "marks.txt"
+
+
+@pytest.fixture(scope="module")
+def http_server() -> Iterator[tuple[str, str]]:
+    """The test server over streamable HTTP; yields (url, token). Requests need the token."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = "tok-" + os.urandom(8).hex()
+    proc = subprocess.Popen([sys.executable, str(SERVER), "http", str(port), token], stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(
+                    f"the HTTP test server did not start: {proc.stderr.read() if proc.stderr else ''}"
+                )
+            time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp", token
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -79,7 +79,7 @@ class UpstreamServers:
             raise UserError(f"an MCP server named {config.name!r} is already added")
         taken = set(self._taken()) | set(self._connections)
         ident = unique_identifiers([config.name], taken=taken, suffix="_mcp", empty="server")[config.name]
-        log = self._state.state_dir / "mcp-logs" / f"{identifier(config.name, 'server')}.log"
+        log = self._log_path(config.name)
         self._connections[ident] = Connection(
             config,
             spawn=self._spawn,
@@ -211,17 +211,27 @@ class UpstreamServers:
         return rows
 
     def read_log(self, name: str) -> str:
-        """A server's log, redacted (its stderr, and a line per start, end and failure).
+        """A server's log, redacted (its stderr, and a line per start, end and failure); a
+        server not configured here is found by name in the state dir.
 
         Raises:
-            UserError: No such server.
+            UserError: No log of that server.
         """
-        conn = self.connection(name)
+        known = [c for ident, c in self._connections.items() if name in (ident, c.config.name)]
+        path = known[0].log_path if known else self._log_path(name)
         try:
-            text = conn.log_path.read_text(encoding="utf-8", errors="replace")
+            text = path.read_text(encoding="utf-8", errors="replace")
         except FileNotFoundError:
-            return ""
-        return conn.redact(text)
+            if known:
+                return ""
+            raise UserError(
+                f"no log of an MCP server named {name!r} in {path.parent} (pass its --mcp-config; have: "
+                f"{', '.join(self.names.values()) or 'none'})"
+            ) from None
+        return known[0].redact(text) if known else self._state.redactor.redact(text)
+
+    def _log_path(self, name: str) -> Path:
+        return self._state.state_dir / "mcp-logs" / f"{identifier(name, 'server')}.log"
 
 
 def sdk_version() -> str:

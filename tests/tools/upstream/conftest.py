@@ -43,13 +43,15 @@ def marks(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def http_server() -> Iterator[tuple[str, str]]:
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """The test server over streamable HTTP; yields (url, token). Requests need the token."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     token = "tok-" + os.urandom(8).hex()
-    proc = subprocess.Popen([sys.executable, str(SERVER), "http", str(port), token], stderr=subprocess.PIPE)
+    errors = tmp_path_factory.mktemp("http-server") / "stderr.txt"
+    with open(errors, "wb") as err:
+        proc = subprocess.Popen([sys.executable, str(SERVER), "http", str(port), token], stderr=err)
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -58,9 +60,7 @@ def http_server() -> Iterator[tuple[str, str]]:
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError(
-                    f"the HTTP test server did not start: {proc.stderr.read() if proc.stderr else ''}"
-                )
+                raise RuntimeError(f"the HTTP test server did not start: {errors.read_text()}") from None
             time.sleep(0.05)
     try:
         yield f"http://127.0.0.1:{port}/mcp", token

@@ -12,6 +12,7 @@ from conftest import read_marks, stdio_server
 
 from codemode import Host
 from codemode.errors import UserError
+from codemode.sandbox import landlock_status
 from codemode.tools.upstream import parse_mcp_config, unique_identifiers
 
 pytestmark = pytest.mark.anyio
@@ -244,3 +245,29 @@ def test_configuration_expands_variables_and_checks_fields() -> None:
         parse_mcp_config({"d": {"command": "x", "timeout": 0}}, environ={})
     (default,) = parse_mcp_config({"d": {"command": "${NOPE:-srv}"}}, environ={})
     assert default.command == "srv" and default.timeout == 60
+
+
+@pytest.mark.skipif(landlock_status().abi < 3, reason=f"no Landlock ABI >= 3: {landlock_status().reason}")
+async def test_a_sandboxed_server_runs_through_the_launch_path(tmp_path: Path) -> None:
+    workspace_marks = tmp_path / "ws" / "marks.txt"
+    servers = {
+        "ro": stdio_server(workspace_marks, sandbox="read-only"),
+        "rw": stdio_server(workspace_marks, sandbox="workspace-write"),
+    }
+    async with _host(tmp_path, servers) as host:
+        result = await _run(
+            host,
+            """
+            print(await tools.ro.echo({text: "boxed"}));
+            print(await tools.ro.slow({seconds: 0, tag: "ro"}).catch(e => e.code));
+            print(await tools.rw.slow({seconds: 0, tag: "rw"}));
+            print(await tools.ro.crash().catch(e => e.code));
+            """,
+        )
+        assert result.text.splitlines() == ["boxed", "upstream_error", "slept 0.0 (rw)", "upstream_error"], (
+            result.text
+        )
+        assert "PermissionError" in host.mcp_server_log("ro")  # read-only: the workspace is not writable
+        assert workspace_marks.read_text().splitlines() == ["start rw", "done rw"]
+        (ro, rw) = await host.mcp_servers_report()
+        assert ro["sandbox"] == "read-only" and ro["reachable"] and rw["sandbox"] == "workspace-write"

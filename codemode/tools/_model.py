@@ -375,13 +375,17 @@ def _null_means_absent(model: type[pydantic.BaseModel]) -> frozenset[str]:
 class Extension:
     """A named group of tools plus the guidance text they add to the run_code description.
 
-    Disabling an extension removes its tools and its guidance.
+    Disabling an extension removes its tools and its guidance. An extension with a
+    ``namespace`` (an upstream MCP server's) names its tools ``<namespace>.<tool>``; programs
+    reach them as ``tools.<namespace>.<tool>`` even while it has none (a call then fails with
+    the guidance, which says why).
     """
 
     name: str
     tools: Sequence[Tool] = ()
     guidance: str = ""
     on_close: Callable[[], Awaitable[None]] | None = None
+    namespace: str | None = None
 
 
 def _call_target(fn: Handler) -> Any:

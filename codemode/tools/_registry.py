@@ -85,6 +85,7 @@ class ToolRegistry:
             t.extension = extension.name
             self.add(t)
         self._extensions[extension.name] = extension
+        self._changed()
 
     def disable_extension(self, name: str) -> None:
         """Remove an extension's tools and guidance (it can be enabled again).
@@ -156,7 +157,9 @@ class ToolRegistry:
         """The first parts of dotted tool names (an upstream server's tools are named
         ``server.tool``, called as ``tools.server.tool(args)``), as a JSON array."""
         if self._namespaces_json is None:
-            self._namespaces_json = json.dumps(sorted({n.split(".", 1)[0] for n in self._tools if "." in n}))
+            spaces = {n.split(".", 1)[0] for n in self._tools if "." in n}
+            spaces.update(e.namespace for e in self._extensions.values() if e.namespace is not None)
+            self._namespaces_json = json.dumps(sorted(spaces))
         return self._namespaces_json
 
     def names(self) -> list[str]:
@@ -178,6 +181,10 @@ class ToolRegistry:
         """A model-facing message for a tool name that does not exist."""
         close = self.suggestions(name)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        space = name.split(".", 1)[0] if "." in name else None
+        for extension in self._extensions.values():
+            if space is not None and extension.namespace == space and extension.guidance:
+                hint += f" {extension.guidance.strip()}"
         return (
             f'Unknown tool {name!r}.{hint} Use searchTools("<what you need>") to find tools '
             "and describeTool(name) for their arguments."

@@ -28,7 +28,6 @@ from mcp.client.stdio import StdioServerParameters, get_default_environment, std
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
 
 from codemode._version import __version__
 from codemode.archive import Redactor
@@ -193,12 +192,9 @@ class Connection:
                 read, write = await stack.enter_async_context(self._transport(errlog))
                 group = await stack.enter_async_context(anyio.create_task_group())
                 self._task_group = group
-                inner_send, inner_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-                pump = anyio.CancelScope()
-                group.start_soon(self._pump, read, inner_send, pump, stop)
                 session = await stack.enter_async_context(
                     ClientSession(
-                        inner_recv,
+                        _Watched(read, lambda: self._transport_ended(stop)),
                         write,
                         message_handler=self._on_message,
                         client_info=types.Implementation(name="codemode", version=__version__),
@@ -216,7 +212,6 @@ class Connection:
                 ready.set()
                 await stop.wait()
                 clean = self._closing
-                pump.cancel()
         except Exception as exc:  # every failure is a reason shown to the model
             reason = _reason(exc)
             if self._http_refusal is not None:
@@ -241,19 +236,12 @@ class Connection:
             ready.set()
             self._ended.set()
 
-    async def _pump(self, read: Any, send: Any, scope: anyio.CancelScope, stop: anyio.Event) -> None:
-        """Forward the transport's messages to the session; when the transport ends, stop."""
-        with scope:
-            async with send:
-                try:
-                    async for item in read:
-                        await send.send(item)
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
-                    pass
-            if not self._closing:
-                self.last_error = "the server closed the connection (a stdio server exited)"
-                self._log(self.last_error)
-            stop.set()
+    def _transport_ended(self, stop: anyio.Event) -> None:
+        """The transport's read stream ended: a stdio server exited, an HTTP stream closed."""
+        if not self._closing and not stop.is_set():
+            self.last_error = "the server closed the connection (a stdio server exited)"
+            self._log(self.last_error)
+        stop.set()
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification) and self._task_group is not None:
@@ -353,13 +341,51 @@ class Connection:
         except OSError:
             return ""
         text = text.rsplit("--- started", 1)[-1].split("\n", 1)[-1]
-        lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("--- ")]
+        lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith(("--- ", "[codemode] "))]
         joined = " | ".join(lines)[-_STDERR_TAIL:]
         return self.redact(joined)
 
 
 def _private(path: str, flags: int) -> int:
     return os.open(path, flags, 0o600)
+
+
+class _Watched:
+    """The transport's read stream as the session reads it, calling ``on_end`` when it ends
+    (one method call per message, where a pump task and a second stream would cost a hop)."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_end = on_end
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end()
+            raise
+
+    def __aiter__(self) -> _Watched:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _Watched:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 @contextlib.asynccontextmanager
@@ -391,6 +417,8 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, FileNotFoundError):
         return f"the command was not found ({exc.filename or exc})"
     if isinstance(exc, MCPError):
+        if exc.error.code == types.CONNECTION_CLOSED:
+            return "the server closed the connection before the MCP handshake finished (did it exit?)"
         return f"{exc.error.message} (MCP error {exc.error.code})"
     text = str(exc) or type(exc).__name__
     name = type(exc).__name__

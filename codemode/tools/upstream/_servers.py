@@ -186,10 +186,12 @@ class UpstreamServers:
                 "the types (a result type marked observed was learned from a call)."
             )
         elif conn.last_error is not None:
-            guidance = f"MCP server {shown}: not available ({conn.last_error}); its tools are missing."
+            tail = conn.stderr_tail()
+            ends = f"; its log ends: {tail}" if tail else ""
+            guidance = f"MCP server {shown}: not available ({conn.last_error}{ends}); its tools are missing."
         else:
             guidance = f"MCP server {shown}: not connected yet; its tools appear once it is."
-        return Extension(EXTENSION_PREFIX + ident, tools, guidance=guidance)
+        return Extension(EXTENSION_PREFIX + ident, tools, guidance=guidance, namespace=ident)
 
     # -- diagnostics --------------------------------------------------------------------
 
@@ -207,6 +209,9 @@ class UpstreamServers:
                 )
             else:
                 row.update(reachable=False, reason=conn.last_error or "not connected", tools=0)
+                tail = conn.stderr_tail()
+                if tail:
+                    row["log_tail"] = tail
             rows.append(row)
         return rows
 

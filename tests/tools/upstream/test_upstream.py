@@ -216,6 +216,12 @@ async def test_a_missing_command_is_reported_not_raised(tmp_path: Path) -> None:
         assert result.ok
         (row,) = await host.mcp_servers_report()
         assert row["reachable"] is False and "no-such-server" in row["reason"]
+        called = await _run(
+            host, "try { await tools.gone.anything({}) } catch (e) { print(e.code, '|', e.message) }"
+        )
+        assert called.text.startswith("unknown_tool | Unknown tool 'gone.anything'."), called.text
+        assert "MCP server gone: not available (the command was not found" in called.text
+        assert "MCP server gone: not available" in host.run_code_description()
 
 
 async def test_connect_at_open_and_add_mcp_server(tmp_path: Path) -> None:

@@ -104,6 +104,14 @@ class Connection:
         """Whether a session is up."""
         return self._session is not None and self._stop is not None and not self._stop.is_set()
 
+    def retry_due(self) -> bool:
+        """Whether a try to connect is due: not connected, no owner running, and the backoff
+        after the last failure (`BACKOFF_SECONDS`) over."""
+        if self.connected or not self._ended.is_set():
+            return False
+        delay = BACKOFF_SECONDS[min(self._failures, len(BACKOFF_SECONDS) - 1)]
+        return self._last_end == 0.0 or time.monotonic() >= self._last_end + delay
+
     # -- lifecycle ----------------------------------------------------------------------
 
     async def session(self) -> ClientSession:

@@ -61,7 +61,6 @@ class UpstreamServers:
         self._install = install
         self._taken = taken
         self._connections: dict[str, Connection] = {}  # by identifier
-        self._tried: set[str] = set()  # identifiers ensure_connected has tried
         self._tools: dict[str, dict[str, UpstreamTool]] = {}
 
     @property
@@ -104,12 +103,13 @@ class UpstreamServers:
         raise UserError(f"no MCP server named {name!r} (have: {', '.join(self.names.values()) or 'none'})")
 
     async def ensure_connected(self) -> None:
-        """Connect every server not tried yet, at once (a failure is remembered, shown in the
-        server's guidance and raised by its calls, not here)."""
-        todo = [ident for ident in self._connections if ident not in self._tried]
+        """Connect, at once, every server not connected whose next try is due (never tried,
+        or its backoff after a failure is over: a broken server costs one try per backoff
+        step, at most one per 30 s). A failure is remembered, shown in the server's guidance
+        and raised by its calls, not here."""
+        todo = [ident for ident, conn in self._connections.items() if conn.retry_due()]
         if not todo:
             return
-        self._tried.update(todo)
 
         async def one(conn: Connection) -> None:
             try:
@@ -130,7 +130,6 @@ class UpstreamServers:
         async with anyio.create_task_group() as tg:
             for conn in self._connections.values():
                 tg.start_soon(conn.aclose)
-        self._tried.clear()
 
     # -- tools --------------------------------------------------------------------------
 

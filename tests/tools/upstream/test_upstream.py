@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from conftest import read_marks, stdio_server
+from conftest import SERVER, read_marks, stdio_server
 
 from codemode import Host
 from codemode.errors import UserError
@@ -222,6 +223,15 @@ async def test_a_missing_command_is_reported_not_raised(tmp_path: Path) -> None:
         assert called.text.startswith("unknown_tool | Unknown tool 'gone.anything'."), called.text
         assert "MCP server gone: not available (the command was not found" in called.text
         assert "MCP server gone: not available" in host.run_code_description()
+        # Once the command exists, a later use connects it (after the failure's backoff).
+        script = tmp_path / "no-such-server"
+        script.write_text(f"#!/bin/sh\nexec {sys.executable} {SERVER} stdio\n")
+        script.chmod(0o755)
+        with anyio.fail_after(30):
+            while host.registry.get("gone.echo") is None:
+                await _run(host, "print(1)")
+                await anyio.sleep(0.05)
+        assert (await _run(host, 'print(await tools.gone.echo({text: "back"}))')).text.strip() == "back"
 
 
 async def test_connect_at_open_and_add_mcp_server(tmp_path: Path) -> None:

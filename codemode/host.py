@@ -34,15 +34,15 @@ from codemode.tools._read_archive import read_archive_tool
 from codemode.tools.files import file_tools
 from codemode.tools.upstream import (
     EXTENSION_PREFIX,
-    ServerConfig,
+    McpServerConfig,
     UpstreamServers,
     load_mcp_config,
     parse_mcp_config,
 )
 
-McpServers = str | Path | dict[str, Any] | list[ServerConfig] | tuple[ServerConfig, ...]
+McpServers = str | Path | dict[str, Any] | list[McpServerConfig] | tuple[McpServerConfig, ...]
 """What ``Host(mcp_servers=...)`` takes: an ``mcpServers`` JSON file, its parsed object, or
-`ServerConfig`s."""
+`McpServerConfig`s."""
 
 _SIGNATURES_INLINE = 30  # above this many tools the description lists names only
 
@@ -90,7 +90,7 @@ class Host:
             `ApprovalRequest` and returning one `Decision` per request. Without it nothing
             asks (``ask`` means allow); ``deny`` permissions still refuse.
         mcp_servers: The user's MCP servers, mounted as ``tools.<server>.<tool>``: an
-            ``mcpServers`` JSON file, its parsed object, or `ServerConfig`s.
+            ``mcpServers`` JSON file, its parsed object, or `McpServerConfig`s.
         connect_mcp_at_open: Connect them when the Host opens (default: on first use, i.e.
             the first program, direct call, search or description that needs their tools).
         **options: `HostConfig` fields.
@@ -153,7 +153,7 @@ class Host:
         self._session_tmp: dict[str, Path] = {}
         self._sessions_noted: set[str] = set()  # sessions this host has marked known in the state dir
         self._in_flight: dict[tuple[str, str], anyio.Event] = {}
-        self._mcp_configs: list[ServerConfig] = _server_configs(mcp_servers)
+        self._mcp_configs: list[McpServerConfig] = _server_configs(mcp_servers)
         self._connect_mcp_at_open = connect_mcp_at_open
         self._spawner: LoopSpawner | None = None
         self._upstream: UpstreamServers | None = None
@@ -888,7 +888,7 @@ def _late_notice(name: str, value: ToolResult, when: str) -> str:
     return f"tools.{name} (not awaited) {verb} {when}: {text}; await every call you start"
 
 
-def _server_configs(servers: McpServers | None) -> list[ServerConfig]:
+def _server_configs(servers: McpServers | None) -> list[McpServerConfig]:
     """The servers ``Host(mcp_servers=...)`` names.
 
     Raises:

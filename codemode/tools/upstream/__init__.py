@@ -3,7 +3,7 @@ the official ``mcp`` SDK, names made identifiers, declared and learned result ty
 
 from codemode.tools.upstream._config import (
     DEFAULT_CALL_TIMEOUT,
-    ServerConfig,
+    McpServerConfig,
     load_mcp_config,
     parse_mcp_config,
 )
@@ -18,7 +18,7 @@ __all__ = [
     "DEFAULT_CALL_TIMEOUT",
     "EXTENSION_PREFIX",
     "Connection",
-    "ServerConfig",
+    "McpServerConfig",
     "Spawn",
     "UpstreamServers",
     "UpstreamTool",

@@ -12,7 +12,7 @@
 ``${VAR}`` (and ``${VAR:-default}``) in ``command``, ``args``, ``env``, ``cwd``, ``url`` and
 ``headers`` is expanded from the environment when the file is read; an unset variable without a
 default is an error naming it. Values of ``env`` and ``headers`` are secrets: they are never
-printed, and `ServerConfig.redactor` redacts them wherever a server echoes them.
+printed, and `McpServerConfig.redactor` redacts them wherever a server echoes them.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ import pydantic
 from codemode.archive import Redactor
 from codemode.errors import UserError
 
-__all__ = ["ServerConfig", "load_mcp_config", "parse_mcp_config"]
+__all__ = ["McpServerConfig", "load_mcp_config", "parse_mcp_config"]
 
 DEFAULT_CALL_TIMEOUT = 60.0
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-class ServerConfig(pydantic.BaseModel):
+class McpServerConfig(pydantic.BaseModel):
     """One upstream MCP server: a stdio command or a streamable HTTP ``url`` (exactly one).
 
     Attributes:
@@ -66,7 +66,7 @@ class ServerConfig(pydantic.BaseModel):
     sandbox: Literal["workspace-write", "read-only"] | None = None
 
     @pydantic.model_validator(mode="after")
-    def _one_transport(self) -> ServerConfig:
+    def _one_transport(self) -> McpServerConfig:
         if (self.command is None) == (self.url is None):
             raise ValueError('give either "command" (stdio) or "url" (streamable HTTP)')
         if self.url is not None and (self.sandbox is not None or self.args or self.env or self.cwd):
@@ -127,7 +127,7 @@ def _expand(value: str, environ: Mapping[str, str], where: str) -> str:
 
 def parse_mcp_config(
     data: Any, *, source: str = "the MCP configuration", environ: Mapping[str, str] | None = None
-) -> list[ServerConfig]:
+) -> list[McpServerConfig]:
     """Servers from a parsed ``{"mcpServers": {...}}`` object (or the bare mapping of servers).
 
     Raises:
@@ -139,7 +139,7 @@ def parse_mcp_config(
         data = data["mcpServers"]
     if not isinstance(data, dict):
         raise UserError(f'{source}: expected {{"mcpServers": {{"name": {{...}}}}}}')
-    servers: list[ServerConfig] = []
+    servers: list[McpServerConfig] = []
     for name, raw in data.items():
         where = f"{source}: server {name!r}"
         if not isinstance(raw, dict):
@@ -162,7 +162,7 @@ def parse_mcp_config(
                     for k, v in fields[key].items()
                 }
         try:
-            servers.append(ServerConfig(name=name, **fields))
+            servers.append(McpServerConfig(name=name, **fields))
         except pydantic.ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'server'}: {e['msg']}"
@@ -172,7 +172,7 @@ def parse_mcp_config(
     return servers
 
 
-def load_mcp_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> list[ServerConfig]:
+def load_mcp_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> list[McpServerConfig]:
     """Servers from an ``mcpServers`` JSON file.
 
     Raises:

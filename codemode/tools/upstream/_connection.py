@@ -33,7 +33,7 @@ from codemode._version import __version__
 from codemode.archive import Redactor
 from codemode.errors import ErrorCode, ToolError
 from codemode.sandbox import SandboxMode, SandboxPolicy
-from codemode.tools.upstream._config import ServerConfig
+from codemode.tools.upstream._config import McpServerConfig
 from codemode.tools.upstream._stdio import sandboxed_stdio
 
 __all__ = ["BACKOFF_SECONDS", "Connection", "Spawn"]
@@ -62,7 +62,7 @@ class Connection:
 
     def __init__(
         self,
-        config: ServerConfig,
+        config: McpServerConfig,
         *,
         spawn: Spawn,
         log_path: Path,

@@ -20,7 +20,7 @@ from codemode.archive import State
 from codemode.errors import UserError
 from codemode.sandbox import SandboxPolicy
 from codemode.tools._model import Extension, ToolContext, ToolResult
-from codemode.tools.upstream._config import ServerConfig
+from codemode.tools.upstream._config import McpServerConfig
 from codemode.tools.upstream._connection import Connection, Spawn
 from codemode.tools.upstream._convert import observed_schema, to_result
 from codemode.tools.upstream._names import identifier, unique_identifiers
@@ -68,7 +68,7 @@ class UpstreamServers:
         """Each server's identifier (``tools.<identifier>``) -> its configured name."""
         return {ident: c.config.name for ident, c in self._connections.items()}
 
-    def add(self, config: ServerConfig) -> str:
+    def add(self, config: McpServerConfig) -> str:
         """Mount one server (not connected yet); returns its identifier.
 
         Raises:

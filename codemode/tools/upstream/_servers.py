@@ -137,7 +137,8 @@ class UpstreamServers:
         """(Re)build a server's tools from its current list and install its extension."""
         server = conn.config.name
         learned = self._state.learned.for_server(server)
-        names = unique_identifiers([t.name for t in conn.tools])
+        # "then" is no property of tools.<server> (so that awaiting it by mistake is harmless).
+        names = unique_identifiers([t.name for t in conn.tools], taken=("then",))
         tools: dict[str, UpstreamTool] = {}
         for spec in conn.tools:
             name = f"{ident}.{names[spec.name]}"

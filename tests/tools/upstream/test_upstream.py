@@ -104,6 +104,10 @@ async def test_names_are_identifiers_collisions_deterministic_originals_shown(tm
         "b-x": "b_x",
         "b_x": "b_x_2",
     }
+    assert unique_identifiers(["then", "bash"], taken=("then", "bash"), suffix="_mcp") == {
+        "bash": "bash_mcp",
+        "then": "then_mcp",
+    }
 
 
 async def test_errors_arguments_images_and_secrets(tmp_path: Path) -> None:
@@ -284,6 +288,11 @@ async def test_a_sandboxed_server_runs_through_the_launch_path(tmp_path: Path) -
             result.text
         )
         assert "PermissionError" in host.mcp_server_log("ro")  # read-only: the workspace is not writable
-        assert workspace_marks.read_text().splitlines() == ["start rw", "done rw"]
+        assert workspace_marks.read_text().splitlines()[:2] == ["start rw", "done rw"]
+        before = (await _run(host, "print(await tools.rw.pid())")).text.strip()
+        crashed = await _run(host, "print(await tools.rw.crash().catch(e => e.code))")
+        assert crashed.text.strip() == "upstream_unavailable", crashed.text
+        after = (await _run(host, "print(await tools.rw.pid())")).text.strip()
+        assert after.isdigit() and after != before  # restarted through the launch path
         (ro, rw) = await host.mcp_servers_report()
         assert ro["sandbox"] == "read-only" and ro["reachable"] and rw["sandbox"] == "workspace-write"

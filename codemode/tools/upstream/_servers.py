@@ -201,6 +201,8 @@ class UpstreamServers:
         rows: list[dict[str, Any]] = []
         for ident, conn in self._connections.items():
             row: dict[str, Any] = {**conn.config.public(), "identifier": ident, "log": str(conn.log_path)}
+            if "args" in row:
+                row["args"] = [conn.redact(a) for a in row["args"]]
             if conn.connected and conn.server_info is not None:
                 row.update(
                     reachable=True,
@@ -212,7 +214,8 @@ class UpstreamServers:
                 tail = conn.stderr_tail()
                 if tail:
                     row["log_tail"] = tail
-            rows.append(row)
+            # A url or an argument may hold a ${VAR} expanded from a secret.
+            rows.append({k: conn.redact(v) if isinstance(v, str) else v for k, v in row.items()})
         return rows
 
     def read_log(self, name: str) -> str:

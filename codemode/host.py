@@ -200,10 +200,9 @@ class Host:
             self.registry.add_extension(Extension("archive", [read_archive_tool()]))
             self.registry.add_extension(self._processes.extension())
         state.maintain()
-        self._spawner = spawner = LoopSpawner()
         self._upstream = UpstreamServers(
             state=state,
-            spawn=lambda factory: spawner.spawn(factory, lambda: None),
+            spawn=self._spawn,
             workspace=self.workspace,
             policy=lambda: self._policy,
             install=self._install_server,
@@ -213,6 +212,12 @@ class Host:
             self._upstream.add(server)
         if self._connect_mcp_at_open:
             await self._upstream.ensure_connected()
+
+    def _spawn(self, factory: Callable[[], Any]) -> None:
+        """Start a task that outlives its caller (an MCP server's session), on this loop."""
+        if self._spawner is None:
+            self._spawner = LoopSpawner()  # made at the first use: a Host without servers needs none
+        self._spawner.spawn(factory, lambda: None)
 
     def _install_server(self, ident: str, extension: Extension) -> None:
         """Put an upstream server's extension (its tools, its guidance) in the registry."""

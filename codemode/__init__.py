@@ -5,6 +5,7 @@ tools as ``await tools.<name>(args)``, and only what it prints comes back, cut t
 budget (the rest archived behind a recovery reference).
 """
 
+from codemode._progress import Progress
 from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage
 from codemode._version import __version__
 from codemode.errors import (
@@ -37,6 +38,7 @@ __all__ = [
     "McpServerConfig",
     "Notification",
     "ProcessNotFound",
+    "Progress",
     "RunError",
     "RunResult",
     "SandboxDenied",

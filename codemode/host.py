@@ -21,10 +21,11 @@ from typing import Any
 import anyio
 
 from codemode._ids import check_id
+from codemode._progress import Progress, ProgressCallback, reporting
 from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage
 from codemode.archive import Archive, ArchiveRef, State
 from codemode.budget import MIN_BUDGET, TokenCounter, fit_to_budget
-from codemode.engine import Engine, EngineLimits, GuestError, HeaderError, LoopSpawner, parse_header
+from codemode.engine import Engine, EngineLimits, GuestError, HeaderError, LoopSpawner, RunView, parse_header
 from codemode.errors import ErrorCode, ToolError, UserError
 from codemode.policy import ApprovalRequest, Approvals, ApproveCallback, Decision
 from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy
@@ -147,8 +148,10 @@ class Host:
             redact=lambda text: self.archive.redactor.redact(text),
             audit=self._audit_approval,
         )
-        # Calls pass through the approvals only when something can be asked or refused.
-        self._gate = self.approvals if approve is not None or self.config.tool_permissions else None
+        # Every call passes the approvals (cheap when nothing is asked: a permission lookup and
+        # a look for capability arguments); without a callback nothing asks, but a call still
+        # gets no more than the host allows.
+        self._gate = self.approvals
         self._processes: ProcessManager | None = None
         self._session_tmp: dict[str, Path] = {}
         self._sessions_noted: set[str] = set()  # sessions this host has marked known in the state dir
@@ -184,7 +187,10 @@ class Host:
         )
         # Loading the tokenizer takes about a second; do it now, off the loop, so the first
         # long output does not pay for it. Counting waits for this load if it comes first.
-        threading.Thread(target=lambda: self.counter.exact, name="codemode-tokenizer", daemon=True).start()
+        if self.config.preload_tokenizer:
+            threading.Thread(
+                target=lambda: self.counter.exact, name="codemode-tokenizer", daemon=True
+            ).start()
         if self.config.builtin_tools:
             # The process manager pins the logs of completions not yet delivered (so they
             # survive the archive's compaction and expiry below).
@@ -437,6 +443,7 @@ class Host:
         call_id: str | None = None,
         max_output_tokens: int | None = None,
         timeout_seconds: float | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> RunResult:
         """Run one program. Guest failures are in the result, never raised.
 
@@ -446,6 +453,7 @@ class Host:
             call_id: Id to record the result under; a recorded id replays its result.
             max_output_tokens: Budget when the header gives none (clamped to the limit).
             timeout_seconds: Wall-clock limit when the header gives none (clamped).
+            on_progress: Awaited with a `Progress` about once a second while the program runs.
 
         Raises:
             UserError: The host is not open, or not running on asyncio; or ``session_id`` or
@@ -470,7 +478,9 @@ class Host:
                 return replayed
         done = self._in_flight[record_key] = anyio.Event()
         try:
-            result = await self._run_code(source, session, call, max_output_tokens, timeout_seconds)
+            result = await self._run_code(
+                source, session, call, max_output_tokens, timeout_seconds, on_progress
+            )
             if call_id is not None:  # only a caller's id can ever replay: a fresh one is not kept
                 runs.record(session, call, result.model_dump_json(), digest)
             elif session not in self._sessions_noted:  # one write per session, not per run
@@ -512,6 +522,7 @@ class Host:
         call: str,
         max_output_tokens: int | None,
         timeout_seconds: float | None,
+        on_progress: ProgressCallback | None = None,
     ) -> RunResult:
         started = time.perf_counter()
         config = self.config
@@ -540,7 +551,21 @@ class Host:
             )
             timeout = config.max_timeout_seconds
         context = self._context(session, call)
-        outcome = await self.engine.run(source, context, timeout_seconds=timeout, gate=self._gate)
+        view = RunView()
+
+        def sample(elapsed: float) -> Progress:
+            output = self._processes.output_bytes(session, call) if self._processes is not None else 0
+            return Progress(
+                elapsed_seconds=elapsed,
+                printed_chars=view.printed_chars,
+                tool_calls=view.tool_calls,
+                output_bytes=output,
+            )
+
+        async with reporting(on_progress, sample):
+            outcome = await self.engine.run(
+                source, context, timeout_seconds=timeout, gate=self._gate, view=view
+            )
         error = _run_error(outcome.error, self.archive.redactor.redact) if outcome.error is not None else None
         if outcome.dropped_timers and outcome.error is None:
             notices.append(
@@ -660,11 +685,13 @@ class Host:
         session_id: str | None = None,
         call_id: str | None = None,
         max_output_tokens: int | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> CallResult:
         """Call one tool directly, the way an agent calls a tool without Code Mode.
 
         Unknown tools, bad arguments and handler failures come back as ``is_error``
         results; the text is cut to the budget (the rest archived, as for ``run_code``).
+        ``on_progress`` is awaited with a `Progress` about once a second while the call runs.
 
         Raises:
             UserError: The host is not open; or ``session_id`` or ``call_id`` is empty, longer
@@ -673,15 +700,23 @@ class Host:
         session = self._session(session_id)
         if call_id is not None:
             check_id(call_id, "call_id")
-        context = self._context(session, call_id)
+        # A call that reports progress needs an id its commands are counted under.
+        call = call_id if call_id is not None or on_progress is None else f"call_{uuid.uuid4().hex}"
+        context = self._context(session, call)
         if self._upstream is not None:
             await self._upstream.ensure_connected()
+
+        def sample(elapsed: float) -> Progress:
+            output = self._processes.output_bytes(session, call) if self._processes and call else 0
+            return Progress(elapsed_seconds=elapsed, output_bytes=output)
+
         arguments = args if args is not None else {}
         refusal = await self._approve_direct(name, arguments, session)
         if refusal is not None:
             result: ToolResult = ToolResult.failure(ErrorCode.DENIED, refusal, {"error": "denied"})
         else:
-            result = await self.registry.call(name, arguments, context)
+            async with reporting(on_progress, sample):
+                result = await self.registry.call(name, arguments, context)
         budget = min(max_output_tokens or self.config.max_output_tokens, self.config.max_output_tokens_limit)
         trailer = "\n".join(self._take_notifications(session))
         blocks = [block.text for block in result.content]
@@ -796,6 +831,7 @@ class Host:
         temp = self._session_tmp.pop(session_id, None)
         if temp is not None:
             shutil.rmtree(temp, ignore_errors=True)
+        self._sessions_noted.discard(session_id)  # a server front keeps nothing per ended session
 
     def session_exists(self, session_id: str) -> bool:
         """Whether the state directory knows this session: it ran a program or a tool that

@@ -16,6 +16,7 @@ PUBLIC = {
     "McpServerConfig",
     "Notification",
     "ProcessNotFound",
+    "Progress",
     "RunError",
     "RunResult",
     "SandboxDenied",

@@ -3,7 +3,7 @@
 from codemode.engine._header import HeaderError, HeaderOptions, parse_header
 from codemode.engine._loop import LoopSpawner
 from codemode.engine._program import CallGate, EngineLimits, GuestError, ProgramOutcome
-from codemode.engine._runtime import Engine
+from codemode.engine._runtime import Engine, RunView
 
 __all__ = [
     "CallGate",
@@ -14,5 +14,6 @@ __all__ = [
     "HeaderOptions",
     "LoopSpawner",
     "ProgramOutcome",
+    "RunView",
     "parse_header",
 ]

@@ -403,6 +403,17 @@ class ProgramThread:
         self._armed_at = -math.inf  # time.monotonic() of the last arming
         self._cpu_checked_at = -math.inf
 
+    @property
+    def printed_chars(self) -> int:
+        """Characters the program has printed so far, as collected at its last yield to the
+        host (a tool call, a timer, its end); read from any thread, for progress reports."""
+        return self._output_bytes + self._output_dropped
+
+    @property
+    def tool_calls(self) -> int:
+        """Tool calls the program has started so far (read from any thread)."""
+        return self._tool_calls
+
     # -- the run loop ---------------------------------------------------------------------
 
     def run(self, warm: PreparedContext) -> ProgramOutcome:

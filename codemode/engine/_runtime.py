@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -84,27 +82,27 @@ class _Dispatcher(ToolDispatcher):
         self.spawner.spawn(ask, refused)
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
-    except (OSError, AttributeError):  # not glibc: its allocator returns memory its own way
-        return None
-
-
-_TRIM = _malloc_trim()
-
-
-def _return_memory(outcome: Any) -> None:
-    """After a program that hit its memory limit, give the freed heap back to the system.
-
-    QuickJS frees its runtime with the program's context, but glibc keeps the pages in the
-    worker thread's arena: the host's RSS stayed ~130 MiB higher after two 64 MiB memory bombs
-    (and kept growing with more workers). ``malloc_trim(0)`` returns them (measured: back to
-    within 1 MiB). It walks every arena, so only programs that ran out of memory pay for it.
-    """
+def _ran_out_of_memory(outcome: Any) -> bool:
+    """Whether a program's context held much memory: it ran out of its limit (`WorkerPool`)."""
     error = getattr(outcome, "error", None)
-    if _TRIM is not None and error is not None and error.kind == "out_of_memory":
-        _TRIM(0)
+    return error is not None and error.kind == "out_of_memory"
+
+
+class RunView:
+    """A live view of one running program, for progress reports (`Engine.run` fills it in)."""
+
+    def __init__(self) -> None:
+        self._program: ProgramThread | None = None
+
+    @property
+    def printed_chars(self) -> int:
+        """Characters printed so far (0 before the program starts)."""
+        return 0 if self._program is None else self._program.printed_chars
+
+    @property
+    def tool_calls(self) -> int:
+        """Tool calls started so far."""
+        return 0 if self._program is None else self._program.tool_calls
 
 
 # How long calls the program left running get to stop (or finish) once it has ended.
@@ -123,18 +121,29 @@ class Engine:
     def __init__(self, registry: ToolRegistry, limits: EngineLimits, *, max_programs: int = 64) -> None:
         self.registry = registry
         self.limits = limits
-        self._workers = WorkerPool(PreparedContext.create, max_programs, after=_return_memory)
+        self._workers = WorkerPool(PreparedContext.create, max_programs, heavy=_ran_out_of_memory)
 
     def close(self) -> None:
         """Let the idle JS threads exit."""
         self._workers.close()
 
     async def run(
-        self, source: str, context: ToolContext, *, timeout_seconds: float, gate: CallGate | None = None
+        self,
+        source: str,
+        context: ToolContext,
+        *,
+        timeout_seconds: float,
+        gate: CallGate | None = None,
+        view: RunView | None = None,
     ) -> ProgramOutcome:
         """Run one program to its end; guest failures come back in the outcome, never raised.
 
-        ``gate`` (the host's approvals) decides, in batches, which calls may run.
+        Args:
+            source: The program.
+            context: The calling session's tool context.
+            timeout_seconds: Its wall-clock limit.
+            gate: The host's approvals: decides, in batches, which calls may run.
+            view: Filled in with a live view of the program while it runs (progress reports).
 
         Raises:
             UserError: Not running on the asyncio backend.
@@ -151,6 +160,8 @@ class Engine:
             gate=gate,
         )
         dispatcher.program = program
+        if view is not None:
+            view._program = program
 
         finished = False
         try:

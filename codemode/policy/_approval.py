@@ -111,12 +111,6 @@ class Decision(pydantic.BaseModel):
 ApproveCallback = Callable[[list[ApprovalRequest]], Awaitable[Sequence[Decision]]]
 """The host's approval callback: one decision per request, in order."""
 
-# Tools whose calls carry per-call capabilities: (argument, capability name, summary).
-_CAPABILITY_ARGUMENTS: tuple[tuple[str, str, str], ...] = (
-    ("network", "network", "reach the network"),
-    ("write_paths", "write_paths", "write to"),
-)
-
 
 def _short(value: Any, limit: int = 160) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
@@ -134,7 +128,7 @@ class Approvals:
 
     Args:
         callback: Asks for decisions (a person, a policy service). Without one nothing asks:
-            every call runs as its permission and the sandbox allow (``ask`` means allow).
+            ``ask`` means allow, and a capability beyond the host's defaults is refused.
         permissions: Per-tool permission overrides, by tool name.
         network_default: Whether commands get the network by default; when not, a call's
             ``network: true`` is a capability request.
@@ -189,21 +183,25 @@ class Approvals:
         permission = self.permission(tool)
         if permission is ToolPermission.DENY:
             return f"{tool.name} is not allowed on this host (its permission is deny)"
+        commands = self._commands(tool, arguments) if self._commands is not None else ()
+        # Per-call capabilities: network only while the host keeps it off; write_paths always.
+        capabilities: list[tuple[str, str, Any]] = []
+        if arguments.get("network") is True and not self.network_default:
+            capabilities.append(("network", "reach the network", True))
+        if arguments.get("write_paths"):
+            capabilities.append(("write_paths", "write to", arguments["write_paths"]))
+        if permission is ToolPermission.ALLOW and not commands and not capabilities:
+            return []  # the common case, without a look at the arguments' text
         shown = json.loads(self._redact(json.dumps(dict(arguments), ensure_ascii=False)))
         wanted: list[tuple[ApprovalKind, str, str]] = []
         if permission is ToolPermission.ASK:
             wanted.append((ApprovalKind.TOOL, tool.name, f"{tool.name}({_short(shown)})"))
-        for command in self._commands(tool, arguments) if self._commands is not None else ():
+        for command in commands:
             words = command.split()
             rule = " ".join(words[:2]) if words else command
             wanted.append((ApprovalKind.COMMAND, rule, f"run `{_short(self._redact(command))}`"))
-        for name, capability, verb in _CAPABILITY_ARGUMENTS:
-            value = arguments.get(name)
-            if name == "network" and (value is not True or self.network_default):
-                continue
-            if name == "write_paths" and not value:
-                continue
-            what = verb if name == "network" else f"{verb} {_short(value)}"
+        for capability, verb, value in capabilities:
+            what = f"{verb} {_short(value)}" if capability == "write_paths" else verb
             wanted.append((ApprovalKind.CAPABILITY, capability, f"{tool.name}: {what}"))
         rules = self._sessions.get(session_id, _Session()).rules
         return [
@@ -229,7 +227,7 @@ class Approvals:
         if not requests:
             return []
         if self.callback is None:
-            decisions = [Decision.allow() for _ in requests]
+            decisions = self.default_decisions(requests)
         else:
             try:
                 answered = list(await self.callback(list(requests)))
@@ -252,6 +250,18 @@ class Approvals:
             if self._audit is not None:
                 self._audit(request, decision)
         return decisions
+
+    @staticmethod
+    def default_decisions(requests: Sequence[ApprovalRequest]) -> list[Decision]:
+        """The decisions when there is no one to ask: a tool's ``ask`` and the command
+        policy's marks mean allow, but no call gets more than the host allows (a capability
+        request is denied: fail closed)."""
+        return [
+            Decision.deny("the host does not allow this, and there is no one to ask for approval")
+            if request.kind is ApprovalKind.CAPABILITY
+            else Decision.allow()
+            for request in requests
+        ]
 
     @staticmethod
     def refusal(requests: Sequence[ApprovalRequest], decisions: Sequence[Decision]) -> str | None:

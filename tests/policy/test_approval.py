@@ -45,15 +45,16 @@ async def test_calls_started_together_reach_the_callback_as_one_batch(tmp_path: 
     asker = Asker(lambda r: Decision.deny("not b") if "b.txt" in r.summary else Decision.allow())
     ws = tmp_path / "ws"
     ws.mkdir()
+    (ws / "r.txt").write_text("read")
     async with Host(workspace=ws, state_dir=tmp_path / "state", approve=asker) as host:
         result = await run(
             host,
-            "const r = await Promise.allSettled(['a', 'b', 'c'].map(n =>"
-            " tools.write_file({path: n + '.txt', content: n})));"
+            "const r = await Promise.allSettled([...['a', 'b', 'c'].map(n =>"
+            " tools.write_file({path: n + '.txt', content: n})), tools.read_file({path: 'r.txt'})]);"
             "print(JSON.stringify(r.map(x => x.status === 'fulfilled' ? 'ok' : x.reason.code + ': ' + x.reason.message)));",
         )
     assert len(asker.batches) == 1, asker.batches
-    (batch,) = asker.batches
+    (batch,) = asker.batches  # only the writes: the read-only call needs no decision
     assert [r.kind for r in batch] == [ApprovalKind.TOOL] * 3
     assert [r.tool for r in batch] == ["write_file"] * 3
     assert all(r.rule == "write_file" for r in batch)

@@ -3,8 +3,9 @@
 Started by the host as ``python -I -S <this file> SITE_DIRS...`` (or ``python -m
 codemode.tools._bash._supervisor``) in a new session, with the JSON spec on stdin. It forks
 once so the host can reap the first process at once; the second lives on without the host
-(init adopts it). It imports only the standard library and psutil — not the ``codemode``
-package — so a hundred of them stay cheap; the record SQL comes from the sibling
+(init adopts it). It imports only the standard library and psutil (the redactor for its
+notification line adds hyperscan and re2) — not the ``codemode`` package — so a hundred of
+them stay cheap; the record SQL comes from the sibling
 ``codemode/archive/_processes.py`` and the launch primitive from ``codemode/sandbox/_spawn.py``, loaded by path.
 
 Steps: open a PTY and start ``bash -c COMMAND`` on it through the sandbox's exec helper (the
@@ -271,7 +272,7 @@ def supervise(spec: dict[str, Any]) -> int:
         os.set_blocking(input_write, True)
         fifo_fd: int | None = input_read
         log = _Copier.open_log(spec["db_path"], spec["log_path"])
-        master, terminal = _open_pty(50, 200)
+        master, terminal = _open_pty(*spec["pty_size"])
         proc = spawn.spawn_helper(
             program="/bin/bash",
             argv=["/bin/bash", "-c", spec["command"]],

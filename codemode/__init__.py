@@ -24,6 +24,7 @@ from codemode.policy import ApprovalRequest, CommandPolicy, Decision
 from codemode.sandbox import SandboxMode, SandboxPolicy
 from codemode.tools import Extension, TextContent, Tool, ToolContext, ToolResult, make_tool, tool
 from codemode.tools._bash import Notification
+from codemode.tools.upstream import McpServerConfig, load_mcp_config
 
 __all__ = [
     "ApprovalRequest",
@@ -35,6 +36,7 @@ __all__ = [
     "Host",
     "HostConfig",
     "HostFault",
+    "McpServerConfig",
     "Notification",
     "ProcessNotFound",
     "Progress",
@@ -54,6 +56,7 @@ __all__ = [
     "Usage",
     "UserError",
     "__version__",
+    "load_mcp_config",
     "make_tool",
     "run_code",
     "tool",

@@ -31,6 +31,7 @@ from codemode.errors import CodemodeError, ToolError, UserError
 from codemode.host import Host, dumps_result
 from codemode.policy import CommandPolicy, Trash
 from codemode.sandbox import SandboxMode
+from codemode.tools.upstream import load_mcp_config
 
 T = TypeVar("T")
 # Commands in `codemode ps` are cut to this many characters (`ps --json` shows them whole).
@@ -84,6 +85,14 @@ def _common(
         "--approve-commands",
         action="store_true",
         help="bash commands off the read-only allowlist need approval (over MCP: the client's user)",
+    )
+    parser.add_argument(
+        "--mcp-config",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help='MCP servers to mount as tools.<server>.<tool>: a {"mcpServers": ...} JSON file (repeatable)',
     )
     if json_help is not None:
         parser.add_argument("--json", action="store_true", help=json_help)
@@ -178,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(ps, "print the processes as a JSON array")
 
     logs = sub.add_parser("logs", help="print a background process's output")
-    logs.add_argument("process_id")
+    logs.add_argument("process_id", help="a process id, or mcp:SERVER for an MCP server's log")
     logs.add_argument("--follow", "-f", action="store_true", help="keep printing until it exits")
     _common(logs, "print one JSON object with the output, state and exit code (with -f: once it exits)")
 
@@ -221,7 +230,10 @@ def _count(minimum: int) -> Callable[[str], int]:
 
 def _host(args: argparse.Namespace, workspace: Path | None = None) -> Host:
     mcp = args.command == "mcp"
+    servers = [server for path in args.mcp_config for server in load_mcp_config(path)]
     return Host(
+        mcp_servers=servers,
+        connect_mcp_at_open=mcp,  # an MCP client lists the tools first: have them by then
         workspace=workspace or args.workspace,
         state_dir=args.state_dir or default_state_dir(),
         session_id=args.session or ("mcp-" + uuid.uuid4().hex[:12] if mcp else "cli"),
@@ -243,6 +255,8 @@ def _host(args: argparse.Namespace, workspace: Path | None = None) -> Host:
 
 async def _with_host(args: argparse.Namespace, body: Callable[[Host], Awaitable[T]]) -> T:
     async with _host(args) as host:
+        if args.mcp_config and args.command in ("call", "tools", "describe"):
+            await host.connect_mcp_servers()  # their tools are known once connected
         return await body(host)
 
 
@@ -500,7 +514,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
                 }
             )
         try:
-            return host.doctor()
+            facts = host.doctor()
+            facts["mcp_servers"] = await host.mcp_servers_report()
+            return facts
         finally:
             await host.aclose()
 
@@ -510,6 +526,14 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     findings.extend(_layer_findings(facts))
+    for server in facts.get("mcp_servers", []):
+        if not server["reachable"]:
+            findings.append(
+                {
+                    "problem": f"MCP server {server['name']!r} is not reachable: {server['reason']}",
+                    "fix": f"check its entry in --mcp-config; `codemode logs mcp:{server['name']}` prints its log",
+                }
+            )
     _print_findings(findings, facts, args.json)
     return 1 if findings else 0
 
@@ -538,6 +562,7 @@ def _print_findings(findings: list[dict[str, str]], facts: dict[str, Any] | None
             *box["summary"],
             "layers (checked by starting one confined command):",
             *(f"  {layer['name']:<20}{layer['state']:<13}{layer['detail']}" for layer in box["layers"]),
+            *(_server_line(server) for server in facts.get("mcp_servers", [])),
         ]
     if findings:
         lines.append(f"problems found: {len(findings)}")
@@ -546,6 +571,18 @@ def _print_findings(findings: list[dict[str, str]], facts: dict[str, Any] | None
     else:
         lines.append("no problems found")
     _emit("\n".join(lines))
+
+
+def _server_line(server: dict[str, Any]) -> str:
+    """One doctor line for an MCP server (no env or header values: their names at most)."""
+    where = server.get("url") or " ".join([server["command"], *server["args"]])
+    if server["reachable"]:
+        info = server["server"]
+        state = f"reachable, {server['tools']} tools, {info['name']} {info['version']}"
+    else:
+        state = f"NOT reachable: {server['reason']}"
+    confined = f", {server['sandbox']}" if server["transport"] == "stdio" else ""
+    return f"mcp server    {server['name']} ({server['transport']}{confined}: {where}): {state}"
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
@@ -634,6 +671,9 @@ def _cmd_ps(args: argparse.Namespace) -> int:
 
 def _cmd_logs(args: argparse.Namespace) -> int:
     async def body(host: Host) -> int:
+        if args.process_id.startswith("mcp:"):  # an MCP server's log (its stderr), redacted
+            _emit(host.mcp_server_log(args.process_id[len("mcp:") :]))
+            return 0
         owner = _owner(host, args.process_id)
         offset = 0
         output: list[str] = []

@@ -139,6 +139,15 @@ class ErrorCode(enum.StrEnum):
     PID_REUSED = "pid_reused"
     """The recorded pid belongs to another process now; nothing was signalled."""
 
+    # -- upstream MCP servers --
+    UPSTREAM_ERROR = "upstream_error"
+    """An upstream MCP server reported the call failed (``isError``, or a protocol error); the
+    message carries the server's text."""
+    UPSTREAM_UNAVAILABLE = "upstream_unavailable"
+    """An upstream MCP server cannot be started or reached, or stopped during the call."""
+    UPSTREAM_TIMEOUT = "upstream_timeout"
+    """An upstream MCP tool did not answer within the server's timeout (it was cancelled upstream)."""
+
 
 class GuestErrorKind(enum.StrEnum):
     """How a program failed: the ``kind`` of a run's error."""

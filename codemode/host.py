@@ -25,7 +25,7 @@ from codemode._progress import Progress, ProgressCallback, reporting
 from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage
 from codemode.archive import Archive, ArchiveRef, State
 from codemode.budget import MIN_BUDGET, TokenCounter, fit_to_budget
-from codemode.engine import Engine, EngineLimits, GuestError, HeaderError, RunView, parse_header
+from codemode.engine import Engine, EngineLimits, GuestError, HeaderError, LoopSpawner, RunView, parse_header
 from codemode.errors import ErrorCode, ToolError, UserError
 from codemode.policy import (
     ApprovalRequest,
@@ -42,6 +42,17 @@ from codemode.tools import Extension, Tool, ToolContext, ToolRegistry, ToolResul
 from codemode.tools._bash import Notification, ProcessManager
 from codemode.tools._read_archive import read_archive_tool
 from codemode.tools.files import file_tools
+from codemode.tools.upstream import (
+    EXTENSION_PREFIX,
+    McpServerConfig,
+    UpstreamServers,
+    load_mcp_config,
+    parse_mcp_config,
+)
+
+McpServers = str | Path | dict[str, Any] | list[McpServerConfig] | tuple[McpServerConfig, ...]
+"""What ``Host(mcp_servers=...)`` takes: an ``mcpServers`` JSON file, its parsed object, or
+`McpServerConfig`s."""
 
 _SIGNATURES_INLINE = 30  # above this many tools the description lists names only
 
@@ -92,6 +103,10 @@ class Host:
             strict parsing, watchers refused in the foreground, protected deletes, masked values
             refused. Default ``CommandPolicy()``: permissive (what cannot be parsed runs
             unchecked), nothing denied, the rest on. No tool argument can loosen it.
+        mcp_servers: The user's MCP servers, mounted as ``tools.<server>.<tool>``: an
+            ``mcpServers`` JSON file, its parsed object, or `McpServerConfig`s.
+        connect_mcp_at_open: Connect them when the Host opens (default: on first use, i.e.
+            the first program, direct call, search or description that needs their tools).
         **options: `HostConfig` fields.
 
     Raises:
@@ -104,6 +119,8 @@ class Host:
         *,
         approve: ApproveCallback | None = None,
         command_policy: CommandPolicy | None = None,
+        mcp_servers: McpServers | None = None,
+        connect_mcp_at_open: bool = False,
         **options: Any,
     ) -> None:
         self.command_policy = command_policy if command_policy is not None else CommandPolicy()
@@ -155,6 +172,10 @@ class Host:
         self._session_tmp: dict[str, Path] = {}
         self._sessions_noted: set[str] = set()  # sessions this host has marked known in the state dir
         self._in_flight: dict[tuple[str, str], anyio.Event] = {}
+        self._mcp_configs: list[McpServerConfig] = _server_configs(mcp_servers)
+        self._connect_mcp_at_open = connect_mcp_at_open
+        self._spawner: LoopSpawner | None = None
+        self._upstream: UpstreamServers | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -202,6 +223,66 @@ class Host:
             self.registry.add_extension(Extension("archive", [read_archive_tool()]))
             self.registry.add_extension(self._processes.extension())
         state.maintain()
+        self._upstream = UpstreamServers(
+            state=state,
+            spawn=self._spawn,
+            workspace=self.workspace,
+            policy=lambda: self._policy,
+            install=self._install_server,
+            taken=lambda: [n for n in self.registry.names() if "." not in n],
+        )
+        for server in self._mcp_configs:
+            self._upstream.add(server)
+        if self._connect_mcp_at_open:
+            await self._upstream.ensure_connected()
+
+    def _spawn(self, factory: Callable[[], Any]) -> None:
+        """Start a task that outlives its caller (an MCP server's session), on this loop."""
+        if self._spawner is None:
+            self._spawner = LoopSpawner()  # made at the first use: a Host without servers needs none
+        self._spawner.spawn(factory, lambda: None)
+
+    def _install_server(self, ident: str, extension: Extension) -> None:
+        """Put an upstream server's extension (its tools, its guidance) in the registry."""
+        self.registry.remove_extension(EXTENSION_PREFIX + ident)
+        self.registry.add_extension(extension)
+
+    def add_mcp_server(self, name: str, server: dict[str, Any] | None = None, **fields: Any) -> str:
+        """Mount one more MCP server (``mcpServers`` fields: ``command``/``args``/``env``/``cwd``,
+        or ``url``/``headers``; ``timeout``, ``sandbox``). It connects on first use.
+
+        Returns:
+            Its identifier: the program calls ``tools.<identifier>.<tool>(args)``.
+
+        Raises:
+            UserError: The fields are invalid, or the name is taken.
+        """
+        (config,) = parse_mcp_config({name: {**(server or {}), **fields}}, source="add_mcp_server")
+        self._mcp_configs.append(config)
+        if self._upstream is None:
+            return name
+        return self._upstream.add(config)
+
+    async def connect_mcp_servers(self) -> None:
+        """Connect the MCP servers not tried yet (at once); one that fails says why in its
+        guidance, its calls and ``mcp_servers_report``. Idempotent."""
+        if self._upstream is not None:
+            await self._upstream.ensure_connected()
+
+    async def mcp_servers_report(self) -> list[dict[str, Any]]:
+        """Each MCP server (connecting it first): reachable or why not, tool count, server
+        version, transport, its log file; no env or header values."""
+        return [] if self._upstream is None else await self._upstream.report()
+
+    def mcp_server_log(self, name: str) -> str:
+        """An MCP server's log (its stderr and codemode's lines about it), redacted.
+
+        Raises:
+            UserError: No such server, or the host is not open.
+        """
+        if self._upstream is None:
+            raise UserError("the Host is not open: use `async with Host(...) as host:` or await host.open()")
+        return self._upstream.read_log(name)
 
     async def aclose(self) -> None:
         """Stop foreground commands and close the state directory. Background processes survive.
@@ -211,6 +292,12 @@ class Host:
         """
         self.engine.close()
         try:
+            if self._upstream is not None:
+                await self._upstream.aclose()
+                self._upstream = None
+            if self._spawner is not None:
+                await self._spawner.aclose(5.0)
+                self._spawner = None
             if self._processes is not None:
                 self.trash.file_all()  # what rm moved during background runs
                 for session, path in list(self._session_tmp.items()):
@@ -400,6 +487,8 @@ class Host:
                 ``call_id`` is empty, longer than 256 characters or holds control characters.
         """
         runs = self.state.runs
+        if self._upstream is not None:
+            await self._upstream.ensure_connected()
         if timeout_seconds is not None and not (math.isfinite(timeout_seconds) and timeout_seconds > 0):
             raise UserError(f"timeout_seconds must be a positive number of seconds, got {timeout_seconds!r}")
         if max_output_tokens is not None and max_output_tokens <= 0:
@@ -641,6 +730,8 @@ class Host:
         # A call that reports progress needs an id its commands are counted under.
         call = call_id if call_id is not None or on_progress is None else f"call_{uuid.uuid4().hex}"
         context = self._context(session, call)
+        if self._upstream is not None:
+            await self._upstream.ensure_connected()
 
         def sample(elapsed: float) -> Progress:
             output = self._processes.output_bytes(session, call) if self._processes and call else 0
@@ -865,6 +956,21 @@ def _late_notice(name: str, value: ToolResult, when: str) -> str:
         text = text[:300] + "…"
     verb = "failed" if value.is_error else "finished"
     return f"tools.{name} (not awaited) {verb} {when}: {text}; await every call you start"
+
+
+def _server_configs(servers: McpServers | None) -> list[McpServerConfig]:
+    """The servers ``Host(mcp_servers=...)`` names.
+
+    Raises:
+        UserError: The file or object is not a valid ``mcpServers`` configuration.
+    """
+    if servers is None:
+        return []
+    if isinstance(servers, str | Path):
+        return load_mcp_config(servers)
+    if isinstance(servers, dict):
+        return parse_mcp_config(servers)
+    return list(servers)
 
 
 def _redact_json(value: Any, redact: Callable[[str], str]) -> Any:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ if "TIKTOKEN_CACHE_DIR" not in os.environ and _SHARED_CACHE.is_dir():
     # Tests run offline; CI points tiktoken at ../shared/tiktoken-cache as well.
     os.environ["TIKTOKEN_CACHE_DIR"] = str(_SHARED_CACHE)
 
-from host_support import Probe, add_test_tools  # noqa: E402 - after the cache dir is set
+from host_support import MakeHost, Probe, add_test_tools  # noqa: E402 - after the cache dir is set
 
 from codemode import Host  # noqa: E402
 
@@ -23,9 +23,6 @@ from codemode import Host  # noqa: E402
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-MakeHost = Callable[..., AbstractAsyncContextManager[tuple[Host, Probe]]]
 
 
 @pytest.fixture

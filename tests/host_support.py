@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
@@ -92,3 +94,7 @@ async def assert_healthy(host: Host) -> None:
         result = await host.run_code(HEALTHY_PROGRAM)
     assert result.ok, result.text
     assert result.text == "still ok 42\n"
+
+
+MakeHost = Callable[..., AbstractAsyncContextManager[tuple[Host, Probe]]]
+"""The ``make_host`` fixture: ``async with make_host(**HostConfig fields) as (host, probe):``."""

@@ -22,6 +22,7 @@ from codemode.archive._capped import (
     MIN_QUOTA_BYTES,
 )
 from codemode.archive._database import Database
+from codemode.archive._learned import LearnedTypes
 from codemode.archive._processes import ProcessRecord
 from codemode.archive._redact import Redactor, StreamRedactor
 from codemode.archive._runs import RunRecord, RunRecords
@@ -51,6 +52,7 @@ __all__ = [
     "ArchivePage",
     "ArchiveRef",
     "Database",
+    "LearnedTypes",
     "LogWriter",
     "ProcessRecord",
     "Redactor",

@@ -19,7 +19,7 @@ from codemode.errors import StateDirError
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "init_schema"]
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # The bash tool's tables (process records, completion notifications), part of SCHEMA.
 _BASH_TABLES = """
@@ -83,6 +83,17 @@ CREATE TABLE IF NOT EXISTS approval_records (
 CREATE INDEX IF NOT EXISTS approval_records_session ON approval_records (session_id, created);
 """
 
+# Result types learned from upstream MCP tools' first results (codemode.tools.upstream).
+_LEARNED_TABLES = """
+CREATE TABLE IF NOT EXISTS upstream_result_types (
+    server TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    schema TEXT NOT NULL,
+    observed REAL NOT NULL,
+    PRIMARY KEY (server, tool)
+) WITHOUT ROWID;
+"""
+
 SCHEMA = (
     """
 CREATE TABLE IF NOT EXISTS archive_entries (
@@ -133,6 +144,7 @@ CREATE TABLE IF NOT EXISTS sessions (
 """
     + _BASH_TABLES
     + _APPROVAL_TABLES
+    + _LEARNED_TABLES
 )
 """Every table, as a new database gets it."""
 
@@ -213,6 +225,13 @@ def _migrate_6_to_7(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
 
 
+def _migrate_7_to_8(conn: sqlite3.Connection) -> None:
+    """Result types learned from upstream MCP tools are kept per server and tool."""
+    for statement in _LEARNED_TABLES.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
 # _MIGRATIONS[v] brings a database from version v to v + 1, inside the caller's transaction.
 _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _migrate_1_to_2,
@@ -221,6 +240,7 @@ _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     4: _migrate_4_to_5,
     5: _migrate_5_to_6,
     6: _migrate_6_to_7,
+    7: _migrate_7_to_8,
 }
 
 

@@ -10,6 +10,7 @@ from codemode.archive._archive import EXPIRE_AFTER_SECONDS, Archive
 from codemode.archive._audit import ApprovalLog
 from codemode.archive._capped import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES
 from codemode.archive._database import Database
+from codemode.archive._learned import LearnedTypes
 from codemode.archive._redact import Redactor
 from codemode.archive._runs import RunRecords
 from codemode.archive._values import ValueStore
@@ -26,6 +27,7 @@ class State:
         values: Store values (a program's ``store``), per session.
         runs: Run records and the sessions seen.
         approvals: Approval requests and their decisions (the audit).
+        learned: Result types learned from upstream MCP tools.
 
     Args:
         state_dir: Directory to use (created with mode 0700, parents too).
@@ -56,6 +58,7 @@ class State:
         self.values = ValueStore(self.db)
         self.runs = RunRecords(self.db)
         self.approvals = ApprovalLog(self.db)
+        self.learned = LearnedTypes(self.db)
 
     @property
     def state_dir(self) -> Path:

@@ -1,6 +1,7 @@
 """The QuickJS Code Mode engine: runs one JavaScript program per fresh context."""
 
 from codemode.engine._header import HeaderError, HeaderOptions, parse_header
+from codemode.engine._loop import LoopSpawner
 from codemode.engine._program import CallGate, EngineLimits, GuestError, ProgramOutcome
 from codemode.engine._runtime import Engine, RunView
 
@@ -11,6 +12,7 @@ __all__ = [
     "GuestError",
     "HeaderError",
     "HeaderOptions",
+    "LoopSpawner",
     "ProgramOutcome",
     "RunView",
     "parse_header",

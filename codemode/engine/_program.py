@@ -531,7 +531,12 @@ class ProgramThread:
             # One arm per cycle (start, then each wake-up) covers every entry into JS until
             # the next wait: each call gets at most what was left when armed.
             self._arm(ctx)
-            start(main, self.limits.tool_data_bytes, self.registry.effectful_names_json())
+            start(
+                main,
+                self.limits.tool_data_bytes,
+                self.registry.effectful_names_json(),
+                self.registry.namespaces_json(),
+            )
             while True:
                 stopped = self._run_jobs(ctx)
                 if stopped is not None:

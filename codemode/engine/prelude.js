@@ -376,9 +376,39 @@
 
   const ToolError = __cm_ToolError;
   const toolsTarget = ObjectCreate(null);
+  // tools.<server>.<tool>(args): an upstream MCP server's tools are named "server.tool".
+  let namespacesJson = "[]";
+  let namespaces = null;  // name -> frozen proxy, made at the first access
+  function __cm_namespace(key) {
+    if (namespaces === null) {
+      namespaces = new MapCtor();
+      for (const name of JSONparse(namespacesJson)) ReflectApply(MapSet, namespaces, [name, null]);
+    }
+    if (!ReflectApply(MapHas, namespaces, [key])) return undefined;
+    let space = ReflectApply(MapGet, namespaces, [key]);
+    if (space === null) {
+      space = new Proxy(ObjectCreate(null), {
+        get: function __cm_ns_get(target, sub) {
+          if (typeof sub !== "string" || sub === "then") return undefined;
+          const name = key + "." + sub;
+          return function __cm_tool(args) { return __cm_call_tool(name, args); };
+        },
+        set: function __cm_ns_set() { return false; },
+        defineProperty: function __cm_ns_define() { return false; },
+        deleteProperty: function __cm_ns_delete() { return false; },
+        setPrototypeOf: function __cm_ns_proto() { return false; },
+      });
+      ReflectApply(MapSet, namespaces, [key, space]);
+    }
+    return space;
+  }
   const tools = new Proxy(toolsTarget, {
     get: function __cm_tools_get(target, key) {
       if (typeof key !== "string" || key === "then") return undefined;
+      if (namespacesJson !== "[]") {
+        const space = __cm_namespace(key);
+        if (space !== undefined) return space;
+      }
       return function __cm_tool(args) { return __cm_call_tool(key, args); };
     },
     set: function __cm_tools_set() { return false; },
@@ -576,9 +606,10 @@
     }, false));
   }
 
-  function __cm_start(main, dataLimit, effectfulNamesJson) {
+  function __cm_start(main, dataLimit, effectfulNamesJson, namespaceNamesJson) {
     toolDataLimit = dataLimit;
     effectfulJson = effectfulNamesJson;
+    namespacesJson = namespaceNamesJson;
     if (typeof main !== "function") {
       __cm_unbalanced();
       return;

@@ -150,6 +150,9 @@ class Tool:
         inline: A cheap, non-blocking sync handler that a program calls directly on its own
             JS thread, without the trip to the event loop (its time counts as the program's
             CPU time, and inline calls run one at a time).
+        origin: Where the tool comes from when it is not codemode's: an upstream MCP server's
+            name and the tool's own name there (``{"server": ..., "tool": ...}``).
+        output_observed: ``output_schema`` was learned from a call's result, not declared.
         output_schema: JSON Schema of ``result_type`` (derived; None when it is unknown or void).
         result_adapter: The validator of ``result_type`` (derived; None when there is none).
         null_means_absent: Optional arguments that do not take null (derived): a null for
@@ -172,6 +175,8 @@ class Tool:
     model_param: str | None = None
     is_async: bool = True
     inline: bool = False
+    origin: dict[str, str] | None = None
+    output_observed: bool = False
     result_adapter: pydantic.TypeAdapter[Any] | None = field(init=False, repr=False, compare=False)
     output_schema: dict[str, Any] | None = field(init=False, repr=False, compare=False)
     null_means_absent: frozenset[str] = field(init=False, repr=False, compare=False)
@@ -370,13 +375,17 @@ def _null_means_absent(model: type[pydantic.BaseModel]) -> frozenset[str]:
 class Extension:
     """A named group of tools plus the guidance text they add to the run_code description.
 
-    Disabling an extension removes its tools and its guidance.
+    Disabling an extension removes its tools and its guidance. An extension with a
+    ``namespace`` (an upstream MCP server's) names its tools ``<namespace>.<tool>``; programs
+    reach them as ``tools.<namespace>.<tool>`` even while it has none (a call then fails with
+    the guidance, which says why).
     """
 
     name: str
     tools: Sequence[Tool] = ()
     guidance: str = ""
     on_close: Callable[[], Awaitable[None]] | None = None
+    namespace: str | None = None
 
 
 def _call_target(fn: Handler) -> Any:

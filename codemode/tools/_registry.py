@@ -38,6 +38,7 @@ class ToolRegistry:
         self._extensions: dict[str, Extension] = {}
         self._disabled: dict[str, Extension] = {}
         self._effectful_json: str | None = None  # effectful_names_json, until the tools change
+        self._namespaces_json: str | None = None  # namespaces_json, until the tools change
         self._index: SearchIndex | None = None  # search's index, until the tools change
 
     # -- registration -------------------------------------------------------------------
@@ -84,6 +85,7 @@ class ToolRegistry:
             t.extension = extension.name
             self.add(t)
         self._extensions[extension.name] = extension
+        self._changed()
 
     def disable_extension(self, name: str) -> None:
         """Remove an extension's tools and guidance (it can be enabled again).
@@ -137,6 +139,7 @@ class ToolRegistry:
     def _changed(self) -> None:
         """Forget what was derived from the set of tools."""
         self._effectful_json = None
+        self._namespaces_json = None
         self._index = None
 
     def effectful_names_json(self) -> str:
@@ -149,6 +152,15 @@ class ToolRegistry:
                 sorted(n for n, t in self._tools.items() if t.destructive is True)
             )
         return self._effectful_json
+
+    def namespaces_json(self) -> str:
+        """The first parts of dotted tool names (an upstream server's tools are named
+        ``server.tool``, called as ``tools.server.tool(args)``), as a JSON array."""
+        if self._namespaces_json is None:
+            spaces = {n.split(".", 1)[0] for n in self._tools if "." in n}
+            spaces.update(e.namespace for e in self._extensions.values() if e.namespace is not None)
+            self._namespaces_json = json.dumps(sorted(spaces))
+        return self._namespaces_json
 
     def names(self) -> list[str]:
         """All tool names, sorted."""
@@ -169,6 +181,10 @@ class ToolRegistry:
         """A model-facing message for a tool name that does not exist."""
         close = self.suggestions(name)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        space = name.split(".", 1)[0] if "." in name else None
+        for extension in self._extensions.values():
+            if space is not None and extension.namespace == space and extension.guidance:
+                hint += f" {extension.guidance.strip()}"
         return (
             f'Unknown tool {name!r}.{hint} Use searchTools("<what you need>") to find tools '
             "and describeTool(name) for their arguments."
@@ -202,7 +218,7 @@ class ToolRegistry:
         t = self._tools.get(name)
         if t is None:
             raise ToolError(self.unknown_tool_message(name), code=ErrorCode.UNKNOWN_TOOL)
-        return {
+        described: dict[str, Any] = {
             "name": t.name,
             "title": t.title,
             "description": t.description,
@@ -210,6 +226,12 @@ class ToolRegistry:
             "output_schema": t.output_schema,
             "signature": typescript_signature(t),
         }
+        if t.origin is not None:  # an upstream MCP tool: its original names, where its type comes from
+            described["origin"] = dict(t.origin)
+            described["result_type"] = (
+                "unknown" if t.output_schema is None else "observed" if t.output_observed else "declared"
+            )
+        return described
 
     # -- validation and calls -------------------------------------------------------------
     #

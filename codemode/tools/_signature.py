@@ -140,6 +140,8 @@ def typescript_signature(t: Tool, *, with_result: bool = True) -> str:
         return call
     if t.output_schema is not None:
         returns = schema_to_ts(t.output_schema)
+        if t.output_observed:
+            returns += " /* observed from a call, not declared */"
     else:
         returns = "void" if t.result_type is type(None) else "any"
     return f"{call}: Promise<{returns}>"

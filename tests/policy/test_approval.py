@@ -9,8 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import MakeHost
-from host_support import assert_healthy
+from host_support import MakeHost, assert_healthy
 
 from codemode import ApprovalRequest, Decision, Host
 from codemode.policy import ApprovalKind, Approvals

@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import MakeHost
+from host_support import MakeHost
 
 from codemode import Host
 from codemode.cli import main as cli_main

@@ -1,0 +1,36 @@
+"""Result types learned from upstream MCP tools, kept per server and tool."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from codemode.archive._database import Database, host_faults
+
+__all__ = ["LearnedTypes"]
+
+
+class LearnedTypes:
+    """JSON Schemas observed from tools' results (``upstream_result_types``). Every method
+    raises `HostFault` when the database fails."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    @host_faults
+    def for_server(self, server: str) -> dict[str, dict[str, Any]]:
+        """The server's learned schemas, by the tool's original name."""
+        with self._db.connection() as conn:
+            rows = conn.execute(
+                "SELECT tool, schema FROM upstream_result_types WHERE server = ?", (server,)
+            ).fetchall()
+        return {tool: json.loads(schema) for tool, schema in rows}
+
+    @host_faults
+    def put(self, server: str, tool: str, schema: dict[str, Any]) -> None:
+        """Keep the schema observed for one tool (replacing an older one)."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO upstream_result_types (server, tool, schema, observed) VALUES (?, ?, ?, ?)",
+            (server, tool, json.dumps(schema, sort_keys=True), time.time()),
+        )

@@ -1,0 +1,36 @@
+"""Learned result types of upstream MCP tools: the table, and migration 7 -> 8 that adds it."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from codemode.archive import SCHEMA_VERSION, State
+
+
+def test_learned_types_are_kept_per_server_and_tool(tmp_path: Path) -> None:
+    with State(tmp_path / "state") as state:
+        state.learned.put("github", "search", {"type": "object"})
+        state.learned.put("github", "search", {"type": "array"})  # a newer observation replaces it
+        state.learned.put("docs", "search", {"type": "string"})
+    with State(tmp_path / "state") as state:
+        assert state.learned.for_server("github") == {"search": {"type": "array"}}
+        assert state.learned.for_server("docs") == {"search": {"type": "string"}}
+        assert state.learned.for_server("other") == {}
+
+
+def test_a_version_7_state_db_gets_the_learned_types_table(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    State(state).close()
+    with sqlite3.connect(state / "state.db") as conn:
+        conn.execute("DROP TABLE upstream_result_types")
+        conn.execute("INSERT INTO sessions (session_id, first_seen) VALUES ('kept', 1.0)")
+        conn.execute("PRAGMA user_version = 7")
+    conn.close()
+    with State(state) as opened:
+        with opened.db.connection() as conn:
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+            sessions = conn.execute("SELECT session_id FROM sessions").fetchall()
+        opened.learned.put("s", "t", {"type": "null"})
+        assert opened.learned.for_server("s") == {"t": {"type": "null"}}
+    assert version == SCHEMA_VERSION == 8 and sessions == [("kept",)]

@@ -217,7 +217,9 @@ async def test_the_heap_of_a_memory_bomb_goes_back_to_the_system(make_host: Any)
             result = await run(host, 'let a = []; while (true) a.push("x".repeat(1024) + a.length);')
             assert result.error is not None and result.error.kind == "out_of_memory"
         grown = me.memory_info().rss - baseline
-    assert grown < 24 * 1024 * 1024, f"RSS grew by {grown / 2**20:.0f} MiB after three 64 MiB bombs"
+    # Without the trim it stays ~130 MiB up (two bombs' heaps); with it, 1-2 MiB on a quiet
+    # machine and up to ~65 MiB seen while other suites ran (other threads' arenas fill in).
+    assert grown < 96 * 1024 * 1024, f"RSS grew by {grown / 2**20:.0f} MiB after three 64 MiB bombs"
 
 
 async def test_big_print_before_out_of_memory_is_kept(make_host: Any) -> None:

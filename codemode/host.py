@@ -23,7 +23,7 @@ import anyio
 from codemode._ids import check_id
 from codemode._progress import Progress, ProgressCallback, reporting
 from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage
-from codemode.archive import Archive, ArchiveRef, State
+from codemode.archive import Archive, ArchiveRef, State, redact_json
 from codemode.budget import MIN_BUDGET, TokenCounter, fit_to_budget
 from codemode.engine import Engine, EngineLimits, GuestError, HeaderError, LoopSpawner, RunView, parse_header
 from codemode.errors import ErrorCode, ToolError, UserError
@@ -751,7 +751,7 @@ class Host:
         return CallResult(
             tool=name,
             text=fitted.text,
-            structured_content=_redact_json(result.structured_content, self.archive.redactor.redact),
+            structured_content=redact_json(result.structured_content, self.archive.redactor.redact),
             is_error=result.is_error,
             truncated=fitted.truncated,
             refs=fitted.refs,
@@ -971,17 +971,6 @@ def _server_configs(servers: McpServers | None) -> list[McpServerConfig]:
     if isinstance(servers, dict):
         return parse_mcp_config(servers)
     return list(servers)
-
-
-def _redact_json(value: Any, redact: Callable[[str], str]) -> Any:
-    """Redact every string inside a JSON value (structured data leaving the host)."""
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, list):
-        return [_redact_json(v, redact) for v in value]
-    if isinstance(value, dict):
-        return {k: _redact_json(v, redact) for k, v in value.items()}
-    return value
 
 
 def _run_error(error: GuestError, redact: Callable[[str], str]) -> RunError:

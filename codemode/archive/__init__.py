@@ -24,7 +24,7 @@ from codemode.archive._capped import (
 from codemode.archive._database import Database
 from codemode.archive._learned import LearnedTypes
 from codemode.archive._processes import ProcessRecord
-from codemode.archive._redact import Redactor, StreamRedactor
+from codemode.archive._redact import Redactor, StreamRedactor, redact_json
 from codemode.archive._runs import RunRecord, RunRecords
 from codemode.archive._schema import SCHEMA_VERSION
 from codemode.archive._state import State
@@ -63,4 +63,5 @@ __all__ = [
     "StreamRedactor",
     "ValueStore",
     "process_records",
+    "redact_json",
 ]

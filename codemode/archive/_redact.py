@@ -38,7 +38,7 @@ import re
 import threading
 import tomllib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from typing import Any
 import hyperscan
 import re2
 
-__all__ = ["Redactor", "StreamRedactor"]
+__all__ = ["Redactor", "StreamRedactor", "redact_json"]
 
 RULES_DIR = Path(__file__).resolve().with_name("secret_rules")
 _MARKER = re.compile(rb"\[REDACTED:[^\]\n]{1,200}\]")
@@ -492,3 +492,15 @@ class StreamRedactor:
             if begins and _PEM_END.search(chunk, begins[-1].end()) is None:
                 self._in_private_key = True
         return self._redactor.redact_bytes(chunk)
+
+
+def redact_json(value: Any, redact: Callable[[str], str]) -> Any:
+    """Redact every string inside a JSON value (structured data leaving the host) with
+    ``redact`` (a `Redactor`'s ``redact``, or a chain of them)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [redact_json(v, redact) for v in value]
+    if isinstance(value, dict):
+        return {k: redact_json(v, redact) for k, v in value.items()}
+    return value

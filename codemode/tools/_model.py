@@ -224,16 +224,20 @@ class Tool:
         try:
             return self.input_model.model_validate(args)
         except pydantic.ValidationError as exc:
-            path, problem = _first_problem(exc)
-            message = (
-                f"Invalid arguments for {self.name}: at {path}: {problem}. "
-                f"Expected: {typescript_signature(self, with_result=False)}"
-            )
-            raise ToolError(
-                message,
-                {"error": ErrorCode.INVALID_ARGUMENTS.value, "path": path, "message": problem},
-                code=ErrorCode.INVALID_ARGUMENTS,
-            ) from None
+            raise self.invalid_arguments(*_first_problem(exc)) from None
+
+    def invalid_arguments(self, path: str, problem: str) -> ToolError:
+        """The one error for arguments that do not fit (code ``invalid_arguments``): names the
+        JSON ``path``, the ``problem`` and the tool's signature."""
+        message = (
+            f"Invalid arguments for {self.name}: at {path}: {problem}. "
+            f"Expected: {typescript_signature(self, with_result=False)}"
+        )
+        return ToolError(
+            message,
+            {"error": ErrorCode.INVALID_ARGUMENTS.value, "path": path, "message": problem},
+            code=ErrorCode.INVALID_ARGUMENTS,
+        )
 
     def check_result(self, value: Any) -> ToolResult | None:
         """Check what the handler returned against ``result_type``.

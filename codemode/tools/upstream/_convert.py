@@ -17,7 +17,7 @@ from typing import Any
 from genson import SchemaBuilder  # type: ignore[import-untyped]
 from mcp import types
 
-from codemode.archive import Archive
+from codemode.archive import Archive, redact_json
 from codemode.errors import ErrorCode, ToolError
 from codemode.tools._model import TextContent, ToolResult
 
@@ -63,16 +63,6 @@ def _block(block: Any, archive: Archive, session: str, redact: Callable[[str], s
     return {"type": str(getattr(block, "type", "unknown"))}
 
 
-def _redact_json(value: Any, redact: Callable[[str], str]) -> Any:
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, list):
-        return [_redact_json(v, redact) for v in value]
-    if isinstance(value, dict):
-        return {k: _redact_json(v, redact) for k, v in value.items()}
-    return value
-
-
 def to_result(
     result: types.CallToolResult,
     *,
@@ -105,7 +95,7 @@ def to_result(
             code=ErrorCode.UPSTREAM_ERROR,
         )
     if result.structured_content is not None:
-        data = _redact_json(result.structured_content, redact)
+        data = redact_json(result.structured_content, redact)
         shown = redact("\n".join(texts)) if texts else json.dumps(data, ensure_ascii=False)
         return ToolResult(content=[TextContent(text=shown)], structured_content=data), True
     only_text = len(texts) == len(result.content)

@@ -12,9 +12,7 @@ import jsonschema.exceptions  # type: ignore[import-untyped]
 import pydantic
 from mcp import types
 
-from codemode.errors import ErrorCode, ToolError
 from codemode.tools._model import Tool, ToolContext, ToolResult
-from codemode.tools._signature import typescript_signature
 
 __all__ = ["UpstreamArguments", "UpstreamTool", "make_upstream_tool"]
 
@@ -80,15 +78,7 @@ class UpstreamTool(Tool):
                 return UpstreamArguments.model_construct(values=args)
             path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
             problem = error.message if len(error.message) <= 200 else error.message[:197] + "..."
-        message = (
-            f"Invalid arguments for {self.name}: at {path}: {problem}. "
-            f"Expected: {typescript_signature(self, with_result=False)}"
-        )
-        raise ToolError(
-            message,
-            {"error": ErrorCode.INVALID_ARGUMENTS.value, "path": path, "message": problem},
-            code=ErrorCode.INVALID_ARGUMENTS,
-        )
+        raise self.invalid_arguments(path, problem)
 
 
 def _takes_null(schema: Any) -> bool:

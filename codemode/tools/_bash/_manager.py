@@ -653,9 +653,7 @@ class ProcessManager:
         Raises:
             ProcessNotFound: No such watcher in this session.
         """
-        record = self._get(session_id, watcher_id)
-        if record.kind != "watcher":
-            raise _not_found(watcher_id, "watcher")
+        record = self._get_watcher(session_id, watcher_id)
         with self._db() as conn:
             (count,) = conn.execute(
                 "SELECT COUNT(*) FROM notifications WHERE process_id = ? AND kind = 'event'", (watcher_id,)
@@ -673,6 +671,15 @@ class ProcessManager:
             "options": {k: v for k, v in options.items() if k != "description"},
             "log_ref": record.log_ref,
         }
+
+    def _get_watcher(self, session_id: str, watcher_id: str) -> ProcessRecord:
+        try:
+            record = self._get(session_id, watcher_id)
+        except ProcessNotFound:
+            record = None
+        if record is None or record.kind != "watcher":
+            raise _not_found(watcher_id, "watcher")
+        return record
 
     def list_watchers(self, session_id: str) -> list[dict[str, Any]]:
         """The session's watchers, oldest first."""
@@ -700,9 +707,7 @@ class ProcessManager:
         Raises:
             ProcessNotFound: No such watcher in this session.
         """
-        record = await anyio.to_thread.run_sync(self._get, session_id, watcher_id)
-        if record.kind != "watcher":
-            raise _not_found(watcher_id, "watcher")
+        record = await anyio.to_thread.run_sync(self._get_watcher, session_id, watcher_id)
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             rows = await anyio.to_thread.run_sync(self._event_rows, watcher_id, after, limit)

@@ -491,7 +491,7 @@ def _owner(host: Host, process_id: str) -> str:
 
 def _cmd_ps(args: argparse.Namespace) -> int:
     async def body(host: Host) -> int:
-        rows = host.processes.list_processes(None if args.all else host.config.session_id)
+        rows = host.processes.list_processes(None if args.all else host.config.session_id, watchers=True)
         redactor = host.archive.redactor
         if args.json:  # JSON escapes every control character; commands are redacted whole
             _emit(json.dumps([{**r, "command": redactor.redact(r["command"])} for r in rows], indent=2))

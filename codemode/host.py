@@ -689,7 +689,7 @@ class Host:
             UserError: ``session_id`` is not a valid id, or the host is not open.
         """
         check_id(session_id, "session_id")
-        if self._processes is not None and self._processes.list_processes(session_id):
+        if self._processes is not None and self._processes.list_processes(session_id, watchers=True):
             return True
         return self.state.runs.has_session(session_id)
 

@@ -588,6 +588,7 @@ class _WatchHooks(_Hooks):
         self.last_line = now
         self.batch: list[str] = []
         self.batch_at: float | None = None
+        self.last_emit = -self.coalesce
         self.sent: list[float] = []  # when recent events went out (the rate limit's window)
         self.events = 0
         self.suppressed = 0
@@ -606,7 +607,9 @@ class _WatchHooks(_Hooks):
         for line in lines:
             self.batch.append(line if len(line) <= _EVENT_LINE_CHARS else line[:_EVENT_LINE_CHARS] + "…")
             if self.batch_at is None:
-                self.batch_at = now + self.coalesce
+                # A line after a quiet window goes out at once (with the rest of its read);
+                # lines within the window after an event wait for its end and go together.
+                self.batch_at = max(now, self.last_emit + self.coalesce)
             if len(self.batch) >= _EVENT_MAX_LINES:
                 self._emit(now)
 
@@ -623,6 +626,7 @@ class _WatchHooks(_Hooks):
             self.suppressed_total += len(lines)
             return
         self.sent.append(now)
+        self.last_emit = now
         shown = " | ".join(lines)
         if len(shown) > 1000:
             shown = shown[:1000] + f"… ({len(lines)} lines: read them all with monitor_events)"

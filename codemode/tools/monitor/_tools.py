@@ -50,7 +50,7 @@ class MonitorStartArgs(_Args):
         default=DEFAULT_COALESCE_MS,
         ge=0,
         le=10_000,
-        description=f"lines within this window make one event (default {DEFAULT_COALESCE_MS}).",
+        description=f"lines within this window after an event make one event (default {DEFAULT_COALESCE_MS}).",
     )
     max_events_per_minute: int = pydantic.Field(
         default=DEFAULT_EVENTS_PER_MINUTE,
@@ -254,9 +254,9 @@ every complete stdout line is an event (stderr only goes to its log); its own ex
 - Events come to you once each: at the end of your next result, or read them with \
 `monitor_events({watcher_id, after: next_after, wait_ms})`; `monitor_wait({watcher_id, until: {pattern: \
 "deployed|failed"}, timeout_ms})` resolves on a matching line or the watcher's end.
-- Limits: timeout_seconds (default 1800, at most 86400), max_events, idle_timeout_seconds; lines within \
-coalesce_ms (200) make one event; past max_events_per_minute (30) lines are suppressed and counted. \
-`monitor_list()`, `monitor_stop({watcher_id})`."""
+- Limits: timeout_seconds (default 1800, at most 86400), max_events, idle_timeout_seconds; a line after a \
+quiet spell is an event at once, lines within coalesce_ms (200) of an event go together in the next; past \
+max_events_per_minute (30) lines are suppressed and counted. `monitor_list()`, `monitor_stop({watcher_id})`."""
 
 
 def monitor_extension(manager: ProcessManager) -> Extension:

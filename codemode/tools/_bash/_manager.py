@@ -127,7 +127,7 @@ def _not_found(process_id: str, what: str = "process") -> ProcessNotFound:
     )
     return ProcessNotFound(
         f"no such {what} {process_id!r} in this session; {hint}",
-        {"error": f"no_such_{what}", "process_id": process_id},
+        {"error": "no_such_watcher" if what == "watcher" else "no_such_process", "process_id": process_id},
     )
 
 
@@ -849,14 +849,13 @@ class ProcessManager:
 
     def _seen_exit(self, record: ProcessRecord, data: dict[str, Any]) -> None:
         """The session has seen this ended process's exit (a read or a wait showed it): its
-        completion counts as delivered; its log is finished; a verification command's result
+        completion counts as delivered; a verification command's result
         carries its summary."""
         with self._db() as conn:
             _records.ack_process(conn, record.process_id, "completion")
         if record.log_ref is not None:
+            # Not finished here: a reader may be paging through it (upkeep finishes it).
             with contextlib.suppress(ToolError):
-                if not self._log_finished(record.log_ref):
-                    self._archive.finish_log(record.log_ref)
                 self._archive.pin(record.log_ref, False)
         verification = self._verification(record)
         if verification is not None:

@@ -220,3 +220,15 @@ async def test_disabled_extension_removes_tools_and_guidance(host: Host) -> None
     assert (await host.call_tool("monitor_list", {})).is_error
     host.enable_extension("monitor")
     assert {t["name"] for t in host.search_tools("monitor")} >= {"monitor_start", "monitor_events"}
+
+
+async def test_a_watcher_is_confined_like_any_command(host: Host, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    wid = await _start(
+        host, f"touch {outside}/f && echo wrote || echo refused; touch inside && echo inside-ok"
+    )
+    await _until_exit(host, wid)
+    lines = [line for e in await _all_events(host, wid) for line in e["lines"]]
+    assert lines == ["refused", "inside-ok"]
+    assert not (outside / "f").exists() and (host.workspace / "inside").exists()

@@ -77,8 +77,11 @@ _EXPIRE_SECONDS = 30 * 24 * 3600
 _POLL_SECONDS = 0.005
 _LIVENESS_SECONDS = 0.25
 _RECORD_END_WAIT_SECONDS = 5.0
-# A waiting read returns once output has been quiet this long (never on a burst's first byte).
+# A waiting read returns once output has been quiet this long (never on a burst's first byte),
+# or once this much new output is there (of ``max_bytes``): a fast log must not outrun the
+# reader past its cap, which keeps only its head and its tail.
 QUIET_SECONDS = 0.2
+_PACED_BYTES = 256 * 1024
 # How much of a log's end the verification summary is read from.
 _VERIFY_TAIL_BYTES = 64 * 1024
 # A watcher's events come back at most this many at a time.
@@ -792,7 +795,7 @@ class ProcessManager:
         """Read a process's output from ``offset``, waiting up to ``wait_ms`` for new output.
 
         A waiting read returns once new output has been quiet for `QUIET_SECONDS`, or there is
-        ``max_bytes`` of it, or the process ended, or the wait is over: never on the first byte
+        ``max_bytes`` of it (at most 256 KiB), or the process ended, or the wait is over: never on the first byte
         of a burst. A read that shows the exit counts as the completion's delivery.
 
         Returns:
@@ -840,7 +843,7 @@ class ProcessManager:
                 size = 0
             if size > last_size:
                 last_size, grew_at = size, now
-                if size - offset >= limit:
+                if size - offset >= min(limit, _PACED_BYTES):
                     break
             elif grew_at is not None and now - grew_at >= QUIET_SECONDS:
                 break

@@ -5,6 +5,7 @@ tools as ``await tools.<name>(args)``, and only what it prints comes back, cut t
 budget (the rest archived behind a recovery reference).
 """
 
+from codemode._progress import Progress
 from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage
 from codemode._version import __version__
 from codemode.errors import (
@@ -19,19 +20,23 @@ from codemode.errors import (
     UserError,
 )
 from codemode.host import Host, run_code
+from codemode.policy import ApprovalRequest, Decision
 from codemode.sandbox import SandboxMode, SandboxPolicy
 from codemode.tools import Extension, TextContent, Tool, ToolContext, ToolResult, make_tool, tool
 from codemode.tools._bash import Notification
 
 __all__ = [
+    "ApprovalRequest",
     "CallResult",
     "CodemodeError",
+    "Decision",
     "Extension",
     "Host",
     "HostConfig",
     "HostFault",
     "Notification",
     "ProcessNotFound",
+    "Progress",
     "RunError",
     "RunResult",
     "SandboxDenied",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
 
@@ -54,6 +54,13 @@ class HostConfig(pydantic.BaseModel):
         state_quota_bytes: Most bytes the state directory holds; past it, finished entries
             are evicted, the oldest finished logs first (logs still being written never are).
             At least 4 MiB.
+        preload_tokenizer: Load the exact token counter's tables on a thread of its own when
+            the host opens (about a second of CPU), so the first long output does not wait
+            for it; off, they load when an output is first long enough to need them.
+        tool_permissions: Per-tool permission, by tool name: ``allow``, ``ask`` (the
+            ``approve`` callback decides) or ``deny``. Tools not named: read-only and
+            undeclared tools allowed, tools that declare they change things (write_file,
+            edit_file) ask; bash's commands are judged one by one.
     """
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
@@ -79,6 +86,8 @@ class HostConfig(pydantic.BaseModel):
     builtin_tools: bool = True
     log_cap_bytes: int = pydantic.Field(DEFAULT_LOG_CAP_BYTES, ge=MIN_LOG_CAP_BYTES)
     state_quota_bytes: int = pydantic.Field(DEFAULT_QUOTA_BYTES, ge=MIN_QUOTA_BYTES)
+    preload_tokenizer: bool = True
+    tool_permissions: dict[str, Literal["allow", "ask", "deny"]] = pydantic.Field(default_factory=dict)
 
 
 class RunError(pydantic.BaseModel):

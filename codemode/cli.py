@@ -115,7 +115,43 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(doctor, "print the facts and findings as JSON")
 
-    mcp = sub.add_parser("mcp", help="serve run_code and the tools over MCP (stdio)")
+    mcp = sub.add_parser("mcp", help="serve run_code and the tools over MCP (stdio, or streamable HTTP)")
+    mcp.add_argument(
+        "--http",
+        metavar="[HOST:]PORT",
+        default=None,
+        help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (HOST defaults to "
+        "127.0.0.1; one codemode session per MCP session)",
+    )
+    mcp.add_argument(
+        "--token",
+        default=None,
+        help="bearer token HTTP clients must send (default: $CODEMODE_MCP_TOKEN, else a fresh one printed "
+        "on stderr at start; prefer the variable: arguments show in ps)",
+    )
+    mcp.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let browsers from this Origin in (repeatable; e.g. https://app.example.com; :* for any port); "
+        "loopback origins are always let in",
+    )
+    mcp.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="accept this Host header (repeatable; the name a load balancer or clients use; :* for any "
+        "port); loopback names and the bound address are always accepted",
+    )
+    mcp.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=1800.0,
+        metavar="SECONDS",
+        help="end an HTTP MCP session idle this long, stopping its lifecycle=session processes (default 1800)",
+    )
     _common(mcp, None)  # speaks JSON-RPC on stdout: there is no other output to format
 
     ps = sub.add_parser("ps", help="list background processes")
@@ -165,6 +201,9 @@ def _host(args: argparse.Namespace, workspace: Path | None = None) -> Host:
         # An MCP client gets completions at the end of its next result; the CLI prints them on
         # stderr itself, so stdout stays the result (`PID=$(codemode run ...)`).
         notify_in_results=mcp,
+        # A one-shot command counts tokens exactly only when its output is long; loading the
+        # tokenizer ahead on a thread of its own competes with the run (~100 ms of a print(1)).
+        preload_tokenizer=mcp,
     )
 
 
@@ -476,9 +515,38 @@ def _print_findings(findings: list[dict[str, str]], facts: dict[str, Any] | None
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
-    from codemode.mcp import serve_stdio
+    from codemode import mcp
 
-    anyio.run(serve_stdio, _host(args))
+    def make_host() -> Host:  # made inside the front, which serves its errors to the client
+        return _host(args)
+
+    if args.http is None:
+        anyio.run(mcp.serve_stdio, make_host)
+        return 0
+    bind, port = mcp.parse_bind(args.http)
+    if not args.idle_timeout > 0:
+        raise UserError(f"--idle-timeout must be a positive number of seconds, got {args.idle_timeout:g}")
+    token = args.token or os.environ.get("CODEMODE_MCP_TOKEN") or ""
+    generated = not token
+    if generated:
+        import secrets
+
+        token = secrets.token_urlsafe(32)
+
+    def announce(url: str) -> None:  # once listening (nothing is printed for a bind that fails)
+        if generated:
+            _note(f"bearer token (generated; set CODEMODE_MCP_TOKEN to choose one): {token}")
+        _note(f"serving MCP over streamable HTTP at {url}")  # last: the line that says it is ready
+
+    options = mcp.HttpOptions(
+        token=token,
+        host=bind,
+        port=port,
+        allowed_origins=args.allow_origin,
+        allowed_hosts=args.allow_host,
+        idle_timeout_seconds=args.idle_timeout,
+    )
+    anyio.run(lambda: mcp.serve_http(make_host, options, announce=announce))
     return 0
 
 

@@ -65,6 +65,11 @@ class ErrorCode(enum.StrEnum):
     TOOL_FAILED = "tool_failed"
     """The tool refused or failed and gave no more specific code (the message says why)."""
 
+    # -- policy --
+    DENIED = "denied"
+    """The call was refused by an approval decision (the message carries the reason) or its
+    tool's permission is deny."""
+
     # -- sandbox --
     DENIED_BY_SANDBOX = "denied_by_sandbox"
     """The sandbox policy does not allow this path or action."""

@@ -6,6 +6,7 @@ import collections
 import hashlib
 import json
 import math
+import re
 import shutil
 import tempfile
 import threading
@@ -20,11 +21,13 @@ from typing import Any
 import anyio
 
 from codemode._ids import check_id
+from codemode._progress import Progress, ProgressCallback, reporting
 from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage
 from codemode.archive import Archive, ArchiveRef, State
 from codemode.budget import MIN_BUDGET, TokenCounter, fit_to_budget
-from codemode.engine import Engine, EngineLimits, GuestError, HeaderError, parse_header
-from codemode.errors import UserError
+from codemode.engine import Engine, EngineLimits, GuestError, HeaderError, RunView, parse_header
+from codemode.errors import ErrorCode, ToolError, UserError
+from codemode.policy import ApprovalRequest, Approvals, ApproveCallback, Decision
 from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy
 from codemode.tools import Extension, Tool, ToolContext, ToolRegistry, ToolResult
 from codemode.tools._bash import Notification, ProcessManager
@@ -72,13 +75,20 @@ class Host:
 
     Args:
         config: A `HostConfig`; or pass its fields as keyword arguments.
+        approve: Decides, in batches, on calls that need approval (tools whose permission is
+            ``ask``, per-call capabilities such as ``network: true`` while the network is
+            off, commands the command policy marks): an async callable taking a list of
+            `ApprovalRequest` and returning one `Decision` per request. Without it nothing
+            asks (``ask`` means allow); ``deny`` permissions still refuse.
         **options: `HostConfig` fields.
 
     Raises:
         UserError: Invalid configuration (named in the message).
     """
 
-    def __init__(self, config: HostConfig | None = None, **options: Any) -> None:
+    def __init__(
+        self, config: HostConfig | None = None, *, approve: ApproveCallback | None = None, **options: Any
+    ) -> None:
         if config is not None and options:
             raise UserError("pass either a HostConfig or keyword options, not both")
         try:
@@ -111,6 +121,17 @@ class Host:
             ),
         )
         self._state: State | None = None
+        self.approvals = Approvals(
+            approve,
+            permissions=self.config.tool_permissions,
+            network_default=self.config.network,
+            redact=lambda text: self.archive.redactor.redact(text),
+            audit=self._audit_approval,
+        )
+        # Every call passes the approvals (cheap when nothing is asked: a permission lookup and
+        # a look for capability arguments); without a callback nothing asks, but a call still
+        # gets no more than the host allows.
+        self._gate = self.approvals
         self._processes: ProcessManager | None = None
         self._session_tmp: dict[str, Path] = {}
         self._sessions_noted: set[str] = set()  # sessions this host has marked known in the state dir
@@ -142,7 +163,10 @@ class Host:
         )
         # Loading the tokenizer takes about a second; do it now, off the loop, so the first
         # long output does not pay for it. Counting waits for this load if it comes first.
-        threading.Thread(target=lambda: self.counter.exact, name="codemode-tokenizer", daemon=True).start()
+        if self.config.preload_tokenizer:
+            threading.Thread(
+                target=lambda: self.counter.exact, name="codemode-tokenizer", daemon=True
+            ).start()
         if self.config.builtin_tools:
             # The process manager pins the logs of completions not yet delivered (so they
             # survive the archive's compaction and expiry below).
@@ -319,10 +343,7 @@ class Host:
             for t in tools:
                 parts.append(f"- {self.registry.describe(t.name)['signature']}\n    {t.description}")
         else:
-            parts.append(
-                f"{len(tools)} tools: {', '.join(t.name for t in tools)}.\n"
-                "Use await searchTools(query) and await describeTool(name) for arguments."
-            )
+            parts.append(_tool_listing(tools))
         for extension in self.registry.extensions:
             if extension.guidance:
                 parts.append(extension.guidance.strip())
@@ -338,6 +359,7 @@ class Host:
         call_id: str | None = None,
         max_output_tokens: int | None = None,
         timeout_seconds: float | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> RunResult:
         """Run one program. Guest failures are in the result, never raised.
 
@@ -347,6 +369,7 @@ class Host:
             call_id: Id to record the result under; a recorded id replays its result.
             max_output_tokens: Budget when the header gives none (clamped to the limit).
             timeout_seconds: Wall-clock limit when the header gives none (clamped).
+            on_progress: Awaited with a `Progress` about once a second while the program runs.
 
         Raises:
             UserError: The host is not open, or not running on asyncio; or ``session_id`` or
@@ -369,7 +392,9 @@ class Host:
                 return replayed
         done = self._in_flight[record_key] = anyio.Event()
         try:
-            result = await self._run_code(source, session, call, max_output_tokens, timeout_seconds)
+            result = await self._run_code(
+                source, session, call, max_output_tokens, timeout_seconds, on_progress
+            )
             if call_id is not None:  # only a caller's id can ever replay: a fresh one is not kept
                 runs.record(session, call, result.model_dump_json(), digest)
             elif session not in self._sessions_noted:  # one write per session, not per run
@@ -411,6 +436,7 @@ class Host:
         call: str,
         max_output_tokens: int | None,
         timeout_seconds: float | None,
+        on_progress: ProgressCallback | None = None,
     ) -> RunResult:
         started = time.perf_counter()
         config = self.config
@@ -439,7 +465,21 @@ class Host:
             )
             timeout = config.max_timeout_seconds
         context = self._context(session, call)
-        outcome = await self.engine.run(source, context, timeout_seconds=timeout)
+        view = RunView()
+
+        def sample(elapsed: float) -> Progress:
+            output = self._processes.output_bytes(session, call) if self._processes is not None else 0
+            return Progress(
+                elapsed_seconds=elapsed,
+                printed_chars=view.printed_chars,
+                tool_calls=view.tool_calls,
+                output_bytes=output,
+            )
+
+        async with reporting(on_progress, sample):
+            outcome = await self.engine.run(
+                source, context, timeout_seconds=timeout, gate=self._gate, view=view
+            )
         error = _run_error(outcome.error, self.archive.redactor.redact) if outcome.error is not None else None
         if outcome.dropped_timers and outcome.error is None:
             notices.append(
@@ -559,11 +599,13 @@ class Host:
         session_id: str | None = None,
         call_id: str | None = None,
         max_output_tokens: int | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> CallResult:
         """Call one tool directly, the way an agent calls a tool without Code Mode.
 
         Unknown tools, bad arguments and handler failures come back as ``is_error``
         results; the text is cut to the budget (the rest archived, as for ``run_code``).
+        ``on_progress`` is awaited with a `Progress` about once a second while the call runs.
 
         Raises:
             UserError: The host is not open; or ``session_id`` or ``call_id`` is empty, longer
@@ -572,8 +614,21 @@ class Host:
         session = self._session(session_id)
         if call_id is not None:
             check_id(call_id, "call_id")
-        context = self._context(session, call_id)
-        result: ToolResult = await self.registry.call(name, args if args is not None else {}, context)
+        # A call that reports progress needs an id its commands are counted under.
+        call = call_id if call_id is not None or on_progress is None else f"call_{uuid.uuid4().hex}"
+        context = self._context(session, call)
+
+        def sample(elapsed: float) -> Progress:
+            output = self._processes.output_bytes(session, call) if self._processes and call else 0
+            return Progress(elapsed_seconds=elapsed, output_bytes=output)
+
+        arguments = args if args is not None else {}
+        refusal = await self._approve_direct(name, arguments, session)
+        if refusal is not None:
+            result: ToolResult = ToolResult.failure(ErrorCode.DENIED, refusal, {"error": "denied"})
+        else:
+            async with reporting(on_progress, sample):
+                result = await self.registry.call(name, arguments, context)
         budget = min(max_output_tokens or self.config.max_output_tokens, self.config.max_output_tokens_limit)
         trailer = "\n".join(self._take_notifications(session))
         blocks = [block.text for block in result.content]
@@ -585,6 +640,37 @@ class Host:
             is_error=result.is_error,
             truncated=fitted.truncated,
             refs=fitted.refs,
+        )
+
+    async def _approve_direct(self, name: str, arguments: dict[str, Any], session: str) -> str | None:
+        """Ask the approvals about one direct call (a batch of one); the refusal, or None."""
+        tool = self.registry.get(name)
+        if self._gate is None or tool is None:
+            return None
+        try:
+            tool.parse(arguments)
+        except ToolError:
+            return None  # the call itself reports its invalid arguments; nothing to approve
+        needs = self._gate.requests(tool, arguments, session)
+        if isinstance(needs, str):
+            return f"{name}: {needs}"
+        if not needs:
+            return None
+        refusal = self._gate.refusal(needs, await self._gate.decide(needs))
+        return None if refusal is None else f"{name}: {refusal}"
+
+    def _audit_approval(self, request: ApprovalRequest, decision: Decision) -> None:
+        """Keep an approval request and its decision in the state dir (the audit records)."""
+        self.state.approvals.record(
+            request_id=request.id,
+            session_id=request.session_id,
+            kind=request.kind.value,
+            tool=request.tool,
+            summary=request.summary,
+            arguments_json=json.dumps(request.arguments, ensure_ascii=False),
+            rule=request.rule,
+            verdict=decision.verdict,
+            reason=decision.reason,
         )
 
     def search_tools(self, query: str, limit: int = 10) -> list[dict[str, str]]:
@@ -669,17 +755,20 @@ class Host:
         return [n.text for n in notes if n.id in claimed]
 
     async def close_session(self, session_id: str) -> None:
-        """Stop the session's ``lifecycle: session`` processes and drop its temp dir.
+        """Stop the session's ``lifecycle: session`` processes, drop its temp dir and its
+        standing approval decisions.
 
         Raises:
             UserError: ``session_id`` is not a valid id.
         """
         check_id(session_id, "session_id")
+        self.approvals.forget_session(session_id)
         if self._processes is not None:
             await self._processes.close_session(session_id)
         temp = self._session_tmp.pop(session_id, None)
         if temp is not None:
             shutil.rmtree(temp, ignore_errors=True)
+        self._sessions_noted.discard(session_id)  # a server front keeps nothing per ended session
 
     def session_exists(self, session_id: str) -> bool:
         """Whether the state directory knows this session: it ran a program or a tool that
@@ -741,6 +830,31 @@ class _Fitted:
     refs: list[str]
     tokens: int
     printed_bytes: int
+
+
+_LISTING_CHARS = 3000  # ~800 tokens: the most the description spends naming tools
+
+
+def _tool_listing(tools: list[Tool]) -> str:
+    """Many tools for the description: their names while they fit, else their groups (an
+    extension, or the first word of the name) with counts, largest first, then how many more;
+    searchTools finds the rest."""
+    hint = "Use await searchTools(query) to find tools and await describeTool(name) for their arguments."
+    names = ", ".join(t.name for t in tools)
+    if len(names) <= _LISTING_CHARS:
+        return f"{len(tools)} tools: {names}.\n{hint}"
+    groups = collections.Counter(t.extension or re.split(r"[_.]", t.name, maxsplit=1)[0] for t in tools)
+    shown: list[str] = []
+    used = 0
+    for group, count in sorted(groups.items(), key=lambda item: (-item[1], item[0])):
+        entry = f"{group} ({count})"
+        if used + len(entry) > _LISTING_CHARS:
+            break
+        shown.append(entry)
+        used += len(entry) + 2
+    more = len(groups) - len(shown)
+    rest = f", and {more} more groups" if more else ""
+    return f"{len(tools)} tools in {len(groups)} groups: {', '.join(shown)}{rest}.\n{hint}"
 
 
 def _late_notice(name: str, value: ToolResult, when: str) -> str:

@@ -335,6 +335,23 @@ async def test_run_code_description_lists_api_tools_and_extension_guidance(host:
     assert (await run(host, "print(await tools.ping())")).text == "pong\n"
 
 
+async def test_five_thousand_tools_are_listed_by_group_within_two_thousand_tokens(make_host: Any) -> None:
+    async with make_host() as (host, _probe):
+        for i in range(5000):
+            host.add_tool(
+                lambda: "x", name=f"svc{i // 10}_item_{i}", description=f"Item {i} of service {i // 10}."
+            )
+        text = host.run_code_description()
+        if host.counter.exact:
+            assert host.counter.count(text) < 2000
+        else:  # offline the byte counter only bounds it from above; the listing is what grows
+            assert len(text.encode()) < 8000
+        assert f"{len(host.registry)} tools in " in text and "svc0 (10)" in text and "more groups" in text
+        assert "searchTools(query)" in text and "svc499_item_4999" not in text
+        found = host.search_tools("service 499 item 4999")
+        assert found[0]["name"] == "svc499_item_4999"
+
+
 async def test_many_tools_are_listed_by_name_with_a_pointer_to_search(make_host: Any) -> None:
     async with make_host(builtin_tools=False) as (host, _probe):
         for i in range(40):

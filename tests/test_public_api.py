@@ -5,14 +5,17 @@ from __future__ import annotations
 import codemode
 
 PUBLIC = {
+    "ApprovalRequest",
     "CallResult",
     "CodemodeError",
+    "Decision",
     "Extension",
     "Host",
     "HostConfig",
     "HostFault",
     "Notification",
     "ProcessNotFound",
+    "Progress",
     "RunError",
     "RunResult",
     "SandboxDenied",

@@ -14,6 +14,7 @@ from codemode.archive._archive import (
     ArchiveRef,
     LogWriter,
 )
+from codemode.archive._audit import ApprovalLog
 from codemode.archive._capped import (
     DEFAULT_LOG_CAP_BYTES,
     DEFAULT_QUOTA_BYTES,
@@ -45,6 +46,7 @@ __all__ = [
     "STORE_KEY_MAX_CHARS",
     "STORE_SESSION_MAX_BYTES",
     "STORE_VALUE_MAX_BYTES",
+    "ApprovalLog",
     "Archive",
     "ArchivePage",
     "ArchiveRef",

@@ -273,14 +273,19 @@ class Archive:
     # -- plumbing ---------------------------------------------------------------------------
 
     @property
+    def db(self) -> Database:
+        """The state directory's database (its ``state_dir`` and ``db_path``)."""
+        return self._db
+
+    @property
     def state_dir(self) -> Path:
-        """The state directory."""
-        return self._state_dir
+        """The state directory (the database's)."""
+        return self._db.state_dir
 
     @property
     def db_path(self) -> Path:
-        """The SQLite database file."""
-        return self._db_path
+        """The SQLite database file (the database's)."""
+        return self._db.db_path
 
     @property
     def redactor(self) -> Redactor:

@@ -134,7 +134,7 @@ _REDACTOR: Any = None
 
 
 def _redactor() -> Any:
-    """The codemode redactor (``_redact.py`` beside this file, standard library only as well).
+    """The codemode redactor (``_redact.py`` beside this file: the standard library, hyperscan and re2).
 
     The supervisor loads this file by path, without the ``codemode`` package; it loads the
     redactor's file the same way.

@@ -1,108 +1,326 @@
 """Secret redaction for command output, archived text and logs.
 
-Speed matters (every byte of command output passes through here), so the rules sit in a few
-groups, each behind one cheap literal-prefix gate; a group's regular expressions only run when
-its gate hits.
-Ordinary output (commit hashes, UUIDs, sha256 sums, base64 blobs, paths) has no gate hit or no
-token boundary and passes through untouched.
+The rules are data: gitleaks' rule set (``secret_rules/gitleaks.toml``, vendored unchanged by
+``scripts/vendor_gitleaks_rules.py``) and codemode's own (``secret_rules/codemode.toml``: what
+command output shows that gitleaks leaves out, and which gitleaks rules are turned off or
+relabelled). Every byte of command output passes through here, so matching is in two stages:
+
+1. One Hyperscan database holds every rule's pattern and scans the text once (several hundred
+   MB/s whatever the number of rules); it says which rules match somewhere.
+2. Only those rules run again with RE2 (the syntax gitleaks writes its rules in), which finds
+   each match and its secret group; a match is kept when the rule's keyword is on its line, its
+   secret has the rule's entropy, no allowlist names it, and its format check (code, for a
+   format that needs it: base64 of a PEM key) passes.
+
+Ordinary output (commit hashes, UUIDs, sha256 sums, base64 blobs, paths) matches no rule and
+comes back as it was, without a copy.
 
 A replacement looks like ``[REDACTED:github-token]``; values of secret-named environment
 variables become ``[REDACTED:env:NAME]`` (the name is not secret, the value is). Redacting
-already-redacted text changes nothing.
+already-redacted text changes nothing: a match that touches a marker is dropped.
 
 `Redactor.one_line` is the one way text (a command line) becomes a line of an operator's or a
 model's view (``codemode ps``, ``bash list``, notifications): redacted whole before it is cut,
 with terminal controls made visible.
+
+This file is also loaded by path, without the ``codemode`` package (the background supervisor
+does so for its notification line): it imports only the standard library, ``hyperscan`` and
+``re2``, and reads its rules from the folder beside it.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import math
 import os
 import re
+import threading
+import tomllib
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import hyperscan
+import re2
 
 __all__ = ["Redactor", "StreamRedactor"]
 
-# A token starts where no other token character precedes it (so a base64 or hex blob that
-# happens to contain "AKIA" or "eyJ" in its middle is not touched). The check is written as a
-# lookbehind AFTER the literal so that the regex engine can scan for the literal prefix quickly.
-_TOKEN_CHARS = r"[A-Za-z0-9_\-+]"
+RULES_DIR = Path(__file__).resolve().with_name("secret_rules")
+_MARKER = re.compile(rb"\[REDACTED:[^\]\n]{1,200}\]")
 
 
-def _tok(literal: str, rest: str) -> str:
-    lit = re.escape(literal)
-    return f"{lit}(?<!{_TOKEN_CHARS}{lit}){rest}"
+@dataclass(frozen=True)
+class _Allow:
+    target: str  # "secret", "match" or "line"
+    regex: Any  # the allowlist's regexes as one compiled RE2 alternation (bytes), or None
+    stopwords: tuple[bytes, ...]
 
 
-# Rules come in groups behind one gate each. A gate is a regex that starts with a literal (the
-# regex engine scans for a literal prefix fast) matching any of its rules' leading literals;
-# only when it hits do the group's rules run. A scan costs about 1 ns a byte, so the number of
-# groups is what sets the speed on text without secrets; related rules share a gate (a
-# one-character prefix such as "y" for "ya29." and "Key=" still scans fast). The url group is
-# first gated by a memchr-fast test for "@".
-#
-# A rule is (label, pattern). The pattern may define a group "pre" that is kept (for example
-# the "AccountKey=" before an Azure key, or the user part of a URL); the rest of the match is
-# replaced by the marker.
-_KEY_ASSIGN = r"[_\-.]?(?i:access)?[_\-.]?(?i:key)[\"']?\s*[:=]\s*[\"']?)[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+])"
-_STRIPE = r"(?<![A-Za-z0-9])[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"
-_PEM = r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|\Z)"
-_BEARER = r"(?P<pre>earer(?<=\b[Bb]earer)\s+)(?=[A-Za-z\-._~+/]*[0-9])[A-Za-z0-9\-._~+/]{8,}=*"
-_BASIC = r"(?P<pre>uthorization[\"']?\s*[:=]\s*[\"']?[Bb]asic\s+)[A-Za-z0-9+/]{8,}={0,2}"
-_JWT = r"[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"
-_GROUPS: list[tuple[str, str, list[tuple[str, str]]]] = [
-    (
-        "",
-        r"E(?:CRET|(?<=PRIVATE) KEY)",
-        [("private-key", _PEM), ("aws-secret-key", r"(?P<pre>ECRET" + _KEY_ASSIGN)],
-    ),
-    (
-        "",
-        r"A(?:KIA|SIA|Iza)",
-        [
-            ("aws-access-key-id", _tok("AKIA", r"[0-9A-Z]{16}(?![0-9A-Za-z])")),
-            ("aws-access-key-id", _tok("ASIA", r"[0-9A-Z]{16}(?![0-9A-Za-z])")),
-            ("gcp-api-key", _tok("AIza", r"[0-9A-Za-z_\-]{35}(?![0-9A-Za-z_\-])")),
-        ],
-    ),
-    (
-        "",
-        r"y(?:a29\.|=)",
-        [
-            ("gcp-oauth-token", _tok("ya29.", r"[0-9A-Za-z_\-]{20,}")),
-            ("azure-key", r"(?P<pre>AccountKey=)[A-Za-z0-9+/]{40,}={0,2}"),
-            ("azure-key", r"(?P<pre>SharedAccessKey=)[A-Za-z0-9+/]{40,}={0,2}"),
-        ],
-    ),
-    (
-        "",
-        r"g(?:h[pousr]_|ithub_pat_|lpat-)",
-        [
-            ("github-token", _tok("gh", r"[pousr]_[A-Za-z0-9]{36,}")),
-            ("github-token", _tok("github_pat_", r"[A-Za-z0-9_]{22,}")),
-            ("gitlab-token", _tok("glpat-", r"[A-Za-z0-9_\-]{20,}")),
-        ],
-    ),
-    ("", r"xox[abposr]-", [("slack-token", _tok("xox", r"[abposr]-[A-Za-z0-9\-]{10,}"))]),
-    (
-        "",
-        r"k(?:-|_live_|_test_)",
-        [
-            ("anthropic-key", _tok("sk-ant-", r"[A-Za-z0-9_\-]{20,}")),
-            ("openai-key", _tok("sk-", r"(?=[A-Za-z_\-]*[0-9])[A-Za-z0-9_\-]{20,}")),
-            ("stripe-key", _STRIPE),
-        ],
-    ),
-    ("", r"J(?<=eyJ)", [("jwt", _tok("eyJ", _JWT))]),
-    (
-        "",
-        r"r(?:er(?<=earer)|et(?<=ecret))",
-        [("aws-secret-key", r"(?P<pre>ecret" + _KEY_ASSIGN), ("bearer-token", _BEARER)],
-    ),
-    ("", r"z(?<=uthoriz)", [("basic-auth", _BASIC)]),
-    ("@", r"://", [("url-password", r"(?P<pre>://[^\s:/@?#\[\]\"'<>]*:)[^\s@/?#\"'<>]{1,256}(?=@)")]),
-]
+@dataclass(frozen=True)
+class _Rule:
+    id: str
+    label: str
+    source: str
+    prefilter: str  # what stage 1 scans for: the regex, or a cheaper pattern that matches wherever it can
+    pattern: Any  # compiled re2 pattern (bytes)
+    marker: bytes
+    secret_group: int  # -1: the first non-empty unnamed group, else the whole match
+    keywords: tuple[bytes, ...]
+    entropy: float
+    allowlists: tuple[_Allow, ...]
+    check: str | None
+    multiline: bool  # a match may span lines: stage 2 runs on the whole text, not the hit's line
+
+
+def _allowlists(spec: list[dict[str, Any]]) -> tuple[_Allow, ...]:
+    out = []
+    for allow in spec:
+        if allow.get("paths") and allow.get("condition", "OR").upper() == "AND":
+            continue  # applies only with a file path, and output has none
+        sources = allow.get("regexes", [])
+        regex = re2.compile("|".join(f"(?:{r})" for r in sources).encode()) if sources else None
+        stopwords = tuple(w.lower().encode() for w in allow.get("stopwords", []))
+        if regex is not None or stopwords:
+            out.append(_Allow(allow.get("regexTarget", "secret"), regex, stopwords))
+    return tuple(out)
+
+
+def _rule(
+    spec: dict[str, Any], label: str, global_allow: tuple[_Allow, ...], multiline: bool, prefilter: str | None
+) -> _Rule:
+    source = spec["regex"]
+    pattern = re2.compile(source.encode())
+    named = set(pattern.groupindex.values())
+    unnamed = [i for i in range(1, pattern.groups + 1) if i not in named]
+    group = int(spec.get("secretGroup", 0)) or (-1 if unnamed else 0)
+    return _Rule(
+        id=spec["id"],
+        label=label,
+        source=source,
+        prefilter=prefilter or spec.get("prefilter", source),
+        pattern=pattern,
+        marker=f"[REDACTED:{label}]".encode(),
+        secret_group=group,
+        keywords=tuple(k.lower().encode() for k in spec.get("keywords", [])),
+        entropy=float(spec.get("entropy", 0.0)),
+        allowlists=_allowlists(spec.get("allowlists", [])) + global_allow,
+        check=spec.get("check"),
+        multiline=multiline,
+    )
+
+
+def load_rules(rules_dir: Path = RULES_DIR) -> list[_Rule]:
+    """Every rule, gitleaks' first (less those codemode.toml turns off), then codemode's."""
+    with (rules_dir / "gitleaks.toml").open("rb") as f:
+        gitleaks = tomllib.load(f)
+    with (rules_dir / "codemode.toml").open("rb") as f:
+        ours = tomllib.load(f)
+    changes = ours.get("gitleaks", {})
+    disabled = set(changes.get("disabled", []))
+    labels: dict[str, str] = changes.get("labels", {})
+    multiline = set(changes.get("multiline", []))
+    prefilters: dict[str, str] = changes.get("prefilters", {})
+    global_allow = _allowlists([gitleaks.get("allowlist", {})])
+    rules = [
+        _rule(
+            spec,
+            labels.get(spec["id"], spec["id"]),
+            global_allow,
+            spec["id"] in multiline,
+            prefilters.get(spec["id"]),
+        )
+        for spec in gitleaks["rules"]
+        if "regex" in spec and spec["id"] not in disabled
+    ]
+    rules += [
+        _rule(spec, spec.get("label", spec["id"]), (), bool(spec.get("multiline", False)), None)
+        for spec in ours["rules"]
+    ]
+    return rules
+
+
+def _entropy(data: bytes) -> float:
+    n = len(data)
+    return -sum(c / n * math.log2(c / n) for c in Counter(data).values()) if n else 0.0
+
+
+def _private_key_b64(secret: bytes) -> bool:
+    """Whether a base64 blob (wrapped or not) decodes to a PEM private key."""
+    head = re.sub(rb"[^A-Za-z0-9+/=]", b"", secret[:400])
+    head = head[: len(head) // 4 * 4]
+    try:
+        return b"PRIVATE KEY" in base64.b64decode(head)[:120]
+    except (binascii.Error, ValueError):
+        return False
+
+
+_CHECKS = {"private-key-b64": _private_key_b64}
+
+
+class _Engine:
+    """The compiled rules: RE2 patterns for stage 2, and for stage 1 one Hyperscan database,
+    compiled when a text first needs it (about half a second, once per process)."""
+
+    def __init__(self, rules: list[_Rule]) -> None:
+        self.rules = rules
+        self._database: hyperscan.Database | None = None
+        self._short_texts = 0
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def matches(self, data: bytes) -> list[tuple[int, int]]:
+        """(rule index, end offset) of every match of every rule's prefilter in ``data`` (stage 1).
+
+        Before the database exists, a short text (a command line, a notification) is not worth
+        compiling it for: every rule is taken to match at the end of every line, so stage 2 runs
+        each rule on each line (a few milliseconds a line). The result is the same (a prefilter
+        matches wherever its rule does); only the cost differs, so a process that shows a few
+        short lines (the background supervisor's notification) never compiles the database, and
+        one that shows many compiles it after the first few.
+        """
+        if self._database is None and len(data) <= _SHORT_TEXT and self._short_texts < _SHORT_TEXTS:
+            self._short_texts += 1
+            ends = [i for i in range(len(data)) if data[i] == 10] + [len(data)]
+            return [(index, end) for index in range(len(self.rules)) for end in ends]
+        database = self._compiled()
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = hyperscan.Scratch(database)
+        hits: list[tuple[int, int]] = []
+        database.scan(data, match_event_handler=_collect, context=hits, scratch=scratch)
+        return hits
+
+    def _compiled(self) -> hyperscan.Database:
+        with self._lock:
+            if self._database is None:
+                database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+                database.compile(
+                    expressions=[r.prefilter.encode() for r in self.rules],
+                    ids=list(range(len(self.rules))),
+                    elements=len(self.rules),
+                    flags=[0] * len(self.rules),
+                )
+                self._database = database
+            return self._database
+
+    def spans(self, data: bytes, hits: list[tuple[int, int]]) -> list[tuple[int, int, bytes]]:
+        """(start, end, marker) of every secret the rules find where stage 1 saw them (stage 2):
+        on the line of each hit, or on the whole text for a rule whose matches span lines."""
+        found: list[tuple[int, int, bytes]] = []
+        done_to: dict[int, int] = {}
+        for index, end in sorted(hits):
+            if end <= done_to.get(index, -1):
+                continue
+            rule = self.rules[index]
+            if rule.multiline:
+                start, stop = 0, len(data)
+            else:
+                start = data.rfind(b"\n", 0, max(end - 1, 0)) + 1
+                stop = data.find(b"\n", end)
+                stop = len(data) if stop < 0 else stop
+            done_to[index] = stop
+            region = data if (start, stop) == (0, len(data)) else data[start:stop]
+            for match in rule.pattern.finditer(region):
+                span = _secret_span(rule, match)
+                if span is not None and _keep(rule, region, match, span):
+                    found.append((start + span[0], start + span[1], rule.marker))
+        return found
+
+
+def _collect(rule_id: int, start: int, end: int, flags: int, hits: object) -> None:
+    assert isinstance(hits, list)
+    hits.append((rule_id, end))
+
+
+def _secret_span(rule: _Rule, match: Any) -> tuple[int, int] | None:
+    if rule.secret_group > 0:
+        span: tuple[int, int] = match.span(rule.secret_group)
+        return span if span[0] >= 0 and span[1] > span[0] else None
+    if rule.secret_group < 0:
+        named = set(rule.pattern.groupindex.values())
+        for i in range(1, rule.pattern.groups + 1):
+            if i not in named:
+                span = match.span(i)
+                if span[0] >= 0 and span[1] > span[0]:
+                    return span
+    whole: tuple[int, int] = match.span()
+    return whole if whole[1] > whole[0] else None
+
+
+def _line(data: bytes, start: int, end: int) -> bytes:
+    """The line(s) of ``data`` that hold ``data[start:end]``."""
+    stop = data.find(b"\n", end)
+    return data[data.rfind(b"\n", 0, start) + 1 : len(data) if stop < 0 else stop]
+
+
+def _keep(rule: _Rule, data: bytes, match: Any, span: tuple[int, int]) -> bool:
+    secret = data[span[0] : span[1]]
+    line = None
+    if rule.keywords:
+        line = _line(data, *match.span()).lower()
+        if not any(k in line for k in rule.keywords):
+            return False
+    if rule.entropy and _entropy(secret) <= rule.entropy:
+        return False
+    if rule.check is not None and not _CHECKS[rule.check](secret):
+        return False
+    lowered = secret.lower()
+    for allow in rule.allowlists:
+        if any(word in lowered for word in allow.stopwords):
+            return False
+        if allow.regex is not None:
+            if allow.target == "match":
+                target = match.group()
+            elif allow.target == "line":
+                target = line if line is not None else _line(data, *match.span())
+            else:
+                target = secret
+            if allow.regex.search(target):
+                return False
+    return True
+
+
+_SHORT_TEXT = 512  # bytes; see _Engine.matches
+_SHORT_TEXTS = 32  # short texts checked rule by rule before the database is compiled anyway
+_ENGINE: _Engine | None = None
+_ENGINE_LOCK = threading.Lock()
+
+
+def _engine() -> _Engine:
+    """The rules, loaded once per process (on first use)."""
+    global _ENGINE
+    if _ENGINE is None:
+        with _ENGINE_LOCK:
+            if _ENGINE is None:
+                _ENGINE = _Engine(load_rules())
+    return _ENGINE
+
+
+def _replace(data: bytes, spans: list[tuple[int, int, bytes]]) -> bytes:
+    """``data`` with each span replaced by its marker; overlapping spans merge (the first
+    one's marker names them); a span that touches an existing marker is left alone."""
+    if b"[REDACTED:" in data:
+        markers = [m.span() for m in _MARKER.finditer(data)]
+        spans = [s for s in spans if not any(s[0] < m_end and m_start < s[1] for m_start, m_end in markers)]
+    if not spans:
+        return data
+    spans.sort(key=lambda s: (s[0], -s[1]))
+    out: list[bytes] = []
+    pos = 0
+    cur_start, cur_end, cur_marker = spans[0]
+    for start, end, marker in spans[1:]:
+        if start < cur_end:
+            cur_end = max(cur_end, end)
+            continue
+        out += (data[pos:cur_start], cur_marker)
+        pos = cur_end
+        cur_start, cur_end, cur_marker = start, end, marker
+    out += (data[pos:cur_start], cur_marker, data[cur_end:])
+    return b"".join(out)
+
 
 _SECRET_NAME = re.compile(
     r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|"
@@ -126,34 +344,6 @@ def _visible_control(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-@dataclass(frozen=True)
-class _Rule:
-    label: str
-    pattern_s: re.Pattern[str]
-    pattern_b: re.Pattern[bytes]
-    repl_s: str
-    repl_b: bytes
-
-
-@dataclass(frozen=True)
-class _Group:
-    pre_s: str
-    pre_b: bytes
-    gate_s: re.Pattern[str]
-    gate_b: re.Pattern[bytes]
-    rules: tuple[_Rule, ...]
-
-
-def _compile(label: str, source: str) -> _Rule:
-    marker = f"[REDACTED:{label}]"
-    repl = (r"\g<pre>" + marker) if "(?P<pre>" in source else marker
-    return _Rule(label, re.compile(source), re.compile(source.encode()), repl, repl.encode())
-
-
-_COMPILED = [
-    _Group(pre, pre.encode(), re.compile(gate), re.compile(gate.encode()), tuple(_compile(*r) for r in rules))
-    for pre, gate, rules in _GROUPS
-]
 _PEM_BEGIN = re.compile(rb"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----")
 _PEM_END = re.compile(rb"-----END[A-Z0-9 ]*PRIVATE KEY-----")
 
@@ -204,12 +394,9 @@ class Redactor:
         for value, marker in self._env_s:
             if value in text:
                 text = text.replace(value, marker)
-        for group in _COMPILED:
-            if (group.pre_s and group.pre_s not in text) or group.gate_s.search(text) is None:
-                continue
-            for rule in group.rules:
-                text = rule.pattern_s.sub(rule.repl_s, text)
-        return text
+        data = text.encode("utf-8", "surrogatepass")
+        redacted = _redact_rules(data)
+        return text if redacted is data else redacted.decode("utf-8", "surrogatepass")
 
     def one_line(self, text: str, limit: int | None = None) -> str:
         """``text`` as one line of an operator's or a model's view (a command in a listing).
@@ -240,12 +427,16 @@ class Redactor:
         for value, marker in self._env_b:
             if value in data:
                 data = data.replace(value, marker)
-        for group in _COMPILED:
-            if (group.pre_b and group.pre_b not in data) or group.gate_b.search(data) is None:
-                continue
-            for rule in group.rules:
-                data = rule.pattern_b.sub(rule.repl_b, data)
+        return _redact_rules(data)
+
+
+def _redact_rules(data: bytes) -> bytes:
+    """``data`` with what the rules find replaced; ``data`` itself when they find nothing."""
+    engine = _engine()
+    hits = engine.matches(data)
+    if not hits:
         return data
+    return _replace(data, engine.spans(data, hits))
 
 
 class StreamRedactor:

@@ -19,7 +19,7 @@ from codemode.errors import StateDirError
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "init_schema"]
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # The bash tool's tables as version 6 had them (what migration 5 -> 6 creates).
 _BASH_TABLES_V6 = """
@@ -121,6 +121,23 @@ CREATE TABLE IF NOT EXISTS notifications (
 CREATE INDEX IF NOT EXISTS notifications_pending ON notifications (session_id, delivered_at);
 """
 
+# Approval requests and their decisions (the audit of codemode.policy's approvals).
+_APPROVAL_TABLES = """
+CREATE TABLE IF NOT EXISTS approval_records (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    created REAL NOT NULL,
+    kind TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    arguments TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    verdict TEXT NOT NULL,
+    reason TEXT
+);
+CREATE INDEX IF NOT EXISTS approval_records_session ON approval_records (session_id, created);
+"""
+
 SCHEMA = (
     """
 CREATE TABLE IF NOT EXISTS archive_entries (
@@ -170,6 +187,7 @@ CREATE TABLE IF NOT EXISTS sessions (
 ) WITHOUT ROWID;
 """
     + _BASH_TABLES
+    + _APPROVAL_TABLES
 )
 """Every table, as a new database gets it."""
 
@@ -244,6 +262,13 @@ def _migrate_5_to_6(conn: sqlite3.Connection) -> None:
 
 
 def _migrate_6_to_7(conn: sqlite3.Connection) -> None:
+    """Approval requests and decisions are kept (the audit records of approvals)."""
+    for statement in _APPROVAL_TABLES.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def _migrate_7_to_8(conn: sqlite3.Connection) -> None:
     """One queue of notifications for completions, keyword reports and Monitor events (several
     per process, told apart by kind and sequence number), and process records keep their
     options (a watcher's limits, a run's keywords and lifetime) and their verification."""
@@ -272,6 +297,7 @@ _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     4: _migrate_4_to_5,
     5: _migrate_5_to_6,
     6: _migrate_6_to_7,
+    7: _migrate_7_to_8,
 }
 
 

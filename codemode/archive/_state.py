@@ -7,6 +7,7 @@ from pathlib import Path
 from types import TracebackType
 
 from codemode.archive._archive import EXPIRE_AFTER_SECONDS, Archive
+from codemode.archive._audit import ApprovalLog
 from codemode.archive._capped import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES
 from codemode.archive._database import Database
 from codemode.archive._redact import Redactor
@@ -24,6 +25,7 @@ class State:
         archive: Archived text and logs.
         values: Store values (a program's ``store``), per session.
         runs: Run records and the sessions seen.
+        approvals: Approval requests and their decisions (the audit).
 
     Args:
         state_dir: Directory to use (created with mode 0700, parents too).
@@ -53,6 +55,7 @@ class State:
             raise
         self.values = ValueStore(self.db)
         self.runs = RunRecords(self.db)
+        self.approvals = ApprovalLog(self.db)
 
     @property
     def state_dir(self) -> Path:

@@ -1,15 +1,17 @@
 """The QuickJS Code Mode engine: runs one JavaScript program per fresh context."""
 
 from codemode.engine._header import HeaderError, HeaderOptions, parse_header
-from codemode.engine._program import EngineLimits, GuestError, ProgramOutcome
-from codemode.engine._runtime import Engine
+from codemode.engine._program import CallGate, EngineLimits, GuestError, ProgramOutcome
+from codemode.engine._runtime import Engine, RunView
 
 __all__ = [
+    "CallGate",
     "Engine",
     "EngineLimits",
     "GuestError",
     "HeaderError",
     "HeaderOptions",
     "ProgramOutcome",
+    "RunView",
     "parse_header",
 ]

@@ -16,9 +16,10 @@ import math
 import re
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 import quickjs
 
@@ -35,6 +36,7 @@ _MODULE_STATEMENT = re.compile(r"^\s*(import|export)\b")
 _PRELUDE_SOURCE: str | None = None
 
 _DONE = object()
+_APPROVED = object()  # inbox key of a batch of approval decisions
 # Without the watchdog's interrupts (see _watchdog.py), between tool calls that settle at once
 # the binding's limit is re-armed at most this often.
 _RECHECK_SECONDS = 0.001
@@ -326,6 +328,32 @@ class ToolDispatcher:
     def start(self, call_id: int, tool: Tool, args: Any) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def approve(self, batch: int, requests: list[Any]) -> None:  # pragma: no cover - interface
+        """Ask the gate about ``requests`` on the loop; put ``(_APPROVED, (batch, decisions))``
+        in the inbox when it answers."""
+        raise NotImplementedError
+
+
+class CallGate(Protocol):
+    """What a call must pass before it runs (the host's approvals, ``codemode.policy``).
+
+    ``requests`` is asked on the program's thread for each call as the program makes it;
+    calls needing a decision are held, and all those of one drain of the program's queue
+    (calls started together, as with ``Promise.all``) go to ``decide`` as one batch.
+    """
+
+    def requests(self, tool: Tool, arguments: Mapping[str, Any], session_id: str) -> Sequence[Any] | str:
+        """What this call needs decided (empty: it runs), or why it is refused outright."""
+        ...
+
+    async def decide(self, requests: list[Any]) -> Sequence[Any]:
+        """One decision per request, in order."""
+        ...
+
+    def refusal(self, requests: Sequence[Any], decisions: Sequence[Any]) -> str | None:
+        """The message for a call one of whose requests was denied, or None."""
+        ...
+
 
 @dataclass
 class ProgramThread:
@@ -339,6 +367,7 @@ class ProgramThread:
     dispatcher: ToolDispatcher
     inbox: _Inbox = field(default_factory=_Inbox)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    gate: CallGate | None = None
 
     def __post_init__(self) -> None:
         # Lone surrogates (non-UTF-8 input) cannot cross into QuickJS: they become U+FFFD.
@@ -356,6 +385,9 @@ class ProgramThread:
         self._timers: list[tuple[float, int]] = []
         self._live_timers: set[int] = set()
         self._tool_calls = 0
+        # Calls waiting for approval: those of this drain, then by batch until decided.
+        self._to_ask: list[tuple[int, Tool, Any, Sequence[Any]]] = []
+        self._asked: dict[int, list[tuple[int, Tool, Any, Sequence[Any]]]] = {}
         # Calls of tools that change something: started, delivered, and the first results
         # (for the report of calls the program never looked at, see _unawaited).
         self._effect_calls: set[int] = set()
@@ -370,6 +402,17 @@ class ProgramThread:
         self._armed_for_wall = False
         self._armed_at = -math.inf  # time.monotonic() of the last arming
         self._cpu_checked_at = -math.inf
+
+    @property
+    def printed_chars(self) -> int:
+        """Characters the program has printed so far, as collected at its last yield to the
+        host (a tool call, a timer, its end); read from any thread, for progress reports."""
+        return self._output_bytes + self._output_dropped
+
+    @property
+    def tool_calls(self) -> int:
+        """Tool calls the program has started so far (read from any thread)."""
+        return self._tool_calls
 
     # -- the run loop ---------------------------------------------------------------------
 
@@ -618,6 +661,32 @@ class ProgramThread:
                 self._live_timers.discard(message[1])
             elif kind == "done":
                 self._done = (bool(message[1]), str(message[2]), str(message[3]))
+        if self._to_ask:
+            self._ask_held()
+
+    def _ask_held(self) -> None:
+        """Send the calls of this drain that need approval to the gate, as one batch."""
+        batch, self._to_ask = self._to_ask, []
+        batch_id = len(self._asked) + 1
+        self._asked[batch_id] = batch
+        self.dispatcher.approve(batch_id, [request for *_, needs in batch for request in needs])
+
+    def _resume_asked(self, settle: Any, batch_id: int, decisions: Sequence[Any]) -> None:
+        """Run the calls of a decided batch that were allowed; reject the others (``denied``)."""
+        assert self.gate is not None
+        at = 0
+        for call_id, tool, args, needs in self._asked.pop(batch_id, []):
+            mine = decisions[at : at + len(needs)]
+            at += len(needs)
+            if call_id not in self._pending:
+                continue
+            refusal = self.gate.refusal(needs, mine)
+            if refusal is None:
+                self._run_call(settle, call_id, tool, args, self._pending[call_id][1], held=True)
+                continue
+            _, size = self._pending.pop(call_id)
+            self._args_held -= size
+            self._reject(settle, call_id, f"{tool.name}: {refusal}", {"error": "denied"}, ErrorCode.DENIED)
 
     def _settle_now(self, *args: Any) -> None:
         # Refused calls, store.* and inline tools settle while draining; the run loop must run
@@ -651,23 +720,45 @@ class ProgramThread:
                 settle, call_id, self.registry.unknown_tool_message(name), None, ErrorCode.UNKNOWN_TOOL
             )
             return
+        raw = args
         try:
             args = tool.parse(args)  # the one check; the handler gets the parsed model
         except ToolError as exc:
             self._reject(settle, call_id, exc.message, exc.data, exc.code)
             return
         self._tool_calls += 1
+        if self.gate is not None:
+            needs = self.gate.requests(tool, raw, self.context.session_id)
+            if isinstance(needs, str):
+                self._reject(settle, call_id, f"{tool.name}: {needs}", None, ErrorCode.DENIED)
+                return
+            if needs:  # held; asked with the others of this drain (_ask_held)
+                self._pending[call_id] = (tool.name, size)
+                self._args_held += size
+                self._to_ask.append((call_id, tool, args, needs))
+                return
+        self._run_call(settle, call_id, tool, args, size)
+
+    def _run_call(
+        self, settle: Any, call_id: int, tool: Tool, args: Any, size: int, held: bool = False
+    ) -> None:
+        """Run an admitted call: inline here, else on the event loop (``held``: it was waiting
+        for approval, already counted as pending)."""
         if tool.destructive is True:  # what the prelude tracks (effectful_names_json)
             self._effect_calls.add(call_id)
         if tool.inline:
+            if held:
+                self._pending.pop(call_id, None)
+                self._args_held -= size
             try:
                 value = self.registry.invoke_inline(tool, args, self.context)
             except Exception as exc:  # a UserError from the handler: still only this call fails
                 value = ToolResult.failure(ErrorCode.HANDLER_FAILED, f"{tool.name} failed: {exc}")
             self._deliver(settle, call_id, value, tool.name)
             return
-        self._pending[call_id] = (tool.name, size)
-        self._args_held += size
+        if not held:
+            self._pending[call_id] = (tool.name, size)
+            self._args_held += size
         if self._running < self.limits.tool_concurrency:
             self._running += 1
             self.dispatcher.start(call_id, tool, args)
@@ -733,6 +824,9 @@ class ProgramThread:
         self._arm(ctx)
         for call_id, result in items:
             if call_id is _DONE:
+                continue
+            if call_id is _APPROVED:
+                self._resume_asked(settle, *result)
                 continue
             self._running -= 1
             if self._waiting:

@@ -9,6 +9,8 @@ import anyio
 
 from codemode.engine._loop import LoopSpawner
 from codemode.engine._program import (
+    _APPROVED,
+    CallGate,
     EngineLimits,
     PreparedContext,
     ProgramOutcome,
@@ -65,6 +67,43 @@ class _Dispatcher(ToolDispatcher):
 
         self.spawner.spawn(run_tool, refused)
 
+    def approve(self, batch: int, requests: list[Any]) -> None:
+        program = self.program
+        gate = program.gate if program is not None else None
+        assert program is not None and gate is not None
+
+        async def ask() -> None:
+            decisions = await gate.decide(requests)
+            program.inbox.put((_APPROVED, (batch, list(decisions))))
+
+        def refused() -> None:
+            pass  # the program has ended: its held calls are reported as cancelled
+
+        self.spawner.spawn(ask, refused)
+
+
+def _ran_out_of_memory(outcome: Any) -> bool:
+    """Whether a program's context held much memory: it ran out of its limit (`WorkerPool`)."""
+    error = getattr(outcome, "error", None)
+    return error is not None and error.kind == "out_of_memory"
+
+
+class RunView:
+    """A live view of one running program, for progress reports (`Engine.run` fills it in)."""
+
+    def __init__(self) -> None:
+        self._program: ProgramThread | None = None
+
+    @property
+    def printed_chars(self) -> int:
+        """Characters printed so far (0 before the program starts)."""
+        return 0 if self._program is None else self._program.printed_chars
+
+    @property
+    def tool_calls(self) -> int:
+        """Tool calls started so far."""
+        return 0 if self._program is None else self._program.tool_calls
+
 
 # How long calls the program left running get to stop (or finish) once it has ended.
 _LATE_SECONDS = 5.0
@@ -82,14 +121,29 @@ class Engine:
     def __init__(self, registry: ToolRegistry, limits: EngineLimits, *, max_programs: int = 64) -> None:
         self.registry = registry
         self.limits = limits
-        self._workers = WorkerPool(PreparedContext.create, max_programs)
+        self._workers = WorkerPool(PreparedContext.create, max_programs, heavy=_ran_out_of_memory)
 
     def close(self) -> None:
         """Let the idle JS threads exit."""
         self._workers.close()
 
-    async def run(self, source: str, context: ToolContext, *, timeout_seconds: float) -> ProgramOutcome:
+    async def run(
+        self,
+        source: str,
+        context: ToolContext,
+        *,
+        timeout_seconds: float,
+        gate: CallGate | None = None,
+        view: RunView | None = None,
+    ) -> ProgramOutcome:
         """Run one program to its end; guest failures come back in the outcome, never raised.
+
+        Args:
+            source: The program.
+            context: The calling session's tool context.
+            timeout_seconds: Its wall-clock limit.
+            gate: The host's approvals: decides, in batches, which calls may run.
+            view: Filled in with a live view of the program while it runs (progress reports).
 
         Raises:
             UserError: Not running on the asyncio backend.
@@ -103,8 +157,11 @@ class Engine:
             limits=self.limits,
             timeout_seconds=timeout_seconds,
             dispatcher=dispatcher,
+            gate=gate,
         )
         dispatcher.program = program
+        if view is not None:
+            view._program = program
 
         finished = False
         try:

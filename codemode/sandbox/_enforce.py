@@ -245,8 +245,9 @@ def check_policy(policy: SandboxPolicy) -> None:
     """Refuse a policy that would let commands write a protected directory (the state dir).
 
     Landlock grants by hierarchy and cannot carve a subtree out of a writable root, so a
-    protected directory at or under a writable root cannot be kept unwritable. A writable root
-    *inside* a protected directory (e.g. a per-session temp dir under the state dir) is fine.
+    protected directory at or under a writable root cannot be kept unwritable. Nor may a
+    writable root lie inside a protected directory (its blobs, another session's temp dir):
+    only the policy's own ``temp_dir`` (the session's, which the host puts there) may.
 
     Args:
         policy: The policy the host is about to use.
@@ -260,6 +261,13 @@ def check_policy(policy: SandboxPolicy) -> None:
     roots.extend(extra_writable(policy))
     for protected in policy.protected:
         real = os.path.realpath(protected)
+        for writable in policy.writable_roots:
+            inner = os.path.realpath(writable)
+            if is_within(inner, real):
+                raise UserError(
+                    f"The writable root {inner} lies inside the protected directory {real} (codemode's "
+                    "state directory), which commands may never write; choose a directory outside it."
+                )
         for root in roots:
             if is_within(real, root):
                 raise UserError(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from codemode.tools._terminal import clean_terminal_text
+from codemode.tools._terminal import TerminalView, clean_terminal_text
 
 __all__ = ["OMITTED_MARKER_RE", "Excerpt", "StreamCapture", "shape_output"]
 
@@ -86,14 +86,18 @@ class StreamCapture:
     Args:
         head_bytes: Bytes kept from the start of the stream.
         tail_bytes: Bytes kept from the end of the stream.
+        view: The terminal the excerpt is rendered for (default 80 x 24, output from a pipe).
 
     Raises:
         ValueError: If a size is negative.
     """
 
-    def __init__(self, head_bytes: int = 16384, tail_bytes: int = 16384) -> None:
+    def __init__(
+        self, head_bytes: int = 16384, tail_bytes: int = 16384, view: TerminalView | None = None
+    ) -> None:
         if head_bytes < 0 or tail_bytes < 0:
             raise ValueError(f"head_bytes and tail_bytes must be >= 0, got {head_bytes}, {tail_bytes}")
+        self._view = view or TerminalView()
         self._head_limit = head_bytes
         self._tail_limit = tail_bytes
         self._head = bytearray()
@@ -163,7 +167,7 @@ class StreamCapture:
             return _NOTHING
         if not self.truncated:
             raw = bytes(self._head) + bytes(self._tail)
-            text = clean_terminal_text(raw)
+            text = clean_terminal_text(raw, self._view)
             return Excerpt(
                 text=text,
                 total_bytes=self._total,
@@ -199,8 +203,8 @@ class StreamCapture:
         )
         shown = len(head) + len(tail)
         omitted = self._total - shown
-        head_text = clean_terminal_text(head)
-        tail_text = clean_terminal_text(tail)
+        head_text = clean_terminal_text(head, self._view)
+        tail_text = clean_terminal_text(tail, self._view)
         marker = _format_marker(omitted, omitted_lines, note)
         head_part = head_text if head_text.endswith("\n") or not head_text else head_text + "\n"
         text = f"{head_part}{marker}\n{tail_text}"

@@ -5,8 +5,6 @@ from __future__ import annotations
 import difflib
 import json
 import logging
-import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +12,7 @@ import anyio.to_thread
 
 from codemode.errors import ErrorCode, ToolError, UserError
 from codemode.tools._model import Extension, Tool, ToolContext, ToolResult, make_tool, to_tool_result
+from codemode.tools._search import SearchIndex, words
 from codemode.tools._signature import typescript_signature
 
 logger = logging.getLogger("codemode.tools")
@@ -25,29 +24,6 @@ class ArgumentProblem:
 
     path: str
     message: str
-
-
-_WORD = re.compile(r"[a-z0-9]+")
-
-
-def _words(text: str) -> list[str]:
-    # Split camelCase and snake_case so "readFile" and "read_file" both match "read".
-    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", text)
-    return _WORD.findall(spaced.lower())
-
-
-def _argument_names(schema: dict[str, Any]) -> list[str]:
-    """The argument names of an input schema: its properties, or those of each object of a union
-    at its root (bash: one object per action), each name once."""
-    defs = schema.get("$defs", {})
-    options = schema.get("anyOf") or schema.get("oneOf") or []
-    names: dict[str, None] = dict.fromkeys(schema.get("properties", {}))
-    for option in options:
-        if isinstance(option, dict) and isinstance(option.get("$ref"), str):
-            option = defs.get(option["$ref"].rsplit("/", 1)[-1], {})
-        if isinstance(option, dict):
-            names.update(dict.fromkeys(option.get("properties", {})))
-    return list(names)
 
 
 class ToolRegistry:
@@ -62,6 +38,7 @@ class ToolRegistry:
         self._extensions: dict[str, Extension] = {}
         self._disabled: dict[str, Extension] = {}
         self._effectful_json: str | None = None  # effectful_names_json, until the tools change
+        self._index: SearchIndex | None = None  # search's index, until the tools change
 
     # -- registration -------------------------------------------------------------------
 
@@ -75,7 +52,7 @@ class ToolRegistry:
         if tool_obj.name in self._tools:
             raise UserError(f"a tool named {tool_obj.name!r} is already registered")
         self._tools[tool_obj.name] = tool_obj
-        self._effectful_json = None
+        self._changed()
         return tool_obj
 
     def remove(self, name: str) -> None:
@@ -86,7 +63,7 @@ class ToolRegistry:
         """
         if self._tools.pop(name, None) is None:
             raise UserError(f"no tool named {name!r} is registered")
-        self._effectful_json = None
+        self._changed()
 
     def add_extension(self, extension: Extension) -> None:
         """Register an extension and its tools.
@@ -120,7 +97,7 @@ class ToolRegistry:
         for t in extension.tools:
             self._tools.pop(t.name, None)
         self._disabled[name] = extension
-        self._effectful_json = None
+        self._changed()
 
     def remove_extension(self, name: str) -> None:
         """Forget an extension (enabled or disabled) and its tools; no error if unknown."""
@@ -129,7 +106,7 @@ class ToolRegistry:
             for t in extension.tools:
                 if self._tools.get(t.name) is t:
                     del self._tools[t.name]
-            self._effectful_json = None
+            self._changed()
 
     def enable_extension(self, name: str) -> None:
         """Bring back a disabled extension.
@@ -156,6 +133,11 @@ class ToolRegistry:
     def get(self, name: str) -> Tool | None:
         """The tool with this name, or None."""
         return self._tools.get(name)
+
+    def _changed(self) -> None:
+        """Forget what was derived from the set of tools."""
+        self._effectful_json = None
+        self._index = None
 
     def effectful_names_json(self) -> str:
         """The names of the tools that declare they change things (``destructive=True``: the
@@ -193,49 +175,21 @@ class ToolRegistry:
         )
 
     def search(self, query: str, limit: int = 10) -> list[dict[str, str]]:
-        """Rank tools for a free-text query by name, description and parameter names.
+        """Rank tools for a free-text query by name, description and parameter names
+        (`SearchIndex`, rebuilt after the tools change).
 
         Returns:
             Up to ``limit`` ``{name, description}`` dicts, best first; all tools (sorted)
             for an empty query.
         """
-        terms = _words(query)
-        if not terms:
+        if not words(query):
             return [{"name": t.name, "description": t.description} for t in self][:limit]
-        scored: list[tuple[float, str]] = []
-        n_tools = max(len(self._tools), 1)
-        fields_per_tool = {t.name: self._search_fields(t) for t in self}
-        doc_freq: dict[str, int] = {}
-        for fields in fields_per_tool.values():
-            seen = set(fields[0]) | set(fields[1]) | set(fields[2])
-            for w in seen:
-                doc_freq[w] = doc_freq.get(w, 0) + 1
-        for t in self:
-            name_words, param_words, desc_words = fields_per_tool[t.name]
-            score = 0.0
-            for term in terms:
-                idf = 1.0 + math.log(n_tools / (1 + doc_freq.get(term, 0)) + 1)
-                if term == t.name.lower():
-                    score += 10 * idf
-                if term in name_words:
-                    score += 5 * idf
-                elif any(w.startswith(term) or term.startswith(w) for w in name_words if len(w) > 2):
-                    score += 3 * idf
-                if term in param_words:
-                    score += 2 * idf
-                if term in desc_words:
-                    score += 1.5 * idf
-                elif any(w.startswith(term) for w in desc_words if len(term) > 2):
-                    score += 0.75 * idf
-            if score > 0:
-                scored.append((score, t.name))
-        scored.sort(key=lambda pair: (-pair[0], pair[1]))
-        return [{"name": name, "description": self._tools[name].description} for _, name in scored[:limit]]
-
-    @staticmethod
-    def _search_fields(t: Tool) -> tuple[list[str], list[str], list[str]]:
-        param_words = [w for p in _argument_names(t.input_schema) for w in _words(p)]
-        return _words(t.name), param_words, _words(t.description)
+        if self._index is None:
+            self._index = SearchIndex(self._tools.values())
+        return [
+            {"name": name, "description": self._tools[name].description}
+            for name in self._index.search(query, limit)
+        ]
 
     def describe(self, name: str) -> dict[str, Any]:
         """Name, title, description, input and output JSON Schema and a TypeScript signature.

@@ -157,14 +157,14 @@ def test_stream_redactor_matches_whole_text_redaction_at_any_chunking() -> None:
 
 def test_one_line_redacts_the_whole_text_before_cutting_and_shows_controls_as_text() -> None:
     command = (
-        "deploy --token "
+        "deploy --label "
         + "a" * 30
         + " AKIAIOSFODNN7EXAMPLE\n\t--color \x1b[31m\x1b]0;title\x07 \x9b2J \u202eevil"
     )
     # Cut first, the key's head would survive: the whole text is redacted first.
-    assert R.one_line(command, 50) == "deploy --token " + "a" * 30 + " [..."
+    assert R.one_line(command, 50) == "deploy --label " + "a" * 30 + " [..."
     assert R.one_line(command) == (
-        "deploy --token " + "a" * 30 + " [REDACTED:aws-access-key-id] --color "
+        "deploy --label " + "a" * 30 + " [REDACTED:aws-access-key-id] --color "
         "\\x1b[31m\\x1b]0;title\\x07 \\x9b2J \\u202eevil"
     )
     assert R.one_line("  plain   words \r\n") == "plain words"

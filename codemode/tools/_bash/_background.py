@@ -24,12 +24,15 @@ from codemode.errors import ToolError
 from codemode.sandbox import cgroup_kill, cgroup_remove
 from codemode.tools._bash._env import command_env
 from codemode.tools._bash._foreground import RunSpec, command_cgroup, confine
+from codemode.tools._terminal import TerminalView
 
 SUPERVISOR = Path(__file__).with_name("_supervisor.py")
 # Where the supervisor (started without site processing) finds its one dependency.
 _SUPERVISOR_PATHS = sorted({str(Path(m.__file__).parent.parent) for m in (psutil,) if m.__file__})
 _HANDSHAKE_SECONDS = 30.0
 PTY_TERM = "xterm-256color"
+#: The PTY's window (the supervisor sets it); ``read`` renders the log for the same terminal.
+PTY_VIEW = TerminalView(columns=200, lines=50, newline_returns=False)
 
 
 def runtime_dir(archive: Archive) -> Path:
@@ -156,6 +159,7 @@ def start_background(
                 "log_path": log_path,
                 "input_name": input_name,
                 "input_token": input_token,
+                "pty_size": [PTY_VIEW.lines, PTY_VIEW.columns],
                 "layers": layers,
                 "cgroup": cgroup,
             }

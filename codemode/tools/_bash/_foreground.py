@@ -54,6 +54,7 @@ from codemode.tools._bash._proctree import create_time, markers_with_prefix, ter
 from codemode.tools._bash._pump import Pump, PumpStatus
 from codemode.tools._bash._shape import build_result
 from codemode.tools._capture import StreamCapture
+from codemode.tools._terminal import terminal_view
 from codemode.tools._verification import Classification, classify_command
 
 
@@ -146,6 +147,7 @@ class RunSpec:
     lifecycle: str = "session"
     completion_mode: str = "resume"
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    call_id: str | None = None  # the surrounding run_code or direct call (progress reports)
 
     def record_fields(self) -> dict[str, Any]:
         """The fields of a process record that come from this request."""
@@ -384,7 +386,8 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
     finally:
         os.close(out_write)
         os.close(err_write)
-    stdout, stderr = StreamCapture(), StreamCapture()
+    view = terminal_view(spec.environ)  # pipes: rendered for COLUMNS x LINES, or 80 x 24
+    stdout, stderr = StreamCapture(view=view), StreamCapture(view=view)
     log = LazyLog(archive, spec.session_id, redactor)
     try:
         pump = Pump(proc, (out_read, err_read), stdout, stderr, log)

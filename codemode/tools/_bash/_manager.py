@@ -30,8 +30,9 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -39,9 +40,9 @@ import anyio.to_thread
 
 from codemode.archive import Archive, ProcessRecord, Redactor
 from codemode.archive import process_records as _records
-from codemode.errors import ProcessNotFound, ToolError
-from codemode.sandbox import cgroup_kill, cgroup_remove
-from codemode.tools._bash._background import adopt, start_background
+from codemode.errors import ErrorCode, ProcessNotFound, ToolError, UserError
+from codemode.sandbox import SandboxPolicy, cgroup_kill, cgroup_remove, check_policy
+from codemode.tools._bash._background import PTY_VIEW, adopt, start_background
 from codemode.tools._bash._env import resolve_cwd
 from codemode.tools._bash._foreground import (
     CGROUPS,
@@ -70,10 +71,43 @@ from codemode.tools._bash._tool import (
     guidance,
 )
 from codemode.tools._model import Extension, TextContent, ToolContext, ToolResult
-from codemode.tools._terminal import clean_terminal_text
+from codemode.tools._terminal import clean_terminal_text, terminal_view
 from codemode.tools._verification import Verification, failure_summary, parse_verification
 
 _EXPIRE_SECONDS = 30 * 24 * 3600
+
+
+def _with_capabilities(ctx: ToolContext, args: BashRunArgs) -> SandboxPolicy:
+    """The call's policy: the host's, plus the per-call capabilities it asked for (``network``,
+    ``write_paths``). The host's approvals decided on them before the call got here (without an
+    approval callback, asking for more than the host allows is refused there).
+
+    Raises:
+        ToolError: A write path does not exist, is not a directory, or would make the state
+            directory writable (code ``denied_by_sandbox``).
+    """
+    policy = ctx.policy
+    if args.network and not policy.network:
+        policy = replace(policy, network=True)
+    for raw in args.write_paths or ():
+        path = (ctx.workspace / raw).resolve() if not os.path.isabs(raw) else Path(raw).resolve()
+        if not path.is_dir():
+            raise ToolError(
+                f"write_paths: {raw!r} is not an existing directory; create it first or name its parent",
+                {"path": raw},
+                code=ErrorCode.DENIED_BY_SANDBOX,
+            )
+        policy = policy.with_root(path)
+    if policy is not ctx.policy:
+        try:
+            check_policy(policy)
+        except UserError as exc:
+            raise ToolError(
+                str(exc), {"write_paths": args.write_paths}, code=ErrorCode.DENIED_BY_SANDBOX
+            ) from exc
+    return policy
+
+
 _POLL_SECONDS = 0.005
 _LIVENESS_SECONDS = 0.25
 _RECORD_END_WAIT_SECONDS = 5.0
@@ -423,6 +457,7 @@ class ProcessManager:
             scope=args.scope,
             lifecycle=args.lifecycle,
             completion_mode=args.completion_mode,
+            policy=_with_capabilities(ctx, args),
         )
 
     def run_spec(
@@ -436,8 +471,10 @@ class ProcessManager:
         scope: str | None = None,
         lifecycle: str | None = None,
         completion_mode: str | None = None,
+        policy: SandboxPolicy | None = None,
     ) -> RunSpec:
-        """A validated request to run ``command`` in ``cwd`` for the calling session.
+        """A validated request to run ``command`` in ``cwd`` for the calling session (under
+        ``policy``, default the call's).
 
         Raises:
             ToolError: The command holds a NUL, or the cwd is outside the workspace or missing.
@@ -448,17 +485,19 @@ class ProcessManager:
                 "(use printf '\\0' to produce one)",
                 {"error": "bad_command"},
             )
+        policy = policy or ctx.policy
         return RunSpec(
             command=command,
-            cwd=resolve_cwd(cwd, ctx.workspace, ctx.policy),
+            cwd=resolve_cwd(cwd, ctx.workspace, policy),
             timeout_seconds=timeout_seconds or DEFAULT_TIMEOUT_SECONDS,
             session_id=ctx.session_id,
-            policy=ctx.policy,
+            policy=policy,
             purpose=purpose,
             scope=scope,
             lifecycle=lifecycle or "session",
             completion_mode=completion_mode or "resume",
             environ=self._environ,
+            call_id=ctx.call_id,
         )
 
     async def _run(self, args: BashRunArgs, ctx: ToolContext) -> ToolResult:
@@ -1073,7 +1112,9 @@ class ProcessManager:
     def _read_page(self, record: ProcessRecord, offset: int, limit: int) -> dict[str, Any]:
         assert record.log_ref is not None
         page = self._archive.read(record.log_ref, offset, limit, session_id=record.session_id)
-        output = self._redactor.redact(clean_terminal_text(page.data))
+        # A background command wrote to its PTY; a promoted one to pipes.
+        view = PTY_VIEW if record.kind == "background" else terminal_view(self._environ)
+        output = self._redactor.redact(clean_terminal_text(page.data, view))
         data: dict[str, Any] = {
             "process_id": record.process_id,
             "output": output,
@@ -1315,6 +1356,15 @@ class ProcessManager:
                 with contextlib.suppress(ToolError):
                     self._archive.pin(row["log_ref"], False)
         return fresh
+
+    def output_bytes(self, session_id: str, call_id: str) -> int:
+        """Bytes the session's foreground commands started by this call have output so far
+        (for progress reports; commands handed to the background are no longer counted)."""
+        with self._lock:
+            runs = list(self._foreground)
+        return sum(
+            r.pump.bytes_read for r in runs if r.spec.session_id == session_id and r.spec.call_id == call_id
+        )
 
     async def close_session(self, session_id: str) -> None:
         """Stop the session's ``lifecycle: session`` processes."""

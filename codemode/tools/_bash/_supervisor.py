@@ -10,8 +10,9 @@ supervisor traces the command, which is not its child, to learn its exit status)
 Started by the host as ``python -I -S <this file> SITE_DIRS...`` (or ``python -m
 codemode.tools._bash._supervisor``) in a new session, with the JSON spec on stdin. It forks
 once so the host can reap the first process at once; the second lives on without the host
-(init adopts it). It imports only the standard library and psutil — not the ``codemode``
-package — so a hundred of them stay cheap; the record SQL comes from the sibling
+(init adopts it). It imports only the standard library and psutil (the redactor for its
+notification line adds hyperscan and re2) — not the ``codemode`` package — so a hundred of
+them stay cheap; the record SQL comes from the sibling
 ``codemode/archive/_processes.py`` and the launch primitive from ``codemode/sandbox/_spawn.py``, loaded by path.
 
 Steps: open a PTY and start ``bash -c COMMAND`` on it through the sandbox's exec helper (the
@@ -725,7 +726,7 @@ def supervise(spec: dict[str, Any]) -> int:
             input_read, input_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
             os.set_blocking(input_write, True)
             fifo_fd = input_read
-            master, terminal = _open_pty(50, 200)
+            master, terminal = _open_pty(*spec["pty_size"])
             proc = spawn.spawn_helper(
                 program="/bin/bash",
                 argv=["/bin/bash", "-c", spec["command"]],

@@ -99,6 +99,15 @@ class BashRunArgs(_ActionArgs):
             "(default: error, fail, fatal, panic, exception, traceback, ...; [] for none)."
         ),
     )
+    network: bool | None = pydantic.Field(
+        default=None,
+        description="this command needs the network (where the host keeps it off, asks for approval).",
+    )
+    write_paths: list[str] | None = pydantic.Field(
+        default=None,
+        max_length=16,
+        description="extra existing directories this command may write, beyond the workspace (asks for approval).",
+    )
 
 
 class BashReadArgs(_ActionArgs):

@@ -56,6 +56,8 @@ async def test_schema_is_one_plain_bounded_object_per_action(manager: ProcessMan
                     "purpose",
                     "scope",
                     "report_on",
+                    "network",
+                    "write_paths",
                 ]
             ),
             ["command"],  # action is optional: run is the default

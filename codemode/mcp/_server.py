@@ -1,4 +1,4 @@
-"""MCP server front: ``run_code`` plus every registered tool, over the official MCP SDK.
+"""The MCP server: ``run_code`` plus every registered tool, over the official MCP SDK.
 
 The low-level ``Server`` is used (not ``MCPServer``) because the tools already carry their
 own JSON Schemas and MCP-shaped results; the SDK only needs to list and route them.
@@ -11,48 +11,39 @@ failed. A direct tool's structured content counts against the same token budget 
 a tool without an output schema sends none when it does not fit; one with an output schema
 (whose clients rely on structured content) sends it with its longest strings cut, head and
 tail kept around a note, until it fits.
+
+Which codemode session a call runs in: over stdio, the host's (one process, one client); over
+streamable HTTP, one per MCP session (see `ConnectionSessions`). A call whose client sent a
+``progressToken`` gets ``notifications/progress`` about once a second while it runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from typing import Any
 
 import mcp.types as types
 import pydantic
+from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
+from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from codemode._ids import ID_MAX_CHARS, check_id
+from codemode._ids import check_id
+from codemode._progress import Progress, ProgressCallback
+from codemode._published import RUN_CODE_SCHEMA, flat_input_schema
 from codemode._results import RunError, Usage
 from codemode._version import __version__
 from codemode.budget import TokenCounter
 from codemode.errors import GuestErrorKind, UserError
 from codemode.host import Host
+from codemode.mcp._approval import Elicitor
+from codemode.mcp._sessions import NoSession, SessionOf
 from codemode.tools import Tool
 
-__all__ = ["RUN_CODE_SCHEMA", "RunCodeOutput", "create_server", "serve_stdio"]
-
-RUN_CODE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "code": {
-            "type": "string",
-            "description": "The JavaScript program. Optional first line: "
-            '// @run_code: {"max_output_tokens": N, "timeout_seconds": N}',
-        },
-        "call_id": {
-            "type": "string",
-            "description": f"Optional id (1 to {ID_MAX_CHARS} characters, no control characters); "
-            "calling again with a recorded id returns the recorded result.",
-            "minLength": 1,
-            "maxLength": ID_MAX_CHARS,
-        },
-    },
-    "required": ["code"],
-    "additionalProperties": False,
-}
+__all__ = ["RUN_CODE_SCHEMA", "RunCodeOutput", "create_failed_server", "create_server", "flat_input_schema"]
 
 
 class RunCodeError(RunError):
@@ -90,20 +81,32 @@ _CUT_NOTE = "\n[... {cut:,} characters cut to fit the output budget{where} ...]\
 _MIN_KEPT_CHARS = 64  # strings shorter than twice this are left whole
 
 
-def create_server(host: Host, *, name: str = "codemode") -> Server[Any]:
-    """An MCP server exposing ``run_code`` and the host's tools (the host must be open)."""
+def create_server(
+    host: Host,
+    *,
+    name: str = "codemode",
+    session_of: SessionOf | None = None,
+    handshake_only: bool = False,
+) -> Server[Any]:
+    """An MCP server exposing ``run_code`` and the host's tools (the host must be open).
+
+    Args:
+        host: The open host whose tools are served.
+        name: The server's name in its ``serverInfo``.
+        session_of: The codemode session of a request (None: the host's configured session);
+            it raises `NoSession` for a request that cannot have one (the message says why).
+        handshake_only: Answer ``server/discover`` with the handshake protocol versions only, so
+            that clients open an MCP session (the HTTP front keys codemode sessions on them;
+            protocol 2026-07-28 has none). SDK clients then fall back to ``initialize``.
+    """
+
+    # Without an approval callback of the host's own, the client's user decides (elicitation).
+    elicitor = Elicitor(host.config.session_id) if host.approvals.callback is None else None
+    if elicitor is not None:
+        host.approvals.callback = elicitor
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        tools = [
-            types.Tool(
-                name="run_code",
-                title="Run code",
-                description=host.run_code_description(),
-                input_schema=RUN_CODE_SCHEMA,
-                output_schema=RUN_CODE_OUTPUT_SCHEMA,
-                annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=True),
-            )
-        ]
+        tools = [_run_code_tool(host.run_code_description())]
         for t in host.registry:
             schema, _ = _output_schema(t)
             tools.append(
@@ -118,17 +121,31 @@ def create_server(host: Host, *, name: str = "codemode") -> Server[Any]:
             )
         return types.ListToolsResult(tools=tools)
 
-    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         try:
-            return await dispatch(params)
+            session = session_of(ctx) if session_of is not None else None
+        except NoSession as exc:
+            return _error(str(exc))
+        serving = (
+            elicitor.serving(session, ctx, direct=params.name != "run_code")
+            if elicitor is not None
+            else contextlib.nullcontext()
+        )
+        try:
+            with serving:
+                return await dispatch(params, session, _progress_callback(ctx))
         except Exception as exc:  # a host fault: an error result, never a protocol error
             return _error(f"{params.name} failed on the host: {type(exc).__name__}: {exc}")
 
-    async def dispatch(params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def dispatch(
+        params: types.CallToolRequestParams, session: str | None, on_progress: ProgressCallback | None
+    ) -> types.CallToolResult:
         args = dict(params.arguments or {})
         if params.name == "run_code":
-            return await run_code(args)
-        called = await host.call_tool(params.name, args)
+            return await run_code(args, session, on_progress)
+        called = await host.call_tool(params.name, args, session_id=session, on_progress=on_progress)
         t = host.registry.get(params.name)
         schema, wrapped = _output_schema(t) if t is not None else (None, False)
         structured = called.structured_content
@@ -144,7 +161,9 @@ def create_server(host: Host, *, name: str = "codemode") -> Server[Any]:
             is_error=called.is_error,
         )
 
-    async def run_code(args: dict[str, Any]) -> types.CallToolResult:
+    async def run_code(
+        args: dict[str, Any], session: str | None, on_progress: ProgressCallback | None
+    ) -> types.CallToolResult:
         code = args.get("code")
         if not isinstance(code, str):
             return _error('run_code needs {"code": "<JavaScript program>"}')
@@ -154,7 +173,7 @@ def create_server(host: Host, *, name: str = "codemode") -> Server[Any]:
                 check_id(call_id, "call_id")
             except UserError as exc:
                 return _error(f"run_code: {exc}; nothing ran")
-        result = await host.run_code(code, call_id=call_id)
+        result = await host.run_code(code, session_id=session, call_id=call_id, on_progress=on_progress)
         output = {
             "ok": result.ok,
             "call_id": result.call_id,
@@ -170,70 +189,67 @@ def create_server(host: Host, *, name: str = "codemode") -> Server[Any]:
             is_error=not result.ok,
         )
 
-    return Server(
+    server: Server[Any] = Server(
         name,
         version=__version__,
-        instructions="Use run_code to call several tools in one JavaScript program; print only what you need.",
+        instructions=_INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+    if handshake_only:
+
+        async def discover(ctx: Any, params: types.RequestParams | None) -> types.DiscoverResult:
+            return types.DiscoverResult(
+                supported_versions=list(HANDSHAKE_PROTOCOL_VERSIONS),
+                capabilities=server.get_capabilities(),
+                instructions=_INSTRUCTIONS,
+            )
+
+        server.add_request_handler("server/discover", types.RequestParams, discover)
+    return server
 
 
-def flat_input_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` as one object, for clients whose model APIs refuse a ``oneOf``/``anyOf`` at
-    the top of a tool's input schema (several do).
-
-    A union of objects (bash: one object per action) becomes one object with every branch's
-    properties (a property in several branches: its first definition, with the enums of
-    ``const`` tags merged) and only what every branch requires. The tool itself still checks
-    the arguments against the union, so a wrong combination gets its precise message.
-    """
-    branches = schema.get("oneOf") or schema.get("anyOf")
-    if not isinstance(branches, list) or "properties" in schema:
-        return schema
-    defs = schema.get("$defs", {})
-    resolved = [_resolve_ref(b, defs) for b in branches]
-    if not all(isinstance(b, dict) and b.get("type") == "object" for b in resolved):
-        return schema
-    properties: dict[str, Any] = {}
-    tags: dict[str, list[Any]] = {}
-    for branch in resolved:
-        for name, prop in branch.get("properties", {}).items():
-            if isinstance(prop, dict) and "const" in prop:
-                tags.setdefault(name, []).append(prop["const"])
-            properties.setdefault(name, prop)
-    for name, values in tags.items():
-        first = dict(properties[name])
-        first.pop("const", None)
-        properties[name] = {**first, "enum": list(dict.fromkeys(values))}
-    required = set.intersection(*(set(b.get("required", [])) for b in resolved)) if resolved else set()
-    flat: dict[str, Any] = {"type": "object", "properties": properties}
-    if required - set(tags):
-        flat["required"] = sorted(required - set(tags))
-    # Which fields go with which tag (the union said it; one object has to say it in words).
-    by_tag = []
-    for branch in resolved:
-        tag = next(
-            (f"{n}={p['const']}" for n, p in branch.get("properties", {}).items() if "const" in p), None
-        )
-        fields = [n for n in branch.get("properties", {}) if n not in tags]
-        if tag is not None:
-            by_tag.append(f"{tag}: {', '.join(fields) or 'no other fields'}")
-    words = [schema["description"]] if "description" in schema else []
-    if by_tag:
-        words.append("Fields by " + "; ".join(by_tag) + ".")
-    if words:
-        flat["description"] = " ".join(words)
-    if defs:
-        flat["$defs"] = defs
-    return flat
+_INSTRUCTIONS = "Use run_code to call several tools in one JavaScript program; print only what you need."
 
 
-def _resolve_ref(branch: Any, defs: dict[str, Any]) -> Any:
-    ref = branch.get("$ref") if isinstance(branch, dict) else None
-    if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        return defs.get(ref.removeprefix("#/$defs/"), branch)
-    return branch
+def create_failed_server(problem: str, *, name: str = "codemode") -> Server[Any]:
+    """A server for a codemode that could not start: it lists ``run_code`` and answers every
+    call with an error result naming ``problem``, so the client shows the reason (a closed
+    connection would leave it on the server's stderr, which most clients hide)."""
+    message = f"codemode could not start, so no tool can run: {problem}. Fix that and restart the MCP server."
+
+    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[_run_code_tool(message)])
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        return _error(message)
+
+    return Server(
+        name, version=__version__, instructions=message, on_list_tools=list_tools, on_call_tool=call_tool
+    )
+
+
+def _run_code_tool(description: str) -> types.Tool:
+    return types.Tool(
+        name="run_code",
+        title="Run code",
+        description=description,
+        input_schema=RUN_CODE_SCHEMA,
+        output_schema=RUN_CODE_OUTPUT_SCHEMA,
+        annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=True),
+    )
+
+
+def _progress_callback(ctx: ServerRequestContext[Any]) -> ProgressCallback | None:
+    """Reports for this request as ``notifications/progress`` (progress: elapsed seconds), when
+    its client asked for them with a ``progressToken``."""
+    if progress_token_from_params(ctx.params) is None:
+        return None
+
+    async def report(progress: Progress) -> None:
+        await ctx.session.report_progress(progress.elapsed_seconds, None, progress.message())
+
+    return report
 
 
 def _annotations(t: Tool) -> types.ToolAnnotations:
@@ -332,11 +348,3 @@ def _strings(value: Any) -> list[tuple[Any, Any]]:
 
 def _error(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
-
-
-async def serve_stdio(host: Host) -> None:
-    """Open ``host`` and serve it over stdio until the client disconnects."""
-    async with host:
-        server = create_server(host)
-        async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import anyio
 import mcp.types as types
+import psutil
 import pydantic
 import pytest
 from mcp import ClientSession, StdioServerParameters
@@ -16,7 +17,7 @@ from mcp.client.stdio import stdio_client
 
 import codemode
 from codemode.budget import TokenCounter
-from codemode.mcp import _fit_structured, _output_schema
+from codemode.mcp._server import _fit_structured, _output_schema
 from codemode.tools._bash._tool import bash_tool
 
 pytestmark = pytest.mark.anyio
@@ -227,3 +228,85 @@ def test_a_union_input_schema_is_published_as_one_object() -> None:
     )
     plain = {"type": "object", "properties": {"x": {"type": "integer"}}}
     assert flat_input_schema(plain) is plain
+
+
+async def test_a_client_disconnecting_stops_the_sessions_processes(tmp_path: Path) -> None:
+    from http_support import alive, wait_until_gone
+
+    with anyio.fail_after(60):
+        async with stdio_client(_params(tmp_path)) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            mine = await session.call_tool("bash", {"command": "sleep 300", "run_in_background": True})
+            kept = await session.call_tool(
+                "bash", {"command": "sleep 300", "run_in_background": True, "lifecycle": "managed"}
+            )
+            assert mine.structured_content is not None and kept.structured_content is not None
+            pid, managed_pid = mine.structured_content["pid"], kept.structured_content["pid"]
+            assert alive(pid) and alive(managed_pid)
+        assert await wait_until_gone(pid)  # lifecycle=session: ends with the client
+        assert alive(managed_pid)  # lifecycle=managed: lives on until stopped
+        psutil.Process(managed_pid).kill()
+
+
+async def test_a_start_up_problem_is_an_error_result_not_a_closed_connection(tmp_path: Path) -> None:
+    params = _params(tmp_path)
+    params.args += ["--state-dir", str(tmp_path / "ws" / "state")]  # inside the workspace: refused
+    with anyio.fail_after(60):
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            listed = await session.list_tools()
+            assert [t.name for t in listed.tools] == ["run_code"]
+            assert (
+                listed.tools[0].description is not None and "could not start" in listed.tools[0].description
+            )
+            for _ in range(2):
+                failed = await session.call_tool("run_code", {"code": "print(1)"})
+                assert failed.is_error
+                text = failed.content[0]
+                assert isinstance(text, types.TextContent)
+                assert "codemode could not start" in text.text and "state directory" in text.text
+
+
+async def test_nested_calls_are_approved_by_the_clients_user_through_elicitation(tmp_path: Path) -> None:
+    asked: list[types.ElicitRequestParams] = []
+
+    async def answer(context: object, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params)
+        schema = params.requested_schema  # type: ignore[union-attr]
+        choices = {
+            key: ("allow" if "a.txt" in prop["title"] else "deny")
+            for key, prop in schema["properties"].items()
+        }
+        return types.ElicitResult(action="accept", content=choices)
+
+    workspace = tmp_path / "ws"
+    program = (
+        "const r = await Promise.allSettled([tools.write_file({path: 'a.txt', content: 'a'}),"
+        " tools.write_file({path: 'b.txt', content: 'b'})]);"
+        "print(r.map(x => x.status === 'fulfilled' ? 'ok' : x.reason.code).join(' '));"
+    )
+    with anyio.fail_after(60):
+        params = _params(tmp_path)
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write, elicitation_callback=answer) as session,
+        ):
+            await session.initialize()
+            nested = await session.call_tool("run_code", {"code": program})
+            direct = await session.call_tool("write_file", {"path": "c.txt", "content": "c"})
+    assert len(asked) == 1  # one batch, one question with a choice per call
+    assert "write_file" in asked[0].message and len(asked[0].requested_schema["properties"]) == 2  # type: ignore[union-attr]
+    assert nested.content[0].text.strip() == "ok denied", nested  # type: ignore[union-attr]
+    assert (workspace / "a.txt").exists() and not (workspace / "b.txt").exists()
+    assert not direct.is_error and (workspace / "c.txt").read_text() == "c"  # the client approved that call
+    assert len(asked) == 1
+
+
+async def test_a_client_without_elicitation_gets_the_hosts_default(tmp_path: Path) -> None:
+    with anyio.fail_after(60):
+        async with stdio_client(_params(tmp_path)) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            result = await session.call_tool(
+                "run_code", {"code": "await tools.write_file({path: 'd.txt', content: 'd'}); print('ok')"}
+            )
+    assert not result.is_error and (tmp_path / "ws" / "d.txt").exists()

@@ -1,0 +1,134 @@
+"""``run_code`` plus the host's direct tools as plain specs and one call: what every adapter wraps."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from codemode._ids import check_id
+from codemode._published import RUN_CODE_SCHEMA, flat_input_schema
+from codemode.errors import UserError
+from codemode.host import Host
+
+__all__ = ["HostTools", "ToolOutput", "ToolSpec"]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool as a model API is told about it.
+
+    Attributes:
+        name: The tool's name (``run_code``, or a registered tool's).
+        description: What it does (``run_code``'s: the JS API plus the tools' signatures).
+        input_schema: The JSON Schema of its arguments, one object at the top.
+    """
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """What one call gave, for the model.
+
+    Attributes:
+        text: The text the model reads (cut to the token budget; a cut names its archive ref).
+        is_error: Whether the call failed (the text says how and what to do).
+        structured: The structured result (``run_code``: its `RunResult` as JSON), if any.
+    """
+
+    text: str
+    is_error: bool
+    structured: Any = None
+
+
+class HostTools:
+    """``run_code`` and, optionally, each registered tool for direct calls, over an open `Host`.
+
+    Args:
+        host: The open host.
+        session_id: The codemode session the calls run in (default: the host's).
+        direct_tools: Also offer each registered tool by itself (default True); False offers
+            ``run_code`` only (the tools stay callable from programs).
+
+    Raises:
+        UserError: ``session_id`` is not a valid id.
+    """
+
+    def __init__(self, host: Host, *, session_id: str | None = None, direct_tools: bool = True) -> None:
+        self.host = host
+        self.session_id = check_id(session_id, "session_id") if session_id is not None else None
+        self.direct_tools = direct_tools
+
+    def specs(self) -> list[ToolSpec]:
+        """``run_code`` first, then the registered tools (when offered), as the model sees them."""
+        specs = [ToolSpec("run_code", self.host.run_code_description(), RUN_CODE_SCHEMA)]
+        if self.direct_tools:
+            specs += [
+                ToolSpec(t.name, t.description, flat_input_schema(t.input_schema)) for t in self.host.registry
+            ]
+        return specs
+
+    async def call(self, name: str, arguments: Mapping[str, Any] | str | None) -> ToolOutput:
+        """Run one call the model asked for; every failure it can cause is an error output.
+
+        Args:
+            name: The tool's name.
+            arguments: The arguments: a mapping, or the JSON text a model API sends.
+
+        Raises:
+            UserError: The host is not open.
+        """
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError as exc:
+                return ToolOutput(
+                    f"the arguments of {name} are not valid JSON ({exc}); send a JSON object", True
+                )
+        args = dict(arguments) if isinstance(arguments, Mapping) else {} if arguments is None else None
+        if args is None:
+            return ToolOutput(
+                f"the arguments of {name} must be a JSON object, not {type(arguments).__name__}", True
+            )
+        if name == "run_code":
+            return await self._run_code(args)
+        if not self.direct_tools and self.host.registry.get(name) is not None:
+            return ToolOutput(
+                f"{name} is offered inside run_code only: call it as tools.{name}(args) there", True
+            )
+        called = await self.host.call_tool(name, args, session_id=self.session_id)
+        return ToolOutput(called.text, called.is_error, called.structured_content)
+
+    async def _run_code(self, args: dict[str, Any]) -> ToolOutput:
+        code, call_id = args.get("code"), args.get("call_id")
+        if not isinstance(code, str):
+            return ToolOutput('run_code needs {"code": "<JavaScript program>"}', True)
+        if call_id is not None:
+            try:
+                check_id(call_id, "call_id")
+            except UserError as exc:
+                return ToolOutput(f"run_code: {exc}; nothing ran", True)
+        result = await self.host.run_code(code, session_id=self.session_id, call_id=call_id)
+        return ToolOutput(result.text, not result.ok, result.model_dump(mode="json"))
+
+    async def call_all(self, calls: Sequence[tuple[str, Mapping[str, Any] | str | None]]) -> list[ToolOutput]:
+        """Run the calls of one model reply concurrently; the outputs keep their order.
+
+        Raises:
+            UserError: The host is not open.
+        """
+        outputs: list[ToolOutput] = [ToolOutput("", True)] * len(calls)
+
+        async def one(index: int, name: str, args: Mapping[str, Any] | str | None) -> None:
+            outputs[index] = await self.call(name, args)
+
+        async with anyio.create_task_group() as group:
+            for index, (name, args) in enumerate(calls):
+                group.start_soon(one, index, name, args)
+        return outputs

@@ -1,0 +1,74 @@
+"""OpenAI tool definitions and tool results (Chat Completions and Responses), no dependency.
+
+Example:
+    ```python
+    tools = HostTools(host)
+    reply = client.chat.completions.create(model=..., messages=messages, tools=chat_tools(tools))
+    message = reply.choices[0].message
+    messages.append(message)
+    messages += await chat_tool_messages(tools, message.tool_calls or [])
+    ```
+
+The calls of one reply run concurrently (a model asks for several at once); the results keep
+the order of the calls. Items and calls may be dicts or the ``openai`` SDK's objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from codemode.adapters._fields import field
+from codemode.adapters._host_tools import HostTools
+
+__all__ = ["chat_tool_messages", "chat_tools", "response_outputs", "response_tools"]
+
+
+def chat_tools(tools: HostTools) -> list[dict[str, Any]]:
+    """The ``tools`` parameter of a Chat Completions request."""
+    return [
+        {
+            "type": "function",
+            "function": {"name": s.name, "description": s.description, "parameters": s.input_schema},
+        }
+        for s in tools.specs()
+    ]
+
+
+def response_tools(tools: HostTools) -> list[dict[str, Any]]:
+    """The ``tools`` parameter of a Responses request."""
+    return [
+        {
+            "type": "function",
+            "name": s.name,
+            "description": s.description,
+            "parameters": s.input_schema,
+            "strict": False,
+        }
+        for s in tools.specs()
+    ]
+
+
+async def chat_tool_messages(tools: HostTools, tool_calls: Sequence[Any]) -> list[dict[str, Any]]:
+    """One ``{"role": "tool", "tool_call_id", "content"}`` message per call of an assistant
+    message's ``tool_calls``, to append after it."""
+    calls = [
+        (field(c, "id"), field(field(c, "function"), "name"), field(field(c, "function"), "arguments"))
+        for c in tool_calls
+    ]
+    outputs = await tools.call_all([(str(name), args) for _, name, args in calls])
+    return [
+        {"role": "tool", "tool_call_id": ident, "content": out.text}
+        for (ident, _, _), out in zip(calls, outputs, strict=True)
+    ]
+
+
+async def response_outputs(tools: HostTools, output: Sequence[Any]) -> list[dict[str, Any]]:
+    """One ``function_call_output`` input item per ``function_call`` item of a response's
+    ``output``, for the next request's ``input``."""
+    calls = [item for item in output if field(item, "type") == "function_call"]
+    outputs = await tools.call_all([(str(field(c, "name")), field(c, "arguments")) for c in calls])
+    return [
+        {"type": "function_call_output", "call_id": field(c, "call_id"), "output": out.text}
+        for c, out in zip(calls, outputs, strict=True)
+    ]

@@ -1,0 +1,33 @@
+"""The MCP server front: ``run_code`` and the direct tools over stdio and streamable HTTP.
+
+Over stdio a server process is one codemode session, closed when the client disconnects; over
+streamable HTTP (``/mcp``, bearer token, ``Origin`` checked) each MCP session is its own
+codemode session, closed when the MCP session ends. Its ``lifecycle: session`` background
+processes are stopped then; ``lifecycle: managed`` ones live on.
+"""
+
+from codemode.mcp._http import DEFAULT_PORT, HttpOptions, create_http_app, parse_bind, serve_http
+from codemode.mcp._server import (
+    RUN_CODE_SCHEMA,
+    RunCodeOutput,
+    create_failed_server,
+    create_server,
+    flat_input_schema,
+)
+from codemode.mcp._sessions import ConnectionSessions
+from codemode.mcp._stdio import serve_stdio
+
+__all__ = [
+    "DEFAULT_PORT",
+    "RUN_CODE_SCHEMA",
+    "ConnectionSessions",
+    "HttpOptions",
+    "RunCodeOutput",
+    "create_failed_server",
+    "create_http_app",
+    "create_server",
+    "flat_input_schema",
+    "parse_bind",
+    "serve_http",
+    "serve_stdio",
+]

@@ -1,0 +1,215 @@
+"""The streamable HTTP front: ``/mcp``, one codemode session per MCP session, bearer token.
+
+Everything here is the MCP SDK's: its streamable HTTP session manager (sessions keyed by
+``Mcp-Session-Id``, idle expiry, ``DELETE``), its DNS-rebinding check of the ``Host`` and
+``Origin`` headers, its bearer authentication middleware (401 with ``WWW-Authenticate``); the
+token is compared in constant time. The process keeps nothing but connections: each session's
+store, processes and archived text live in the state directory, so several processes on one
+state directory, behind a load balancer with affinity on ``Mcp-Session-Id``, serve one user
+base (one machine: the state directory is SQLite and local process groups).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import ipaddress
+import signal
+import socket
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import uvicorn
+from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
+from mcp.server.auth.provider import AccessToken
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.routing import Route
+
+from codemode.errors import UserError
+from codemode.mcp._server import create_failed_server, create_server
+from codemode.mcp._sessions import ConnectionSessions
+from codemode.mcp._startup import HostSource, open_host
+
+__all__ = ["DEFAULT_PORT", "HttpOptions", "create_http_app", "parse_bind", "serve_http"]
+
+DEFAULT_PORT = 8765
+ENDPOINT = "/mcp"
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """How the HTTP front listens and whom it lets in.
+
+    Attributes:
+        token: The bearer token every request must carry (``Authorization: Bearer ...``).
+        host: The address to bind (default 127.0.0.1; the loopback interface only).
+        port: The port (0: any free one, printed at start).
+        allowed_origins: ``Origin`` values let in beside the loopback ones (``http://localhost:*``
+            and the like); a ``:*`` suffix matches any port. A request without ``Origin`` (not
+            from a browser) is let in.
+        allowed_hosts: ``Host`` header values let in beside the loopback names and the bound
+            address (the names a load balancer or clients use), ``:*`` for any port.
+        idle_timeout_seconds: An MCP session with no request for this long ends (its
+            ``lifecycle: session`` processes are stopped); None: sessions end only on ``DELETE``.
+    """
+
+    token: str
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    allowed_origins: Sequence[str] = field(default_factory=tuple)
+    allowed_hosts: Sequence[str] = field(default_factory=tuple)
+    idle_timeout_seconds: float | None = 30 * 60
+
+    def security(self) -> TransportSecuritySettings:
+        """The SDK's DNS-rebinding settings for these options."""
+        bound = f"[{self.host}]" if ":" in self.host else self.host
+        hosts = [f"{name}:*" for name in (*_LOOPBACK_NAMES, bound)]
+        hosts += [*_LOOPBACK_NAMES, bound, *self.allowed_hosts]
+        origins = [f"{scheme}://{name}:*" for scheme in ("http", "https") for name in _LOOPBACK_NAMES]
+        origins += [f"{scheme}://{name}" for scheme in ("http", "https") for name in _LOOPBACK_NAMES]
+        return TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=list(dict.fromkeys(hosts)),
+            allowed_origins=[*origins, *self.allowed_origins],
+        )
+
+
+def parse_bind(text: str) -> tuple[str, int]:
+    """``PORT``, ``HOST:PORT`` or ``[IPv6]:PORT`` as (host, port); the host defaults to 127.0.0.1.
+
+    Raises:
+        UserError: Not one of those forms, or the port is not 0 to 65535.
+    """
+    host, _, port_text = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]") or "127.0.0.1"
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise UserError(
+            f"--http {text!r}: give PORT, HOST:PORT or [IPv6]:PORT (e.g. 127.0.0.1:8765)"
+        ) from None
+    if not 0 <= port <= 65535:
+        raise UserError(f"--http {text!r}: the port must be 0 to 65535")
+    return host, port
+
+
+class _TokenVerifier:
+    """The one bearer token, compared in constant time."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if hmac.compare_digest(token.encode(), self._token):
+            return AccessToken(token="(redacted)", client_id="codemode", scopes=[])
+        return None
+
+
+def create_http_app(server: Server[Any], options: HttpOptions) -> Starlette:
+    """The ASGI app serving ``server`` at ``/mcp`` (its lifespan runs the session manager)."""
+    manager = StreamableHTTPSessionManager(
+        app=server,
+        security_settings=options.security(),
+        session_idle_timeout=options.idle_timeout_seconds,
+    )
+    endpoint = RequireAuthMiddleware(StreamableHTTPASGIApp(manager), required_scopes=[])
+    return Starlette(
+        routes=[Route(ENDPOINT, endpoint=endpoint)],
+        middleware=[
+            Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(_TokenVerifier(options.token)))
+        ],
+        lifespan=lambda app: manager.run(),
+    )
+
+
+async def serve_http(
+    host: HostSource, options: HttpOptions, *, announce: Callable[[str], None] | None = None
+) -> None:
+    """Open ``host`` and serve it over streamable HTTP until SIGINT or SIGTERM; every MCP
+    session still open then ends (its ``lifecycle: session`` processes are stopped).
+
+    Args:
+        host: A `Host`, or a function that makes one (its errors become error results).
+        options: Where to listen and the token.
+        announce: Called once with the URL when the socket listens (default: a line on stderr).
+
+    Raises:
+        UserError: The address cannot be bound.
+    """
+    sock = _listen(options.host, options.port)
+    bound = f"[{options.host}]" if ":" in options.host else options.host
+    url = f"http://{bound}:{sock.getsockname()[1]}{ENDPOINT}"
+    async with open_host(host) as opened, anyio.create_task_group() as closing:
+        if isinstance(opened, str):
+            server = create_failed_server(opened)
+        else:
+            sessions = ConnectionSessions(opened, closing.start_soon)
+            server = create_server(opened, session_of=sessions, handshake_only=True)
+        app = create_http_app(server, options)
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+        http = _Uvicorn(config)
+        async with anyio.create_task_group() as signals:
+            signals.start_soon(_stop_on_signal, http)
+            (announce or _announce)(url)
+            if not _loopback(options.host):
+                sys.stderr.write(
+                    f"codemode: listening on {options.host}, beyond this machine: whoever reaches it with the "
+                    "token runs commands as this user; put TLS in front (a reverse proxy), keep the token secret\n"
+                )
+            await http.serve(sockets=[sock])
+            signals.cancel_scope.cancel()
+    # Here the sessions' closes have run (the task group waited for them), then the host closed.
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn, minus its signal capture: it re-raises SIGTERM once it has stopped, which would
+    kill the process before the sessions it ended are closed. `_stop_on_signal` stops it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def _stop_on_signal(http: uvicorn.Server) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+        async for signum in received:
+            # uvicorn's own handler (which sse-starlette hooks to end the open event streams
+            # at once, not after the graceful-shutdown timeout)
+            http.handle_exit(signum, None)
+            return
+
+
+def _announce(url: str) -> None:
+    sys.stderr.write(f"codemode: serving MCP over streamable HTTP at {url}\n")
+    sys.stderr.flush()
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    sock: socket.socket | None = None
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        if sock is not None:
+            sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    return sock

@@ -1,0 +1,159 @@
+"""The OpenAI and Anthropic adapters, in the loop an agent runs, with a scripted model.
+
+The scripted model checks what a real one would get (the tool definitions, the tool results
+in the next request) and answers the way the APIs do: dicts here, attribute objects (as the
+SDKs give) for OpenAI's second reply.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from codemode import Host
+from codemode.adapters import HostTools
+from codemode.adapters import anthropic as anthropic_adapter
+from codemode.adapters import openai as openai_adapter
+
+pytestmark = pytest.mark.anyio
+
+_COUNT = (
+    'const f = await tools.read_file({path: "notes.txt"}); print(f.content.split("\\n").length - 1, "lines")'
+)
+
+
+@pytest.fixture
+async def host_tools(tmp_path: Path) -> Any:
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "notes.txt").write_text("alpha\nbeta\ngamma\n")
+    async with Host(workspace=tmp_path / "ws", state_dir=tmp_path / "state", handoff_seconds=None) as host:
+        yield HostTools(host)
+
+
+async def test_openai_chat_completions_loop(host_tools: HostTools) -> None:
+    tools = openai_adapter.chat_tools(host_tools)
+    names = [t["function"]["name"] for t in tools]
+    assert names[0] == "run_code" and {"bash", "read_file"} <= set(names)
+    assert all(t["type"] == "function" and t["function"]["parameters"]["type"] == "object" for t in tools)
+    assert "tools.read_file" in tools[0]["function"]["description"]
+    bash = tools[names.index("bash")]["function"]["parameters"]
+    assert "oneOf" not in bash and "anyOf" not in bash and "command" in bash["properties"]  # one object
+
+    def model(messages: list[Any], turn: int) -> Any:
+        if turn == 0:  # two calls at once, arguments as JSON text (as the API sends them)
+            return {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "run_code", "arguments": json.dumps({"code": _COUNT})},
+                    },
+                    {
+                        "id": "c2",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": '{"command": "echo hi"}'},
+                    },
+                    {
+                        "id": "c3",
+                        "type": "function",
+                        "function": {"name": "run_code", "arguments": "{not json"},
+                    },
+                ],
+            }
+        results = {m["tool_call_id"]: m["content"] for m in messages if m.get("role") == "tool"}
+        if turn == 1:
+            assert results["c1"].strip() == "3 lines"
+            assert "hi" in results["c2"]
+            assert "not valid JSON" in results["c3"]
+            call = SimpleNamespace(  # the SDK's object shape
+                id="c4",
+                type="function",
+                function=SimpleNamespace(name="run_code", arguments='{"code": "null.x"}'),
+            )
+            return {"role": "assistant", "content": None, "tool_calls": [call]}
+        assert "TypeError" in results["c4"]
+        return {"role": "assistant", "content": "notes.txt has 3 lines"}
+
+    messages: list[Any] = [{"role": "user", "content": "How many lines in notes.txt?"}]
+    for turn in range(5):
+        reply = model(messages, turn)
+        messages.append(reply)
+        if not reply.get("tool_calls"):
+            break
+        messages += await openai_adapter.chat_tool_messages(host_tools, reply["tool_calls"])
+    assert messages[-1]["content"] == "notes.txt has 3 lines" and turn == 2
+    assert [m["tool_call_id"] for m in messages if m.get("role") == "tool"] == ["c1", "c2", "c3", "c4"]
+
+
+async def test_openai_responses_loop(host_tools: HostTools) -> None:
+    tools = openai_adapter.response_tools(host_tools)
+    assert tools[0]["name"] == "run_code" and tools[0]["parameters"]["required"] == ["code"]
+    output = [
+        {"type": "reasoning", "id": "r1", "summary": []},
+        {
+            "type": "function_call",
+            "call_id": "f1",
+            "name": "run_code",
+            "arguments": json.dumps({"code": _COUNT}),
+        },
+    ]
+    items = await openai_adapter.response_outputs(host_tools, output)
+    assert [(i["type"], i["call_id"]) for i in items] == [("function_call_output", "f1")]
+    assert items[0]["output"].strip() == "3 lines"
+
+
+async def test_anthropic_messages_loop(host_tools: HostTools) -> None:
+    tools = anthropic_adapter.tools(host_tools)
+    assert (
+        tools[0]["name"] == "run_code" and tools[0]["input_schema"]["properties"]["code"]["type"] == "string"
+    )
+
+    def model(messages: list[Any], turn: int) -> dict[str, Any]:
+        if turn == 0:
+            return {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Counting."},
+                    {"type": "tool_use", "id": "u1", "name": "run_code", "input": {"code": _COUNT}},
+                    {
+                        "type": "tool_use",
+                        "id": "u2",
+                        "name": "run_code",
+                        "input": {"code": "throw new Error('boom')"},
+                    },
+                    {"type": "tool_use", "id": "u3", "name": "no_such_tool", "input": {}},
+                ],
+            }
+        results = {b["tool_use_id"]: b for b in messages[-1]["content"]}
+        assert results["u1"]["content"].strip() == "3 lines" and results["u1"]["is_error"] is False
+        assert "Error: boom" in results["u2"]["content"] and results["u2"]["is_error"] is True
+        assert results["u3"]["is_error"] is True and "searchTools" in results["u3"]["content"]
+        return {"role": "assistant", "content": [{"type": "text", "text": "3 lines"}]}
+
+    messages: list[Any] = [{"role": "user", "content": "How many lines in notes.txt?"}]
+    for turn in range(5):
+        reply = model(messages, turn)
+        messages.append(reply)
+        results = await anthropic_adapter.tool_results(host_tools, reply["content"])
+        if not results:
+            break
+        messages.append({"role": "user", "content": results})
+    assert messages[-1]["content"][0]["text"] == "3 lines" and turn == 1
+
+
+async def test_run_code_only_and_a_session_of_its_own(host_tools: HostTools) -> None:
+    only = HostTools(host_tools.host, session_id="agent-2", direct_tools=False)
+    assert [s.name for s in only.specs()] == ["run_code"]
+    refused = await only.call("bash", {"command": "echo x"})
+    assert refused.is_error and "tools.bash(args)" in refused.text
+    await only.call("run_code", {"code": 'await store.set("k", "two")'})
+    mine = await host_tools.call("run_code", {"code": 'print(await store.get("k"))'})
+    theirs = await only.call("run_code", {"code": 'print(await store.get("k"))'})
+    assert (mine.text.strip(), theirs.text.strip()) == ("null", "two")
+    assert theirs.structured is not None and theirs.structured["session_id"] == "agent-2"

@@ -1,0 +1,112 @@
+"""The rule set on our own fixtures: every family's examples redacted in every spelling, ordinary
+output unchanged, redaction idempotent, and secrets cut across stream chunks still caught."""
+
+from __future__ import annotations
+
+import pytest
+
+from codemode.archive import Redactor, StreamRedactor
+from codemode.archive._redact import _Engine, load_rules
+from tests.archive.secret_fixtures import families, ordinary_output, pem
+
+R = Redactor(environ={})
+FAMILIES = families()
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_example_of_each_family_is_redacted(family: str) -> None:
+    missed = [(text, secret) for text, secret in FAMILIES[family] if secret in R.redact(text)]
+    assert not missed, (
+        f"{len(missed)} of {len(FAMILIES[family])} {family} examples kept their secret: {missed[:3]}"
+    )
+    for text, secret in FAMILIES[family]:
+        out = R.redact_bytes(text.encode())
+        assert secret.encode() not in out and b"[REDACTED:" in out, text
+
+
+def test_ordinary_output_comes_back_unchanged() -> None:
+    text = ordinary_output()
+    out = R.redact(text)
+    changed = [(a, b) for a, b in zip(text.splitlines(), out.splitlines(), strict=True) if a != b]
+    assert not changed, changed[:5]
+    data = text.encode()
+    assert R.redact_bytes(data) is data  # nothing found: no copy made
+
+
+def test_redacting_redacted_text_changes_nothing() -> None:
+    for cases in FAMILIES.values():
+        for text, _ in cases:
+            once = R.redact(text)
+            assert R.redact(once) == once, text
+
+
+def test_the_rest_of_the_text_is_kept() -> None:
+    token = "ghp_" + "Zx9" * 12
+    assert R.redact(f"before {token} after") == "before [REDACTED:github-token] after"
+    assert R.redact("password = 'S3cr3t!pw'  # rotate") == "password = '[REDACTED:secret]'  # rotate"
+    assert R.redact("user@example.com logged in") == "user@example.com logged in"
+
+
+def test_base64_of_ordinary_data_and_of_a_public_key_is_kept_but_of_a_private_key_is_not() -> None:
+    import base64
+
+    public = base64.b64encode(b"-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n").decode()
+    assert R.redact(f"PUB={public}") == f"PUB={public}"
+    private = base64.b64encode(pem("EC PRIVATE KEY").encode()).decode()
+    assert R.redact(f"x {private} y") == "x [REDACTED:private-key] y"
+
+
+def test_non_utf8_bytes_pass_through() -> None:
+    data = b"\xff\xfe binary \x00 AKIAIOSFODNN7EXAMPLF \xc3"
+    assert R.redact_bytes(data) == b"\xff\xfe binary \x00 [REDACTED:aws-access-key-id] \xc3"
+    assert R.redact("lone \udcff surrogate") == "lone \udcff surrogate"
+
+
+@pytest.mark.parametrize("cut", [5, 17, 33, 61])
+def test_a_secret_split_across_stream_chunks_is_still_redacted(cut: int) -> None:
+    token = "glpat-" + "Ab3dEf6hIj9kLm2nOp5q"
+    data = f"log line one\ndeploying with {token} now\nnext line\n".encode()
+    pos = data.index(token.encode()) + cut % len(token)
+    stream = StreamRedactor(R)
+    out = stream.feed(data[:pos]) + stream.feed(data[pos:]) + stream.flush()
+    assert token.encode() not in out and b"[REDACTED:gitlab-token]" in out
+    assert out.startswith(b"log line one\n") and out.endswith(b"next line\n")
+
+
+def test_a_private_key_block_across_many_chunks_is_suppressed_to_its_end() -> None:
+    key = pem("OPENSSH PRIVATE KEY", lines=40)
+    data = f"start\n{key}\nafter\n".encode()
+    stream = StreamRedactor(R)
+    out = b"".join(stream.feed(data[i : i + 100]) for i in range(0, len(data), 100)) + stream.flush()
+    body = key.splitlines()[1:-1]
+    assert not any(line.encode() in out for line in body)
+    assert out.startswith(b"start\n") and out.endswith(b"after\n")
+
+
+def test_every_rule_compiles_and_names_its_label() -> None:
+    rules = load_rules()
+    assert len(rules) > 250
+    ids = [r.id for r in rules]
+    assert (
+        "generic-api-key" not in ids and "sourcegraph-access-token" not in ids
+    )  # turned off in codemode.toml
+    assert all(r.marker == f"[REDACTED:{r.label}]".encode() for r in rules)
+
+
+def test_short_texts_checked_rule_by_rule_give_what_the_hyperscan_pass_gives() -> None:
+    rules = load_rules()
+    scanned = _Engine(rules)
+    scanned.matches(b"x" * 1000)  # a long text compiles the database; short ones then use it too
+    compared = 0
+    for cases in FAMILIES.values():
+        for text, _ in cases:
+            data = text.encode()
+            if len(data) <= 512:
+                fresh = _Engine(rules)  # no database yet: a short text goes rule by rule
+                by_rule = fresh.spans(data, fresh.matches(data))
+                assert fresh._database is None
+                assert by_rule, text
+                assert sorted(by_rule) == sorted(scanned.spans(data, scanned.matches(data))), text
+                compared += 1
+    assert compared > 300
+    assert scanned._database is not None

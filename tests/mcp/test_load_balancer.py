@@ -1,0 +1,99 @@
+"""The README's load-balancer setup, for real: two `codemode mcp --http` processes on one state
+dir behind HAProxy with affinity on Mcp-Session-Id (skipped where haproxy is not installed)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import anyio
+import pytest
+from http_support import alive, http_server, session, wait_until_gone
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(
+        shutil.which("haproxy") is None, reason="haproxy is not installed (apt-get install haproxy)"
+    ),
+]
+
+# The README's backend section, with this test's addresses.
+_CONFIG = """\
+defaults
+    mode http
+    timeout connect 5s
+    timeout client  1h
+    timeout server  1h
+
+frontend mcp
+    bind 127.0.0.1:{front}
+    default_backend codemode
+
+backend codemode
+    balance roundrobin
+    stick-table type string len 64 size 1m expire 1h
+    stick match req.hdr(mcp-session-id)
+    stick store-response res.hdr(mcp-session-id)
+    server one 127.0.0.1:{one}
+    server two 127.0.0.1:{two}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+async def test_sessions_stick_to_their_server_behind_haproxy(tmp_path: Path) -> None:
+    with http_server(tmp_path, name="one") as one, http_server(tmp_path, name="two") as two:
+        front = _free_port()
+        config = tmp_path / "haproxy.cfg"
+        config.write_text(_CONFIG.format(front=front, one=_port(one.url), two=_port(two.url)))
+        proxy = subprocess.Popen(["haproxy", "-db", "-f", str(config)], stderr=subprocess.PIPE)
+        try:
+            url = f"http://127.0.0.1:{front}/mcp"
+            with anyio.fail_after(30):
+                while True:  # until haproxy listens
+                    try:
+                        socket.create_connection(("127.0.0.1", front), timeout=1).close()
+                        break
+                    except OSError:
+                        assert proxy.poll() is None, proxy.stderr.read() if proxy.stderr else ""
+                        await anyio.sleep(0.05)
+            pids: dict[str, int] = {}
+            with anyio.fail_after(120):
+
+                async def client(name: str) -> None:
+                    # Round robin spreads new sessions over both servers; each later request
+                    # of a session must reach the one that holds it (else: 404, no session).
+                    async with session(url) as s:
+                        await s.call_tool("run_code", {"code": f'await store.set("me", "{name}")'})
+                        started = await s.call_tool(
+                            "bash", {"command": "sleep 300", "run_in_background": True}
+                        )
+                        assert started.structured_content is not None, started
+                        pids[name] = started.structured_content["pid"]
+                        for _ in range(5):
+                            got = await s.call_tool("run_code", {"code": 'print(await store.get("me"))'})
+                            assert not got.is_error and got.content[0].text.strip() == name  # type: ignore[union-attr]
+                        listing = await s.call_tool("bash", {"action": "list"})
+                        assert listing.structured_content is not None
+                        assert len(listing.structured_content["processes"]) == 1
+
+                async with anyio.create_task_group() as group:
+                    for name in ("a", "b", "c", "d"):
+                        group.start_soon(client, name)
+                # Each session's DELETE reached its own server: all their processes stopped.
+                for pid in pids.values():
+                    assert await wait_until_gone(pid), pid
+                assert not any(alive(pid) for pid in pids.values())
+        finally:
+            proxy.terminate()
+            proxy.wait(timeout=10)

@@ -273,7 +273,9 @@ def _note(text: str) -> None:
 
 def _print_completions(host: Host) -> None:
     """Completions of the session's background processes, on stderr, each delivered once."""
-    notes = host.pending_notifications()
+    pending = host.pending_notifications()
+    claimed = set(host.ack_notifications([n.id for n in pending])) if pending else set()
+    notes = [n for n in pending if n.id in claimed]  # another channel may have delivered one
     redactor = host.archive.redactor
     for note in notes:
         text = note.text
@@ -281,8 +283,6 @@ def _print_completions(host: Host) -> None:
         if text.endswith(model_hint):
             text = text[: -len(model_hint)] + f"; `codemode logs {note.process_id}` prints its output"
         _note(redactor.one_line(text))
-    if notes:
-        host.ack_notifications([n.id for n in notes])
 
 
 def _print_cut_hint(refs: list[str]) -> None:
@@ -630,7 +630,7 @@ def _owner(host: Host, process_id: str) -> str:
 
 def _cmd_ps(args: argparse.Namespace) -> int:
     async def body(host: Host) -> int:
-        rows = host.processes.list_processes(None if args.all else host.config.session_id)
+        rows = host.processes.list_processes(None if args.all else host.config.session_id, watchers=True)
         redactor = host.archive.redactor
         if args.json:  # JSON escapes every control character; commands are redacted whole
             _emit(json.dumps([{**r, "command": redactor.redact(r["command"])} for r in rows], indent=2))

@@ -138,6 +138,14 @@ class ErrorCode(enum.StrEnum):
     """The process is not reading its input."""
     PID_REUSED = "pid_reused"
     """The recorded pid belongs to another process now; nothing was signalled."""
+    BAD_PATTERN = "bad_pattern"
+    """A wait's ``until.pattern`` is not a valid regular expression."""
+
+    # -- monitor --
+    WATCHER_CAP = "watcher_cap"
+    """The session already runs its maximum of Monitor watchers."""
+    NO_SUCH_WATCHER = "no_such_watcher"
+    """No watcher with this id in this session."""
 
     # -- upstream MCP servers --
     UPSTREAM_ERROR = "upstream_error"

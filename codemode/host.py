@@ -42,6 +42,7 @@ from codemode.tools import Extension, Tool, ToolContext, ToolRegistry, ToolResul
 from codemode.tools._bash import Notification, ProcessManager
 from codemode.tools._read_archive import read_archive_tool
 from codemode.tools.files import file_tools
+from codemode.tools.monitor import monitor_extension
 from codemode.tools.upstream import (
     EXTENSION_PREFIX,
     McpServerConfig,
@@ -54,7 +55,7 @@ McpServers = str | Path | dict[str, Any] | list[McpServerConfig] | tuple[McpServ
 """What ``Host(mcp_servers=...)`` takes: an ``mcpServers`` JSON file, its parsed object, or
 `McpServerConfig`s."""
 
-_SIGNATURES_INLINE = 30  # above this many tools the description lists names only
+_SIGNATURES_INLINE = 40  # above this many tools the description lists names only
 
 _API_GUIDE = """\
 Run one JavaScript program (QuickJS, ES2023, top-level await and return) that calls tools and
@@ -217,11 +218,13 @@ class Host:
                 command_gate=CommandGuard(self.command_policy, self.trash),
             )
             # A reopened host replaces the built-ins of its previous opening (new manager).
-            for name in ("files", "archive", "bash"):
+            for name in ("files", "archive", "bash", "monitor"):
                 self.registry.remove_extension(name)
             self.registry.add_extension(Extension("files", file_tools()))
             self.registry.add_extension(Extension("archive", [read_archive_tool()]))
             self.registry.add_extension(self._processes.extension())
+            # On by default; host.disable_extension("monitor") removes its tools and guidance.
+            self.registry.add_extension(monitor_extension(self._processes))
         state.maintain()
         self._upstream = UpstreamServers(
             state=state,
@@ -301,7 +304,11 @@ class Host:
             if self._processes is not None:
                 self.trash.file_all()  # what rm moved during background runs
                 for session, path in list(self._session_tmp.items()):
-                    running = [p for p in self._processes.list_processes(session) if p["state"] == "running"]
+                    running = [
+                        p
+                        for p in self._processes.list_processes(session, watchers=True)
+                        if p["state"] == "running"
+                    ]
                     if not running:
                         shutil.rmtree(path, ignore_errors=True)
                 await self._processes.aclose()
@@ -803,7 +810,8 @@ class Host:
     # -- background processes and notifications ---------------------------------------------
 
     def pending_notifications(self, session_id: str | None = None) -> list[Notification]:
-        """Completions of background processes not yet acknowledged.
+        """Completions of background processes, their keyword reports and Monitor events, not
+        yet acknowledged.
 
         Raises:
             UserError: ``session_id`` is not a valid id.
@@ -813,26 +821,50 @@ class Host:
             return []
         return self._processes.pending_notifications(session)
 
-    def ack_notifications(self, ids: list[int], session_id: str | None = None) -> None:
+    def ack_notifications(self, ids: list[int], session_id: str | None = None) -> list[int]:
         """Mark notifications delivered; they are never returned again.
+
+        Returns:
+            The ids this call marked (one delivered already, by another channel, is left out).
 
         Raises:
             UserError: ``session_id`` is not a valid id.
         """
         session = self._session(session_id)
-        if self._processes is not None:
-            self._processes.ack(session, ids)
+        if self._processes is None:
+            return []
+        return self._processes.ack(session, ids)
 
     async def notifications(
-        self, session_id: str | None = None, *, poll_seconds: float = 0.25
+        self, session_id: str | None = None, *, poll_seconds: float = 0.01
     ) -> AsyncIterator[Notification]:
-        """Yield completions as they arrive (each once per host; ack them to persist that)."""
-        seen: set[int] = set()
+        """Yield completions, keyword reports and Monitor events as they arrive, each once per
+        session: a notification is acknowledged (persisted) as it is yielded, so no other
+        channel (a result's trailer, another host) delivers it again, also after a restart.
+
+        The database is looked at again only when another connection committed to it
+        (``PRAGMA data_version``, every ``poll_seconds``); live records are reconciled (a
+        supervisor that died) about once a second.
+
+        Raises:
+            UserError: ``session_id`` is not a valid id.
+        """
+        session = self._session(session_id)
+        version: int | None = None
+        reconciled = 0.0
         while True:
-            for note in self.pending_notifications(session_id):
-                if note.id not in seen:
-                    seen.add(note.id)
-                    yield note
+            processes = self._processes
+            if processes is not None:
+                now = time.monotonic()
+                changed = processes.pending_changed()
+                if changed != version or now - reconciled >= 1.0:
+                    version = changed
+                    reconcile = now - reconciled >= 1.0
+                    if reconcile:
+                        reconciled = now
+                    for note in processes.pending_notifications(session, reconcile=reconcile):
+                        if processes.ack(session, [note.id]):
+                            yield note
             await anyio.sleep(poll_seconds)
 
     def _take_notifications(self, session_id: str) -> list[str]:
@@ -841,8 +873,8 @@ class Host:
         notes = self._processes.pending_notifications(session_id)
         if not notes:
             return []
-        self._processes.ack(session_id, [n.id for n in notes])
-        return [n.text for n in notes]
+        claimed = set(self._processes.ack(session_id, [n.id for n in notes]))
+        return [n.text for n in notes if n.id in claimed]
 
     async def close_session(self, session_id: str) -> None:
         """Stop the session's ``lifecycle: session`` processes, drop its temp dir and its
@@ -870,7 +902,7 @@ class Host:
             UserError: ``session_id`` is not a valid id, or the host is not open.
         """
         check_id(session_id, "session_id")
-        if self._processes is not None and self._processes.list_processes(session_id):
+        if self._processes is not None and self._processes.list_processes(session_id, watchers=True):
             return True
         return self.state.runs.has_session(session_id)
 
@@ -924,7 +956,7 @@ class _Fitted:
     printed_bytes: int
 
 
-_LISTING_CHARS = 3000  # ~800 tokens: the most the description spends naming tools
+_LISTING_CHARS = 1500  # ~400 tokens: the most the description spends naming tools
 
 
 def _tool_listing(tools: list[Tool]) -> str:

@@ -6,20 +6,24 @@ schema before any supervisor starts.
 
 Two tables of the state database (their schema is ``_schema``'s, with every other table's):
 
-* ``bash_processes``: one row per background (or promoted) process. ``state`` is
-  ``starting``, ``running``, ``exited``, ``stopped``, ``failed`` (never started) or ``lost``
-  (its supervisor ended without recording an exit; the exit code is unknown).
-* ``bash_notifications``: completions queued for a session; ``delivered_at`` is set when the
-  host acknowledges one, and an acknowledged one is never returned again.
+* ``bash_processes``: one row per background process, promoted run or Monitor watcher
+  (``kind`` background, promoted, watcher). ``state`` is ``starting``, ``running``,
+  ``exited``, ``stopped``, ``failed`` (never started) or ``lost`` (its supervisor ended
+  without recording an exit; the exit code is unknown).
+* ``notifications``: what a session is told: completions (one per process), keyword reports
+  and watcher events (numbered per process). ``delivered_at`` is set when the session has
+  seen one (the host delivered it, or a read or wait showed it); a delivered one is never
+  returned again.
 
-A completion and the state change that causes it are written in one transaction, guarded by
-the previous state, so whoever records an exit (supervisor, host, or a reconciler after a
-crash) queues exactly one notification.
+An end and the notification it causes (a completion, or a watcher's exit event) are written
+in one transaction, guarded by the previous state, so whoever records an exit (supervisor,
+host, or a reconciler after a crash) queues exactly one.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sqlite3
 import sys
 import time
@@ -69,6 +73,8 @@ class ProcessRecord:
     exit_signal: str | None
     stop_requested: int
     error: str | None
+    options: str | None
+    verification: str | None
 
     @property
     def live(self) -> bool:
@@ -168,6 +174,65 @@ def completion_text(process_id: str, command: str, state: str, exit_code: int | 
     return f'{line}{note}. Read its output with bash({{action: "read", process_id: "{process_id}"}}).'
 
 
+def watcher_name(process_id: str, options: str | None) -> str:
+    """``Monitor watcher ID ("description")`` for event lines."""
+    description = (json.loads(options) if options else {}).get("description")
+    label = f' ("{_redactor().one_line(description, 60)}")' if description else ""
+    return f"Monitor watcher {process_id}{label}"
+
+
+def watcher_end_text(
+    process_id: str, options: str | None, state: str, exit_code: int | None, note: str
+) -> str:
+    """The event a watcher's own end makes."""
+    what = watcher_name(process_id, options)
+    if state == "lost" or exit_code is None:
+        line = f"{what} ended; its exit code is unknown"
+    elif state == "stopped":
+        line = f"{what} was stopped (exit code {exit_code})"
+    else:
+        line = f"{what} exited with code {exit_code}"
+    return f"{line}{note}."
+
+
+def _insert_note(
+    conn: sqlite3.Connection,
+    row: sqlite3.Row,
+    kind: str,
+    seq: int,
+    text: str,
+    *,
+    now: float,
+    exit_code: int | None = None,
+    data: dict[str, Any] | None = None,
+    delivered: bool = False,
+) -> None:
+    conn.execute(
+        "INSERT OR IGNORE INTO notifications (session_id, process_id, kind, seq, command, exit_code, text,"
+        " data, created_at, delivered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            row["session_id"],
+            row["process_id"],
+            kind,
+            seq,
+            row["command"],
+            exit_code,
+            text,
+            None if data is None else json.dumps(data),
+            now,
+            now if delivered else None,
+        ),
+    )
+
+
+def _next_seq(conn: sqlite3.Connection, process_id: str, kind: str) -> int:
+    (last,) = conn.execute(
+        "SELECT COALESCE(MAX(seq), 0) FROM notifications WHERE process_id = ? AND kind = ?",
+        (process_id, kind),
+    ).fetchone()
+    return int(last) + 1
+
+
 def record_end(
     conn: sqlite3.Connection,
     process_id: str,
@@ -177,8 +242,12 @@ def record_end(
     state: str | None = None,
     note: str = "",
     error: str | None = None,
+    data: dict[str, Any] | None = None,
 ) -> bool:
     """Record that a live process ended and queue its completion, in one transaction.
+
+    A watcher's end is its last event (numbered after its others) instead of a completion;
+    when a stop was requested (the stopper has the answer) it is queued as delivered.
 
     Args:
         conn: Connection from :func:`connect`.
@@ -188,6 +257,7 @@ def record_end(
         state: The end state; default ``stopped`` when a stop was requested, else ``exited``.
         note: Extra words for the notification line.
         error: Why the record ended this way (for ``lost``).
+        data: Extra JSON data kept with the notification (e.g. the output's tail).
 
     Returns:
         False when the record was no longer live (someone else recorded the end first).
@@ -205,21 +275,40 @@ def record_end(
             "error = COALESCE(?, error), input_path = NULL, input_token = NULL WHERE process_id = ?",
             (end_state, exit_code, exit_signal, now, error, process_id),
         )
-        if row["completion_mode"] == "resume" and not row["stop_requested"]:
-            conn.execute(
-                "INSERT OR IGNORE INTO bash_notifications "
-                "(session_id, process_id, command, exit_code, text, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    row["session_id"],
-                    process_id,
-                    row["command"],
-                    exit_code,
-                    completion_text(process_id, row["command"], end_state, exit_code, note),
-                    now,
-                ),
-            )
+        if row["kind"] == "watcher":
+            text = watcher_end_text(process_id, row["options"], end_state, exit_code, note)
+            extra = {"final": True, "state": end_state, "exit_code": exit_code, **(data or {})}
+            seq = _next_seq(conn, process_id, "event")
+            _insert_note(
+                conn, row, "event", seq, text, now=now, exit_code=exit_code, data=extra,
+                delivered=bool(row["stop_requested"]),
+            )  # fmt: skip
+        elif row["completion_mode"] == "resume" and not row["stop_requested"]:
+            text = completion_text(process_id, row["command"], end_state, exit_code, note)
+            _insert_note(conn, row, "completion", 0, text, now=now, exit_code=exit_code, data=data)
         conn.execute("COMMIT")
         return True
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def add_note(
+    conn: sqlite3.Connection, process_id: str, kind: str, text: str, data: dict[str, Any] | None = None
+) -> int | None:
+    """Queue a watcher's event or a keyword report of a live process (numbered after its
+    others of that kind); returns its number, or None when the process has no live record."""
+    now = time.time()
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        row = conn.execute("SELECT * FROM bash_processes WHERE process_id = ?", (process_id,)).fetchone()
+        if row is None or row["state"] not in LIVE_STATES:
+            conn.execute("ROLLBACK")
+            return None
+        seq = _next_seq(conn, process_id, kind)
+        _insert_note(conn, row, kind, seq, text, now=now, data=data)
+        conn.execute("COMMIT")
+        return seq
     except BaseException:
         conn.execute("ROLLBACK")
         raise
@@ -228,19 +317,39 @@ def record_end(
 def pending(conn: sqlite3.Connection, session_id: str) -> list[sqlite3.Row]:
     """Undelivered notifications of a session, oldest first."""
     return conn.execute(
-        "SELECT * FROM bash_notifications WHERE session_id = ? AND delivered_at IS NULL ORDER BY id",
+        "SELECT * FROM notifications WHERE session_id = ? AND delivered_at IS NULL ORDER BY id",
         (session_id,),
     ).fetchall()
 
 
 def ack(conn: sqlite3.Connection, session_id: str, ids: list[int]) -> int:
-    """Mark notifications of a session delivered; returns how many changed."""
+    """Mark notifications of a session delivered; returns how many changed (a notification
+    another channel delivered first does not count: claim one by acking it)."""
     if not ids:
         return 0
     marks = ", ".join("?" for _ in ids)
     cur = conn.execute(
-        f"UPDATE bash_notifications SET delivered_at = ? WHERE session_id = ? AND delivered_at IS NULL "
+        f"UPDATE notifications SET delivered_at = ? WHERE session_id = ? AND delivered_at IS NULL "
         f"AND id IN ({marks})",
         (time.time(), session_id, *ids),
     )
     return cur.rowcount
+
+
+def ack_process(conn: sqlite3.Connection, process_id: str, kind: str, up_to: int | None = None) -> int:
+    """Mark a process's notifications of one kind delivered (numbers up to ``up_to``): the
+    session saw them through a read, a wait or a watcher's events."""
+    cur = conn.execute(
+        "UPDATE notifications SET delivered_at = ? WHERE process_id = ? AND kind = ? AND delivered_at IS NULL"
+        " AND seq <= ?",
+        (time.time(), process_id, kind, up_to if up_to is not None else 1 << 62),
+    )
+    return cur.rowcount
+
+
+def events(conn: sqlite3.Connection, process_id: str, after: int, limit: int) -> list[sqlite3.Row]:
+    """A watcher's events numbered above ``after``, oldest first."""
+    return conn.execute(
+        "SELECT * FROM notifications WHERE process_id = ? AND kind = 'event' AND seq > ? ORDER BY seq LIMIT ?",
+        (process_id, after, limit),
+    ).fetchall()

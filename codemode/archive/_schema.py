@@ -19,10 +19,10 @@ from codemode.errors import StateDirError
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "init_schema"]
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
-# The bash tool's tables (process records, completion notifications), part of SCHEMA.
-_BASH_TABLES = """
+# The bash tool's tables as version 6 had them (what migration 5 -> 6 creates).
+_BASH_TABLES_V6 = """
 CREATE TABLE IF NOT EXISTS bash_processes (
     process_id TEXT PRIMARY KEY,
     session_id TEXT NOT NULL,
@@ -64,6 +64,61 @@ CREATE TABLE IF NOT EXISTS bash_notifications (
     delivered_at REAL
 );
 CREATE INDEX IF NOT EXISTS bash_notifications_pending ON bash_notifications (session_id, delivered_at);
+"""
+
+# The bash tool's tables (process records of background runs, promoted runs and Monitor
+# watchers; the notifications queued for sessions), part of SCHEMA. A notification is a
+# completion (``kind`` completion, ``seq`` 0: one per process), a keyword report (``report``,
+# numbered per process) or a watcher's event (``event``, numbered per watcher from 1: the
+# cursor ``after`` reads on); ``delivered_at`` is set once the session has seen it.
+_BASH_TABLES = """
+CREATE TABLE IF NOT EXISTS bash_processes (
+    process_id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    command TEXT NOT NULL,
+    cwd TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    marker TEXT NOT NULL,
+    lifecycle TEXT NOT NULL,
+    completion_mode TEXT NOT NULL,
+    purpose TEXT,
+    scope TEXT,
+    state TEXT NOT NULL,
+    pid INTEGER,
+    pid_started REAL,
+    supervisor_pid INTEGER,
+    supervisor_started REAL,
+    log_path TEXT NOT NULL,
+    log_ref TEXT,
+    log_base INTEGER NOT NULL DEFAULT 0,
+    input_path TEXT,
+    input_token TEXT,
+    cgroup TEXT,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    exit_code INTEGER,
+    exit_signal TEXT,
+    stop_requested INTEGER NOT NULL DEFAULT 0,
+    error TEXT,
+    options TEXT,
+    verification TEXT
+);
+CREATE INDEX IF NOT EXISTS bash_processes_session ON bash_processes (session_id, state);
+CREATE TABLE IF NOT EXISTS notifications (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    process_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    command TEXT NOT NULL,
+    exit_code INTEGER,
+    text TEXT NOT NULL,
+    data TEXT,
+    created_at REAL NOT NULL,
+    delivered_at REAL,
+    UNIQUE (process_id, kind, seq)
+);
+CREATE INDEX IF NOT EXISTS notifications_pending ON notifications (session_id, delivered_at);
 """
 
 # Approval requests and their decisions (the audit of codemode.policy's approvals).
@@ -209,7 +264,7 @@ def _migrate_4_to_5(conn: sqlite3.Connection) -> None:
 def _migrate_5_to_6(conn: sqlite3.Connection) -> None:
     """The bash tool's tables join the one schema (they were created apart, their columns
     added by hand): create them where missing, add the columns older copies lack."""
-    for statement in _BASH_TABLES.split(";"):
+    for statement in _BASH_TABLES_V6.split(";"):
         if statement.strip():
             conn.execute(statement)
     have = {row[1] for row in conn.execute("PRAGMA table_info(bash_processes)")}
@@ -232,6 +287,32 @@ def _migrate_7_to_8(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
 
 
+def _migrate_8_to_9(conn: sqlite3.Connection) -> None:
+    """One queue of notifications for completions, keyword reports and Monitor events (several
+    per process, told apart by kind and sequence number), and process records keep their
+    options (a watcher's limits, a run's keywords and lifetime) and their verification."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(bash_processes)")}
+    for column in ("options", "verification"):
+        if column not in have:  # absent unless the queue came in an earlier numbering
+            conn.execute(f"ALTER TABLE bash_processes ADD COLUMN {column} TEXT")
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "bash_notifications" not in tables:
+        return  # the one queue is there already
+    conn.execute(
+        "CREATE TABLE notifications (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL,"
+        " process_id TEXT NOT NULL, kind TEXT NOT NULL, seq INTEGER NOT NULL, command TEXT NOT NULL,"
+        " exit_code INTEGER, text TEXT NOT NULL, data TEXT, created_at REAL NOT NULL, delivered_at REAL,"
+        " UNIQUE (process_id, kind, seq))"
+    )
+    conn.execute(
+        "INSERT INTO notifications (id, session_id, process_id, kind, seq, command, exit_code, text,"
+        " created_at, delivered_at) SELECT id, session_id, process_id, 'completion', 0, command, exit_code,"
+        " text, created_at, delivered_at FROM bash_notifications"
+    )
+    conn.execute("DROP TABLE bash_notifications")  # and its index
+    conn.execute("CREATE INDEX notifications_pending ON notifications (session_id, delivered_at)")
+
+
 # _MIGRATIONS[v] brings a database from version v to v + 1, inside the caller's transaction.
 _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _migrate_1_to_2,
@@ -241,6 +322,7 @@ _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     5: _migrate_5_to_6,
     6: _migrate_6_to_7,
     7: _migrate_7_to_8,
+    8: _migrate_8_to_9,
 }
 
 

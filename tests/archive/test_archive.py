@@ -545,7 +545,7 @@ def test_a_version_5_state_db_gets_the_bash_tables_through_the_one_migration_lis
     state = tmp_path / "state"
     State(state).close()
     with sqlite3.connect(state / "state.db") as conn:
-        conn.execute("DROP TABLE bash_notifications")
+        conn.execute("DROP TABLE notifications")
         conn.execute("DROP TABLE bash_processes")
         if bash_tables == "first release":  # without the input_token and cgroup columns
             conn.execute(
@@ -577,11 +577,50 @@ def test_a_version_5_state_db_gets_the_bash_tables_through_the_one_migration_lis
     finally:
         opened.close()
     assert version == SCHEMA_VERSION
-    assert {"input_token", "cgroup"} <= columns and "bash_notifications" in tables
+    assert {"input_token", "cgroup", "options", "verification"} <= columns
+    assert "notifications" in tables and "bash_notifications" not in tables
     if bash_tables == "first release":  # the old rows are kept, the new columns empty
         assert record is not None and record.command == "sleep 1" and record.cgroup is None
     else:
         assert record is None
+
+
+def test_a_version_6_state_db_keeps_its_completions_in_the_one_notification_queue(tmp_path: Path) -> None:
+    # Version 6 had one completion per process in bash_notifications; version 7 queues
+    # completions, keyword reports and watcher events in notifications.
+    state = tmp_path / "state"
+    State(state).close()
+    with sqlite3.connect(state / "state.db") as conn:
+        conn.execute("DROP TABLE notifications")
+        conn.execute("ALTER TABLE bash_processes DROP COLUMN options")
+        conn.execute("ALTER TABLE bash_processes DROP COLUMN verification")
+        conn.execute(
+            "CREATE TABLE bash_notifications (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL,"
+            " process_id TEXT NOT NULL UNIQUE, command TEXT NOT NULL, exit_code INTEGER, text TEXT NOT NULL,"
+            " created_at REAL NOT NULL, delivered_at REAL)"
+        )
+        conn.execute(
+            "INSERT INTO bash_notifications (session_id, process_id, command, exit_code, text, created_at)"
+            " VALUES ('s', 'p_1', 'make', 2, 'Background process p_1 exited with code 2.', 1.0),"
+            " ('s', 'p_2', 'true', 0, 'done', 2.0)"
+        )
+        conn.execute("UPDATE bash_notifications SET delivered_at = 3.0 WHERE process_id = 'p_2'")
+        conn.execute("PRAGMA user_version = 6")
+    conn.close()
+    opened = State(state)
+    try:
+        records = process_records.connect(opened.db_path)
+        pending = process_records.pending(records, "s")
+        columns = {row[1] for row in records.execute("PRAGMA table_info(bash_processes)")}
+        tables = {row[0] for row in records.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        records.close()
+    finally:
+        opened.close()
+    assert [(r["process_id"], r["kind"], r["seq"], r["exit_code"]) for r in pending] == [
+        ("p_1", "completion", 0, 2)
+    ]
+    assert {"options", "verification"} <= columns
+    assert "bash_notifications" not in tables
 
 
 def test_a_state_db_from_a_newer_codemode_is_refused(tmp_path: Path) -> None:

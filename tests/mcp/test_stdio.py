@@ -160,7 +160,7 @@ def test_output_schemas_are_objects_for_mcp() -> None:
 
     bash = bash_tool(lambda args: None, None)  # a union of one object per action
     schema, wrapped = _output_schema(bash)
-    assert not wrapped and schema is not None and schema["type"] == "object" and len(schema["anyOf"]) == 7
+    assert not wrapped and schema is not None and schema["type"] == "object" and len(schema["anyOf"]) == 8
     node = make_tool(lambda: None, name="tree", result_model=Node)  # a recursive model: a $ref at the root
     schema, wrapped = _output_schema(node)
     assert (
@@ -219,7 +219,7 @@ def test_a_union_input_schema_is_published_as_one_object() -> None:
     assert "oneOf" in schema or "anyOf" in schema
     flat = flat_input_schema(schema)
     assert flat["type"] == "object" and "oneOf" not in flat and "anyOf" not in flat
-    assert flat["properties"]["action"]["enum"] == ["run", "read", "write", "stop", "list", "update"]
+    assert flat["properties"]["action"]["enum"] == ["run", "read", "write", "stop", "list", "update", "wait"]
     assert {"command", "process_id", "input", "wait_ms", "completion_mode"} <= set(flat["properties"])
     assert "required" not in flat  # nothing every action needs
     assert (

@@ -6,7 +6,10 @@ Public surface (wired by the host and the CLI):
   redactor=None, environ=None)``: construct it *before* the state's upkeep
   (``State.maintain()``): its own start-up upkeep pins the logs of undelivered completions.
 * ``extension()``: the ``bash`` tool plus its guidance text.
-* ``pending_notifications(session_id) -> list[Notification]`` and ``ack(session_id, ids)``.
+* ``pending_notifications(session_id) -> list[Notification]`` (completions, keyword reports,
+  Monitor events) and ``ack(session_id, ids) -> claimed ids`` (whoever acks first delivers).
+* For the Monitor extension: ``run_spec``, ``start_watcher``, ``watcher``, ``list_watchers``,
+  ``await events(...)``, ``await wait(...)``, ``await stop(...)``.
 * ``await close_session(session_id)``, ``await aclose()``.
 * For the CLI: ``list_processes(session_id | None)``, ``await read(session_id, process_id,
   offset, max_bytes, wait_ms)``, ``await stop(session_id, process_id)``, ``await
@@ -21,8 +24,11 @@ Design notes:
 * Background: one small supervisor process per command (``_supervisor.py``) owns the PTY,
   writes the raw log into the archive's blob file and records the exit and the completion in
   SQLite (``_records.py``); it outlives the host.
-* A promoted run stays the same piped process and depends on this host for its output; it is
-  stopped at ``aclose()`` and reported ``lost`` (exit code unknown) if the host dies.
+* A promoted run stays the same piped process; at the hand-off its pipes go to a new
+  supervisor that traces it (``PTRACE_SEIZE``, exit stop) for its exit status, so it outlives
+  the host like a background process. Where that cannot be done it is not promoted.
+* A read or wait that shows an exit delivers the completion; waiting reads are paced (they
+  return once output is quiet for 200 ms, at ``max_bytes``, or at the end).
 """
 
 from codemode.tools._bash._gate import AfterRun, CommandGate, CommandPlan

@@ -83,8 +83,19 @@ def start_background(
     process_id: str,
     archive: Archive,
     db: Callable[[], AbstractContextManager[sqlite3.Connection]],
+    kind: str = "background",
+    settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Record, then start, one background process under a new supervisor (blocking).
+
+    Args:
+        spec: The request.
+        process_id: Its id.
+        archive: Where its log goes.
+        db: The process records.
+        kind: ``background`` (a PTY; ``settings`` may hold ``report_on`` and
+            ``timeout_seconds``) or ``watcher`` (piped; ``settings`` are the watcher's options).
+        settings: Kept in the record (``options``) and passed to the supervisor.
 
     Returns:
         The supervisor's answer (``pid``, ``pid_started``) and the log's ``log_ref``.
@@ -101,6 +112,7 @@ def start_background(
     # grows) until Archive.finish_log records its size and sha256.
     log.detach()
     # The input channel: an abstract unix socket and the token a writer must present.
+    watcher = kind == "watcher"
     input_name = f"codemode-in-{secrets.token_hex(12)}"
     input_token = secrets.token_hex(32)
     cgroup = command_cgroup(f"s_{spec.session_id}", process_id)
@@ -108,15 +120,16 @@ def start_background(
         _records.insert(
             conn,
             process_id=process_id,
-            kind="background",
+            kind=kind,
             marker=process_id,
             state="starting",
             log_path=log_path,
             log_ref=log.ref,
-            input_path=f"@{input_name}",
-            input_token=input_token,
+            input_path=None if watcher else f"@{input_name}",
+            input_token=None if watcher else input_token,
             cgroup=cgroup,
             started_at=time.time(),
+            options=json.dumps(settings) if settings else None,
             **spec.record_fields(),
         )
     procs_fd = None
@@ -132,10 +145,16 @@ def start_background(
                 "cgroup_procs_fd": procs_fd,
             }
             payload = {
+                "mode": "watch" if watcher else "pty",
+                "watch": settings if watcher else None,
+                **({} if watcher else (settings or {})),
                 "process_id": process_id,
                 "command": spec.command,
                 "cwd": str(spec.cwd),
-                "env": {**command_env(spec.environ, process_id, term=PTY_TERM), **conf.env},
+                "env": {
+                    **command_env(spec.environ, process_id, term="dumb" if watcher else PTY_TERM),
+                    **conf.env,
+                },
                 "db_path": str(archive.db_path),
                 "log_path": log_path,
                 "input_name": input_name,
@@ -191,3 +210,70 @@ def start_background(
         if err_path.stat().st_size == 0:
             err_path.unlink()
     return {**answer, "log_ref": log.ref}
+
+
+def adopt(
+    *,
+    process_id: str,
+    pid: int,
+    pid_started: float,
+    pipes: tuple[int, ...],
+    log_path: str,
+    cgroup: str | None,
+    command: str,
+    archive: Archive,
+) -> dict[str, Any]:
+    """Hand a running foreground command's pipes to a new supervisor (blocking).
+
+    The supervisor traces the command (it is not its child) to learn its exit status, copies
+    its output to its log and records its end, with or without this host. The caller keeps its
+    own copies of the pipes until the answer is ``ok``; only then may it close them (and never
+    read them again).
+
+    Returns:
+        The supervisor's answer: ``ok`` and, when not, ``error``.
+    """
+    payload = {
+        "mode": "adopt",
+        "process_id": process_id,
+        "command": command,
+        "pid": pid,
+        "pid_started": pid_started,
+        "pipes": list(pipes),
+        "db_path": str(archive.db_path),
+        "log_path": log_path,
+        "cgroup": cgroup,
+    }
+    err_path = runtime_dir(archive) / f"{process_id}.err"
+    with open(err_path, "wb") as err:
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(SUPERVISOR), *_SUPERVISOR_PATHS],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                cwd="/",
+                start_new_session=True,
+                pass_fds=pipes,
+                close_fds=True,
+            )
+        except OSError as exc:
+            return {"ok": False, "error": f"could not start a supervisor: {exc}"}
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(json.dumps(payload).encode())
+        proc.stdin.close()
+        line = _read_line(proc.stdout, _HANDSHAKE_SECONDS)
+    finally:
+        proc.stdout.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=_HANDSHAKE_SECONDS)
+    try:
+        answer: dict[str, Any] = json.loads(line)
+    except ValueError:
+        detail = err_path.read_text(errors="replace").strip()[-2000:] if err_path.exists() else ""
+        answer = {"ok": False, "error": detail or "the supervisor did not answer"}
+    with contextlib.suppress(OSError):
+        if err_path.stat().st_size == 0:
+            err_path.unlink()
+    return answer

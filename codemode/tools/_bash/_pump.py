@@ -201,6 +201,20 @@ class Pump:
         os.close(self._pidfd)
         self._finished = True
 
+    def pipes(self) -> tuple[int, ...]:
+        """The output fds still open (to pass to another process at a hand-off)."""
+        return tuple(self._captures)
+
+    def hand_off(self) -> None:
+        """Let go of everything without reading again: another process now reads the pipes."""
+        with self._lock:
+            if not self._finished:
+                for fd in list(self._captures):
+                    self._close_stream(fd)
+                self._poll.close()
+                os.close(self._pidfd)
+                self._finished = True
+
     def force_finish(self) -> None:
         """Stop reading now and release the pipes, even if something still holds them open."""
         with self._lock:

@@ -21,6 +21,7 @@ __all__ = [
     "BashStarted",
     "BashStopped",
     "BashUpdated",
+    "BashWaited",
     "BashWritten",
     "ProcessInfo",
 ]
@@ -135,6 +136,27 @@ class BashRead(pydantic.BaseModel):
     exit_code: int | None
     state: State
     note: str | None = None
+    verification: Verification | None = None
+
+
+class BashWaited(pydantic.BaseModel):
+    """action wait: why the wait ended."""
+
+    process_id: str
+    kind: Literal["background", "promoted", "watcher"]
+    reason: Literal["exit", "pattern", "timeout"]
+    line: str | None = pydantic.Field(
+        description="the matching line (pattern), or a watcher's last event (exit)"
+    )
+    next_offset: int = pydantic.Field(
+        description="offset_bytes to go on from (a watcher's: the event number)"
+    )
+    exited: bool
+    exit_code: int | None
+    state: State
+    waited_ms: int
+    pattern: str | None = None
+    verification: Verification | None = None
 
 
 class BashWritten(pydantic.BaseModel):
@@ -160,7 +182,7 @@ class ProcessInfo(pydantic.BaseModel):
     session_id: str
     command: str
     state: State
-    kind: Literal["background", "promoted"]
+    kind: Literal["background", "promoted", "watcher"]
     started: str | None
     ended: str | None
     exit_code: int | None
@@ -186,6 +208,8 @@ class BashUpdated(pydantic.BaseModel):
     completion_mode: CompletionMode
 
 
-BashResult = BashRun | BashStarted | BashRead | BashWritten | BashStopped | BashList | BashUpdated
+BashResult = (
+    BashRun | BashStarted | BashRead | BashWaited | BashWritten | BashStopped | BashList | BashUpdated
+)
 """What ``bash`` returns, by action: run (finished or moved to the background, or started in
 the background), read, write, stop, list, update."""

@@ -17,8 +17,10 @@ DEFAULT_TIMEOUT_SECONDS = 300
 DEFAULT_READ_BYTES = 32768
 MAX_READ_BYTES = 1 << 20
 MAX_WAIT_MS = 300_000
+DEFAULT_WAIT_MS = 30_000
+MAX_REPORT_KEYWORDS = 50
 
-Action = Literal["run", "read", "write", "stop", "list", "update"]
+Action = Literal["run", "read", "write", "stop", "list", "update", "wait"]
 CompletionMode = Literal["resume", "detached"]
 
 
@@ -77,8 +79,8 @@ class BashRunArgs(_ActionArgs):
         ge=1,
         le=MAX_TIMEOUT_SECONDS,
         description=(
-            f"stop a foreground command after this long (default {DEFAULT_TIMEOUT_SECONDS}); background "
-            "processes run until they exit or are stopped."
+            f"stop a foreground command after this long (default {DEFAULT_TIMEOUT_SECONDS}); a background "
+            "one only when given (else it runs until it exits or is stopped)."
         ),
     )
     cwd: str | None = pydantic.Field(
@@ -96,6 +98,14 @@ class BashRunArgs(_ActionArgs):
     purpose: str | None = pydantic.Field(default=None, description="why (kept in the audit record).")
     scope: Literal["targeted", "affected", "full"] | None = pydantic.Field(
         default=None, description="how much a verification command covers (recorded only)."
+    )
+    report_on: list[Annotated[str, pydantic.Field(min_length=1, max_length=100)]] | None = pydantic.Field(
+        default=None,
+        max_length=MAX_REPORT_KEYWORDS,
+        description=(
+            "background only: keywords (case-insensitive) whose lines produce a report while it runs "
+            "(default: error, fail, fatal, panic, exception, traceback, ...; [] for none)."
+        ),
     )
     network: bool | None = pydantic.Field(
         default=None,
@@ -168,6 +178,37 @@ class BashListArgs(_ActionArgs):
     action: Literal["list"]
 
 
+class UntilPattern(pydantic.BaseModel):
+    """Wait for a new output line matching a regular expression."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    pattern: str = pydantic.Field(
+        min_length=1, max_length=1000, description="a regular expression (Python re)."
+    )
+
+
+class BashWaitArgs(_ActionArgs):
+    """Wait until a background process exits, or prints a line matching a pattern."""
+
+    action: Literal["wait"]
+    process_id: str = pydantic.Field(min_length=1, description="a process id (or a Monitor watcher id).")
+    until: Literal["exit"] | UntilPattern = pydantic.Field(
+        default="exit", description='"exit" (default) or {pattern: "listening on"}.'
+    )
+    timeout_ms: int = pydantic.Field(
+        default=DEFAULT_WAIT_MS,
+        ge=0,
+        le=MAX_WAIT_MS,
+        description=f"give up after this long (default {DEFAULT_WAIT_MS}).",
+    )
+    offset_bytes: int | None = pydantic.Field(
+        default=None,
+        ge=0,
+        description="look at lines from here (default 0: the whole output; a watcher: events after this number).",
+    )
+
+
 class BashUpdateArgs(_ActionArgs):
     """Change a background process's completion_mode."""
 
@@ -176,7 +217,9 @@ class BashUpdateArgs(_ActionArgs):
     completion_mode: CompletionMode
 
 
-BashActionArgs = BashRunArgs | BashReadArgs | BashWriteArgs | BashStopArgs | BashListArgs | BashUpdateArgs
+BashActionArgs = (
+    BashRunArgs | BashReadArgs | BashWriteArgs | BashStopArgs | BashListArgs | BashUpdateArgs | BashWaitArgs
+)
 """One action's arguments."""
 
 _MODELS: dict[str, type[_ActionArgs]] = {
@@ -186,6 +229,7 @@ _MODELS: dict[str, type[_ActionArgs]] = {
     "stop": BashStopArgs,
     "list": BashListArgs,
     "update": BashUpdateArgs,
+    "wait": BashWaitArgs,
 }
 # Which fields each action takes and needs (besides ``action``): from the models themselves.
 _FIELDS_BY_ACTION: dict[str, frozenset[str]] = {
@@ -220,7 +264,8 @@ class BashArgs(pydantic.RootModel[BashActionArgs]):
         | Annotated[BashWriteArgs, pydantic.Tag("write")]
         | Annotated[BashStopArgs, pydantic.Tag("stop")]
         | Annotated[BashListArgs, pydantic.Tag("list")]
-        | Annotated[BashUpdateArgs, pydantic.Tag("update")],
+        | Annotated[BashUpdateArgs, pydantic.Tag("update")]
+        | Annotated[BashWaitArgs, pydantic.Tag("wait")],
         pydantic.Discriminator(_action_of),
     ]
 
@@ -288,8 +333,9 @@ def _handoff_words(handoff_seconds: float | None) -> str:
     if handoff_seconds is None:
         return "Commands run to their timeout (default 300 s), then their whole process tree is stopped."
     return (
-        f"Commands still running after {handoff_seconds:g} s move to the background (same process) and "
-        "return a promoted_process_id."
+        f"Commands still running after {handoff_seconds:g} s move to the background (the same process, "
+        "handed to a supervisor of its own: it keeps running after this host exits) and return a "
+        "promoted_process_id."
     )
 
 
@@ -299,7 +345,8 @@ def description(handoff_seconds: float | None) -> str:
         "Run a bash command (a new non-interactive shell each call: cd and exports do not carry over; "
         "stdin is closed). Returns what a terminal shows: stdout then stderr, long output cut to head "
         f"and tail with the full log in the archive. {_handoff_words(handoff_seconds)} Background "
-        "processes (run_in_background): action read (wait_ms waits for output), write, stop, list, update."
+        "processes (run_in_background): action read (wait_ms waits for output), wait (until exit or a "
+        "line matching a pattern), write, stop, list, update."
     )
 
 
@@ -317,6 +364,11 @@ def guidance(handoff_seconds: float | None) -> str:
             '- `bash({action: "read", process_id, offset_bytes: next_offset, wait_ms: 5000})` waits for new '
             'output or exit; `bash({action: "write", process_id, input})` types into its terminal '
             '("\\u0003" is Ctrl-C); `bash({action: "stop", process_id})`; `bash({action: "list"})`.',
+            '- `bash({action: "wait", process_id, until: {pattern: "listening on"}, timeout_ms: 30000})` '
+            'resolves when a new output line matches (or with `until: "exit"` when it exits), or at the '
+            "timeout; `reason` says which, `line` is the match, `next_offset` where to go on: start a "
+            "server, wait for it, test against it, stop it, in one program. Background runs report lines "
+            "with error keywords (`report_on`) and stop at `timeout_seconds` when given.",
             "- Process ids are opaque and belong to this session; keep one in `store` to use it in a later "
             "program.",
             '- `bash({argv: ["git", "log", "-1", msg]})` runs a program without a shell (no quoting needed). '

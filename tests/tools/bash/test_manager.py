@@ -54,24 +54,34 @@ async def _start(bash: Caller, command: str, **extra: Any) -> str:
 
 
 async def test_background_run_read_write_exit_and_notify_once(bash: Caller, manager: ProcessManager) -> None:
-    pid = await _start(bash, 'echo ready; read line; echo "got $line"; exit 4')
+    pid = await _start(bash, 'echo ready; read line; echo "got $line"; read _; exit 4')
     assert pid.startswith("p_")
     await _read_until(bash, pid, "ready")
     written = await bash(action="write", process_id=pid, input="hello\n")
     assert written.structured_content["bytes"] == 6
     output = await _read_until(bash, pid, "got hello")
     assert "got hello" in output
-    data = await _wait_exited(bash, pid)
-    assert data["exit_code"] == 4
-    assert data["state"] == "exited"
-
-    pending = manager.pending_notifications("s1")
+    await bash(action="write", process_id=pid, input="\n")
+    # Not read to its exit: the completion waits for the session.
+    with anyio.fail_after(30):
+        while not (pending := manager.pending_notifications("s1")):
+            await anyio.sleep(0.01)
     assert [n.process_id for n in pending] == [pid]
     assert pending[0].exit_code == 4
     assert pid in pending[0].text and "code 4" in pending[0].text
     assert manager.pending_notifications("s2") == []
     manager.ack("s1", [pending[0].id])
     assert manager.pending_notifications("s1") == []
+    data = await _wait_exited(bash, pid)
+    assert (data["exit_code"], data["state"]) == (4, "exited")
+
+
+async def _wait_pending(manager: ProcessManager, session: str) -> list[Any]:
+    """The session's pending notifications, once there are some (without reading the process)."""
+    with anyio.fail_after(30):
+        while not (pending := manager.pending_notifications(session)):
+            await anyio.sleep(0.01)
+    return pending
 
 
 async def test_background_runs_in_a_pty_with_term(bash: Caller) -> None:
@@ -142,8 +152,7 @@ async def test_update_completion_mode(bash: Caller, manager: ProcessManager) -> 
     result = await bash(action="update", process_id=pid, completion_mode="resume")
     assert "resume" in result.text
     await bash(action="write", process_id=pid, input="go\n")
-    await _wait_exited(bash, pid)
-    assert [n.process_id for n in manager.pending_notifications("s1")] == [pid]
+    assert [n.process_id for n in await _wait_pending(manager, "s1")] == [pid]
 
 
 async def test_list_shows_session_processes_only(bash: Caller) -> None:
@@ -281,7 +290,8 @@ async def test_handoff_promotes_the_same_process(
     with pytest.raises(ToolError, match="stdin closed"):
         # Exited by now, but a promoted run never takes input: either message is a clear refusal.
         await bash(action="write", process_id=pid, input="x")
-    assert [n.process_id for n in manager.pending_notifications("s1")] == [pid]
+    # The reads showed its exit: that was the completion's delivery, not to be repeated.
+    assert manager.pending_notifications("s1") == []
     await manager.aclose()
 
 
@@ -300,7 +310,7 @@ async def test_handoff_respects_shorter_timeout_and_stop(
     await manager.aclose()
 
 
-async def test_aclose_stops_promoted_but_background_survives(
+async def test_aclose_leaves_promoted_and_background_running(
     archive: Archive, workspace: Path, policy: SandboxPolicy
 ) -> None:
     manager = ProcessManager(archive, handoff_seconds=0.2)
@@ -309,13 +319,17 @@ async def test_aclose_stops_promoted_but_background_survives(
     promoted = (await bash(command=f"exec -a {token}p sleep 1000")).structured_content["promoted_process_id"]
     background = await _start(bash, f"exec -a {token}b sleep 1000")
     await manager.aclose()
-    assert _survivors(f"{token}p") == []
+    # Both have supervisors of their own: the next manager finds them running and stops them.
+    assert _survivors(f"{token}p") != []
     assert _survivors(f"{token}b") != []
     later = ProcessManager(archive, handoff_seconds=None)
     states = {p["process_id"]: p["state"] for p in later.list_processes("s1")}
-    assert states[promoted] == "stopped"
+    assert states[promoted] == "running"
     assert states[background] == "running"
+    stopped = await later.stop("s1", promoted)
+    assert stopped["state"] == "stopped"
     await later.stop("s1", background)
+    assert _survivors(f"{token}p") == []
     assert _survivors(f"{token}b") == []
     await later.aclose()
 
@@ -361,8 +375,8 @@ async def test_supervisor_killed_exit_code_unknown(
     rows = {p["process_id"]: p for p in manager.list_processes("s1")}
     assert (rows[pid]["state"], rows[pid]["exit_code"]) == ("lost", None)
     assert _survivors(token) == []
-    (note,) = manager.pending_notifications("s1")
-    assert note.exit_code is None and "unknown" in note.text
+    # The waiting read showed the end: its completion counts as delivered.
+    assert manager.pending_notifications("s1") == []
     read = await bash(action="read", process_id=pid)
     assert read.structured_content["exited"] and "exit code unknown" in read.text
 

@@ -24,9 +24,14 @@ _DAY = 24 * 3600
 async def _finished(bash: Caller, command: str, **extra: object) -> str:
     result = await bash(command=command, run_in_background=True, **extra)
     pid: str = result.structured_content["process_id"]
+    # Not read: a read that shows the exit would count as the completion's delivery.
     with anyio.fail_after(20):
-        while not (await bash(action="read", process_id=pid, wait_ms=1000)).structured_content["exited"]:
-            pass
+        while any(
+            p["state"] == "running"
+            for p in bash.manager.list_processes(bash.ctx.session_id)
+            if p["process_id"] == pid
+        ):
+            await anyio.sleep(0.01)
     return pid
 
 
@@ -62,9 +67,10 @@ async def test_old_records_expire_unless_a_completion_is_undelivered(
     ids = {p["process_id"] for p in restarted.list_processes("s1")}
     assert ids == {undelivered, recent}
     assert delivered not in ids
+    assert [n.process_id for n in restarted.pending_notifications("s1")] == [undelivered]
     page = await restarted.read("s1", undelivered, 0, None, None)
     assert "kept" in page["output"]  # its log was pinned, not expired
-    assert [n.process_id for n in restarted.pending_notifications("s1")] == [undelivered]
+    assert restarted.pending_notifications("s1") == []  # the read showed its exit
     await restarted.aclose()
 
 

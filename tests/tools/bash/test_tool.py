@@ -37,13 +37,13 @@ def _option(schema: dict[str, Any], action: str) -> dict[str, Any]:
 async def test_schema_is_one_plain_bounded_object_per_action(manager: ProcessManager) -> None:
     tool = manager.extension().tools[0]
     schema = tool.input_schema
-    assert schema["type"] == "object" and len(schema["oneOf"]) == 6
+    assert schema["type"] == "object" and len(schema["oneOf"]) == 7
     fields = {
         action: (
             sorted(_option(schema, action)["properties"]),
             sorted(_option(schema, action).get("required", [])),
         )
-        for action in ("run", "read", "write", "stop", "list", "update")
+        for action in ("run", "read", "write", "stop", "list", "update", "wait")
     }
     assert fields == {
         "run": (
@@ -59,6 +59,7 @@ async def test_schema_is_one_plain_bounded_object_per_action(manager: ProcessMan
                     "lifecycle",
                     "purpose",
                     "scope",
+                    "report_on",
                     "network",
                     "write_paths",
                 ]
@@ -70,6 +71,7 @@ async def test_schema_is_one_plain_bounded_object_per_action(manager: ProcessMan
         "stop": (["action", "process_id"], ["action", "process_id"]),
         "list": (["action"], ["action"]),
         "update": (["action", "completion_mode", "process_id"], ["action", "completion_mode", "process_id"]),
+        "wait": (["action", "offset_bytes", "process_id", "timeout_ms", "until"], ["action", "process_id"]),
     }
     run = _option(schema, "run")["properties"]
     assert run["action"] == {"const": "run", "default": "run", "type": "string"}
@@ -94,11 +96,13 @@ async def test_signature_says_which_fields_go_with_which_action(manager: Process
         '} | { action: "read"; process_id: string /* the id run returned. */; offset_bytes?: number'
         in signature
     )
-    assert signature.endswith(
+    assert (
         '} | { action: "write"; process_id: string; input: string /* text sent to the process\'s stdin. */ }'
         ' | { action: "stop"; process_id: string } | { action: "list" }'
-        ' | { action: "update"; process_id: string; completion_mode: "resume" | "detached" })'
-    )
+        ' | { action: "update"; process_id: string; completion_mode: "resume" | "detached" }'
+    ) in signature
+    assert '| { action: "wait"; process_id: string' in signature
+    assert 'until?: "exit" | { pattern: string' in signature
     assert 'default "run"' not in signature  # a const's default goes without saying
 
 
@@ -197,16 +201,22 @@ def test_problems_are_reported_at_their_own_path() -> None:
             "'resume'",
         ),
         (
-            {"action": "wait", "process_id": "p1"},
+            {"action": "watch", "process_id": "p1"},
             "$.action",
-            "'run', 'read', 'write', 'stop', 'list', 'update'",
+            "'run', 'read', 'write', 'stop', 'list', 'update', 'wait'",
+        ),
+        ({"action": "wait", "process_id": "p1", "until": "ready"}, "$.until", "exit"),
+        (
+            {"action": "wait", "process_id": "p1", "timeout_ms": -1},
+            "$.timeout_ms",
+            "greater than or equal to 0",
         ),
         ({"command": ""}, "$.command", "at least 1 character"),
         ("ls", "$", "Input should be an object"),
     ]:
         with pytest.raises(ToolError) as raised:
             tool.parse(args)
-        assert raised.value.data["path"] == path, args
+        assert raised.value.data["path"].startswith(path), args
         assert words in raised.value.data["message"], args
 
 

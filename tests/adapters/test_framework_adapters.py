@@ -3,27 +3,16 @@ scripted model (pydantic-ai's FunctionModel; LangChain's fake chat model)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
+import adapters_support
 import pytest
 
-from codemode import Host
 from codemode.adapters import HostTools
 
 pytestmark = pytest.mark.anyio
 
-_COUNT = (
-    'const f = await tools.read_file({path: "notes.txt"}); print(f.content.split("\\n").length - 1, "lines")'
-)
-
-
-@pytest.fixture
-async def host_tools(tmp_path: Path) -> Any:
-    (tmp_path / "ws").mkdir()
-    (tmp_path / "ws" / "notes.txt").write_text("alpha\nbeta\ngamma\n")
-    async with Host(workspace=tmp_path / "ws", state_dir=tmp_path / "state", handoff_seconds=None) as host:
-        yield HostTools(host)
+_COUNT = adapters_support.COUNT
 
 
 async def test_pydantic_ai_agent_runs_run_code_through_the_toolset(host_tools: HostTools) -> None:

@@ -8,30 +8,19 @@ SDKs give) for OpenAI's second reply.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import adapters_support
 import pytest
 
-from codemode import Host
 from codemode.adapters import HostTools
 from codemode.adapters import anthropic as anthropic_adapter
 from codemode.adapters import openai as openai_adapter
 
 pytestmark = pytest.mark.anyio
 
-_COUNT = (
-    'const f = await tools.read_file({path: "notes.txt"}); print(f.content.split("\\n").length - 1, "lines")'
-)
-
-
-@pytest.fixture
-async def host_tools(tmp_path: Path) -> Any:
-    (tmp_path / "ws").mkdir()
-    (tmp_path / "ws" / "notes.txt").write_text("alpha\nbeta\ngamma\n")
-    async with Host(workspace=tmp_path / "ws", state_dir=tmp_path / "state", handoff_seconds=None) as host:
-        yield HostTools(host)
+_COUNT = adapters_support.COUNT
 
 
 async def test_openai_chat_completions_loop(host_tools: HostTools) -> None:

@@ -60,6 +60,49 @@ def _read_line(stream: Any, timeout: float) -> bytes:
     return data
 
 
+def _start_supervisor(err: Any, pass_fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
+    """Start a supervisor process (its own session, only ``pass_fds`` inherited, stderr to
+    ``err``); it reads its spec on stdin (`_handshake`).
+
+    Raises:
+        OSError: It could not be started.
+    """
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", str(SUPERVISOR), *_SUPERVISOR_PATHS],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=err,
+        cwd="/",
+        start_new_session=True,
+        pass_fds=pass_fds,
+        close_fds=True,
+    )
+
+
+def _handshake(proc: subprocess.Popen[bytes], payload: dict[str, Any]) -> dict[str, Any] | None:
+    """Hand a starting supervisor its spec on stdin and read its one-line JSON answer (None
+    when it gave none in time); its stdout is closed after, and it has detached by then."""
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(json.dumps(payload).encode())
+        proc.stdin.close()
+        line = _read_line(proc.stdout, _HANDSHAKE_SECONDS)
+    finally:
+        proc.stdout.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=_HANDSHAKE_SECONDS)
+    try:
+        answer: dict[str, Any] = json.loads(line)
+    except ValueError:
+        return None
+    return answer
+
+
+def _stderr_tail(err_path: Path) -> str:
+    """The end of what a supervisor wrote on stderr before it answered (or failed to)."""
+    return err_path.read_text(errors="replace").strip()[-2000:] if err_path.exists() else ""
+
+
 def _failed(
     db: Callable[[], AbstractContextManager[sqlite3.Connection]],
     process_id: str,
@@ -166,35 +209,16 @@ def start_background(
             err_path = run_dir / f"{process_id}.err"
             with open(err_path, "wb") as err:
                 try:
-                    proc = subprocess.Popen(
-                        [sys.executable, "-I", "-S", str(SUPERVISOR), *_SUPERVISOR_PATHS],
-                        stdin=subprocess.PIPE,
-                        stdout=subprocess.PIPE,
-                        stderr=err,
-                        cwd="/",
-                        start_new_session=True,
-                        pass_fds=tuple(fd for fd in layers.values() if fd is not None),
-                        close_fds=True,
-                    )
+                    proc = _start_supervisor(err, tuple(fd for fd in layers.values() if fd is not None))
                 except OSError as exc:
                     _failed(db, process_id, cgroup, str(exc))
                     raise ToolError(f"could not start the background supervisor: {exc}") from exc
     finally:
         if procs_fd is not None:
             os.close(procs_fd)
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-        proc.stdin.write(json.dumps(payload).encode())
-        proc.stdin.close()
-        line = _read_line(proc.stdout, _HANDSHAKE_SECONDS)
-    finally:
-        proc.stdout.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=_HANDSHAKE_SECONDS)
-    try:
-        answer: dict[str, Any] = json.loads(line)
-    except ValueError:
-        detail = err_path.read_text(errors="replace").strip()[-2000:] if err_path.exists() else ""
+    answer = _handshake(proc, payload)
+    if answer is None:
+        detail = _stderr_tail(err_path)
         # The caller gets this error; a process that never ran queues no completion.
         _failed(db, process_id, cgroup, detail or "no answer")
         raise ToolError(
@@ -247,32 +271,12 @@ def adopt(
     err_path = runtime_dir(archive) / f"{process_id}.err"
     with open(err_path, "wb") as err:
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(SUPERVISOR), *_SUPERVISOR_PATHS],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                cwd="/",
-                start_new_session=True,
-                pass_fds=pipes,
-                close_fds=True,
-            )
+            proc = _start_supervisor(err, tuple(pipes))
         except OSError as exc:
             return {"ok": False, "error": f"could not start a supervisor: {exc}"}
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-        proc.stdin.write(json.dumps(payload).encode())
-        proc.stdin.close()
-        line = _read_line(proc.stdout, _HANDSHAKE_SECONDS)
-    finally:
-        proc.stdout.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=_HANDSHAKE_SECONDS)
-    try:
-        answer: dict[str, Any] = json.loads(line)
-    except ValueError:
-        detail = err_path.read_text(errors="replace").strip()[-2000:] if err_path.exists() else ""
-        answer = {"ok": False, "error": detail or "the supervisor did not answer"}
+    answer = _handshake(proc, payload)
+    if answer is None:
+        answer = {"ok": False, "error": _stderr_tail(err_path) or "the supervisor did not answer"}
     with contextlib.suppress(OSError):
         if err_path.stat().st_size == 0:
             err_path.unlink()

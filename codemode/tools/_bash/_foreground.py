@@ -54,7 +54,13 @@ from codemode.tools._bash._proctree import create_time, markers_with_prefix, ter
 from codemode.tools._bash._pump import Pump, PumpStatus
 from codemode.tools._bash._shape import build_result
 from codemode.tools._capture import StreamCapture
-from codemode.tools._verification import Classification, classify_command
+from codemode.tools._verification import (
+    Classification,
+    ScannedCapture,
+    StreamScan,
+    classify_command,
+    scan_for,
+)
 
 
 @functools.lru_cache(maxsize=512)
@@ -174,6 +180,7 @@ class Running:
     started: float  # time.monotonic()
     started_wall: float  # time.time()
     work_tree: WorkTree | None = None  # looked up while the command starts
+    scan: StreamScan | None = None  # what a verification command's whole output showed
 
     def terminate(self) -> None:
         """Stop the whole tree (blocking; the root is not reaped yet, so its pgid is ours)."""
@@ -384,7 +391,13 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
     finally:
         os.close(out_write)
         os.close(err_write)
-    stdout, stderr = StreamCapture(), StreamCapture()
+    # A verification command's output also passes a scan: failing tests and counts a cut would hide.
+    scan = scan_for(_classify(spec.command))
+    stdout, stderr = (
+        (ScannedCapture(scan, 0), ScannedCapture(scan, 1))
+        if scan is not None
+        else (StreamCapture(), StreamCapture())
+    )
     log = LazyLog(archive, spec.session_id, redactor)
     try:
         pump = Pump(proc, (out_read, err_read), stdout, stderr, log)
@@ -399,7 +412,7 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
     # The work tree is looked up now, while the command starts on another core, rather than
     # after it has ended; workspace_revision re-checks what the command could have changed.
     work_tree = find_work_tree(spec.cwd)
-    return Running(spec, marker, proc, pump, stdout, stderr, log, started, time.time(), work_tree)
+    return Running(spec, marker, proc, pump, stdout, stderr, log, started, time.time(), work_tree, scan)
 
 
 @dataclass
@@ -516,6 +529,7 @@ def finish(
         log=log_ref,
         log_ref=log_name,
         classification=_classify(spec.command),
+        scan=running.scan,
         revision=revision,
         purpose=spec.purpose,
         scope=spec.scope,

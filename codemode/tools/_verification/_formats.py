@@ -408,18 +408,21 @@ def parse_playwright(lines: list[str], cut: bool) -> Parsed | None:
 
 
 _NODE_RE = re.compile(r"^(?:#|ℹ) (tests|pass|fail|cancelled|skipped|todo) (\d+)\s*$")
+_NODE_TESTS_RE = re.compile(r"^(?:#|ℹ) tests \d+\s*$")
 
 
 def parse_node(lines: list[str], cut: bool) -> Parsed | None:
     """node --test (TAP and spec reporters)."""
-    # Code: one count per line near the end, joined back into a summary line.
+    # Code: one count per line from the last "tests N" on, joined back into a summary line (the
+    # spec reporter lists the failing tests again after them).
+    hit = last(lines, _NODE_TESTS_RE)
+    if hit is None:
+        return None
     c: dict[str, int] = {}
-    for line in lines[-40:]:
+    for line in lines[hit[0] : hit[0] + 10]:
         m = _NODE_RE.match(line.strip())
         if m:
             c[m.group(1)] = int(m.group(2))
-    if "tests" not in c:
-        return None
     return Parsed(
         passed=c.get("pass"),
         failed=c.get("fail"),
@@ -608,8 +611,13 @@ VITEST_NAMES = (Names(r"^[ \t]*FAIL[ \t]+(?P<name>\S+ > .+?)\s*$"),)
 # mocha numbers each failure where it ran, indented under its suite (the closing list repeats
 # the numbers at two spaces, with the suite and the test on separate lines).
 MOCHA_NAMES = (Names(r"^ {4,}\d+\) (?P<name>.+?)\s*$"),)
-NODE_NAMES = (Names(r"^[ \t]*not ok \d+ - (?P<name>.+?)(?:\s+#.*)?$"),)
-PLAYWRIGHT_NAMES = (Names(r"^[ \t]+\d+\) (?P<name>\[[^\]]+\] .+?)(?:\s|─)*$"),)
+# node --test: TAP's "not ok 2 - name", or the spec reporter's "✖ name (0.8ms)".
+NODE_NAMES = (
+    Names(r"^[ \t]*not ok \d+ - (?P<name>.+?)(?:\s+#.*)?$"),
+    Names(r"^[ \t]*✖ (?!failing tests:)(?P<name>.+?) \([\d.]+m?s\)\s*$"),
+)
+# Playwright: "  1) [chromium] › a.spec.ts:3:1 › title ────" (no "[project] › " without projects).
+PLAYWRIGHT_NAMES = (Names(r"^[ \t]+\d+\) (?P<name>(?:\[[^\]]+\] › )?\S+:\d+:\d+ › .+?)(?:\s|─)*$"),)
 ALL_NAMES = (
     *PYTEST_NAMES, *UNITTEST_NAMES, *GO_NAMES, *CARGO_NAMES, *JEST_NAMES, *VITEST_NAMES, *MOCHA_NAMES,
     *NODE_NAMES, *PLAYWRIGHT_NAMES,

@@ -3,7 +3,7 @@ then the patterns that name failing tests.
 
 Code parsers take the output's lines (ANSI-free) and whether lines were cut, and return
 :class:`Parsed` or None when their format is not there. The tallies (:class:`GoTally`,
-:class:`CargoTally`, :class:`CountTally`) add up lines and also read a whole stream as it passes
+:class:`CargoTally`) add up lines and also read a whole stream as it passes
 (see ``_stream``), so that counts stay complete when the output shown was cut.
 """
 
@@ -24,8 +24,10 @@ from codemode.tools._verification._rules import Count, Line, Parsed, Parser, Sum
 
 
 class Tally(Protocol):
-    """Adds up lines; ``keep`` (bytes, multiline) finds the only lines it needs in a raw stream."""
+    """Adds up lines. In a raw stream, only the lines holding one of ``keys`` and matching
+    ``keep`` (bytes, multiline) are handed to :meth:`line`."""
 
+    keys: tuple[bytes, ...]
     keep: re.Pattern[bytes]
 
     def line(self, text: str) -> None:
@@ -49,6 +51,16 @@ class GoTally:
     """``go test``: packages from the ok/FAIL lines, tests (subtests too, as gotestsum counts
     them) from the ``--- PASS/FAIL/SKIP`` lines, or all of it from ``go test -json`` events."""
 
+    keys: tuple[bytes, ...] = (
+        b"ok ",
+        b"ok\t",
+        b"FAIL",
+        b"--- ",
+        b'"pass"',
+        b'"fail"',
+        b'"skip"',
+        b'"build-fail"',
+    )
     keep: re.Pattern[bytes] = re.compile(
         rb'^(?:ok\s.*|FAIL\s.*|[ \t]*--- (?:FAIL|PASS|SKIP): .*|[ \t]*\{.*"Action":\s*"(?:pass|fail|skip|build-fail)".*)$',
         re.M,
@@ -131,6 +143,7 @@ class CargoTally:
     """cargo: one ``test result`` per test binary, added up; compile errors per crate; nextest's
     own ``Summary``, which wins (the libtest lines it shows are a failing test's captured output)."""
 
+    keys: tuple[bytes, ...] = (b"test result: ", b"could not compile", b"Finished ", b"Summary [")
     keep: re.Pattern[bytes] = re.compile(
         rb"^(?:test result: .*|error: could not compile .*|[ \t]*Finished .*|[ \t]*Summary \[.*)$", re.M
     )
@@ -188,30 +201,6 @@ class CargoTally:
         if self.finished is not None:
             return Parsed(errors=0, summary_line=self.finished)
         return None
-
-
-@dataclass
-class CountTally:
-    """A :class:`Count` format, read line by line (from a stream)."""
-
-    count: Count
-    # Every line that is not blank: the pattern is a ``str`` one, matched after decoding.
-    keep: re.Pattern[bytes] = re.compile(rb"^.*\S.*$", re.M)
-    seen: int = 0
-    first: str | None = None
-
-    def line(self, text: str) -> None:
-        """Take one line."""
-        if self.count.pattern.search(text):
-            self.seen += 1
-            if self.first is None:
-                self.first = text.strip()
-
-    def parsed(self) -> Parsed | None:
-        """The lines counted so far."""
-        if not self.seen:
-            return None
-        return Parsed(errors=self.seen, summary_line=self.first)
 
 
 def _tallied(make: type[GoTally] | type[CargoTally]) -> Parser:
@@ -574,9 +563,12 @@ CHECK_FORMATS: tuple[Parser, ...] = (
 @dataclass(frozen=True)
 class Names:
     """A pattern (multiline) whose ``name`` group names a failing test, matched on the output's
-    text or, as bytes, on a raw stream (so it uses no non-ASCII character classes)."""
+    text or, as bytes, on a raw stream (so it uses no non-ASCII character classes). Every line it
+    matches holds one of ``keys``: a stream is searched for those (fast), and only the lines
+    holding one are matched."""
 
     pattern: str
+    keys: tuple[str, ...]
 
     @cached_property
     def text(self) -> re.Pattern[str]:
@@ -591,33 +583,33 @@ class Names:
 
 # pytest's short summary (and -v progress lines): "FAILED tests/a.py::test_x - assert ...".
 PYTEST_NAMES = (
-    Names(r"^(?:FAILED|ERROR) (?P<name>\S+::\S+|\S+\.py)"),
-    Names(r"^(?P<name>\S+::\S+) (?:FAILED|ERROR)\b"),
+    Names(r"^(?:FAILED|ERROR) (?P<name>\S+::\S+|\S+\.py)", ("FAILED ", "ERROR ")),
+    Names(r"^(?P<name>\S+::\S+) (?:FAILED|ERROR)\b", (" FAILED", " ERROR")),
 )
-UNITTEST_NAMES = (Names(r"^(?:FAIL|ERROR): (?P<name>\S+(?: \([\w.]+\))?)"),)
+UNITTEST_NAMES = (Names(r"^(?:FAIL|ERROR): (?P<name>\S+(?: \([\w.]+\))?)", ("FAIL: ", "ERROR: ")),)
 GO_NAMES = (
-    Names(r"^[ \t]*--- FAIL: (?P<name>\S+)"),
-    Names(r'^[ \t]*\{.*"Action":\s*"fail".*"Test":\s*"(?P<name>(?:[^"\\]|\\.)+)"'),
+    Names(r"^[ \t]*--- FAIL: (?P<name>\S+)", ("--- FAIL: ",)),
+    Names(r'^[ \t]*\{.*"Action":\s*"fail".*"Test":\s*"(?P<name>(?:[^"\\]|\\.)+)"', ('"fail"',)),
 )
 # libtest: "test tests::fails ... FAILED"; nextest: "        FAIL [   0.004s] crate tests::fails"
 # (the binary left out, so that the libtest line of its captured output names the same test).
 CARGO_NAMES = (
-    Names(r"^test (?P<name>\S+) \.\.\. FAILED\s*$"),
-    Names(r"^[ \t]*(?:FAIL|TIMEOUT) \[[ \d.]+s\] (?:\S+ )?(?P<name>\S+)\s*$"),
+    Names(r"^test (?P<name>\S+) \.\.\. FAILED\s*$", (" ... FAILED",)),
+    Names(r"^[ \t]*(?:FAIL|TIMEOUT) \[[ \d.]+s\] (?:\S+ )?(?P<name>\S+)\s*$", ("FAIL [", "TIMEOUT [")),
 )
 # jest prints "● Suite › test" for each failure ("● Test suite failed to run" is a suite).
-JEST_NAMES = (Names(r"^[ \t]*● (?!Test suite failed to run)(?P<name>.+?)\s*$"),)
-VITEST_NAMES = (Names(r"^[ \t]*FAIL[ \t]+(?P<name>\S+ > .+?)\s*$"),)
+JEST_NAMES = (Names(r"^[ \t]*● (?!Test suite failed to run)(?P<name>.+?)\s*$", ("● ",)),)
+VITEST_NAMES = (Names(r"^[ \t]*FAIL[ \t]+(?P<name>\S+ > .+?)\s*$", (" > ",)),)
 # mocha numbers each failure where it ran, indented under its suite (the closing list repeats
 # the numbers at two spaces, with the suite and the test on separate lines).
-MOCHA_NAMES = (Names(r"^ {4,}\d+\) (?P<name>.+?)\s*$"),)
+MOCHA_NAMES = (Names(r"^ {4,}\d+\) (?P<name>.+?)\s*$", (") ",)),)
 # node --test: TAP's "not ok 2 - name", or the spec reporter's "✖ name (0.8ms)".
 NODE_NAMES = (
-    Names(r"^[ \t]*not ok \d+ - (?P<name>.+?)(?:\s+#.*)?$"),
-    Names(r"^[ \t]*✖ (?!failing tests:)(?P<name>.+?) \([\d.]+m?s\)\s*$"),
+    Names(r"^[ \t]*not ok \d+ - (?P<name>.+?)(?:\s+#.*)?$", ("not ok ",)),
+    Names(r"^[ \t]*✖ (?!failing tests:)(?P<name>.+?) \([\d.]+m?s\)\s*$", ("✖ ",)),
 )
 # Playwright: "  1) [chromium] › a.spec.ts:3:1 › title ────" (no "[project] › " without projects).
-PLAYWRIGHT_NAMES = (Names(r"^[ \t]+\d+\) (?P<name>(?:\[[^\]]+\] › )?\S+:\d+:\d+ › .+?)(?:\s|─)*$"),)
+PLAYWRIGHT_NAMES = (Names(r"^[ \t]+\d+\) (?P<name>(?:\[[^\]]+\] › )?\S+:\d+:\d+ › .+?)(?:\s|─)*$", (" › ",)),)
 ALL_NAMES = (
     *PYTEST_NAMES, *UNITTEST_NAMES, *GO_NAMES, *CARGO_NAMES, *JEST_NAMES, *VITEST_NAMES, *MOCHA_NAMES,
     *NODE_NAMES, *PLAYWRIGHT_NAMES,

@@ -31,6 +31,24 @@ class _Line:
     carry: bytearray = field(default_factory=bytearray)
 
 
+def _lines_with(block: bytes, keys: tuple[bytes, ...]) -> list[tuple[int, int]]:
+    """The (start, end) of each line of ``block`` that holds one of ``keys``, in order, once.
+
+    ``bytes.find`` skips the lines without a key at memchr speed; a regex anchored at each
+    line start would be tried at every byte (measured 25-60 MB/s against 300+ MB/s).
+    """
+    spans: set[tuple[int, int]] = set()
+    for key in keys:
+        at = block.find(key)
+        while at >= 0:
+            start = block.rfind(b"\n", 0, at) + 1
+            end = block.find(b"\n", at)
+            end = len(block) if end < 0 else end
+            spans.add((start, end))
+            at = block.find(key, end)
+    return sorted(spans)
+
+
 class StreamScan:
     """Failing test names and a tally, read from a command's whole output (both streams).
 
@@ -40,7 +58,7 @@ class StreamScan:
     """
 
     def __init__(self, names: tuple[Names, ...], tally: Tally | None) -> None:
-        self._names = tuple(n.raw for n in names)
+        self._names = tuple((n.raw, tuple(k.encode() for k in n.keys)) for n in names)
         self._tally = tally
         self._streams = (_Line(), _Line())
         self._seen: dict[str, None] = {}
@@ -69,13 +87,15 @@ class StreamScan:
     def _scan(self, block: bytes) -> None:
         if b"\x1b" in block:
             block = _ANSI_RE.sub(b"", block)
-        for pattern in self._names:
-            for m in pattern.finditer(block):
-                self._add(m.group("name").decode("utf-8", "replace"))
+        for pattern, keys in self._names:
+            for start, end in _lines_with(block, keys):
+                if m := pattern.match(block, start, end):
+                    self._add(m.group("name").decode("utf-8", "replace"))
         if self._tally is not None:
-            line = self._tally.line
-            for m in self._tally.keep.finditer(block):
-                line(m.group(0).decode("utf-8", "replace").rstrip("\r"))
+            line, keep = self._tally.line, self._tally.keep
+            for start, end in _lines_with(block, self._tally.keys):
+                if m := keep.match(block, start, end):
+                    line(m.group(0).decode("utf-8", "replace").rstrip("\r"))
 
     def _add(self, name: str) -> None:
         if name in self._seen:

@@ -232,7 +232,8 @@ def test_pytest_real_long_output_cut_by_capture(tmp_path: Path) -> None:
     assert cls is not None
     v = parse_verification(cls, ex.text, proc.returncode)
     assert (v.passed, v.failed, v.ok) == (392, 8, False)
-    assert failure_summary(v) == f"pytest: 8 failed, 392 passed — {v.summary_line}"
+    names = ", ".join(f"test_many.py::test_{i}" for i in range(7, 400, 50))
+    assert failure_summary(v) == f"pytest: 8 failed, 392 passed — {v.summary_line}; failing: {names}"
 
 
 def test_unittest_real(tmp_path: Path) -> None:
@@ -574,7 +575,7 @@ BUILD FAILED in 4s
             "go test ./...",
             SAMPLE_GO_TEST,
             1,
-            (None, 2, None, 0, False, "ok: 1 package; FAIL: 1 (example.com/calc)"),
+            (None, 3, None, 0, False, "ok: 1 package; FAIL: 1 (example.com/calc)"),  # a subtest too
         ),
         (
             "go test ./...",
@@ -637,14 +638,18 @@ def test_quiet_tools_clean_run_means_zero_errors(command: str, tool: str) -> Non
     assert (v.errors, v.ok) == (None, False)
 
 
-def test_line_counts_unknown_when_output_was_cut() -> None:
+def test_line_counts_partial_when_output_was_cut() -> None:
     cap = StreamCapture(head_bytes=200, tail_bytes=200)
     cap.feed("".join(f"./m{i}.py:1:1: F401 'os' imported but unused\n" for i in range(100)).encode())
     cls = classify_command("flake8")
     assert cls is not None
     v = parse_verification(cls, cap.excerpt().text, 1)
-    assert v.errors is None and v.ok is False
-    assert failure_summary(v) == "flake8: failed — ./m0.py:1:1: F401 'os' imported but unused"
+    assert v.errors == 8 and v.ok is False and not v.complete
+    assert v.covers == "the head and tail of the output shown (92 lines cut between them)"
+    assert failure_summary(v) == (
+        "flake8: 8 errors (partial: counted in the head and tail of the output shown (92 lines cut between "
+        "them); the full log has the rest) — ./m0.py:1:1: F401 'os' imported but unused"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -679,6 +684,10 @@ def test_to_dict_is_json() -> None:
         "skipped": 0,
         "errors": 0,
         "summary_line": "== 1 failed, 2 passed in 0.10s ==",
+        "complete": True,
+        "covers": None,
+        "failing_tests": [],
+        "more_failing_tests": 0,
     }
     assert json.loads(json.dumps(cls.to_dict())) == {"kind": "test", "tool": "pytest"}
 

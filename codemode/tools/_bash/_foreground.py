@@ -55,7 +55,13 @@ from codemode.tools._bash._pump import Pump, PumpStatus
 from codemode.tools._bash._shape import build_result
 from codemode.tools._capture import StreamCapture
 from codemode.tools._terminal import terminal_view
-from codemode.tools._verification import Classification, classify_command
+from codemode.tools._verification import (
+    Classification,
+    ScannedCapture,
+    StreamScan,
+    classify_command,
+    scan_for,
+)
 
 
 @functools.lru_cache(maxsize=512)
@@ -178,6 +184,7 @@ class Running:
     started: float  # time.monotonic()
     started_wall: float  # time.time()
     work_tree: WorkTree | None = None  # looked up while the command starts
+    scan: StreamScan | None = None  # what a verification command's whole output showed
 
     def terminate(self) -> None:
         """Stop the whole tree (blocking; the root is not reaped yet, so its pgid is ours)."""
@@ -397,7 +404,13 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
         os.close(out_write)
         os.close(err_write)
     view = terminal_view(spec.environ)  # pipes: rendered for COLUMNS x LINES, or 80 x 24
-    stdout, stderr = StreamCapture(view=view), StreamCapture(view=view)
+    # A verification command's output also passes a scan: failing tests and counts a cut would hide.
+    scan = scan_for(_classify(spec.command))
+    stdout, stderr = (
+        (ScannedCapture(scan, 0, view=view), ScannedCapture(scan, 1, view=view))
+        if scan is not None
+        else (StreamCapture(view=view), StreamCapture(view=view))
+    )
     log = LazyLog(archive, spec.session_id, redactor)
     try:
         pump = Pump(proc, (out_read, err_read), stdout, stderr, log)
@@ -412,7 +425,7 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
     # The work tree is looked up now, while the command starts on another core, rather than
     # after it has ended; workspace_revision re-checks what the command could have changed.
     work_tree = find_work_tree(spec.cwd)
-    return Running(spec, marker, proc, pump, stdout, stderr, log, started, time.time(), work_tree)
+    return Running(spec, marker, proc, pump, stdout, stderr, log, started, time.time(), work_tree, scan)
 
 
 @dataclass
@@ -529,6 +542,7 @@ def finish(
         log=log_ref,
         log_ref=log_name,
         classification=_classify(spec.command),
+        scan=running.scan,
         revision=revision,
         purpose=spec.purpose,
         scope=spec.scope,

@@ -59,6 +59,12 @@ class Verification(pydantic.BaseModel):
     skipped: int | None
     errors: int | None
     summary_line: str | None
+    complete: bool = pydantic.Field(
+        default=True, description="false: the counts add up lines of a cut output and cover only `covers`"
+    )
+    covers: str | None = None
+    failing_tests: list[str] = pydantic.Field(default_factory=list, description="the first 20 failing tests")
+    more_failing_tests: int = 0
 
 
 class WorkspaceRevision(pydantic.BaseModel):

@@ -10,7 +10,7 @@ from codemode.archive import ArchiveRef, Redactor
 from codemode.budget import read_archive_call
 from codemode.sandbox import SandboxPolicy, explain_denial
 from codemode.tools._capture import Excerpt, shape_output
-from codemode.tools._verification import Classification, failure_summary, parse_verification
+from codemode.tools._verification import Classification, StreamScan, failure_summary, parse_verification
 
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
@@ -41,6 +41,7 @@ def build_result(
     promoted_process_id: str | None = None,
     next_offset: int | None = None,
     cancelled: bool = False,
+    scan: StreamScan | None = None,
 ) -> tuple[list[str], dict[str, Any]]:
     """Shape one foreground run into the model's text and the structured envelope.
 
@@ -58,7 +59,7 @@ def build_result(
 
     verification = None
     if classification is not None and promoted_process_id is None:
-        verification = parse_verification(classification, f"{stdout.text}\n{stderr.text}", exit_code)
+        verification = parse_verification(classification, f"{stdout.text}\n{stderr.text}", exit_code, scan)
 
     if promoted_process_id is not None:
         lines.append(
@@ -83,7 +84,7 @@ def build_result(
         if verification is not None:
             summary = failure_summary(verification)
             if summary:
-                lines.append(summary)
+                lines.append(redactor.redact(summary))
         if log is not None and log.dropped is not None:
             start, end = log.dropped
             lines.append(

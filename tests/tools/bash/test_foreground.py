@@ -434,6 +434,27 @@ async def test_verification_summary_only_when_output_was_cut(bash: Caller, works
     assert "read_archive(" in long.text
 
 
+async def test_cut_verification_counts_and_names_come_from_the_whole_stream(
+    bash: Caller, workspace: Path
+) -> None:
+    # A real cargo test output of five test binaries, 35 KB: more than the head and tail shown.
+    fixture = Path(__file__).parents[1] / "verification" / "cargo-test-5-binaries.txt"
+    (workspace / "out.txt").write_bytes(fixture.read_bytes())
+    bin_dir = workspace / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "cargo"
+    fake.write_text("#!/bin/bash\ncat out.txt\nexit 101\n")
+    fake.chmod(0o755)
+    result = await bash(command="PATH=$PWD/bin:$PATH cargo test")
+    data = result.structured_content
+    assert data["stdout"]["truncated"]
+    v = data["verification"]
+    assert (v["passed"], v["failed"], v["complete"]) == (1218, 32, True)
+    assert len(v["failing_tests"]) == 20 and v["more_failing_tests"] == 12
+    assert "cargo: 32 failed, 1218 passed — " in result.text
+    assert "failing: case_1_003, " in result.text and "and 12 more" in result.text
+
+
 async def test_nul_in_command_or_cwd_is_a_clear_error(bash: Caller) -> None:
     with pytest.raises(ToolError, match="NUL"):
         await bash(command="echo a\x00b")

@@ -112,22 +112,28 @@ class WorkerPool:
                     self._idle -= 1
                     self._queued -= 1
             job, done = item
+            value: Any = None
+            error: BaseException | None = None
             try:
                 if isinstance(warm, BaseException):
                     raise warm
                 value = job(warm)
             except BaseException as exc:
-                done(None, exc)
+                error = exc
             else:
                 if self._heavy is not None and self._heavy(value):
                     warm = None
                     _return_memory()
-                done(value, None)
             warm = None
+            # Counted idle again *before* the caller hears back: its next job, queued at once,
+            # must find this worker rather than start another thread.
             with self._lock:
-                if not current or jobs is not self._jobs:
-                    return  # retired by close(): the new generation starts its own workers
-                self._idle += 1
+                retired = not current or jobs is not self._jobs
+                if not retired:
+                    self._idle += 1
+            done(value, error)
+            if retired:
+                return  # retired by close(): the new generation starts its own workers
 
     async def run(self, job: Job) -> Any:
         """Run ``job(warm_context)`` on a worker thread and return its value.

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from codemode.archive import Archive, Redactor, State
+from codemode.state import Archive, Redactor, State
 
 
 def median_us(fn: Callable[[int], object], n: int) -> float:

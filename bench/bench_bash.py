@@ -28,9 +28,9 @@ from typing import Any
 import anyio
 import psutil
 
-from codemode.archive import Archive, State
-from codemode.archive._redact import Redactor, StreamRedactor
 from codemode.sandbox import SandboxMode, SandboxPolicy
+from codemode.state import Archive, State
+from codemode.state._redact import Redactor, StreamRedactor
 from codemode.tools._bash import ProcessManager
 from codemode.tools._model import ToolContext, ToolResult
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from codemode.archive import ArchiveRef, Redactor, State
 from codemode.budget import TokenCounter, fit_to_budget
+from codemode.state import ArchiveRef, Redactor, State
 
 BUDGET = 2000
 

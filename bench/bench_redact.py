@@ -8,7 +8,7 @@ Both redact the same two corpora in the same run:
 
 - build: ordinary command output (log lines, commit hashes, UUIDs, sha256 sums, base64 blobs,
   test results, tracebacks: bench_archive.py's corpus);
-- near-miss: tests/archive/secret_fixtures.py's false-positive corpus, repeated: builds, git logs,
+- near-miss: tests/state/secret_fixtures.py's false-positive corpus, repeated: builds, git logs,
   checksums, lockfiles, minified JS, and on one line in thirteen a secret-sounding word next to
   something that is not a secret (``secret_name: db-credentials``, ``e.password=void 0``), each
   of which stage 2 has to look at;
@@ -36,15 +36,15 @@ sys.path.insert(0, str(ROOT))
 import re2  # noqa: E402
 
 from bench.bench_archive import mixed_output  # noqa: E402
-from codemode.archive._redact import Redactor, _engine  # noqa: E402
-from tests.archive.secret_fixtures import families, ordinary_output  # noqa: E402
+from codemode.state._redact import Redactor, _engine  # noqa: E402
+from tests.state.secret_fixtures import families, ordinary_output  # noqa: E402
 
 BEFORE_COMMIT = "2c2e55a"  # main just before the rule set replaced the hand-written groups
 
 
 def old_module() -> ModuleType:
     source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{BEFORE_COMMIT}:codemode/archive/_redact.py"],
+        ["git", "-C", str(ROOT), "show", f"{BEFORE_COMMIT}:codemode/state/_redact.py"],
         capture_output=True,
         text=True,
         check=True,
@@ -119,7 +119,7 @@ def main() -> None:
         f"\nstage 1 only, {len(engine.rules)} patterns, 20 MB build: Hyperscan {hs:.0f} MB/s, RE2 set {rs:.0f} MB/s"
     )
 
-    print("\nrecall on tests/archive/secret_fixtures.py (examples redacted / examples)")
+    print("\nrecall on tests/state/secret_fixtures.py (examples redacted / examples)")
     print(f"{'family':20s} {'before':>9s} {'after':>9s}")
     rb, fpb, lines = recall(before)
     ra, fpa, _ = recall(after)

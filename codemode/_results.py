@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 import pydantic
 
-from codemode.archive import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES, MIN_LOG_CAP_BYTES, MIN_QUOTA_BYTES
 from codemode.sandbox import SandboxMode
+from codemode.state import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES, MIN_LOG_CAP_BYTES, MIN_QUOTA_BYTES
 
 
 def default_state_dir() -> Path:

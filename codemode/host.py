@@ -23,7 +23,6 @@ import anyio
 from codemode._ids import check_id
 from codemode._progress import Progress, ProgressCallback, reporting
 from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage
-from codemode.archive import Archive, ArchiveRef, State, redact_json
 from codemode.budget import MIN_BUDGET, TokenCounter, fit_to_budget
 from codemode.engine import Engine, EngineLimits, GuestError, HeaderError, LoopSpawner, RunView, parse_header
 from codemode.errors import ErrorCode, ToolError, UserError
@@ -38,6 +37,7 @@ from codemode.policy import (
     approval_commands,
 )
 from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy
+from codemode.state import Archive, ArchiveRef, State, redact_json
 from codemode.tools import Extension, Tool, ToolContext, ToolRegistry, ToolResult
 from codemode.tools._bash import Notification, ProcessManager
 from codemode.tools._read_archive import read_archive_tool

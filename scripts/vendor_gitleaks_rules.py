@@ -1,4 +1,4 @@
-"""Regenerate ``codemode/archive/secret_rules/gitleaks.toml`` from a gitleaks release.
+"""Regenerate ``codemode/state/secret_rules/gitleaks.toml`` from a gitleaks release.
 
 Run: ``python scripts/vendor_gitleaks_rules.py SOURCE`` where SOURCE is either gitleaks'
 ``config/gitleaks.toml`` or a gitleaks binary (the binary embeds that file; the PyPI package
@@ -16,7 +16,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "codemode" / "archive" / "secret_rules" / "gitleaks.toml"
+OUT = Path(__file__).resolve().parents[1] / "codemode" / "state" / "secret_rules" / "gitleaks.toml"
 HEAD = b"# This file has been auto-generated. Do not edit manually."
 NOTICE = """\
 # Vendored from gitleaks {version} (https://github.com/gitleaks/gitleaks), config/gitleaks.toml,

@@ -276,7 +276,7 @@ def test_json_is_honoured_where_accepted_and_refused_by_mcp(tmp_path: Path, work
 
 
 def test_archive_read_marks_the_dropped_middle_of_a_capped_log(tmp_path: Path, workspace: Path) -> None:
-    from codemode.archive import MIN_LOG_CAP_BYTES, State
+    from codemode.state import MIN_LOG_CAP_BYTES, State
 
     data = b"".join(b"line %07d\n" % i for i in range(300_000))  # 3.9 MB through a 1 MiB cap
     archive_state = State(tmp_path / "state", log_cap_bytes=MIN_LOG_CAP_BYTES)
@@ -351,7 +351,7 @@ def test_ps_columns_fit_their_values(tmp_path: Path, workspace: Path) -> None:
 @pytest.mark.anyio
 async def test_logs_mark_the_dropped_middle_of_a_capped_log(tmp_path: Path, workspace: Path) -> None:
     from codemode import Host
-    from codemode.archive import MIN_LOG_CAP_BYTES
+    from codemode.state import MIN_LOG_CAP_BYTES
 
     # Started by a host with the smallest log cap (the CLI has no option for it); read by the CLI.
     async with Host(

@@ -9,8 +9,8 @@ import pydantic
 import pytest
 
 from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage, default_state_dir
-from codemode.archive import MIN_LOG_CAP_BYTES, MIN_QUOTA_BYTES
 from codemode.sandbox import SandboxMode
+from codemode.state import MIN_LOG_CAP_BYTES, MIN_QUOTA_BYTES
 
 
 def test_defaults_work_without_arguments() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from codemode.archive import ArchiveRef
 from codemode.budget._counter import TokenCounter
 from codemode.errors import UserError
+from codemode.state import ArchiveRef
 
 __all__ = ["HEAD_SHARE", "MIN_BUDGET", "READ_LIMIT", "BudgetCut", "fit_to_budget", "read_archive_call"]
 

@@ -34,7 +34,7 @@ from codemode.policy._shell import Command, Problem, parse
 __all__ = ["REDACTION_MARKER", "CommandPolicy", "CommandVerdict", "Verdict"]
 
 REDACTION_MARKER = "[REDACTED:"
-"""What every value the redactor masked starts with (see `codemode.archive.Redactor`)."""
+"""What every value the redactor masked starts with (see `codemode.state.Redactor`)."""
 
 _MAX_DEPTH = 8  # nested sh -c / eval / alias strings
 _MAX_SCRIPT_LEVELS = 4  # package.json scripts followed through one another

@@ -21,7 +21,7 @@ from codemode.sandbox import SandboxPolicy
 from codemode.tools._signature import typescript_signature
 
 if TYPE_CHECKING:
-    from codemode.archive import Archive, SessionValues
+    from codemode.state import Archive, SessionValues
 
 
 class TextContent(pydantic.BaseModel):

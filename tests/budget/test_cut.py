@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from codemode.archive import Archive, ArchiveRef, Redactor, State
 from codemode.budget import MIN_BUDGET, BudgetCut, TokenCounter, fit_to_budget, read_archive_call
 from codemode.errors import UserError
+from codemode.state import Archive, ArchiveRef, Redactor, State
 
 FULL_LINE = re.compile(
     r"\[\.\.\. ([\d,]+) of ([\d,]+) bytes cut here; read on with "

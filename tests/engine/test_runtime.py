@@ -13,10 +13,10 @@ from typing import Any
 import anyio
 import pytest
 
-from codemode.archive import Archive, State
 from codemode.engine import Engine, EngineLimits, ProgramOutcome
 from codemode.errors import ToolError, UserError
 from codemode.sandbox import SandboxMode, SandboxPolicy
+from codemode.state import Archive, State
 from codemode.tools import ToolContext, ToolRegistry, ToolResult
 
 pytestmark = pytest.mark.anyio

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from codemode.archive import COMPACT_KEEP_BYTES, Redactor, State
 from codemode.errors import ErrorCode, ToolError, UnknownRefError
 from codemode.sandbox._policy import SandboxPolicy
+from codemode.state import COMPACT_KEEP_BYTES, Redactor, State
 from codemode.tools._model import ToolContext, ToolResult
 from codemode.tools._read_archive import ReadArchiveArgs, ReadArchiveResult, read_archive_tool
 

@@ -12,9 +12,9 @@ import pydantic
 import pytest
 
 from codemode import Extension, Host, Tool, ToolContext, ToolError, ToolResult, UserError, make_tool, tool
-from codemode.archive import State
 from codemode.errors import ErrorCode
 from codemode.sandbox import SandboxPolicy
+from codemode.state import State
 from codemode.tools import ToolRegistry, typescript_signature
 from codemode.tools._model import ToolFailure
 

@@ -15,9 +15,9 @@ from typing_extensions import TypedDict
 
 import codemode
 from codemode import Host, TextContent, ToolContext, ToolError, ToolResult, UserError, make_tool
-from codemode.archive import State
 from codemode.errors import ErrorCode, GuestErrorKind, ProcessNotFound, SandboxDenied, UnknownRefError
 from codemode.sandbox import SandboxPolicy
+from codemode.state import State
 from codemode.tools import ToolRegistry
 
 pytestmark = pytest.mark.anyio

@@ -18,10 +18,10 @@ from typing import Any
 
 import psutil
 
-from codemode.archive import Archive
-from codemode.archive import process_records as _records
 from codemode.errors import ToolError
 from codemode.sandbox import cgroup_kill, cgroup_remove
+from codemode.state import Archive
+from codemode.state import process_records as _records
 from codemode.tools._bash._env import command_env
 from codemode.tools._bash._foreground import RunSpec, command_cgroup, confine
 from codemode.tools._terminal import TerminalView

@@ -29,7 +29,6 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from codemode.archive import Archive, ArchiveRef, LogWriter, Redactor
 from codemode.errors import SandboxUnavailable, ToolError
 from codemode.sandbox import (
     Confinement,
@@ -42,6 +41,7 @@ from codemode.sandbox import (
     launch,
     prepare_confinement,
 )
+from codemode.state import Archive, ArchiveRef, LogWriter, Redactor
 from codemode.tools._bash._env import (
     WorkTree,
     command_env,

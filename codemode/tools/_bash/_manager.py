@@ -38,10 +38,10 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from codemode.archive import Archive, ProcessRecord, Redactor
-from codemode.archive import process_records as _records
 from codemode.errors import ErrorCode, ProcessNotFound, ToolError, UserError
 from codemode.sandbox import SandboxPolicy, cgroup_kill, cgroup_remove, check_policy
+from codemode.state import Archive, ProcessRecord, Redactor
+from codemode.state import process_records as _records
 from codemode.tools._bash._background import PTY_VIEW, adopt, start_background
 from codemode.tools._bash._env import resolve_cwd
 from codemode.tools._bash._foreground import (

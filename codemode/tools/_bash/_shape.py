@@ -6,9 +6,9 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from codemode.archive import ArchiveRef, Redactor
 from codemode.budget import read_archive_call
 from codemode.sandbox import SandboxPolicy, explain_denial
+from codemode.state import ArchiveRef, Redactor
 from codemode.tools._capture import Excerpt, shape_output
 from codemode.tools._verification import Classification, StreamScan, failure_summary, parse_verification
 

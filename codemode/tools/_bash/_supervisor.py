@@ -13,7 +13,7 @@ once so the host can reap the first process at once; the second lives on without
 (init adopts it). It imports only the standard library and psutil (the redactor for its
 notification line adds hyperscan and re2) — not the ``codemode`` package — so a hundred of
 them stay cheap; the record SQL comes from the sibling
-``codemode/archive/_processes.py`` and the launch primitive from ``codemode/sandbox/_spawn.py``, loaded by path.
+``codemode/state/_processes.py`` and the launch primitive from ``codemode/sandbox/_spawn.py``, loaded by path.
 
 Steps: open a PTY and start ``bash -c COMMAND`` on it through the sandbox's exec helper (the
 host prepared every layer and passed their fds: the same launch path as foreground commands),
@@ -71,7 +71,7 @@ def _load(path: Path, name: str) -> ModuleType:
 
 
 def _load_records() -> ModuleType:
-    return _load(Path(__file__).resolve().parents[2] / "archive" / "_processes.py", "_codemode_bash_records")
+    return _load(Path(__file__).resolve().parents[2] / "state" / "_processes.py", "_codemode_bash_records")
 
 
 def _answer(message: dict[str, Any]) -> None:
@@ -332,14 +332,14 @@ class _Copier:
 
     @staticmethod
     def open_log(db_path: str, path: str) -> Any:
-        """The entry's ``EntryLog`` from ``codemode/archive/_capped.py`` (standard library only,
+        """The entry's ``EntryLog`` from ``codemode/state/_capped.py`` (standard library only,
         loaded by path like ``_records.py``).
 
         Raises:
             OSError: The log file cannot be opened.
             sqlite3.Error: The entry's cap cannot be read.
         """
-        source = Path(__file__).resolve().parents[2] / "archive" / "_capped.py"
+        source = Path(__file__).resolve().parents[2] / "state" / "_capped.py"
         module = sys.modules.get("_codemode_archive_capped")
         if module is None:
             found = importlib.util.spec_from_file_location("_codemode_archive_capped", source)

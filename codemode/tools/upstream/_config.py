@@ -26,8 +26,8 @@ from typing import Any, Literal
 
 import pydantic
 
-from codemode.archive import Redactor
 from codemode.errors import UserError
+from codemode.state import Redactor
 
 __all__ = ["McpServerConfig", "load_mcp_config", "parse_mcp_config"]
 

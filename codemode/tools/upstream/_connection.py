@@ -30,9 +30,9 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from codemode._version import __version__
-from codemode.archive import Redactor
 from codemode.errors import ErrorCode, ToolError
 from codemode.sandbox import SandboxMode, SandboxPolicy
+from codemode.state import Redactor
 from codemode.tools.upstream._config import McpServerConfig
 from codemode.tools.upstream._stdio import sandboxed_stdio
 

@@ -17,8 +17,8 @@ from typing import Any
 from genson import SchemaBuilder  # type: ignore[import-untyped]
 from mcp import types
 
-from codemode.archive import Archive, redact_json
 from codemode.errors import ErrorCode, ToolError
+from codemode.state import Archive, redact_json
 from codemode.tools._model import TextContent, ToolResult
 
 __all__ = ["observed_schema", "to_result"]

@@ -16,9 +16,9 @@ from typing import Any
 
 import anyio
 
-from codemode.archive import State
 from codemode.errors import UserError
 from codemode.sandbox import SandboxPolicy
+from codemode.state import State
 from codemode.tools._model import Extension, ToolContext, ToolResult
 from codemode.tools.upstream._config import McpServerConfig
 from codemode.tools.upstream._connection import Connection, Spawn

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from codemode.archive import Archive, State
 from codemode.sandbox import SandboxMode, SandboxPolicy
+from codemode.state import Archive, State
 from codemode.tools._bash import ProcessManager
 from codemode.tools._model import ToolContext, ToolResult
 

@@ -14,10 +14,10 @@ from typing import Any
 import psutil
 import pytest
 
-from codemode.archive import Archive
-from codemode.archive import process_records as _records
 from codemode.errors import ToolError
 from codemode.sandbox import SandboxPolicy
+from codemode.state import Archive
+from codemode.state import process_records as _records
 from codemode.tools._bash import _background
 from codemode.tools._bash._background import runtime_dir, start_background
 from codemode.tools._bash._foreground import RunSpec

@@ -218,7 +218,7 @@ async def test_commands_carry_the_marker(bash: Caller) -> None:
 
 
 async def test_redaction_of_secret_env_values(archive: Any, workspace: Path, policy: Any) -> None:
-    from codemode.archive import Redactor
+    from codemode.state import Redactor
 
     secret = "s3cr3t-VALUE-" + "q" * 20
     env = {**os.environ, "MY_API_TOKEN": secret}
@@ -231,7 +231,7 @@ async def test_redaction_of_secret_env_values(archive: Any, workspace: Path, pol
 
 
 async def test_a_streamed_log_is_redacted_when_read(archive: Any, workspace: Path, policy: Any) -> None:
-    from codemode.archive import Redactor, State
+    from codemode.state import Redactor, State
 
     secret = "s3cr3t-STREAMED-" + "q" * 20
     env = {**os.environ, "MY_API_TOKEN": secret}

@@ -12,9 +12,9 @@ import anyio
 import psutil
 import pytest
 
-from codemode.archive import Archive, State
 from codemode.errors import ProcessNotFound, ToolError
 from codemode.sandbox import SandboxPolicy
+from codemode.state import Archive, State
 from codemode.tools._bash import ProcessManager
 from codemode.tools._model import ToolContext
 

@@ -13,9 +13,9 @@ from typing import Any
 import anyio
 import pytest
 
-from codemode.archive import Archive
 from codemode.errors import ToolError
 from codemode.sandbox import SandboxPolicy
+from codemode.state import Archive
 from codemode.tools._bash import Notification, ProcessManager
 from codemode.tools._bash._results import BashRead, BashWaited
 from codemode.tools._model import ToolContext

@@ -9,8 +9,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from codemode.archive import Archive, State
 from codemode.sandbox import SandboxPolicy
+from codemode.state import Archive, State
 from codemode.tools._bash import ProcessManager
 from codemode.tools._model import ToolContext
 

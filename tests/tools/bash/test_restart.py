@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from codemode.archive import State
+from codemode.state import State
 from codemode.tools._bash import ProcessManager
 
 from .test_foreground import _survivors
@@ -24,7 +24,7 @@ _HOST = textwrap.dedent(
     """
     import json, sys, anyio
     from pathlib import Path
-    from codemode.archive import State
+    from codemode.state import State
     from codemode.sandbox import SandboxPolicy
     from codemode.tools._bash import ProcessManager
     from codemode.tools._model import ToolContext

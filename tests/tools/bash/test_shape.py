@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from codemode.archive import ArchiveRef, Redactor
 from codemode.sandbox import SandboxMode, SandboxPolicy
+from codemode.state import ArchiveRef, Redactor
 from codemode.tools._bash._shape import build_result
 from codemode.tools._capture import Excerpt, StreamCapture
 

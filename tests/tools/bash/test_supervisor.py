@@ -20,9 +20,9 @@ from typing import Any
 import psutil
 import pytest
 
-from codemode.archive import Archive, ProcessRecord
-from codemode.archive import process_records as _records
 from codemode.sandbox import SandboxPolicy
+from codemode.state import Archive, ProcessRecord
+from codemode.state import process_records as _records
 from codemode.tools._bash._background import start_background
 from codemode.tools._bash._foreground import RunSpec
 
@@ -144,9 +144,9 @@ def test_the_command_runs_on_a_terminal_while_its_record_says_running(
 _HOST_SCRIPT = """
 import contextlib, json, sys
 from pathlib import Path
-from codemode.archive import State
+from codemode.state import State
 from codemode.sandbox import SandboxMode, SandboxPolicy
-from codemode.archive import process_records as _records
+from codemode.state import process_records as _records
 from codemode.tools._bash._background import start_background
 from codemode.tools._bash._foreground import RunSpec
 

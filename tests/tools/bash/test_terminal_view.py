@@ -10,8 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
-from codemode.archive import Archive
 from codemode.sandbox import SandboxPolicy
+from codemode.state import Archive
 from codemode.tools._bash import ProcessManager
 from codemode.tools._bash._background import PTY_VIEW
 from codemode.tools._model import ToolContext

@@ -23,11 +23,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from codemode.archive import _capped
-from codemode.archive._capped import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES, CappedLog
-from codemode.archive._database import Database, host_faults
-from codemode.archive._redact import Redactor, StreamRedactor
 from codemode.errors import StateDirError, ToolError, UnknownRefError
+from codemode.state import _capped
+from codemode.state._capped import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES, CappedLog
+from codemode.state._database import Database, host_faults
+from codemode.state._redact import Redactor, StreamRedactor
 
 __all__ = [
     "COMPACT_KEEP_BYTES",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from codemode.archive._database import Database, host_faults
+from codemode.state._database import Database, host_faults
 
 __all__ = ["RunRecord", "RunRecords"]
 

@@ -21,8 +21,8 @@ from functools import wraps
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
-from codemode.archive._schema import init_schema
 from codemode.errors import HostFault, StateDirError
+from codemode.state._schema import init_schema
 
 __all__ = ["Database", "host_faults"]
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from codemode.archive import Archive, Redactor, State, _capped
-from codemode.archive._capped import CappedLog, EntryLog, holes_supported, read_kept
+from codemode.state import Archive, Redactor, State, _capped
+from codemode.state._capped import CappedLog, EntryLog, holes_supported, read_kept
 
 MIB = 1024 * 1024
 GH = "ghp_" + "A1b2C3d4E5" * 3 + "xyz123"
@@ -111,7 +111,7 @@ def test_a_log_past_its_cap_keeps_head_and_tail_counts_every_byte_and_stays_unde
 
 _WRITER = """
 import sys
-from codemode.archive._capped import EntryLog
+from codemode.state._capped import EntryLog
 sys.path.insert(0, sys.argv[3])
 from test_capped import pattern
 log = EntryLog(sys.argv[1], sys.argv[2])

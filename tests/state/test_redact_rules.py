@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from codemode.archive import Redactor, StreamRedactor
-from codemode.archive._redact import _Engine, load_rules
-from tests.archive.secret_fixtures import families, ordinary_output, pem
+from codemode.state import Redactor, StreamRedactor
+from codemode.state._redact import _Engine, load_rules
+from tests.state.secret_fixtures import families, ordinary_output, pem
 
 R = Redactor(environ={})
 FAMILIES = families()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from codemode.archive import SCHEMA_VERSION, State
+from codemode.state import SCHEMA_VERSION, State
 
 
 def test_learned_types_are_kept_per_server_and_tool(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 The supervisor of a background process (``codemode/tools/_bash/_supervisor.py``) loads this
 file by path, without importing the ``codemode`` package; the archive imports it as
-``codemode.archive._capped``. Both write logs through :class:`CappedLog`, so a log is capped
+``codemode.state._capped``. Both write logs through :class:`CappedLog`, so a log is capped
 the same way whoever writes it.
 
 **A capped log** is one file in which every byte of a command's output sits at its own offset.

@@ -5,8 +5,8 @@ One state directory (mode 0700) holds the database and the archived files; each 
 while it is written and the directory has a quota. `State` opens all of it.
 """
 
-from codemode.archive import _processes as process_records
-from codemode.archive._archive import (
+from codemode.state import _processes as process_records
+from codemode.state._archive import (
     COMPACT_KEEP_BYTES,
     EXPIRE_AFTER_SECONDS,
     Archive,
@@ -14,21 +14,21 @@ from codemode.archive._archive import (
     ArchiveRef,
     LogWriter,
 )
-from codemode.archive._audit import ApprovalLog
-from codemode.archive._capped import (
+from codemode.state._audit import ApprovalLog
+from codemode.state._capped import (
     DEFAULT_LOG_CAP_BYTES,
     DEFAULT_QUOTA_BYTES,
     MIN_LOG_CAP_BYTES,
     MIN_QUOTA_BYTES,
 )
-from codemode.archive._database import Database
-from codemode.archive._learned import LearnedTypes
-from codemode.archive._processes import ProcessRecord
-from codemode.archive._redact import Redactor, StreamRedactor, redact_json
-from codemode.archive._runs import RunRecord, RunRecords
-from codemode.archive._schema import SCHEMA_VERSION
-from codemode.archive._state import State
-from codemode.archive._values import (
+from codemode.state._database import Database
+from codemode.state._learned import LearnedTypes
+from codemode.state._processes import ProcessRecord
+from codemode.state._redact import Redactor, StreamRedactor, redact_json
+from codemode.state._runs import RunRecord, RunRecords
+from codemode.state._schema import SCHEMA_VERSION
+from codemode.state._state import State
+from codemode.state._values import (
     STORE_KEY_MAX_CHARS,
     STORE_SESSION_MAX_BYTES,
     STORE_VALUE_MAX_BYTES,

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from codemode.archive import (
+from codemode.errors import StateDirError, ToolError, UnknownRefError
+from codemode.state import (
     COMPACT_KEEP_BYTES,
     EXPIRE_AFTER_SECONDS,
     SCHEMA_VERSION,
@@ -27,7 +28,6 @@ from codemode.archive import (
     State,
     process_records,
 )
-from codemode.errors import StateDirError, ToolError, UnknownRefError
 
 GH = "ghp_" + "A1b2C3d4E5" * 3 + "xyz123"
 REPO = Path(__file__).resolve().parents[2]
@@ -405,7 +405,7 @@ def test_two_processes_write_at_once(tmp_path: Path) -> None:
     script = (
         "import sys, json\n"
         "from pathlib import Path\n"
-        "from codemode.archive import State\n"
+        "from codemode.state import State\n"
         "a = State(Path(sys.argv[1]))\n"
         "tag = sys.argv[2]\n"
         "for i in range(200):\n"

@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any
 
-from codemode.archive._database import Database, host_faults
+from codemode.state._database import Database, host_faults
 
 __all__ = ["LearnedTypes"]
 

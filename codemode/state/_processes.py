@@ -142,7 +142,7 @@ def _redactor() -> Any:
     global _REDACTOR
     if _REDACTOR is None:
         if __package__:
-            from codemode.archive import Redactor
+            from codemode.state import Redactor
 
             _REDACTOR = Redactor()
         else:

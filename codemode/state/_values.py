@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import time
 
-from codemode.archive._database import Database, host_faults
 from codemode.errors import ToolError
+from codemode.state._database import Database, host_faults
 
 __all__ = [
     "STORE_KEY_MAX_CHARS",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from codemode.archive._database import Database, host_faults
+from codemode.state._database import Database, host_faults
 
 __all__ = ["ApprovalLog"]
 

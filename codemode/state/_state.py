@@ -6,14 +6,14 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from codemode.archive._archive import EXPIRE_AFTER_SECONDS, Archive
-from codemode.archive._audit import ApprovalLog
-from codemode.archive._capped import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES
-from codemode.archive._database import Database
-from codemode.archive._learned import LearnedTypes
-from codemode.archive._redact import Redactor
-from codemode.archive._runs import RunRecords
-from codemode.archive._values import ValueStore
+from codemode.state._archive import EXPIRE_AFTER_SECONDS, Archive
+from codemode.state._audit import ApprovalLog
+from codemode.state._capped import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES
+from codemode.state._database import Database
+from codemode.state._learned import LearnedTypes
+from codemode.state._redact import Redactor
+from codemode.state._runs import RunRecords
+from codemode.state._values import ValueStore
 
 __all__ = ["State"]
 

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from codemode.archive import Redactor, StreamRedactor
+from codemode.state import Redactor, StreamRedactor
 
 R = Redactor(environ={})
 

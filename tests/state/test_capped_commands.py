@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from codemode import Host
-from codemode.archive import _capped
+from codemode.state import _capped
 
 pytestmark = pytest.mark.anyio
 

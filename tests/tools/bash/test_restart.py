@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import anyio
+import psutil
 import pytest
 
 from codemode.state import State
@@ -66,6 +67,13 @@ _HOST = textwrap.dedent(
     anyio.run(main)
     """
 )
+
+
+def _describe(pid: int) -> dict[str, object]:
+    try:
+        return psutil.Process(pid).as_dict(["pid", "ppid", "status", "cmdline", "create_time"])
+    except psutil.Error as exc:
+        return {"pid": pid, "gone": repr(exc)}
 
 
 async def test_host_sigkill_then_restart(state_dir: Path, workspace: Path, tmp_path: Path) -> None:
@@ -134,7 +142,8 @@ async def _kill_restart_and_check(
     assert second.pending_notifications("s1") == []
     stopped = await second.stop("s1", ids["promoted"])
     assert stopped["state"] == "stopped"
-    assert _survivors(token) == []
+    left = _survivors(token)
+    assert left == [], [_describe(pid) for pid in left]  # seen once under load: say what survived
     await second.write("s1", ids["waits"], "later\n")
     with anyio.fail_after(20):
         while True:

@@ -47,12 +47,12 @@ async def test_argv_runs_without_a_shell(make_host: MakeHost) -> None:
 async def test_a_plain_command_line_runs_without_bash_and_the_same_as_with_it(make_host: MakeHost) -> None:
     async with make_host() as (host, _):
         (host.workspace / "sub").mkdir()
-        # bash sets `_` to the program it runs; a command started without a shell has none.
+        # bash counts itself in SHLVL; a command started without a shell sees the host's count.
         direct = await host.call_tool("bash", {"command": "env", "cwd": "sub"})
         shell = await host.call_tool("bash", {"command": "env | cat", "cwd": "sub"})
         direct_env = dict(line.split("=", 1) for line in direct.text.splitlines() if "=" in line)
         shell_env = dict(line.split("=", 1) for line in shell.text.splitlines() if "=" in line)
-        assert shell_env["_"].endswith("/env") and not direct_env.get("_", "").endswith("/env")
+        assert int(shell_env.get("SHLVL", "0")) == int(direct_env.get("SHLVL", "0")) + 1
         assert direct_env["PWD"] == shell_env["PWD"] == str(host.workspace / "sub")
         # Not on PATH: bash runs it after all and says what bash says.
         missing = await host.call_tool("bash", {"command": "no-such-program-x --help"})

@@ -10,8 +10,10 @@ this machine.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -29,9 +31,12 @@ from codemode.tools._verification import (
 
 
 def _run(command: str, cwd: Path, timeout: float = 120) -> tuple[str, int]:
+    # The tools under test (python, mypy, ruff, pytest) are this interpreter's, venv activated or not.
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     proc = subprocess.run(
         ["bash", "-c", command],
         cwd=cwd,
+        env={**os.environ, "PATH": path},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

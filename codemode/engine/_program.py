@@ -16,7 +16,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Protocol
@@ -265,11 +265,29 @@ _ENTRY_POINTS = (
 )
 
 
+class _HostCall:
+    """The context's one host function (the prelude's ``hostCall``): passes each call to the
+    program running on the context. It must never raise: an exception escaping a callable
+    leaves the binding in an error state."""
+
+    __slots__ = ("target",)
+
+    def __init__(self) -> None:
+        self.target: Callable[[str], str] | None = None
+
+    def __call__(self, message: str) -> str:
+        target = self.target
+        if target is None:  # pragma: no cover - the prelude only calls it while a program runs
+            return 'e{"code":"tool_failed","message":"no program is running","data":null}'
+        return target(message)
+
+
 @dataclass(frozen=True)
 class PreparedContext:
     """A fresh QuickJS context with the prelude loaded and its host entry points."""
 
     ctx: quickjs.Context
+    host_call: _HostCall
     start: Any
     settle: Any
     fire: Any
@@ -282,10 +300,12 @@ class PreparedContext:
     def create(cls) -> PreparedContext:
         """Make one (on the thread that will run the program)."""
         ctx = quickjs.Context()
+        host_call = _HostCall()
+        ctx.add_callable("__cm_host_call", host_call)  # the prelude takes it and deletes it
         ctx.eval(_prelude())
         parts = [ctx.get(name) for name in _ENTRY_POINTS]
         ctx.eval("".join(f"delete globalThis.{name};" for name in _ENTRY_POINTS))
-        return cls(ctx, *parts)
+        return cls(ctx, host_call, *parts)
 
 
 class _Inbox:
@@ -372,6 +392,7 @@ class ProgramThread:
     def __post_init__(self) -> None:
         # Lone surrogates (non-UTF-8 input) cannot cross into QuickJS: they become U+FFFD.
         self.source = _js_text(self.source)
+        self._reply = ""  # what a call answered at once (see _call_now)
         self._settled_in_drain = False  # a promise was settled while draining: run jobs first
         self._take_output: Any = None  # the context's functions, set in _run
         self._take_chunk: Any = None
@@ -513,6 +534,7 @@ class ProgramThread:
     def _run(self, warm: PreparedContext) -> GuestError | None:
         ctx = warm.ctx
         start, settle, fire, drain = warm.start, warm.settle, warm.fire, warm.drain
+        warm.host_call.target = self._call_now
         self._take_output, self._take_chunk, self._settle = warm.take_output, warm.take_chunk, settle
         if "\x00" in self.source:  # the binding refuses such source with a bare ValueError
             return self._nul_in_source()
@@ -536,6 +558,7 @@ class ProgramThread:
                 self.limits.tool_data_bytes,
                 self.registry.effectful_names_json(),
                 self.registry.namespaces_json(),
+                self._watch is not None and self._watch.interrupts,  # no binding time limit
             )
             while True:
                 stopped = self._run_jobs(ctx)
@@ -644,6 +667,8 @@ class ProgramThread:
         """Handle everything the program queued since the last drain (prints, calls, ...)."""
         raw = drain()
         if not raw:
+            if self._to_ask:  # calls made through hostCall that wait for approval
+                self._ask_held()
             return
         print_bytes, print_json, messages = json.loads(raw)
         if "\\ud" in raw:  # JSON.stringify escapes a lone surrogate; Python text cannot hold one
@@ -652,13 +677,10 @@ class ProgramThread:
             text = self._take_output()
             self._append_output(json.loads(text) if print_json else text)
 
-        settle_now = self._settle_now
         for message in messages:
             kind = message[0]
-            if kind == "call":
-                self._start_call(settle_now, message[1], message[2], message[3], message[4])
-            elif kind == "sync":
-                self._sync(settle_now, message[1], message[2], message[3], message[4])
+            if kind == "call" or kind == "sync":  # queued: the binding refused direct calls
+                self._handle_call(self._settle_now, message)
             elif kind == "timer":
                 self._live_timers.add(message[1])
                 heapq.heappush(self._timers, (time.monotonic() + message[2] / 1000.0, message[1]))
@@ -693,11 +715,40 @@ class ProgramThread:
             self._args_held -= size
             self._reject(settle, call_id, f"{tool.name}: {refusal}", {"error": "denied"}, ErrorCode.DENIED)
 
+    def _call_now(self, raw: str) -> str:
+        """The prelude's ``hostCall``: start one call, from inside JS; never raises.
+
+        Returns:
+            Its result when it settled at once (an inline tool, a refusal, ``store.*``), as
+            "t"/"j"/"e" and the text, JSON or error JSON; else "" (it settles later).
+        """
+        self._reply = ""
+        try:
+            message = json.loads(raw)
+            if "\\ud" in raw:  # JSON.stringify escapes a lone surrogate; Python text cannot hold one
+                message = _without_lone_surrogates(message)
+            self._handle_call(self._answer, message)
+        except Exception as exc:  # a host fault must not reach the binding (see _HostCall)
+            fault = {"code": ErrorCode.TOOL_FAILED.value, "message": f"engine fault: {exc!r}", "data": None}
+            self._answer(0, False, _to_json(fault) or "", False)
+        return self._reply
+
+    def _handle_call(self, settle: Any, message: list[Any]) -> None:
+        """A ``call`` or ``sync`` message, however it came (`_call_now` or `_drain`)."""
+        if message[0] == "call":
+            self._start_call(settle, message[1], message[2], message[3], message[4])
+        else:
+            self._sync(settle, message[1], message[2], message[3], message[4])
+
     def _settle_now(self, *args: Any) -> None:
-        # Refused calls, store.* and inline tools settle while draining; the run loop must run
-        # the jobs this creates before it waits for anything else.
+        # Calls queued in the drain that settle at once: the run loop must run the jobs this
+        # creates before it waits for anything else.
         self._settled_in_drain = True
         self._settle(*args)
+
+    def _answer(self, call_id: int, ok: bool, payload: str, is_text: bool) -> None:
+        """The settle function of calls that settle inside `_call_now`."""
+        self._reply = ("t" if is_text else "j") + payload if ok else "e" + payload
 
     def _append_output(self, text: str) -> None:
         size = len(text)

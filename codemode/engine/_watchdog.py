@@ -8,15 +8,19 @@ interrupt handler cannot be reached from another thread either. So the limits ar
 * The watchdog thread reads the CPU clock of the program's own thread
   (``pthread_getcpuclockid``) and the monotonic clock, and stops the program when either
   limit is reached, or when the host cancels the run.
-* To stop a program that is running JavaScript, it uses the binding's interrupt check. The
-  binding installs a handler for every entry into JavaScript that returns "interrupt" once
-  ``clock() - start >= limit``, reading ``start`` and ``limit`` from the context object's
-  memory at every check (about every 10,000 bytecodes). The program is armed with a limit it
-  never reaches; to interrupt it, the watchdog writes 0 into that limit (and into the
-  limit the next entry copies), so the next check interrupts. The layout of the context
-  object is checked once per process against the binding's behaviour (`interrupts_supported`);
-  where it does not match (another binding version, another interpreter, a platform without
-  per-thread CPU clocks), programs fall back to the binding's own process-CPU limit.
+* To stop a program that is running JavaScript, it installs an interrupt handler on the
+  context's runtime with the engine's own ``JS_SetInterruptHandler`` (exported by the
+  binding's shared object, called through ctypes). Until then the runtime has no handler at
+  all, so running JavaScript pays nothing for the limits, and the binding's own time limit
+  stays off, which is what lets the program call into Python directly (the binding refuses
+  Python callables while its time limit is set; see `_program._HostCall`). The handler is
+  the engine's ``JS_GetRuntimeOpaque``: called as ``handler(runtime, opaque)`` it returns
+  the binding's context object's address, which is never zero in its low 32 bits (checked),
+  so the engine's next check (about every 10,000 bytecodes) stops the program. The context
+  object's layout (where the runtime pointer is) and the symbols are checked once per
+  process (`interrupts_supported`); where they do not match (another binding version,
+  another interpreter, a platform without per-thread CPU clocks), programs fall back to the
+  binding's own process-CPU limit.
 
 An interrupt raises QuickJS's uncatchable ``InternalError: interrupted``; `Watch.reason` says
 which limit it stands for.
@@ -33,11 +37,8 @@ import time
 
 import quickjs
 
-# A limit the binding's process-CPU check never reaches (about four months of CPU).
-NEVER_SECONDS = 1e7
-# Once a limit is reached, the interrupt is written again this often until the program's
-# thread has stopped: an entry into JavaScript that began just then may have copied the old
-# limit.
+# Once a limit is reached, the watchdog looks again this often until the program's thread
+# has stopped (it installs the handler again, harmlessly).
 _REPOKE_SECONDS = 0.02
 # The watchdog looks at a program's CPU clock when its limit could first be reached (a thread
 # uses at most one CPU second per second), and at least this long after the last look.
@@ -61,7 +62,28 @@ class _RuntimeData(ctypes.Structure):
     ]
 
 
+class _Engine:
+    """The two engine functions the watchdog calls, from the binding's shared object."""
+
+    def __init__(self, library: ctypes.CDLL) -> None:
+        self.set_interrupt_handler = library.JS_SetInterruptHandler
+        self.set_interrupt_handler.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        self.set_interrupt_handler.restype = None
+        get_opaque = library.JS_GetRuntimeOpaque
+        get_opaque.argtypes = [ctypes.c_void_p]
+        get_opaque.restype = ctypes.c_void_p
+        self.get_runtime_opaque = get_opaque
+        self.stop_handler = ctypes.cast(get_opaque, ctypes.c_void_p).value
+
+    def interrupt(self, runtime: int) -> None:
+        self.set_interrupt_handler(runtime, self.stop_handler, None)
+
+    def clear(self, runtime: int) -> None:
+        self.set_interrupt_handler(runtime, None, None)
+
+
 _SUPPORTED: bool | None = None
+_ENGINE: _Engine | None = None
 
 
 def _view(ctx: quickjs.Context) -> _RuntimeData:
@@ -71,36 +93,49 @@ def _view(ctx: quickjs.Context) -> _RuntimeData:
 def interrupts_supported() -> bool:
     """Whether this process can interrupt a running context from another thread (checked once).
 
-    True on CPython when the context object has the expected size and type pointer, the fields
-    ``set_time_limit`` writes are where expected, and an entry into JavaScript copies the limit
-    where the interrupt handler reads it; and when thread CPU clocks can be read across threads.
-    Nothing is written to memory while checking.
+    True on CPython when the context object has the expected size and type pointer, the
+    binding's shared object exports the two engine functions, the runtime pointer is where
+    expected (the runtime's opaque is the context object), an installed handler interrupts a
+    running loop, and thread CPU clocks can be read across threads.
     """
-    global _SUPPORTED
+    global _SUPPORTED, _ENGINE
     if _SUPPORTED is None:
-        _SUPPORTED = _check_layout()
+        _ENGINE = _check_engine()
+        _SUPPORTED = _ENGINE is not None
     return _SUPPORTED
 
 
-def _check_layout() -> bool:
+def _check_engine() -> _Engine | None:
     if sys.implementation.name != "cpython" or not hasattr(time, "pthread_getcpuclockid"):
-        return False
+        return None
     try:
         time.clock_gettime(time.pthread_getcpuclockid(threading.get_ident()))
     except (OSError, OverflowError):
-        return False
+        return None
     if quickjs.Context.__basicsize__ != ctypes.sizeof(_RuntimeData):
-        return False
+        return None
+    try:
+        import _quickjs  # the binding's C module
+
+        engine = _Engine(ctypes.CDLL(_quickjs.__file__))
+    except (ImportError, OSError, AttributeError):  # symbols hidden (a build without exports)
+        return None
     ctx = quickjs.Context()
     data = _view(ctx)
-    if data.ob_type != id(quickjs.Context):
-        return False
-    ctx.set_time_limit(12.25)
-    armed = (data.has_time_limit, data.time_limit)
-    ctx.eval("0")  # each entry copies the limit to where the handler reads it
-    copied = data.interrupt_limit
-    ctx.set_time_limit(-1)
-    return armed == (1, 12_250_000) and copied == 12_250_000 and data.has_time_limit == 0
+    if data.ob_type != id(quickjs.Context) or not data.runtime or data.has_time_limit:
+        return None
+    if engine.get_runtime_opaque(data.runtime) != id(ctx) or id(ctx) & 0xFFFFFFFF == 0:
+        return None
+    engine.interrupt(data.runtime)
+    try:
+        ctx.eval("let i = 0; for (; i < 1e6; i++) {} i")
+        return None  # the handler did not stop the loop
+    except quickjs.JSException as exc:
+        if "interrupted" not in str(exc):
+            return None
+    finally:
+        engine.clear(data.runtime)
+    return engine if ctx.eval("1 + 1") == 2 else None
 
 
 class Watch:
@@ -159,12 +194,11 @@ class Watch:
         self.reason = reason  # set before the interrupt, so the program reads why it stopped
 
     def _interrupt(self) -> None:
-        """Make the binding's next interrupt check stop the program (watchdog lock held, and
+        """Make the engine's next interrupt check stop the program (watchdog lock held, and
         only while the watch is kept: the context is alive)."""
         data = self._data
-        if data is not None:
-            data.time_limit = 0  # the next entry into JavaScript
-            data.interrupt_limit = 0  # the running one
+        if data is not None and _ENGINE is not None:
+            _ENGINE.interrupt(data.runtime)
 
 
 class Watchdog:
@@ -192,7 +226,6 @@ class Watchdog:
         """
         if not interrupts_supported():
             return Watch(None, cpu_seconds, deadline)
-        ctx.set_time_limit(NEVER_SECONDS)  # installs the binding's interrupt check on each entry
         watch = Watch(ctx, cpu_seconds, deadline)
         with self._cond:
             self._watches.add(watch)
@@ -220,7 +253,10 @@ class Watchdog:
         """
         with self._cond:
             self._watches.discard(watch)
-        ctx.set_time_limit(-1)
+            if watch.interrupts and _ENGINE is not None:
+                _ENGINE.clear(_view(ctx).runtime)
+            else:
+                ctx.set_time_limit(-1)
 
     def _run(self) -> None:
         with self._cond:

@@ -453,7 +453,7 @@ const g = constructor.constructor('return this')();
 const names = Object.getOwnPropertyNames(g);
 print(g === globalThis);
 print(names.filter(n => /^(__cm|std|os|require|process|import|python|_quickjs|Deno|Bun)/i.test(n)).join(",") || "none");
-print(typeof g.std, typeof g.os, typeof g.require, typeof g.__cm_settle, typeof g.__cm_drain, typeof g.__cm_start);
+print(typeof g.std, typeof g.os, typeof g.require, typeof g.__cm_settle, typeof g.__cm_drain, typeof g.__cm_start, typeof g.__cm_host_call);
 const F = (async function () {}).constructor;
 print(typeof (await new F('return typeof __cm_take_output')()));
 for (const f of [print, tools.echo, store.get, searchTools]) {
@@ -465,7 +465,7 @@ for (const f of [print, tools.echo, store.get, searchTools]) {
     lines = result.text.splitlines()
     assert lines[0] == "true"
     assert lines[1] == "none"
-    assert lines[2] == "undefined " * 5 + "undefined"
+    assert lines[2] == "undefined " * 6 + "undefined"
     assert lines[3] == "string"
     assert lines[4:] == ["true"] * 4
     await assert_healthy(host)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import codemode
 
 PUBLIC = {
@@ -66,3 +69,10 @@ def _is_submodule(name: str) -> bool:
     import types
 
     return isinstance(getattr(codemode, name), types.ModuleType)
+
+
+def test_importing_codemode_does_not_load_the_mcp_sdk() -> None:
+    # The SDK is ~0.5 s of a cold start; only a Host that mounts a server, or the MCP front, needs it.
+    probe = "import sys, codemode, codemode.cli; print(sorted(m for m in sys.modules if m.split('.')[0] == 'mcp'))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

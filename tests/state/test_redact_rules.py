@@ -91,6 +91,10 @@ def test_every_rule_compiles_and_names_its_label() -> None:
         "generic-api-key" not in ids and "sourcegraph-access-token" not in ids
     )  # turned off in codemode.toml
     assert all(r.marker == f"[REDACTED:{r.label}]".encode() for r in rules)
+    # Patterns compile at first use (a cold start needs only a few): here every one must.
+    for rule in rules:
+        assert rule.pattern.groups >= 0, rule.id
+        assert rule.secret_group >= -1, rule.id
 
 
 def test_short_texts_checked_rule_by_rule_give_what_the_hyperscan_pass_gives() -> None:

@@ -232,7 +232,7 @@ class Host:
 
     def _servers(self) -> UpstreamServers:
         """The upstream servers, made at first need: the MCP SDK client loads only then
-        (about 0.2 s of a cold start that mounts no server).
+        (about 0.5 s of the cold start of a run that mounts no server: bench/bench_cold.py).
 
         Raises:
             UserError: The host is not open.

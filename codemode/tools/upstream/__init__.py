@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from codemode.tools.upstream._tools import UpstreamTool
 
 # The names that need the MCP SDK load it at first use (PEP 562): importing codemode, the
-# configuration and a Host that mounts no server never pay for it (~0.2 s of a cold start).
+# configuration and a Host that mounts no server never pay for it (~0.5 s of a cold start, bench/bench_cold.py).
 _LAZY = {
     "BACKOFF_SECONDS": "_connection",
     "Connection": "_connection",

@@ -23,6 +23,8 @@ from typing import Any, Protocol
 
 import quickjs
 
+from codemode.engine._native import Native
+from codemode.engine._native import load as load_native
 from codemode.engine._watchdog import WATCHDOG, Watch
 from codemode.errors import ErrorCode, ToolError
 from codemode.tools import Tool, ToolContext, ToolRegistry, ToolResult, to_tool_result
@@ -48,6 +50,23 @@ def _prelude() -> str:
     if _PRELUDE_SOURCE is None:
         _PRELUDE_SOURCE = resources.files("codemode.engine").joinpath("prelude.js").read_text("utf-8")
     return _PRELUDE_SOURCE
+
+
+_BYTECODE_LOCK = threading.Lock()
+_PRELUDE_BYTECODE: tuple[Native | None, bytes | None] | None = None
+
+
+def _prelude_bytecode() -> tuple[Native | None, bytes | None]:
+    """The prelude compiled once per process, and the engine functions that load it (`_native`).
+
+    (None, None) where the engine functions are not available: contexts parse the source.
+    """
+    global _PRELUDE_BYTECODE
+    with _BYTECODE_LOCK:
+        if _PRELUDE_BYTECODE is None:
+            native = load_native()
+            _PRELUDE_BYTECODE = (native, None if native is None else native.compile(_prelude(), "<prelude>"))
+        return _PRELUDE_BYTECODE
 
 
 @dataclass(frozen=True)
@@ -302,7 +321,12 @@ class PreparedContext:
         ctx = quickjs.Context()
         host_call = _HostCall()
         ctx.add_callable("__cm_host_call", host_call)  # the prelude takes it and deletes it
-        ctx.eval(_prelude())
+        native, code = _prelude_bytecode()
+        if native is None or code is None or not native.run(ctx, code):
+            if native is not None:  # spoilt by the failed load: start again from the source
+                ctx = quickjs.Context()
+                ctx.add_callable("__cm_host_call", host_call)
+            ctx.eval(_prelude())
         parts = [ctx.get(name) for name in _ENTRY_POINTS]
         ctx.eval("".join(f"delete globalThis.{name};" for name in _ENTRY_POINTS))
         return cls(ctx, host_call, *parts)

@@ -10,7 +10,7 @@ interrupt handler cannot be reached from another thread either. So the limits ar
   limit is reached, or when the host cancels the run.
 * To stop a program that is running JavaScript, it installs an interrupt handler on the
   context's runtime with the engine's own ``JS_SetInterruptHandler`` (exported by the
-  binding's shared object, called through ctypes). Until then the runtime has no handler at
+  binding's shared object, called through ctypes in `_native`). Until then the runtime has no handler at
   all, so running JavaScript pays nothing for the limits, and the binding's own time limit
   stays off, which is what lets the program call into Python directly (the binding refuses
   Python callables while its time limit is set; see `_program._HostCall`). The handler is
@@ -28,14 +28,15 @@ which limit it stands for.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
-import sys
 import threading
 import time
 
 import quickjs
+
+from codemode.engine._native import Native, view
+from codemode.engine._native import load as load_native
 
 # Once a limit is reached, the watchdog looks again this often until the program's thread
 # has stopped (it installs the handler again, harmlessly).
@@ -45,49 +46,8 @@ _REPOKE_SECONDS = 0.02
 _MIN_CPU_CHECK_SECONDS = 0.002
 
 
-class _RuntimeData(ctypes.Structure):
-    """The binding's ``_quickjs.Context`` object (``RuntimeData`` in its module.c)."""
-
-    _fields_ = [
-        ("ob_refcnt", ctypes.c_ssize_t),
-        ("ob_type", ctypes.c_void_p),
-        ("runtime", ctypes.c_void_p),
-        ("context", ctypes.c_void_p),
-        ("has_time_limit", ctypes.c_int),
-        ("time_limit", ctypes.c_long),  # clock_t: copied into interrupt_limit at each entry
-        ("thread_state", ctypes.c_void_p),
-        ("interrupt_start", ctypes.c_long),
-        ("interrupt_limit", ctypes.c_long),  # what the running entry's handler compares with
-        ("python_callables", ctypes.c_void_p),
-    ]
-
-
-class _Engine:
-    """The two engine functions the watchdog calls, from the binding's shared object."""
-
-    def __init__(self, library: ctypes.CDLL) -> None:
-        self.set_interrupt_handler = library.JS_SetInterruptHandler
-        self.set_interrupt_handler.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-        self.set_interrupt_handler.restype = None
-        get_opaque = library.JS_GetRuntimeOpaque
-        get_opaque.argtypes = [ctypes.c_void_p]
-        get_opaque.restype = ctypes.c_void_p
-        self.get_runtime_opaque = get_opaque
-        self.stop_handler = ctypes.cast(get_opaque, ctypes.c_void_p).value
-
-    def interrupt(self, runtime: int) -> None:
-        self.set_interrupt_handler(runtime, self.stop_handler, None)
-
-    def clear(self, runtime: int) -> None:
-        self.set_interrupt_handler(runtime, None, None)
-
-
 _SUPPORTED: bool | None = None
-_ENGINE: _Engine | None = None
-
-
-def _view(ctx: quickjs.Context) -> _RuntimeData:
-    return _RuntimeData.from_address(id(ctx))
+_ENGINE: Native | None = None
 
 
 def interrupts_supported() -> bool:
@@ -105,26 +65,19 @@ def interrupts_supported() -> bool:
     return _SUPPORTED
 
 
-def _check_engine() -> _Engine | None:
-    if sys.implementation.name != "cpython" or not hasattr(time, "pthread_getcpuclockid"):
+def _check_engine() -> Native | None:
+    if not hasattr(time, "pthread_getcpuclockid"):
         return None
     try:
         time.clock_gettime(time.pthread_getcpuclockid(threading.get_ident()))
     except (OSError, OverflowError):
         return None
-    if quickjs.Context.__basicsize__ != ctypes.sizeof(_RuntimeData):
-        return None
-    try:
-        import _quickjs  # the binding's C module
-
-        engine = _Engine(ctypes.CDLL(_quickjs.__file__))
-    except (ImportError, OSError, AttributeError):  # symbols hidden (a build without exports)
+    engine = load_native()
+    if engine is None:
         return None
     ctx = quickjs.Context()
-    data = _view(ctx)
-    if data.ob_type != id(quickjs.Context) or not data.runtime or data.has_time_limit:
-        return None
-    if engine.get_runtime_opaque(data.runtime) != id(ctx) or id(ctx) & 0xFFFFFFFF == 0:
+    data = view(ctx)
+    if id(ctx) & 0xFFFFFFFF == 0:  # the handler's return value is read as an int
         return None
     engine.interrupt(data.runtime)
     try:
@@ -151,7 +104,7 @@ class Watch:
         self.interrupts = ctx is not None
         self.reason: str | None = None
         # Only the address: the watchdog must never own (and so never free) the context.
-        self._data = _view(ctx) if ctx is not None else None
+        self._data = view(ctx) if ctx is not None else None
         # The CPU clock of this (the program's) thread, readable from the watchdog's.
         self._clock = time.pthread_getcpuclockid(threading.get_ident()) if ctx is not None else None
         self._cpu_start = self._cpu_now()
@@ -254,7 +207,7 @@ class Watchdog:
         with self._cond:
             self._watches.discard(watch)
             if watch.interrupts and _ENGINE is not None:
-                _ENGINE.clear(_view(ctx).runtime)
+                _ENGINE.clear(view(ctx).runtime)
             else:
                 ctx.set_time_limit(-1)
 

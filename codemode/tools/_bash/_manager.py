@@ -288,6 +288,9 @@ class ProcessManager:
         self._start_lock = threading.Lock()
         self._db_lock = threading.RLock()
         self._conn = _records.connect(archive.db_path)
+        self._db_uses = 0  # uses of the connection, each maybe a write (see pending_notifications)
+        # (session, data_version, uses) when that session last had nothing live or pending.
+        self._quiet: tuple[str, int, int] | None = None
         me = os.getpid()
         self._me = (me, create_time(me))
         self._closed = False
@@ -298,6 +301,7 @@ class ProcessManager:
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
         with self._db_lock:
+            self._db_uses += 1
             yield self._conn
 
     def _get(self, session_id: str, process_id: str) -> ProcessRecord:
@@ -1298,14 +1302,23 @@ class ProcessManager:
             reconcile: Look at live records first (a supervisor that died leaves no record of
                 its end until then); a caller that asks often does it now and then.
         """
+        # Every result asks, so the common answer (nothing) is cheap: if no other connection
+        # committed (SQLite's data_version) and this one was not used since the session last
+        # had nothing live or pending, it still has nothing.
+        with self._db() as conn:
+            (version,) = conn.execute("PRAGMA data_version").fetchone()
+            if reconcile and self._quiet == (session_id, version, self._db_uses - 1) and not self._adopted:
+                self._quiet = (session_id, version, self._db_uses)
+                return []
+            live = _records.live_records(conn, session_id) if reconcile else []
+        for record in live:
+            self._reconcile(record)
         if reconcile:
-            with self._db() as conn:
-                live = _records.live_records(conn, session_id)
-            for record in live:
-                self._reconcile(record)
             self._reap_adopted()
         with self._db() as conn:
             rows = _records.pending(conn, session_id)
+            if reconcile and not live and not rows and not self._adopted:
+                self._quiet = (session_id, version, self._db_uses)
         if any(r["kind"] == "completion" for r in rows):
             # A verification command's completion carries its summary: settle it first.
             for row in rows:

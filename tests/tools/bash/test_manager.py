@@ -444,3 +444,34 @@ async def test_promoted_offsets_follow_the_stored_log(
     assert secret not in output
     await manager.aclose()
     archive_state.close()
+
+
+async def test_a_quiet_session_hears_of_a_process_another_host_started(
+    archive: Archive, workspace: Path, policy: SandboxPolicy, manager: ProcessManager
+) -> None:
+    # Nothing live or pending: later asks are answered without reading the tables, until
+    # another connection commits (here another host's manager and its supervisor).
+    assert manager.pending_notifications("s1") == []
+    assert manager.pending_notifications("s1") == []
+    other = ProcessManager(archive, handoff_seconds=None)
+    try:
+        pid = await _start(Caller(other, ToolContext("s1", workspace, policy, archive)), "exit 3")
+        pending = await _wait_pending(manager, "s1")
+        assert [(n.process_id, n.exit_code) for n in pending] == [(pid, 3)]
+    finally:
+        await other.aclose()
+
+
+async def test_a_quiet_session_hears_of_a_note_written_on_the_same_connection(
+    bash: Caller, manager: ProcessManager
+) -> None:
+    pid = await _start(bash, "exit 0", completion_mode="detached")
+    await _wait_exited(bash, pid)
+    assert manager.pending_notifications("s1") == []
+    with manager._db() as conn:  # a write on the manager's own connection: data_version stays
+        conn.execute(
+            "INSERT INTO notifications (session_id, process_id, kind, seq, command, text, created_at)"
+            " VALUES ('s1', ?, 'completion', 99, 'exit 0', 'written here', 0)",
+            (pid,),
+        )
+    assert [n.text for n in manager.pending_notifications("s1")] == ["written here"]

@@ -33,6 +33,8 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import hashlib
+import json
 import math
 import os
 import re
@@ -56,8 +58,13 @@ _MARKER = re.compile(rb"\[REDACTED:[^\]\n]{1,200}\]")
 @dataclass(frozen=True)
 class _Allow:
     target: str  # "secret", "match" or "line"
-    regex: Any  # the allowlist's regexes as one compiled RE2 alternation (bytes), or None
+    source: str | None  # the allowlist's regexes as one RE2 alternation, or None
     stopwords: tuple[bytes, ...]
+
+    @functools.cached_property
+    def regex(self) -> Any:
+        """The compiled alternation (bytes), made at first use, like `_Rule.pattern`."""
+        return None if self.source is None else re2.compile(self.source.encode())
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,7 @@ class _Rule:
     allowlists: tuple[_Allow, ...]
     check: str | None
     multiline: bool  # a match may span lines: stage 2 runs on the whole text, not the hit's line
+    min_length: int  # bytes any match takes (0: not known), so a shorter text needs no look
 
     @functools.cached_property
     def pattern(self) -> Any:
@@ -91,40 +99,58 @@ class _Rule:
         return -1 if any(i not in named for i in range(1, self.pattern.groups + 1)) else 0
 
 
-def _allowlists(spec: list[dict[str, Any]]) -> tuple[_Allow, ...]:
+def _allowlists(spec: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for allow in spec:
         if allow.get("paths") and allow.get("condition", "OR").upper() == "AND":
             continue  # applies only with a file path, and output has none
         sources = allow.get("regexes", [])
-        regex = re2.compile("|".join(f"(?:{r})" for r in sources).encode()) if sources else None
-        stopwords = tuple(w.lower().encode() for w in allow.get("stopwords", []))
-        if regex is not None or stopwords:
-            out.append(_Allow(allow.get("regexTarget", "secret"), regex, stopwords))
-    return tuple(out)
+        source = "|".join(f"(?:{r})" for r in sources) if sources else None
+        stopwords = [w.lower() for w in allow.get("stopwords", [])]
+        if source is not None or stopwords:
+            out.append(
+                {"target": allow.get("regexTarget", "secret"), "source": source, "stopwords": stopwords}
+            )
+    return out
 
 
-def _rule(
-    spec: dict[str, Any], label: str, global_allow: tuple[_Allow, ...], multiline: bool, prefilter: str | None
-) -> _Rule:
+def _min_length(source: str) -> int:
+    """The fewest bytes a match of RE2 pattern ``source`` takes, as Python's own regex parser
+    reads it; 0 where that parser does not read it (RE2-only syntax) or cannot bound it.
+    POSIX classes (``[[:alnum:]]``) it reads as a class and a ``]``: one byte too many."""
+    if "[:" in source:
+        return 0
+    try:
+        low, _ = re._parser.parse(source.encode()).getwidth()  # type: ignore[attr-defined]
+    except Exception:  # any syntax it does not know: no bound
+        return 0
+    return int(low) if 0 <= low < 1 << 20 else 0
+
+
+def _spec(
+    spec: dict[str, Any], label: str, global_allow: bool, multiline: bool, prefilter: str | None
+) -> dict[str, Any]:
     source = spec["regex"]
-    return _Rule(
-        id=spec["id"],
-        label=label,
-        source=source,
-        prefilter=prefilter or spec.get("prefilter", source),
-        marker=f"[REDACTED:{label}]".encode(),
-        declared_group=int(spec.get("secretGroup", 0)),
-        keywords=tuple(k.lower().encode() for k in spec.get("keywords", [])),
-        entropy=float(spec.get("entropy", 0.0)),
-        allowlists=_allowlists(spec.get("allowlists", [])) + global_allow,
-        check=spec.get("check"),
-        multiline=multiline,
-    )
+    return {
+        "id": spec["id"],
+        "label": label,
+        "source": source,
+        "prefilter": prefilter or spec.get("prefilter", source),
+        "declared_group": int(spec.get("secretGroup", 0)),
+        "keywords": [k.lower() for k in spec.get("keywords", [])],
+        "entropy": float(spec.get("entropy", 0.0)),
+        "allowlists": _allowlists(spec.get("allowlists", [])),
+        "global_allowlists": global_allow,  # gitleaks' rules also take its global allowlist
+        "check": spec.get("check"),
+        "multiline": multiline,
+        "min_length": _min_length(source),
+    }
 
 
-def load_rules(rules_dir: Path = RULES_DIR) -> list[_Rule]:
-    """Every rule, gitleaks' first (less those codemode.toml turns off), then codemode's."""
+def rule_specs_from_toml(rules_dir: Path = RULES_DIR) -> dict[str, Any]:
+    """Every rule as plain data, gitleaks' first (less those codemode.toml turns off), then
+    codemode's, and gitleaks' global allowlists: what ``secret_rules/rules.json`` holds
+    (scripts/build_secret_rules.py)."""
     with (rules_dir / "gitleaks.toml").open("rb") as f:
         gitleaks = tomllib.load(f)
     with (rules_dir / "codemode.toml").open("rb") as f:
@@ -134,23 +160,72 @@ def load_rules(rules_dir: Path = RULES_DIR) -> list[_Rule]:
     labels: dict[str, str] = changes.get("labels", {})
     multiline = set(changes.get("multiline", []))
     prefilters: dict[str, str] = changes.get("prefilters", {})
-    global_allow = _allowlists([gitleaks.get("allowlist", {})])
-    rules = [
-        _rule(
+    specs = [
+        _spec(
             spec,
             labels.get(spec["id"], spec["id"]),
-            global_allow,
+            True,
             spec["id"] in multiline,
             prefilters.get(spec["id"]),
         )
         for spec in gitleaks["rules"]
         if "regex" in spec and spec["id"] not in disabled
     ]
-    rules += [
-        _rule(spec, spec.get("label", spec["id"]), (), bool(spec.get("multiline", False)), None)
+    specs += [
+        _spec(spec, spec.get("label", spec["id"]), False, bool(spec.get("multiline", False)), None)
         for spec in ours["rules"]
     ]
-    return rules
+    return {"rules": specs, "global_allowlists": _allowlists([gitleaks.get("allowlist", {})])}
+
+
+def rules_digest(rules_dir: Path = RULES_DIR) -> str:
+    """What ``rules.json`` was built from: the SHA-256 of both rule files."""
+    digest = hashlib.sha256()
+    for name in ("gitleaks.toml", "codemode.toml"):
+        digest.update((rules_dir / name).read_bytes())
+    return digest.hexdigest()
+
+
+def rule_specs(rules_dir: Path = RULES_DIR) -> dict[str, Any]:
+    """The rules as plain data: from ``rules.json`` when it was built from the rule files as
+    they are (JSON reads in ~0.5 ms, the TOML in ~10 ms of every cold start), else from them."""
+    try:
+        cached = json.loads((rules_dir / "rules.json").read_text("utf-8"))
+        if cached.pop("digest") == rules_digest(rules_dir):
+            specs: dict[str, Any] = cached
+            return specs
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return rule_specs_from_toml(rules_dir)
+
+
+def load_rules(rules_dir: Path = RULES_DIR) -> list[_Rule]:
+    """Every rule (see `rule_specs`), ready to match."""
+    specs = rule_specs(rules_dir)
+
+    def allowlists(items: list[dict[str, Any]]) -> tuple[_Allow, ...]:
+        return tuple(
+            _Allow(a["target"], a["source"], tuple(w.encode() for w in a["stopwords"])) for a in items
+        )
+
+    shared = allowlists(specs["global_allowlists"])  # one compiled copy for every rule
+    return [
+        _Rule(
+            id=spec["id"],
+            label=spec["label"],
+            source=spec["source"],
+            prefilter=spec["prefilter"],
+            marker=f"[REDACTED:{spec['label']}]".encode(),
+            declared_group=spec["declared_group"],
+            keywords=tuple(k.encode() for k in spec["keywords"]),
+            entropy=spec["entropy"],
+            allowlists=allowlists(spec["allowlists"]) + (shared if spec["global_allowlists"] else ()),
+            check=spec["check"],
+            multiline=spec["multiline"],
+            min_length=spec["min_length"],
+        )
+        for spec in specs["rules"]
+    ]
 
 
 def _entropy(data: bytes) -> float:
@@ -197,11 +272,13 @@ class _Engine:
             ends = [i for i in range(len(data)) if data[i] == 10] + [len(data)]
             # A rule with keywords keeps a match only with one of them on its line (_keep):
             # where none is in the text, the rule cannot find anything here.
+            # And no rule finds a match longer than the text.
             lowered = data.lower()
+            size = len(data)
             possible = [
                 index
                 for index, rule in enumerate(self.rules)
-                if not rule.keywords or any(k in lowered for k in rule.keywords)
+                if rule.min_length <= size and (not rule.keywords or any(k in lowered for k in rule.keywords))
             ]
             return [(index, end) for index in possible for end in ends]
         database = self._compiled()

@@ -153,10 +153,9 @@ class Tool:
         origin: Where the tool comes from when it is not codemode's: an upstream MCP server's
             name and the tool's own name there (``{"server": ..., "tool": ...}``).
         output_observed: ``output_schema`` was learned from a call's result, not declared.
-        output_schema: JSON Schema of ``result_type`` (derived; None when it is unknown or void).
-        result_adapter: The validator of ``result_type`` (derived; None when there is none).
-        null_means_absent: Optional arguments that do not take null (derived): a null for
-            one of them means it is absent.
+        derive_now: Derive the JSON Schemas at once, so a type that has none fails here (the
+            default). codemode's own tools, whose schemas a test derives, leave them to first
+            use: 10 schemas cost ~25 ms of every start (bench/bench_cold.py).
 
     Raises:
         UserError: ``result_type`` (or the input model) cannot be described as JSON Schema.
@@ -177,20 +176,38 @@ class Tool:
     inline: bool = False
     origin: dict[str, str] | None = None
     output_observed: bool = False
-    result_adapter: pydantic.TypeAdapter[Any] | None = field(init=False, repr=False, compare=False)
-    output_schema: dict[str, Any] | None = field(init=False, repr=False, compare=False)
-    null_means_absent: frozenset[str] = field(init=False, repr=False, compare=False)
+    derive_now: bool = field(default=True, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.title is None:
             self.title = self.name.replace("_", " ").strip().capitalize() or self.name
-        where = f"tool {self.name!r} ({_qualname(self.handler)})"
-        try:
-            self.input_schema  # noqa: B018 - a model without a JSON Schema must fail at registration
-        except Exception as exc:
-            raise UserError(f"{where}: its arguments cannot be described as JSON Schema: {exc}") from exc
-        self.result_adapter, self.output_schema = _result_schema(self.result_type, where)
-        self.null_means_absent = _null_means_absent(self.input_model)
+        if self.derive_now:  # a type without a JSON Schema must fail at registration
+            self.input_schema  # noqa: B018
+            self.output_schema  # noqa: B018
+
+    @property
+    def _where(self) -> str:
+        return f"tool {self.name!r} ({_qualname(self.handler)})"
+
+    @functools.cached_property
+    def _result(self) -> tuple[pydantic.TypeAdapter[Any] | None, dict[str, Any] | None]:
+        return _result_schema(self.result_type, self._where)
+
+    @functools.cached_property
+    def result_adapter(self) -> pydantic.TypeAdapter[Any] | None:
+        """The validator of ``result_type`` (None when there is none)."""
+        return self._result[0]
+
+    @functools.cached_property
+    def output_schema(self) -> dict[str, Any] | None:
+        """JSON Schema of ``result_type`` (None when it is unknown or void; an upstream tool's
+        is set from what its server declares or what a call returned)."""
+        return self._result[1]
+
+    @functools.cached_property
+    def null_means_absent(self) -> frozenset[str]:
+        """Optional arguments that do not take null: a null for one of them means it is absent."""
+        return _null_means_absent(self.input_model)
 
     def bind(self, args: pydantic.BaseModel, ctx: ToolContext) -> dict[str, Any]:
         """Keyword arguments for the handler: the model (or its fields) and the context."""
@@ -203,8 +220,17 @@ class Tool:
 
     @functools.cached_property
     def input_schema(self) -> dict[str, Any]:
-        """JSON Schema of the arguments, derived from ``input_model``."""
-        schema = self.input_model.model_json_schema()
+        """JSON Schema of the arguments, derived from ``input_model``.
+
+        Raises:
+            UserError: The arguments cannot be described as JSON Schema.
+        """
+        try:
+            schema = self.input_model.model_json_schema()
+        except Exception as exc:
+            raise UserError(
+                f"{self._where}: its arguments cannot be described as JSON Schema: {exc}"
+            ) from exc
         schema.pop("title", None)
         return schema
 
@@ -484,6 +510,7 @@ def make_tool(
     destructive: bool | None = None,
     extension: str | None = None,
     inline: bool = False,
+    derive_now: bool = True,
 ) -> Tool:
     """Build a `Tool` from a handler function.
 
@@ -499,6 +526,7 @@ def make_tool(
         destructive: The tool may change or delete what exists (None: unknown).
         extension: Name of the extension the tool belongs to.
         inline: Run the sync handler on the program's own thread (see `Tool`).
+        derive_now: Derive the JSON Schemas now (see `Tool`).
 
     Raises:
         UserError: The name is not a valid identifier, the signature or the result type cannot
@@ -526,6 +554,7 @@ def make_tool(
         model_param=model_param,
         is_async=is_async,
         inline=inline,
+        derive_now=derive_now,
     )
 
 

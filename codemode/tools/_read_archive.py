@@ -125,4 +125,6 @@ def read_archive(args: ReadArchiveArgs, ctx: ToolContext) -> ToolResult:
 
 def read_archive_tool() -> Tool:
     """The ``read_archive`` tool (its handler takes a `ToolContext` for the archive)."""
-    return make_tool(read_archive, name="read_archive", result_model=ReadArchiveResult, read_only=True)
+    return make_tool(
+        read_archive, name="read_archive", result_model=ReadArchiveResult, read_only=True, derive_now=False
+    )

@@ -3,10 +3,17 @@ output unchanged, redaction idempotent, and secrets cut across stream chunks sti
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
 import pytest
 
 from codemode.state import Redactor, StreamRedactor
-from codemode.state._redact import _Engine, load_rules
+from codemode.state._redact import RULES_DIR, _Engine, load_rules, rule_specs, rule_specs_from_toml
 from tests.state.secret_fixtures import families, ordinary_output, pem
 
 R = Redactor(environ={})
@@ -95,6 +102,48 @@ def test_every_rule_compiles_and_names_its_label() -> None:
     for rule in rules:
         assert rule.pattern.groups >= 0, rule.id
         assert rule.secret_group >= -1, rule.id
+        for allow in rule.allowlists:
+            assert allow.source is None or allow.regex is not None, rule.id
+    # gitleaks' global allowlist is one object, compiled once for all its rules.
+    uses = Counter(id(a) for r in rules for a in r.allowlists)
+    assert max(uses.values()) > 200
+
+
+def test_rules_json_is_what_the_rule_files_give() -> None:
+    root = Path(__file__).resolve().parents[2]
+    check = subprocess.run(
+        [sys.executable, str(root / "scripts" / "build_secret_rules.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 0, check.stderr
+    assert rule_specs() == rule_specs_from_toml()
+
+
+def test_a_stale_rules_json_is_not_used(tmp_path: Path) -> None:
+    for name in ("gitleaks.toml", "codemode.toml"):
+        shutil.copy(RULES_DIR / name, tmp_path / name)
+    stale = json.loads((RULES_DIR / "rules.json").read_text())
+    stale["rules"] = stale["rules"][:1]
+    (tmp_path / "rules.json").write_text(json.dumps(stale))
+    with (tmp_path / "codemode.toml").open("a") as f:
+        f.write("\n# edited without running scripts/build_secret_rules.py\n")
+    assert len(load_rules(tmp_path)) == len(load_rules())  # read from the TOML, not the stale JSON
+
+
+def test_no_match_is_shorter_than_its_rules_min_length() -> None:
+    # The short-text path skips a rule for a text shorter than its min_length: a true lower bound.
+    rules = load_rules()
+    assert sum(1 for r in rules if r.min_length >= 8) > 200
+    checked = 0
+    for cases in FAMILIES.values():
+        for text, _ in cases:
+            data = text.encode()
+            for rule in rules:
+                for match in rule.pattern.finditer(data):
+                    assert match.end() - match.start() >= rule.min_length, (rule.id, text)
+                    checked += 1
+    assert checked > 300
 
 
 def test_short_texts_checked_rule_by_rule_give_what_the_hyperscan_pass_gives() -> None:

@@ -326,6 +326,7 @@ def bash_tool(handler: Handler, handoff_seconds: float | None) -> Tool:
         input_model=BashArgs,
         result_model=BashResult,
         destructive=True,
+        derive_now=False,  # derived at first use; tests/tools/test_builtin_schemas.py checks it
     )
 
 

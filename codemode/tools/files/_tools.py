@@ -27,6 +27,7 @@ def file_tools() -> list[Tool]:
             input_model=ReadFileArgs,
             result_model=ReadFileResult,
             read_only=True,
+            derive_now=False,
         ),
         make_tool(
             edit_file,
@@ -36,6 +37,7 @@ def file_tools() -> list[Tool]:
             input_model=EditFileArgs,
             result_model=EditFileResult,
             destructive=True,
+            derive_now=False,
         ),
         make_tool(
             write_file,
@@ -45,5 +47,6 @@ def file_tools() -> list[Tool]:
             input_model=WriteFileArgs,
             result_model=WriteFileResult,
             destructive=True,
+            derive_now=False,
         ),
     ]

@@ -274,6 +274,7 @@ def monitor_extension(manager: ProcessManager) -> Extension:
             input_model=MonitorStartArgs,
             result_model=WatcherInfo,
             destructive=False,
+            derive_now=False,
         ),
         make_tool(
             monitor.list,
@@ -283,6 +284,7 @@ def monitor_extension(manager: ProcessManager) -> Extension:
             input_model=MonitorListArgs,
             result_model=WatcherList,
             read_only=True,
+            derive_now=False,
         ),
         make_tool(
             monitor.stop,
@@ -292,6 +294,7 @@ def monitor_extension(manager: ProcessManager) -> Extension:
             input_model=MonitorIdArgs,
             result_model=WatcherStopped,
             destructive=True,
+            derive_now=False,
         ),
         make_tool(
             monitor.events,
@@ -301,6 +304,7 @@ def monitor_extension(manager: ProcessManager) -> Extension:
             input_model=MonitorEventsArgs,
             result_model=Events,
             read_only=True,
+            derive_now=False,
         ),
         make_tool(
             monitor.wait,
@@ -310,6 +314,7 @@ def monitor_extension(manager: ProcessManager) -> Extension:
             input_model=MonitorWaitArgs,
             result_model=Waited,
             read_only=True,
+            derive_now=False,
         ),
     ]
     return Extension(name="monitor", tools=tools, guidance=GUIDANCE)

@@ -119,7 +119,7 @@ def main() -> None:
         s_set = median_us(lambda i: archive_state.values.set("sess", f"k{i % 50}", value), n)
         s_get = median_us(lambda i: archive_state.values.get("sess", f"k{i % 50}"), n)
         rec = median_us(lambda i: archive_state.runs.record("sess", f"call-{i}", '{"text": "ok"}'), n)
-        got = median_us(lambda i: archive.get_run("sess", f"call-{i}"), n)
+        got = median_us(lambda i: archive_state.runs.get("sess", f"call-{i}"), n)
         print(f"store / run records (median of {n}):")
         print(f"  baseline sqlite INSERT OR REPLACE {raw_set:7.1f} us   baseline SELECT {raw_get:6.1f} us")
         print(f"  store_set                        {s_set:8.1f} us   ({s_set / raw_set:.2f}x baseline)")

@@ -32,6 +32,7 @@ from codemode.sandbox import SandboxMode, SandboxPolicy
 from codemode.state import Archive, State
 from codemode.state._redact import Redactor, StreamRedactor
 from codemode.tools._bash import ProcessManager
+from codemode.tools._bash._manager import QUIET_SECONDS
 from codemode.tools._model import ToolContext, ToolResult
 
 
@@ -225,9 +226,13 @@ async def bench_read_latency(root: Path, archive: Archive, rounds: int) -> None:
         latencies.append(latency)
     await bash(action="stop", process_id=pid)
     ms = sorted(x * 1000 for x in latencies)
+    # A waiting read returns once output has been quiet for QUIET_SECONDS (issue 12: never on a
+    # burst's first byte), so what it can be faster at is what comes after that gap.
+    gap = QUIET_SECONDS * 1000
     print(
         f"[read wait_ms] output in log -> read returns: median {statistics.median(ms):.1f} ms, "
-        f"max {ms[-1]:.1f} ms over {rounds} rounds   (target <= 20)"
+        f"max {ms[-1]:.1f} ms over {rounds} rounds; beyond the {gap:.0f} ms quiet gap: median "
+        f"{statistics.median(ms) - gap:.1f} ms   (target: the gap + <= 20 ms)"
     )
     await manager.aclose()
 

@@ -40,11 +40,12 @@ from codemode.state._redact import Redactor, _engine  # noqa: E402
 from tests.state.secret_fixtures import families, ordinary_output  # noqa: E402
 
 BEFORE_COMMIT = "2c2e55a"  # main just before the rule set replaced the hand-written groups
+BEFORE_PATH = "codemode/archive/_redact.py"  # where the redactor lived then (now codemode/state/)
 
 
 def old_module() -> ModuleType:
     source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{BEFORE_COMMIT}:codemode/state/_redact.py"],
+        ["git", "-C", str(ROOT), "show", f"{BEFORE_COMMIT}:{BEFORE_PATH}"],
         capture_output=True,
         text=True,
         check=True,

@@ -18,40 +18,48 @@ import time
 from pathlib import Path
 
 
+def cases(tmp: Path) -> dict[str, list[str]]:
+    """The commands timed: Python's own start, the import, and `codemode run` of print(1)."""
+    program = Path(tmp, "p.js")
+    program.write_text("print(1)\n")
+    Path(tmp, "ws").mkdir(exist_ok=True)
+    return {
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "python -c 'import codemode'": [sys.executable, "-c", "import codemode"],
+        "codemode run print(1)": [
+            sys.executable,
+            "-m",
+            "codemode",
+            "run",
+            str(program),
+            "--workspace",
+            str(Path(tmp, "ws")),
+        ],
+    }
+
+
+def measure(commands: dict[str, list[str]], n: int, tmp: Path) -> dict[str, float]:
+    """Median seconds of each command as a fresh process, in a shuffled order each round."""
+    env = {**os.environ, "CODEMODE_HOME": str(Path(tmp, "state"))}
+    for command in commands.values():  # the state directory, the pycs
+        subprocess.run(command, env=env, check=True, capture_output=True)
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(n):
+        order = list(commands)
+        random.shuffle(order)
+        for name in order:
+            start = time.perf_counter()
+            subprocess.run(commands[name], env=env, check=True, capture_output=True)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(samples) for name, samples in times.items()}
+
+
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     with tempfile.TemporaryDirectory() as tmp:
-        program = Path(tmp, "p.js")
-        program.write_text("print(1)\n")
-        (Path(tmp) / "ws").mkdir()
-        env = {**os.environ, "CODEMODE_HOME": str(Path(tmp, "state"))}
-        cases = {
-            "python -c pass": [sys.executable, "-c", "pass"],
-            "python -c 'import codemode'": [sys.executable, "-c", "import codemode"],
-            "codemode run print(1)": [
-                sys.executable,
-                "-m",
-                "codemode",
-                "run",
-                str(program),
-                "--workspace",
-                str(Path(tmp, "ws")),
-            ],
-        }
-        subprocess.run(
-            cases["codemode run print(1)"], env=env, check=True, capture_output=True
-        )  # state dir, pycs
-        times: dict[str, list[float]] = {name: [] for name in cases}
-        for _ in range(n):
-            order = list(cases)
-            random.shuffle(order)
-            for name in order:
-                start = time.perf_counter()
-                subprocess.run(cases[name], env=env, check=True, capture_output=True)
-                times[name].append(time.perf_counter() - start)
-    base = statistics.median(times["python -c pass"])
-    for name, samples in times.items():
-        median = statistics.median(samples)
+        medians = measure(cases(Path(tmp)), n, Path(tmp))
+    base = medians["python -c pass"]
+    for name, median in medians.items():
         print(f"{name:30s} {median * 1e3:7.0f} ms   {median / base:5.1f}x python's own start")
     print("target: codemode run print(1) <= 250 ms")
 

@@ -69,24 +69,29 @@ async def main() -> None:
         await _bench(Path(tmp) / "ws", Path(tmp) / "state")
 
 
+def add_bench_tools(host: Host) -> None:
+    """The tools the engine benchmarks call: echo (async def), echo_inline and nap."""
+
+    @host.tool()
+    async def echo(value: Any = None) -> Any:
+        "Return the value."
+        return value
+
+    @host.tool(inline=True)
+    def echo_inline(value: Any = None) -> Any:
+        "Return the value (an inline tool: runs on the program's own thread)."
+        return value
+
+    @host.tool()
+    async def nap(ms: int) -> int:
+        "Sleep for ms milliseconds."
+        await anyio.sleep(ms / 1000)
+        return ms
+
+
 async def _bench(workspace: Path, state: Path) -> None:
     async with Host(workspace=workspace, state_dir=state, builtin_tools=True) as host:
-
-        @host.tool()
-        async def echo(value: Any = None) -> Any:
-            "Return the value."
-            return value
-
-        @host.tool(inline=True)
-        def echo_inline(value: Any = None) -> Any:
-            "Return the value (an inline tool: runs on the program's own thread)."
-            return value
-
-        @host.tool()
-        async def nap(ms: int) -> int:
-            "Sleep for ms milliseconds."
-            await anyio.sleep(ms / 1000)
-            return ms
+        add_bench_tools(host)
 
         # 1. print(1)
         runs = 50 if QUICK else 500

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,6 +25,11 @@ from typing import Any
 
 import anyio
 import quickjs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_cold import cases, measure
+from bench_engine import add_bench_tools
 
 from codemode import Host
 
@@ -136,41 +140,22 @@ async def _gather(host: Host) -> None:
     print(f"   jsbox                                 {_ms(peer):7.1f} ms")
 
 
-def _cold(runs: int, workspace: Path) -> None:
-    program = workspace.parent / "p.js"
-    program.write_text("print(1)\n")
-    cases = {
-        "python -c pass": [sys.executable, "-c", "pass"],
-        "codemode run print(1)": [
-            sys.executable,
-            "-m",
-            "codemode",
-            "run",
-            str(program),
-            "--workspace",
-            str(workspace),
-        ],
-    }
+def _cold(runs: int, tmp: Path) -> None:
+    commands = cases(tmp)
+    del commands["python -c 'import codemode'"]
     if jsbox is not None:
-        cases["jsbox: import, Runtime().eval"] = [
+        commands["jsbox: import, Runtime().eval"] = [
             sys.executable,
             "-c",
-            "import jsbox; print(jsbox.Runtime().eval('1'))",
+            "import jsbox; jsbox.Runtime().eval('1')",
         ]
-    samples: dict[str, list[float]] = {name: [] for name in cases}
-    env = {"PYTHONPATH": ":".join(sys.path[1:]), "CODEMODE_HOME": str(workspace.parent / "home")}
-    import os
-
-    env = {**os.environ, **env}
-    for _ in range(runs):
-        for name, command in cases.items():
-            start = time.perf_counter()
-            subprocess.run(command, check=True, capture_output=True, env=env)
-            samples[name].append(time.perf_counter() - start)
+    medians = measure(commands, runs, tmp)
     print("4. cold start: a fresh process runs a trivial program (median)")
-    base = _ms(samples["python -c pass"])
-    for name, values in samples.items():
-        print(f"   {name:36s} {_ms(values):7.0f} ms   ({_ms(values) - base:5.0f} ms over python's own start)")
+    base = medians["python -c pass"]
+    for name, median in medians.items():
+        print(
+            f"   {name:36s} {median * 1e3:7.0f} ms   ({(median - base) * 1e3:5.0f} ms over python's own start)"
+        )
 
 
 async def main() -> None:
@@ -180,29 +165,13 @@ async def main() -> None:
         workspace = Path(tmp) / "ws"
         workspace.mkdir()
         async with Host(workspace=workspace, state_dir=Path(tmp) / "state", builtin_tools=True) as host:
-
-            @host.tool()
-            async def echo(value: Any = None) -> Any:
-                "Return the value."
-                return value
-
-            @host.tool(inline=True)
-            def echo_inline(value: Any = None) -> Any:
-                "Return the value."
-                return value
-
-            @host.tool()
-            async def nap(ms: int) -> int:
-                "Sleep ms milliseconds."
-                await anyio.sleep(ms / 1000)
-                return ms
-
+            add_bench_tools(host)
             for _ in range(50):
                 await host.run_code("print(1)")
             await _trivial(host, 200 if QUICK else 1000)
             await _calls(host, 2000 if QUICK else 10_000)
             await _gather(host)
-        _cold(5 if QUICK else 10, workspace)
+        _cold(5 if QUICK else 10, Path(tmp))
 
 
 if __name__ == "__main__":

@@ -17,17 +17,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import quickjs
 
 from codemode import Host
@@ -67,6 +70,26 @@ async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="codemode-bench-") as tmp:
         (Path(tmp) / "ws").mkdir()
         await _bench(Path(tmp) / "ws", Path(tmp) / "state")
+
+
+async def thread_ping_pong(n: int) -> float:
+    """Seconds per round trip of a bare hand-off: a thread asks the event loop to run a callback
+    and waits for it (what every async tool call does at least once, best of 3)."""
+    loop = asyncio.get_running_loop()
+
+    def worker() -> float:
+        done = threading.Lock()
+        done.acquire()
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            for _ in range(n):
+                loop.call_soon_threadsafe(done.release)
+                done.acquire()
+            best = min(best, (time.perf_counter() - start) / n)
+        return best
+
+    return await anyio.to_thread.run_sync(worker)
 
 
 def add_bench_tools(host: Host) -> None:
@@ -143,6 +166,11 @@ async def _bench(workspace: Path, state: Path) -> None:
             f"   echo, async def        {min(per_call) * 1e6:8.1f} us   (a trip to the event loop and back)"
         )
         print(f"   plain JS await floor   {min(per_floor) * 1e6:8.2f} us")
+        hop = await thread_ping_pong(n)
+        print(
+            f"   thread -> loop -> thread {hop * 1e6:6.1f} us   (the floor of an async call: a bare hand-off, "
+            f"async def echo is {min(per_call) / hop:.2f}x)"
+        )
 
         # 3. Promise.all of 32 x 100 ms
         walls = []

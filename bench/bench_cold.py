@@ -8,6 +8,7 @@ Target (issue 14): <= 250 ms.
 
 from __future__ import annotations
 
+import compileall
 import os
 import random
 import statistics
@@ -16,6 +17,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import codemode
 
 
 def cases(tmp: Path) -> dict[str, list[str]]:
@@ -41,7 +44,11 @@ def cases(tmp: Path) -> dict[str, list[str]]:
 def measure(commands: dict[str, list[str]], n: int, tmp: Path) -> dict[str, float]:
     """Median seconds of each command as a fresh process, in a shuffled order each round."""
     env = {**os.environ, "CODEMODE_HOME": str(Path(tmp, "state"))}
-    for command in commands.values():  # the state directory, the pycs
+    # An installed package has its bytecode compiled (pip does it); an editable checkout run
+    # with PYTHONDONTWRITEBYTECODE=1 (as CI and this machine set it) would otherwise compile
+    # every module it edited since from source at each start.
+    compileall.compile_dir(str(Path(codemode.__file__).parent), quiet=1)
+    for command in commands.values():  # the state directory
         subprocess.run(command, env=env, check=True, capture_output=True)
     times: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(n):

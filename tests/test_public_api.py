@@ -76,3 +76,14 @@ def test_importing_codemode_does_not_load_the_mcp_sdk() -> None:
     probe = "import sys, codemode, codemode.cli; print(sorted(m for m in sys.modules if m.split('.')[0] == 'mcp'))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_importing_codemode_leaves_what_only_commands_need_unloaded() -> None:
+    # Verification and result shaping load at the first command (~10 ms of every cold start).
+    probe = (
+        "import sys, codemode, codemode.cli; "
+        "print(sorted(m for m in sys.modules if m.startswith(('codemode.tools._verification', "
+        "'codemode.tools._bash._shape'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -52,21 +52,22 @@ from codemode.tools._bash._env import (
 )
 from codemode.tools._bash._proctree import create_time, markers_with_prefix, terminate_tree
 from codemode.tools._bash._pump import Pump, PumpStatus
-from codemode.tools._bash._shape import build_result
 from codemode.tools._capture import StreamCapture
 from codemode.tools._terminal import terminal_view
-from codemode.tools._verification import (
-    Classification,
-    ScannedCapture,
-    StreamScan,
-    classify_command,
-    scan_for,
-)
+
+if TYPE_CHECKING:
+    from codemode.tools._verification import Classification, StreamScan
+
+# Verification (recognising test and build commands, reading their summaries) and result
+# shaping load at the first command, not with the package: ~10 ms of every cold start that
+# runs none (bench/bench_cold.py).
 
 
 @functools.lru_cache(maxsize=512)
 def _classify(command: str) -> Classification | None:
     """``classify_command``, remembered: agents repeat the same test and build commands."""
+    from codemode.tools._verification import classify_command
+
     return classify_command(command)
 
 
@@ -403,6 +404,8 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
     finally:
         os.close(out_write)
         os.close(err_write)
+    from codemode.tools._verification import ScannedCapture, scan_for
+
     view = terminal_view(spec.environ)  # pipes: rendered for COLUMNS x LINES, or 80 x 24
     # A verification command's output also passes a scan: failing tests and counts a cut would hide.
     scan = scan_for(_classify(spec.command))
@@ -526,6 +529,8 @@ def finish(
         # Offsets are into the log as stored (raw); reads of it are redacted page by page.
         next_offset = writer.bytes_written
         log_name = writer.ref
+    from codemode.tools._bash._shape import build_result
+
     revision = workspace_revision(ending.tree, policy=spec.policy, skip_dirty=ending.skip_dirty)
     blocks, structured = build_result(
         command=spec.command,

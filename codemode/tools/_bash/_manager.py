@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -73,7 +73,9 @@ from codemode.tools._bash._tool import (
 )
 from codemode.tools._model import Extension, TextContent, ToolContext, ToolResult
 from codemode.tools._terminal import clean_terminal_text, terminal_view
-from codemode.tools._verification import Verification, failure_summary, parse_verification
+
+if TYPE_CHECKING:
+    from codemode.tools._verification import Verification
 
 _EXPIRE_SECONDS = 30 * 24 * 3600
 
@@ -187,6 +189,8 @@ def _compile(pattern: str) -> re.Pattern[str]:
 
 def _summary(verification: Verification) -> str | None:
     """The line a completion gets: the failure summary, else the runner's own summary."""
+    from codemode.tools._verification import failure_summary
+
     failed = failure_summary(verification)
     if failed:
         return failed
@@ -962,6 +966,8 @@ class ProcessManager:
                 text = clean_terminal_text(page.data)
             except (ToolError, OSError):
                 text = ""
+            from codemode.tools._verification import parse_verification
+
             verification = parse_verification(classification, text, record.exit_code)
             result = verification.to_dict()
             summary = _summary(verification)

@@ -322,8 +322,9 @@ class PreparedContext:
         host_call = _HostCall()
         ctx.add_callable("__cm_host_call", host_call)  # the prelude takes it and deletes it
         native, code = _prelude_bytecode()
-        if native is None or code is None or not native.run(ctx, code):
-            if native is not None:  # spoilt by the failed load: start again from the source
+        loaded = native is not None and code is not None and native.run(ctx, code)
+        if not loaded:
+            if code is not None:  # the failed load spoilt this context: start again from the source
                 ctx = quickjs.Context()
                 ctx.add_callable("__cm_host_call", host_call)
             ctx.eval(_prelude())

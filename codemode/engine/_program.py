@@ -210,6 +210,13 @@ def _without_lone_surrogates(value: Any) -> Any:
     return value
 
 
+def _from_js_json(raw: str) -> Any:
+    """JSON text the prelude made, decoded. JSON.stringify escapes a lone surrogate, which
+    Python text cannot hold: such strings get U+FFFD instead."""
+    value = json.loads(raw)
+    return _without_lone_surrogates(value) if "\\ud" in raw else value
+
+
 def _to_json(value: Any) -> str | None:
     """Strict JSON text of ``value`` (non-finite numbers become null); None when it is not JSON."""
     kind = type(value)
@@ -695,9 +702,7 @@ class ProgramThread:
             if self._to_ask:  # calls made through hostCall that wait for approval
                 self._ask_held()
             return
-        print_bytes, print_json, messages = json.loads(raw)
-        if "\\ud" in raw:  # JSON.stringify escapes a lone surrogate; Python text cannot hold one
-            messages = _without_lone_surrogates(messages)
+        print_bytes, print_json, messages = _from_js_json(raw)
         if print_bytes:
             text = self._take_output()
             self._append_output(json.loads(text) if print_json else text)
@@ -749,10 +754,7 @@ class ProgramThread:
         """
         self._reply = ""
         try:
-            message = json.loads(raw)
-            if "\\ud" in raw:  # JSON.stringify escapes a lone surrogate; Python text cannot hold one
-                message = _without_lone_surrogates(message)
-            self._handle_call(self._answer, message)
+            self._handle_call(self._answer, _from_js_json(raw))
         except Exception as exc:  # a host fault must not reach the binding (see _HostCall)
             fault = {"code": ErrorCode.TOOL_FAILED.value, "message": f"engine fault: {exc!r}", "data": None}
             self._answer(0, False, _to_json(fault) or "", False)

@@ -86,7 +86,7 @@ class _Rule:
     def pattern(self) -> Any:
         """The compiled RE2 pattern (bytes), made at first use: compiling all ~280 rules is
         ~50 ms of a cold start, and a short text only needs the rules whose keywords it holds
-        (tests/state/test_redact.py compiles every rule)."""
+        (tests/state/test_redact_rules.py compiles every rule)."""
         return re2.compile(self.source.encode())
 
     @functools.cached_property
@@ -271,8 +271,8 @@ class _Engine:
             self._short_texts += 1
             ends = [i for i in range(len(data)) if data[i] == 10] + [len(data)]
             # A rule with keywords keeps a match only with one of them on its line (_keep):
-            # where none is in the text, the rule cannot find anything here.
-            # And no rule finds a match longer than the text.
+            # where none is in the text, the rule cannot find anything here; nor can a rule
+            # whose matches are longer than the whole text.
             lowered = data.lower()
             size = len(data)
             possible = [

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import anyio
-
 from codemode.engine._loop import LoopSpawner
 from codemode.engine._program import (
     _APPROVED,
@@ -24,48 +22,40 @@ from codemode.tools import Tool, ToolContext, ToolRegistry, ToolResult
 
 
 class _Dispatcher(ToolDispatcher):
-    """Runs each tool call as a task on the host loop and posts its result to the program."""
+    """Runs each tool call on the host loop (in the spawner's runner tasks) and posts its result
+    to the program."""
 
     def __init__(self, registry: ToolRegistry, context: ToolContext, spawner: LoopSpawner) -> None:
         self.registry = registry
         self.context = context
         self.spawner = spawner
         self.program: ProgramThread | None = None
-        # Each running call's cancel scope: stopping calls through them respects a shield in
-        # the tool (a background start finishes and reports its process).
-        self.scopes: dict[int, anyio.CancelScope] = {}
 
     def cancel_all(self) -> None:
-        """Ask every running call to stop (on the loop thread)."""
-        for scope in list(self.scopes.values()):
-            scope.cancel()
+        """Ask every running call to stop (on the loop thread).
+
+        Through anyio cancel scopes, which respect a shield in the tool: a background start
+        finishes and reports its process.
+        """
+        self.spawner.stop_runs()
 
     def start(self, call_id: int, tool: Tool, args: Any) -> None:
         program = self.program
         assert program is not None
 
-        async def run_tool() -> Any:
+        async def run_tool() -> None:
             # The result is turned into JSON on the program's thread, not on the event loop.
-            value: Any = None
-            scope = self.scopes[call_id] = anyio.CancelScope()
             try:
-                with scope:
-                    try:
-                        value = await self.registry.invoke_raw(tool, args, self.context)
-                    except Exception as exc:  # invoke_raw maps handler errors; this is a last resort
-                        value = ToolResult.failure(ErrorCode.HANDLER_FAILED, f"{tool.name} failed: {exc}")
-            finally:
-                self.scopes.pop(call_id, None)
-            if scope.cancelled_caught:
-                return None  # stopped before it finished: "cancelled"
+                value = await self.registry.invoke_raw(tool, args, self.context)
+            except Exception as exc:  # invoke_raw maps handler errors; this is a last resort
+                value = ToolResult.failure(ErrorCode.HANDLER_FAILED, f"{tool.name} failed: {exc}")
             program.inbox.put((call_id, value))
-            return call_id, value
 
         def refused() -> None:
             ended = ToolResult.failure(ErrorCode.CANCELLED, f"{tool.name}: the program has ended")
             program.inbox.put((call_id, ended))
 
-        self.spawner.spawn(run_tool, refused)
+        self.spawner.run_soon(run_tool, refused)
 
     def approve(self, batch: int, requests: list[Any]) -> None:
         program = self.program
@@ -183,12 +173,11 @@ class Engine:
         file written) is reported with its result; only one that was stopped is "cancelled".
         """
         dispatcher.cancel_all()
-        late = await dispatcher.spawner.aclose(_LATE_SECONDS)
+        await dispatcher.spawner.aclose(_LATE_SECONDS)
         if not outcome.pending_calls:
             return outcome
-        for call_id, value in program.inbox.drain():
-            if isinstance(call_id, int):
-                late.setdefault(call_id, value)
+        # What the calls finished after the program stopped reading is still in its inbox.
+        late = {call_id: value for call_id, value in program.inbox.drain() if isinstance(call_id, int)}
         done = {cid: as_result(value) for cid, value in late.items() if cid in outcome.pending_calls}
         return replace(
             outcome,

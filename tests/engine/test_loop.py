@@ -149,3 +149,147 @@ async def test_spawning_after_close_is_refused() -> None:
     thread.join()
     with anyio.fail_after(5):
         await refused.wait()
+
+
+def _run_from_thread(
+    spawner: LoopSpawner, job: Callable[[], Coroutine[Any, Any, None]], refused: Any = None
+) -> None:
+    thread = threading.Thread(target=spawner.run_soon, args=(job, refused or (lambda: None)))
+    thread.start()
+    thread.join()
+
+
+async def test_jobs_one_after_another_share_one_runner_task() -> None:
+    spawner = LoopSpawner()
+    tasks: list[Any] = []
+    for _ in range(3):
+        done = anyio.Event()
+
+        async def job(done: anyio.Event = done) -> None:
+            await anyio.sleep(0)  # waits: the job is not over in its first step
+            tasks.append(asyncio.current_task())
+            done.set()
+
+        _run_from_thread(spawner, job)
+        with anyio.fail_after(5):
+            await done.wait()
+        await anyio.sleep(0)  # the runner goes back to waiting for a job
+    assert len(tasks) == 3 and tasks[0] is tasks[1] is tasks[2]
+    await spawner.aclose(5)
+    assert spawner._tasks == set() and spawner._running == {}
+
+
+async def test_jobs_at_once_each_get_a_runner() -> None:
+    spawner = LoopSpawner()
+    release = anyio.Event()
+    tasks: set[Any] = set()
+    finished: list[int] = []
+
+    def job_for(index: int) -> Callable[[], Coroutine[Any, Any, None]]:
+        async def job() -> None:
+            tasks.add(asyncio.current_task())
+            await release.wait()
+            finished.append(index)
+
+        return job
+
+    for index in range(4):
+        _run_from_thread(spawner, job_for(index))
+    with anyio.fail_after(5):
+        while len(tasks) < 4:
+            await anyio.sleep(0.001)
+    release.set()
+    with anyio.fail_after(5):
+        while len(finished) < 4:
+            await anyio.sleep(0.001)
+    assert sorted(finished) == [0, 1, 2, 3] and len(tasks) == 4
+    spawner.close()
+
+
+async def test_stop_runs_cancels_a_running_job_but_respects_a_shield() -> None:
+    spawner = LoopSpawner()
+    started = anyio.Event()
+    outcome: dict[str, str] = {}
+
+    async def plain() -> None:
+        started.set()
+        try:
+            await anyio.sleep(30)
+            outcome["plain"] = "finished"
+        except BaseException as exc:
+            outcome["plain"] = type(exc).__name__
+            raise
+
+    async def shielded() -> None:
+        with anyio.CancelScope(shield=True):
+            await started.wait()
+            await anyio.sleep(0.05)
+            outcome["shielded"] = "finished"
+
+    _run_from_thread(spawner, plain)
+    _run_from_thread(spawner, shielded)
+    with anyio.fail_after(5):
+        await started.wait()
+        await anyio.sleep(0)
+        spawner.stop_runs()
+        await spawner.aclose(5)
+    assert outcome == {"plain": "CancelledError", "shielded": "finished"}
+    assert spawner._running == {}
+
+
+async def test_a_failing_job_is_reported_and_its_runner_goes_on() -> None:
+    spawner = LoopSpawner()
+    loop = asyncio.get_running_loop()
+    errors: list[Any] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context.get("exception")))
+    done = anyio.Event()
+    tasks: list[Any] = []
+
+    async def fails() -> None:
+        tasks.append(asyncio.current_task())
+        raise RuntimeError("boom")
+
+    async def works() -> None:
+        tasks.append(asyncio.current_task())
+        done.set()
+
+    try:
+        _run_from_thread(spawner, fails)
+        with anyio.fail_after(5):
+            while not errors:
+                await anyio.sleep(0.001)
+        _run_from_thread(spawner, works)
+        with anyio.fail_after(5):
+            await done.wait()
+    finally:
+        loop.set_exception_handler(None)
+    assert [str(e) for e in errors] == ["boom"] and tasks[0] is tasks[1]
+    spawner.close()
+
+
+async def test_a_job_after_stop_runs_is_refused_and_idle_runners_end() -> None:
+    spawner = LoopSpawner()
+    done = anyio.Event()
+    runners: list[Any] = []
+
+    async def job() -> None:
+        runners.append(asyncio.current_task())
+        done.set()
+
+    _run_from_thread(spawner, job)
+    with anyio.fail_after(5):
+        await done.wait()
+    await anyio.sleep(0)
+    assert not runners[0].done()  # waiting for its next job
+    spawner.stop_runs()
+    refused = anyio.Event()
+
+    async def late() -> None:  # pragma: no cover - must not run
+        raise AssertionError("ran after stop_runs")
+
+    _run_from_thread(spawner, late, lambda: spawner.call_soon(refused.set))
+    with anyio.fail_after(5):
+        await refused.wait()
+        while not runners[0].done():
+            await anyio.sleep(0.001)
+    assert not runners[0].cancelled()  # told to end, not cancelled

@@ -1,7 +1,5 @@
 """``python -m codemode`` runs the command line."""
 
-import sys
+from codemode.cli import entry_point
 
-from codemode.cli import main
-
-sys.exit(main())
+entry_point()

@@ -369,3 +369,20 @@ async def test_logs_mark_the_dropped_middle_of_a_capped_log(tmp_path: Path, work
     as_json = _json(codemode(tmp_path, workspace, "logs", process_id, "--json"))
     assert as_json["notes"] == [note.removeprefix("codemode: [").removesuffix("]")]
     assert as_json["exit_code"] == 0 and as_json["output"].splitlines()[-1] == "400000"
+
+
+def test_output_larger_than_a_pipe_buffer_arrives_whole_before_the_quick_exit(
+    tmp_path: Path, workspace: Path
+) -> None:
+    # The console script ends with os._exit after flushing (cli.entry_point): nothing the
+    # program printed, nor the notice on stderr, may be lost to a buffer not yet written.
+    program = "for (let i = 0; i < 5000; i++) print('line ' + i + ' ' + '-'.repeat(40)); print('the end')"
+    done = codemode(tmp_path, workspace, "run", "-", "--max-output-tokens", "50000", stdin=program)
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout) > 200_000 and "cut" not in done.stderr
+    lines = done.stdout.splitlines()
+    assert (
+        lines[0].startswith("line 0 ") and lines[4999].startswith("line 4999 ") and lines[5000] == "the end"
+    )
+    failed = codemode(tmp_path, workspace, "run", "-", stdin="throw new Error('boom')")
+    assert failed.returncode == 1 and "boom" in failed.stdout + failed.stderr

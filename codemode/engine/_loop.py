@@ -21,7 +21,7 @@ import asyncio
 import collections.abc
 import contextvars
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import anyio
@@ -101,8 +101,25 @@ class _Continuation(collections.abc.Coroutine[Any, Any, Any]):
     def close(self) -> None:
         self._coro.close()
 
-    def __await__(self) -> Any:  # pragma: no cover - tasks drive it with send/throw only
-        return self._coro.__await__()
+    def __await__(self) -> Any:
+        # Awaited by a runner task (`LoopSpawner.run_soon`): the awaiting frame drives it as an
+        # iterator, with the same send/throw a task uses.
+        return self
+
+    def __next__(self) -> Any:
+        return self.send(None)
+
+
+class _Runner:
+    """A runner task of `LoopSpawner.run_soon`: its context, its scope, the future it waits on."""
+
+    __slots__ = ("context", "scope", "task", "waiting")
+
+    def __init__(self, context: contextvars.Context) -> None:
+        self.context = context  # the task's own context (not a copy): its jobs' first steps run in it
+        self.task: asyncio.Task[Any] | None = None
+        self.scope: anyio.CancelScope | None = None
+        self.waiting: asyncio.Future[Awaitable[Any] | None] | None = None  # while idle
 
 
 class LoopSpawner:
@@ -124,7 +141,7 @@ class LoopSpawner:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
         # Runner tasks (`run_soon`): those waiting for a job, and the busy ones with their scopes.
-        self._idle: list[asyncio.Future[TaskFactory | None]] = []
+        self._idle: list[_Runner] = []
         self._running: dict[asyncio.Task[Any], anyio.CancelScope] = {}
 
     def spawn(self, factory: TaskFactory, on_refused: Callable[[], None]) -> None:
@@ -149,22 +166,48 @@ class LoopSpawner:
             on_refused()
             return
         while self._idle:
-            waiting = self._idle.pop()
-            if not waiting.done():  # (done: its runner was cancelled from outside while idle)
-                waiting.set_result(job)
+            runner = self._idle.pop()
+            if runner.waiting is None or runner.waiting.done() or runner.task is None:
+                continue  # its task was cancelled from outside while it waited
+            if _enter_task is None:  # pragma: no cover - not CPython: the runner takes it from here
+                self._running[runner.task] = runner.scope  # type: ignore[assignment]
+                self._tasks.add(runner.task)
+                runner.waiting.set_result(runner.context.run(job))
+                runner.waiting = None
                 return
-        self._start(lambda: self._runner(job), on_refused)
+            # The job's first step runs now, as the idle runner's task (as an eager start
+            # does): most jobs end in it, and the runner then never needs waking. That saves a
+            # loop iteration on the way back to the JS thread (bench/bench_engine.py).
+            continuation = _Continuation(runner.context.run(job))
+            failure = _step_as(self._loop, runner.task, runner.context, continuation)
+            if continuation.finished:
+                if failure is not None:
+                    self._loop.call_exception_handler(
+                        {"message": "codemode job failed", "exception": failure, "task": runner.task}
+                    )
+                self._idle.append(runner)
+                return
+            assert runner.scope is not None
+            self._running[runner.task] = runner.scope  # busy from now: `stop_runs` cancels it
+            self._tasks.add(runner.task)
+            runner.waiting.set_result(continuation)
+            runner.waiting = None
+            return
+        runner = _Runner(self._context.copy())
+        self._start(lambda: self._runner(runner, job()), on_refused, runner.context)
 
-    async def _runner(self, job: TaskFactory | None) -> None:
+    async def _runner(self, runner: _Runner, job: Awaitable[Any] | None) -> None:
         task = asyncio.current_task()
         assert task is not None
+        runner.task = task
         with anyio.CancelScope() as scope:
+            runner.scope = scope
             try:
                 while job is not None:
                     self._running[task] = scope
                     self._tasks.add(task)
                     try:
-                        await job()
+                        await job
                     except Exception as exc:  # a job should not raise: say so, and go on
                         self._loop.call_exception_handler(
                             {"message": "codemode job failed", "exception": exc, "task": task}
@@ -174,9 +217,9 @@ class LoopSpawner:
                     self._tasks.discard(task)
                     if self._closed:
                         return
-                    waiting: asyncio.Future[TaskFactory | None] = self._loop.create_future()
-                    self._idle.append(waiting)
-                    job = await waiting
+                    runner.waiting = self._loop.create_future()
+                    self._idle.append(runner)
+                    job = await runner.waiting
             finally:
                 self._running.pop(task, None)
                 self._tasks.discard(task)
@@ -190,17 +233,24 @@ class LoopSpawner:
 
     def _release_idle(self) -> None:
         while self._idle:
-            self._idle.pop().set_result(None)
+            waiting = self._idle.pop().waiting
+            if waiting is not None and not waiting.done():
+                waiting.set_result(None)
 
     def call_soon(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` soon on the loop; thread-safe."""
         self._loop.call_soon_threadsafe(callback, context=self._context)
 
-    def _start(self, factory: TaskFactory, on_refused: Callable[[], None]) -> None:
+    def _start(
+        self,
+        factory: TaskFactory,
+        on_refused: Callable[[], None],
+        context: contextvars.Context | None = None,
+    ) -> None:
         if self._closed:
             on_refused()
             return
-        context = self._context.copy()
+        context = context or self._context.copy()
         task = _start_eagerly(self._loop, context.run(factory), context)
         if task is not None:
             self._tasks.add(task)
@@ -248,13 +298,28 @@ def _start_eagerly(
         return loop.create_task(coro, context=context)
     continuation = _Continuation(coro)
     task: asyncio.Task[Any] = loop.create_task(continuation, context=context)
-    _enter_task(loop, task)
-    try:
-        failure = context.run(continuation.run_first_step)
-    finally:
-        _leave_task(loop, task)
+    failure = _step_as(loop, task, context, continuation)
     if failure is not None:
         # Reported now, not by the task's finaliser at some garbage collection later.
         loop.call_exception_handler({"message": "codemode task failed", "exception": failure, "task": task})
     # Finished in its first step, the task only has to take one (empty) step to end.
     return None if continuation.finished else task
+
+
+def _step_as(
+    loop: asyncio.AbstractEventLoop,
+    task: asyncio.Task[Any],
+    context: contextvars.Context,
+    continuation: _Continuation,
+) -> BaseException | None:
+    """Run ``continuation``'s first step now, as ``task`` (which is not running) in its context.
+
+    Returns:
+        The exception the first step ended with, if any.
+    """
+    assert _enter_task is not None and _leave_task is not None
+    _enter_task(loop, task)
+    try:
+        return context.run(continuation.run_first_step)
+    finally:
+        _leave_task(loop, task)

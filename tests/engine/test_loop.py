@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -293,3 +294,76 @@ async def test_a_job_after_stop_runs_is_refused_and_idle_runners_end() -> None:
         while not runners[0].done():
             await anyio.sleep(0.001)
     assert not runners[0].cancelled()  # told to end, not cancelled
+
+
+async def _idle_runner(spawner: LoopSpawner) -> Any:
+    """Start a runner with one job and wait until it waits for the next: its task."""
+    tasks: list[Any] = []
+
+    async def job() -> None:
+        tasks.append(asyncio.current_task())
+        await anyio.sleep(0)
+
+    _run_from_thread(spawner, job)
+    with anyio.fail_after(5):
+        while not tasks or spawner._running:
+            await anyio.sleep(0.001)
+    return tasks[0]
+
+
+async def test_a_job_given_to_an_idle_runner_runs_as_its_task_with_its_context() -> None:
+    # The first step runs at once as the idle runner (no wake-up); a variable it sets is
+    # still set when the job goes on after waiting, in the runner itself.
+    spawner = LoopSpawner()
+    runner = await _idle_runner(spawner)
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    seen: list[Any] = []
+    done = anyio.Event()
+
+    async def quick() -> None:
+        seen.append(asyncio.current_task() is runner)
+
+    async def waits() -> None:
+        token = var.set("set")
+        seen.append(asyncio.current_task() is runner)
+        await anyio.sleep(0.01)
+        seen.append((asyncio.current_task() is runner, var.get()))
+        var.reset(token)
+        done.set()
+
+    _run_from_thread(spawner, quick)
+    _run_from_thread(spawner, waits)
+    with anyio.fail_after(5):
+        await done.wait()
+    assert seen == [True, True, (True, "set")]
+    spawner.close()
+
+
+@pytest.mark.parametrize("shielded", [False, True])
+async def test_a_job_stopped_right_after_an_idle_runner_took_it(shielded: bool) -> None:
+    # Handed over and stopped in one loop callback, before the runner ever woke: the job is
+    # cancelled where it waits, unless it is inside a shield, which it then finishes.
+    spawner = LoopSpawner()
+    await _idle_runner(spawner)
+    outcome: list[str] = []
+
+    async def job() -> None:
+        try:
+            with anyio.CancelScope(shield=shielded):
+                await anyio.sleep(0.05 if shielded else 30)
+            outcome.append("finished")
+        except BaseException as exc:
+            outcome.append(type(exc).__name__)
+            raise
+
+    def hand_and_stop() -> None:
+        spawner._hand(job, lambda: None)
+        spawner.stop_runs()
+
+    asyncio.get_running_loop().call_soon(hand_and_stop)
+    with anyio.fail_after(5):
+        while not outcome:
+            await anyio.sleep(0.001)
+        await spawner.aclose(5)
+    assert outcome == (["finished"] if shielded else ["CancelledError"])
+    assert spawner._running == {} and spawner._tasks == set()

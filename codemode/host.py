@@ -40,9 +40,7 @@ from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy
 from codemode.state import Archive, ArchiveRef, State, redact_json
 from codemode.tools import Extension, Tool, ToolContext, ToolRegistry, ToolResult
 from codemode.tools._bash import Notification, ProcessManager
-from codemode.tools._read_archive import read_archive_tool
-from codemode.tools.files import file_tools
-from codemode.tools.monitor import monitor_extension
+from codemode.tools._builtin import builtin_extensions
 from codemode.tools.upstream import McpServerConfig, load_mcp_config, parse_mcp_config
 
 if TYPE_CHECKING:
@@ -217,11 +215,10 @@ class Host:
             # A reopened host replaces the built-ins of its previous opening (new manager).
             for name in ("files", "archive", "bash", "monitor"):
                 self.registry.remove_extension(name)
-            self.registry.add_extension(Extension("files", file_tools()))
-            self.registry.add_extension(Extension("archive", [read_archive_tool()]))
-            self.registry.add_extension(self._processes.extension())
-            # On by default; host.disable_extension("monitor") removes its tools and guidance.
-            self.registry.add_extension(monitor_extension(self._processes))
+            # Loaded at the first use of one of their tools. The monitor is on by default;
+            # host.disable_extension("monitor") removes its tools and guidance.
+            for extension in builtin_extensions(self._processes):
+                self.registry.add_extension(extension)
         state.maintain()
         if self._mcp_configs:
             servers = self._servers()

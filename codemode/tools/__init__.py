@@ -2,6 +2,7 @@
 
 from codemode.tools._model import (
     Extension,
+    LazyExtension,
     TextContent,
     Tool,
     ToolContext,
@@ -16,6 +17,7 @@ from codemode.tools._signature import schema_to_ts, typescript_signature
 __all__ = [
     "ArgumentProblem",
     "Extension",
+    "LazyExtension",
     "TextContent",
     "Tool",
     "ToolContext",

@@ -418,6 +418,29 @@ class Extension:
     namespace: str | None = None
 
 
+@dataclass(frozen=True)
+class LazyExtension:
+    """An extension registered before its module is imported; `ToolRegistry` loads it at the
+    first use of one of its tools, or when every tool is needed (a search, the description).
+
+    codemode's own tools register this way: importing their modules (mostly their pydantic
+    argument and result models) was ~30 ms of every start (``bench/bench_cold.py``), and a
+    run that calls none of them never pays it.
+
+    Attributes:
+        name: The extension's name.
+        tool_names: The names of the tools `load` makes, as it makes them.
+        effectful: Those of them that declare ``destructive=True`` (the prelude tracks their
+            calls before any is loaded: `ToolRegistry.effectful_names_json`).
+        load: Makes the real `Extension` (and imports its module).
+    """
+
+    name: str
+    tool_names: tuple[str, ...]
+    effectful: frozenset[str]
+    load: Callable[[], Extension]
+
+
 def _call_target(fn: Handler) -> Any:
     """What actually runs when ``fn`` is called: itself, or a callable object's ``__call__``."""
     return fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)  # noqa: B004

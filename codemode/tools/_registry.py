@@ -5,17 +5,32 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 import anyio.to_thread
 
 from codemode.errors import ErrorCode, ToolError, UserError
-from codemode.tools._model import Extension, Tool, ToolContext, ToolResult, make_tool, to_tool_result
+from codemode.tools._model import (
+    Extension,
+    LazyExtension,
+    Tool,
+    ToolContext,
+    ToolResult,
+    make_tool,
+    to_tool_result,
+)
 from codemode.tools._search import SearchIndex, words
 from codemode.tools._signature import typescript_signature
 
 logger = logging.getLogger("codemode.tools")
+
+
+def _tool_names(extension: Extension | LazyExtension) -> list[str]:
+    if isinstance(extension, LazyExtension):
+        return list(extension.tool_names)
+    return [t.name for t in extension.tools]
 
 
 @dataclass(frozen=True)
@@ -30,13 +45,17 @@ class ToolRegistry:
     """Holds the host's tools and extensions.
 
     Tools registered directly belong to no extension; an extension's tools come and go
-    with it.
+    with it. A `LazyExtension` is loaded at the first use of one of its tools (`get`), or
+    when every tool is needed; until then only its tools' names and effects are known.
     """
 
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
         self._extensions: dict[str, Extension] = {}
-        self._disabled: dict[str, Extension] = {}
+        self._disabled: dict[str, Extension | LazyExtension] = {}
+        self._lazy: dict[str, LazyExtension] = {}  # enabled, not loaded yet
+        self._lazy_names: dict[str, str] = {}  # their tools' names -> the extension's name
+        self._loading = threading.Lock()  # programs' threads look tools up (`get`) at once
         self._effectful_json: str | None = None  # effectful_names_json, until the tools change
         self._namespaces_json: str | None = None  # namespaces_json, until the tools change
         self._index: SearchIndex | None = None  # search's index, until the tools change
@@ -50,7 +69,7 @@ class ToolRegistry:
             UserError: The name is taken or the function cannot be described.
         """
         tool_obj = item if isinstance(item, Tool) else make_tool(item, **kwargs)
-        if tool_obj.name in self._tools:
+        if tool_obj.name in self._tools or tool_obj.name in self._lazy_names:
             raise UserError(f"a tool named {tool_obj.name!r} is already registered")
         self._tools[tool_obj.name] = tool_obj
         self._changed()
@@ -66,25 +85,33 @@ class ToolRegistry:
             raise UserError(f"no tool named {name!r} is registered")
         self._changed()
 
-    def add_extension(self, extension: Extension) -> None:
-        """Register an extension and its tools.
+    def add_extension(self, extension: Extension | LazyExtension) -> None:
+        """Register an extension and its tools (a lazy one's load at their first use).
 
         Raises:
             UserError: The extension name or one of its tool names is taken.
         """
-        if extension.name in self._extensions or extension.name in self._disabled:
+        if (
+            extension.name in self._extensions
+            or extension.name in self._lazy
+            or extension.name in self._disabled
+        ):
             raise UserError(f"an extension named {extension.name!r} is already registered")
-        clashes = [t.name for t in extension.tools if t.name in self._tools]
+        names = _tool_names(extension)
+        clashes = [n for n in names if n in self._tools or n in self._lazy_names]
         if clashes:
             raise UserError(f"extension {extension.name!r}: tool names already registered: {clashes}")
-        names = [t.name for t in extension.tools]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise UserError(f"extension {extension.name!r} has several tools named {repeated}")
-        for t in extension.tools:
-            t.extension = extension.name
-            self.add(t)
-        self._extensions[extension.name] = extension
+        if isinstance(extension, LazyExtension):
+            self._lazy[extension.name] = extension
+            self._lazy_names.update(dict.fromkeys(names, extension.name))
+        else:
+            for t in extension.tools:
+                t.extension = extension.name
+                self.add(t)
+            self._extensions[extension.name] = extension
         self._changed()
 
     def disable_extension(self, name: str) -> None:
@@ -93,18 +120,26 @@ class ToolRegistry:
         Raises:
             UserError: No enabled extension has that name.
         """
-        extension = self._extensions.pop(name, None)
+        extension: Extension | LazyExtension | None = self._extensions.pop(name, None) or self._lazy.pop(
+            name, None
+        )
         if extension is None:
             raise UserError(f"no enabled extension named {name!r}")
-        for t in extension.tools:
-            self._tools.pop(t.name, None)
+        for tool_name in _tool_names(extension):
+            self._tools.pop(tool_name, None)
+            self._lazy_names.pop(tool_name, None)
         self._disabled[name] = extension
         self._changed()
 
     def remove_extension(self, name: str) -> None:
         """Forget an extension (enabled or disabled) and its tools; no error if unknown."""
+        lazy = self._lazy.pop(name, None)
+        if lazy is not None:
+            for tool_name in lazy.tool_names:
+                self._lazy_names.pop(tool_name, None)
+            self._changed()
         extension = self._extensions.pop(name, None) or self._disabled.pop(name, None)
-        if extension is not None:
+        if isinstance(extension, Extension):
             for t in extension.tools:
                 if self._tools.get(t.name) is t:
                     del self._tools[t.name]
@@ -125,16 +160,54 @@ class ToolRegistry:
             self._disabled[name] = extension  # still disabled, and can be enabled once the clash is gone
             raise
 
+    def _load(self, name: str) -> None:
+        """Load the lazy extension ``name`` in place (any thread; once).
+
+        Raises:
+            UserError: What it loaded is not what it declared (names or effects): a bug in it.
+        """
+        with self._loading:
+            lazy = self._lazy.get(name)
+            if lazy is None:
+                return  # loaded by another thread meanwhile, or disabled
+            extension = lazy.load()
+            if extension.name != lazy.name:
+                raise UserError(f"lazy extension {lazy.name!r} loaded an extension named {extension.name!r}")
+            names = tuple(t.name for t in extension.tools)
+            effectful = frozenset(t.name for t in extension.tools if t.destructive is True)
+            if sorted(names) != sorted(lazy.tool_names) or effectful != lazy.effectful:
+                raise UserError(
+                    f"lazy extension {lazy.name!r} declared tools {sorted(lazy.tool_names)} "
+                    f"(effectful {sorted(lazy.effectful)}) but loaded {sorted(names)} (effectful {sorted(effectful)})"
+                )
+            for t in extension.tools:
+                t.extension = extension.name
+                self._tools[t.name] = t
+            self._extensions[extension.name] = extension
+            for tool_name in names:
+                self._lazy_names.pop(tool_name, None)
+            del self._lazy[name]
+            self._index = None  # the search index did not hold them
+
+    def _load_all(self) -> None:
+        for name in list(self._lazy):
+            self._load(name)
+
     @property
     def extensions(self) -> list[Extension]:
-        """The enabled extensions, in registration order."""
+        """The enabled extensions (lazy ones are loaded first)."""
+        self._load_all()
         return list(self._extensions.values())
 
     # -- lookup -------------------------------------------------------------------------
 
     def get(self, name: str) -> Tool | None:
-        """The tool with this name, or None."""
-        return self._tools.get(name)
+        """The tool with this name, or None (its lazy extension is loaded at this first use)."""
+        found = self._tools.get(name)
+        if found is None and name in self._lazy_names:
+            self._load(self._lazy_names[name])
+            found = self._tools.get(name)
+        return found
 
     def _changed(self) -> None:
         """Forget what was derived from the set of tools."""
@@ -148,9 +221,10 @@ class ToolRegistry:
         calls, so one nothing awaited is still reported with what it did; tracking costs an
         extra job per await (~14 us a call), so tools that do not declare it are not tracked."""
         if self._effectful_json is None:
-            self._effectful_json = json.dumps(
-                sorted(n for n, t in self._tools.items() if t.destructive is True)
-            )
+            effectful = {n for n, t in self._tools.items() if t.destructive is True}
+            for lazy in self._lazy.values():
+                effectful.update(lazy.effectful)
+            self._effectful_json = json.dumps(sorted(effectful))
         return self._effectful_json
 
     def namespaces_json(self) -> str:
@@ -163,18 +237,19 @@ class ToolRegistry:
         return self._namespaces_json
 
     def names(self) -> list[str]:
-        """All tool names, sorted."""
-        return sorted(self._tools)
+        """All tool names, sorted (lazy extensions stay unloaded)."""
+        return sorted([*self._tools, *self._lazy_names])
 
     def __iter__(self) -> Any:
+        self._load_all()
         return iter(sorted(self._tools.values(), key=lambda t: t.name))
 
     def __len__(self) -> int:
-        return len(self._tools)
+        return len(self._tools) + len(self._lazy_names)
 
     def suggestions(self, name: str) -> list[str]:
         """Up to three tool names a mistyped ``name`` may have meant (spelling, then search)."""
-        close = difflib.get_close_matches(name, list(self._tools), n=3, cutoff=0.5)
+        close = difflib.get_close_matches(name, self.names(), n=3, cutoff=0.5)
         return close or [r["name"] for r in self.search(name, limit=3)]
 
     def unknown_tool_message(self, name: str) -> str:
@@ -200,6 +275,7 @@ class ToolRegistry:
         """
         if not words(query):
             return [{"name": t.name, "description": t.description} for t in self][:limit]
+        self._load_all()
         if self._index is None:
             self._index = SearchIndex(self._tools.values())
         return [
@@ -215,7 +291,7 @@ class ToolRegistry:
         Raises:
             ToolError: No such tool (code ``unknown_tool``; the message names close matches).
         """
-        t = self._tools.get(name)
+        t = self.get(name)
         if t is None:
             raise ToolError(self.unknown_tool_message(name), code=ErrorCode.UNKNOWN_TOOL)
         described: dict[str, Any] = {
@@ -269,7 +345,7 @@ class ToolRegistry:
         Raises:
             UserError: The handler raised one (the embedding developer's mistake).
         """
-        t = self._tools.get(name)
+        t = self.get(name)
         if t is None:
             message = self.unknown_tool_message(name)
             return ToolResult.failure(

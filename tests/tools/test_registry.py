@@ -499,3 +499,83 @@ def test_integers_beyond_64_bits_are_still_validated() -> None:
     assert registry.validate(big, {"a": 2**70}) is None
     problem = registry.validate(big, {"a": 1.5})
     assert problem is not None and problem.path == "$.a"
+
+
+# -- lazy extensions -----------------------------------------------------------------------
+
+
+def _lazy(loads: list[str], *, effectful: frozenset[str] = frozenset({"put"})) -> Any:
+    from codemode.tools import LazyExtension
+
+    def put(key: str) -> str:
+        """Store a key."""
+        return key
+
+    def peek() -> str:
+        """Look."""
+        return "seen"
+
+    def load() -> Extension:
+        loads.append("loaded")
+        return Extension(
+            "kv", [make_tool(put, name="put", destructive=True), make_tool(peek, name="peek", read_only=True)]
+        )
+
+    return LazyExtension("kv", ("put", "peek"), effectful, load)
+
+
+def test_a_lazy_extension_loads_at_the_first_use_of_a_tool_once() -> None:
+    loads: list[str] = []
+    registry = ToolRegistry()
+    registry.add_extension(_lazy(loads))
+    assert registry.names() == ["peek", "put"] and len(registry) == 2
+    assert registry.effectful_names_json() == '["put"]'
+    assert loads == []
+    barrier = threading.Barrier(4)
+    found: list[Any] = []
+
+    def look() -> None:
+        barrier.wait()
+        found.append(registry.get("put"))
+
+    threads = [threading.Thread(target=look) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert loads == ["loaded"]  # programs' threads looked it up at once: loaded once
+    assert len({id(t) for t in found}) == 1 and found[0].extension == "kv"
+    assert registry.effectful_names_json() == '["put"]'
+    assert [e.name for e in registry.extensions] == ["kv"]
+
+
+def test_a_search_or_a_listing_loads_every_lazy_extension() -> None:
+    loads: list[str] = []
+    registry = ToolRegistry()
+    registry.add_extension(_lazy(loads))
+    assert [r["name"] for r in registry.search("store a key")][:1] == ["put"]
+    assert loads == ["loaded"]
+    assert [t.name for t in registry] == ["peek", "put"]
+
+
+def test_a_lazy_extension_that_loads_other_tools_than_it_declared_fails_loudly() -> None:
+    registry = ToolRegistry()
+    registry.add_extension(_lazy([], effectful=frozenset()))  # put is destructive: undeclared
+    with pytest.raises(UserError, match=r"lazy extension .kv. declared tools .*but loaded"):
+        registry.get("put")
+
+
+def test_a_lazy_extension_is_disabled_enabled_and_removed_without_loading() -> None:
+    loads: list[str] = []
+    registry = ToolRegistry()
+    registry.add_extension(_lazy(loads))
+    registry.disable_extension("kv")
+    assert registry.names() == [] and registry.get("put") is None
+    registry.enable_extension("kv")
+    assert registry.names() == ["peek", "put"] and loads == []
+    with pytest.raises(UserError, match="already registered"):
+        registry.add(make_tool(lambda: "x", name="put", description="clash"))
+    registry.remove_extension("kv")
+    assert registry.names() == [] and loads == []
+    registry.add(make_tool(lambda: "x", name="put", description="now free"))
+    assert registry.names() == ["put"]

@@ -55,26 +55,13 @@ from codemode.tools._bash._foreground import (
     run_foreground,
 )
 from codemode.tools._bash._gate import CommandGate
+from codemode.tools._bash._limits import DEFAULT_READ_BYTES, DEFAULT_TIMEOUT_SECONDS, DEFAULT_WAIT_MS
 from codemode.tools._bash._proctree import create_time, is_same_process, terminate_tree
-from codemode.tools._bash._tool import (
-    DEFAULT_READ_BYTES,
-    DEFAULT_TIMEOUT_SECONDS,
-    DEFAULT_WAIT_MS,
-    BashArgs,
-    BashListArgs,
-    BashReadArgs,
-    BashRunArgs,
-    BashStopArgs,
-    BashUpdateArgs,
-    BashWaitArgs,
-    BashWriteArgs,
-    bash_tool,
-    guidance,
-)
 from codemode.tools._model import Extension, TextContent, ToolContext, ToolResult
 from codemode.tools._terminal import clean_terminal_text, terminal_view
 
 if TYPE_CHECKING:
+    from codemode.tools._bash._tool import BashArgs, BashRunArgs
     from codemode.tools._verification import Verification
 
 _EXPIRE_SECONDS = 30 * 24 * 3600
@@ -429,11 +416,23 @@ class ProcessManager:
 
     def extension(self) -> Extension:
         """The ``bash`` tool and its guidance for the run_code description."""
+        from codemode.tools._bash._tool import bash_tool, guidance
+
         return Extension(
             name="bash", tools=[bash_tool(self._handle, self._handoff)], guidance=guidance(self._handoff)
         )
 
     async def _handle(self, args: BashArgs, ctx: ToolContext) -> ToolResult:
+        from codemode.tools._bash._tool import (
+            BashListArgs,
+            BashReadArgs,
+            BashRunArgs,
+            BashStopArgs,
+            BashUpdateArgs,
+            BashWaitArgs,
+            BashWriteArgs,
+        )
+
         session = ctx.session_id
         match args.root:
             case BashRunArgs() as run:

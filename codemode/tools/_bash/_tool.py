@@ -9,16 +9,17 @@ from typing import Annotated, Any, Literal, get_args
 import pydantic
 import pydantic_core
 
+from codemode.tools._bash._limits import (
+    DEFAULT_READ_BYTES,
+    DEFAULT_TIMEOUT_SECONDS,
+    DEFAULT_WAIT_MS,
+    MAX_READ_BYTES,
+    MAX_REPORT_KEYWORDS,
+    MAX_TIMEOUT_SECONDS,
+    MAX_WAIT_MS,
+)
 from codemode.tools._bash._results import BashResult
-from codemode.tools._model import Handler, Tool, make_tool
-
-MAX_TIMEOUT_SECONDS = 3600
-DEFAULT_TIMEOUT_SECONDS = 300
-DEFAULT_READ_BYTES = 32768
-MAX_READ_BYTES = 1 << 20
-MAX_WAIT_MS = 300_000
-DEFAULT_WAIT_MS = 30_000
-MAX_REPORT_KEYWORDS = 50
+from codemode.tools._model import Handler, Tool, ToolContext, ToolResult, make_tool
 
 Action = Literal["run", "read", "write", "stop", "list", "update", "wait"]
 CompletionMode = Literal["resume", "detached"]
@@ -317,9 +318,18 @@ class BashArgs(pydantic.RootModel[BashActionArgs]):
 
 
 def bash_tool(handler: Handler, handoff_seconds: float | None) -> Tool:
-    """The ``bash`` tool around the process manager's handler: arguments, results, annotations."""
+    """The ``bash`` tool around the process manager's handler: arguments, results, annotations.
+
+    ``handler(args, ctx)`` is called through a function annotated here, so the manager's
+    module need not import these models to start (`LazyExtension`).
+    """
+
+    async def bash(args: BashArgs, ctx: ToolContext) -> ToolResult:
+        result: ToolResult = await handler(args, ctx)
+        return result
+
     return make_tool(
-        handler,
+        bash,
         name="bash",
         title="Bash",
         description=description(handoff_seconds),

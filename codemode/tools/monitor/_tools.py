@@ -9,9 +9,10 @@ import anyio.to_thread
 import pydantic
 
 from codemode.tools._bash import ProcessManager
+from codemode.tools._bash._limits import DEFAULT_WAIT_MS, MAX_WAIT_MS
 from codemode.tools._bash._manager import MAX_EVENTS_PER_READ, wait_text
 from codemode.tools._bash._results import State
-from codemode.tools._bash._tool import DEFAULT_WAIT_MS, MAX_WAIT_MS, UntilPattern
+from codemode.tools._bash._tool import UntilPattern
 from codemode.tools._model import Extension, Tool, ToolContext, ToolResult, make_tool
 
 DEFAULT_TIMEOUT_SECONDS = 30 * 60

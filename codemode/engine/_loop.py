@@ -75,6 +75,18 @@ class _Continuation(collections.abc.Coroutine[Any, Any, Any]):
             return exc
         return None
 
+    def throw_first(self, exc: BaseException) -> None:
+        """Deliver ``exc`` where the coroutine waits after its first step, before any task
+        drove it on (a runner cancelled between taking the job and waking up: `LoopSpawner`).
+        The next ``send`` gets what the coroutine did with it."""
+        try:
+            self._outcome = ("yield", self._coro.throw(exc))
+        except StopIteration as stop:
+            self._outcome = ("return", stop.value)
+        except BaseException as raised:
+            self._outcome = ("raise", raised)
+        self._first = True
+
     @property
     def finished(self) -> bool:
         """Whether the first step ended the coroutine (returned or raised)."""
@@ -87,6 +99,8 @@ class _Continuation(collections.abc.Coroutine[Any, Any, Any]):
             self._outcome = ("yield", None)
             if kind == "return":
                 raise StopIteration(produced)
+            if kind == "raise":
+                raise produced
             return produced
         return self._coro.send(value)
 
@@ -113,13 +127,14 @@ class _Continuation(collections.abc.Coroutine[Any, Any, Any]):
 class _Runner:
     """A runner task of `LoopSpawner.run_soon`: its context, its scope, the future it waits on."""
 
-    __slots__ = ("context", "scope", "task", "waiting")
+    __slots__ = ("context", "handed", "scope", "task", "waiting")
 
     def __init__(self, context: contextvars.Context) -> None:
         self.context = context  # the task's own context (not a copy): its jobs' first steps run in it
         self.task: asyncio.Task[Any] | None = None
         self.scope: anyio.CancelScope | None = None
-        self.waiting: asyncio.Future[Awaitable[Any] | None] | None = None  # while idle
+        self.waiting: asyncio.Future[None] | None = None  # while idle: done wakes it
+        self.handed: _Continuation | None = None  # the job given to it while it was idle
 
 
 class LoopSpawner:
@@ -167,34 +182,39 @@ class LoopSpawner:
             return
         while self._idle:
             runner = self._idle.pop()
-            if runner.waiting is None or runner.waiting.done() or runner.task is None:
+            waiting, task = runner.waiting, runner.task
+            if waiting is None or waiting.done() or task is None:
                 continue  # its task was cancelled from outside while it waited
-            if _enter_task is None:  # pragma: no cover - not CPython: the runner takes it from here
-                self._running[runner.task] = runner.scope  # type: ignore[assignment]
-                self._tasks.add(runner.task)
-                runner.waiting.set_result(runner.context.run(job))
-                runner.waiting = None
-                return
-            # The job's first step runs now, as the idle runner's task (as an eager start
-            # does): most jobs end in it, and the runner then never needs waking. That saves a
-            # loop iteration on the way back to the JS thread (bench/bench_engine.py).
-            continuation = _Continuation(runner.context.run(job))
-            failure = _step_as(self._loop, runner.task, runner.context, continuation)
-            if continuation.finished:
-                if failure is not None:
-                    self._loop.call_exception_handler(
-                        {"message": "codemode job failed", "exception": failure, "task": runner.task}
-                    )
-                self._idle.append(runner)
-                return
-            assert runner.scope is not None
-            self._running[runner.task] = runner.scope  # busy from now: `stop_runs` cancels it
-            self._tasks.add(runner.task)
-            runner.waiting.set_result(continuation)
             runner.waiting = None
+            continuation = _Continuation(runner.context.run(job))
+            if _enter_task is not None:
+                # The job's first step runs now, as the idle runner's task (as an eager start
+                # does): most jobs end in it, and the runner then never needs waking. That
+                # saves a loop iteration on the way back to the JS thread (bench_engine.py).
+                try:
+                    failure = _step_as(self._loop, task, runner.context, continuation)
+                finally:
+                    if continuation.finished:  # (also after KeyboardInterrupt: back to idle)
+                        runner.waiting = waiting
+                        self._idle.append(runner)
+                if continuation.finished:
+                    if failure is not None:
+                        self._loop.call_exception_handler(
+                            {"message": "codemode job failed", "exception": failure, "task": task}
+                        )
+                    return
+            # The runner is busy from now (`stop_runs` and `close` stop it); it wakes to take the
+            # job on. Its first step may have cancelled the runner's task itself, or the waiting
+            # future with it: the runner then hands the cancellation to the job.
+            assert runner.scope is not None
+            self._running[task] = runner.scope
+            self._tasks.add(task)
+            runner.handed = continuation
+            if not waiting.done():
+                waiting.set_result(None)
             return
         runner = _Runner(self._context.copy())
-        self._start(lambda: self._runner(runner, job()), on_refused, runner.context)
+        self._start(lambda: self._runner(runner, job()), on_refused, runner.context, track=False)
 
     async def _runner(self, runner: _Runner, job: Awaitable[Any] | None) -> None:
         task = asyncio.current_task()
@@ -219,10 +239,28 @@ class LoopSpawner:
                         return
                     runner.waiting = self._loop.create_future()
                     self._idle.append(runner)
-                    job = await runner.waiting
+                    job = await self._next_job(runner)
             finally:
                 self._running.pop(task, None)
                 self._tasks.discard(task)
+
+    @staticmethod
+    async def _next_job(runner: _Runner) -> Awaitable[Any] | None:
+        """Wait, idle, for the job `_hand` gives ``runner`` (None: end)."""
+        assert runner.waiting is not None
+        try:
+            await runner.waiting
+        except asyncio.CancelledError as exc:
+            # Cancelled after `_hand` gave it a job but before it woke (a tool's first step
+            # that cancels its own task, as asyncio.timeout does, or `close`): the job, not the
+            # runner, is what was cancelled.
+            handed, runner.handed = runner.handed, None
+            if handed is None:
+                raise
+            handed.throw_first(exc)
+            return handed
+        handed, runner.handed = runner.handed, None
+        return handed
 
     def stop_runs(self) -> None:
         """Refuse new jobs and cancel the running ones (respecting shields). Call on the loop thread."""
@@ -235,7 +273,7 @@ class LoopSpawner:
         while self._idle:
             waiting = self._idle.pop().waiting
             if waiting is not None and not waiting.done():
-                waiting.set_result(None)
+                waiting.set_result(None)  # no job handed: it ends
 
     def call_soon(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` soon on the loop; thread-safe."""
@@ -246,13 +284,18 @@ class LoopSpawner:
         factory: TaskFactory,
         on_refused: Callable[[], None],
         context: contextvars.Context | None = None,
+        *,
+        track: bool = True,
     ) -> None:
+        """Start ``factory()`` eagerly; ``track``: keep it in ``_tasks`` while it runs (a runner
+        keeps itself there only while it is busy)."""
         if self._closed:
             on_refused()
             return
-        context = context or self._context.copy()
+        if context is None:
+            context = self._context.copy()
         task = _start_eagerly(self._loop, context.run(factory), context)
-        if task is not None:
+        if task is not None and track:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 

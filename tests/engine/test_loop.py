@@ -367,3 +367,80 @@ async def test_a_job_stopped_right_after_an_idle_runner_took_it(shielded: bool) 
         await spawner.aclose(5)
     assert outcome == (["finished"] if shielded else ["CancelledError"])
     assert spawner._running == {} and spawner._tasks == set()
+
+
+async def test_a_job_whose_first_step_cancels_its_own_task_gets_the_cancellation() -> None:
+    # asyncio.timeout(0) cancels the current task at the next iteration: the idle runner has
+    # taken the job but not woken yet. The job must get it (a TimeoutError here), not the runner.
+    spawner = LoopSpawner()
+    runner = await _idle_runner(spawner)
+    outcome: list[Any] = []
+
+    async def job() -> None:
+        try:
+            async with asyncio.timeout(0):
+                await asyncio.sleep(5)
+        except TimeoutError:
+            outcome.append(("timed out", asyncio.current_task() is runner))
+
+    for _ in range(2):  # and the runner goes on with the next job
+        _run_from_thread(spawner, job)
+        with anyio.fail_after(5):
+            while len(outcome) < _ + 1:
+                await anyio.sleep(0.001)
+    assert outcome == [("timed out", True), ("timed out", True)]
+    spawner.close()
+
+
+async def test_close_right_after_an_idle_runner_took_a_job_cancels_the_job_itself() -> None:
+    spawner = LoopSpawner()
+    await _idle_runner(spawner)
+    log: list[str] = []
+
+    async def job() -> None:
+        try:
+            await anyio.sleep(30)
+        except BaseException as exc:
+            log.append(type(exc).__name__)
+            raise
+        finally:
+            log.append("cleanup")
+
+    def hand_and_close() -> None:
+        spawner._hand(job, lambda: None)
+        spawner.close()
+
+    asyncio.get_running_loop().call_soon(hand_and_close)
+    with anyio.fail_after(5):
+        while len(log) < 2:
+            await anyio.sleep(0.001)
+    assert log == ["CancelledError", "cleanup"]
+
+
+def test_a_job_keeps_its_context_across_an_await_under_plain_asyncio() -> None:
+    # Under asyncio.run the creator's context can be empty (falsy): the runner must still run
+    # every step of a job in its one context.
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    seen: list[str] = []
+
+    async def main() -> None:
+        spawner = LoopSpawner()
+        done = asyncio.Event()
+
+        async def first() -> None:
+            await asyncio.sleep(0)
+
+        async def job() -> None:
+            var.set("mine")
+            await asyncio.sleep(0.01)
+            seen.append(var.get())
+            done.set()
+
+        _run_from_thread(spawner, first)
+        await asyncio.sleep(0.05)  # the runner is idle: the next job takes its first step at once
+        _run_from_thread(spawner, job)
+        await asyncio.wait_for(done.wait(), 5)
+        spawner.close()
+
+    contextvars.Context().run(asyncio.run, main())  # from a context that holds nothing
+    assert seen == ["mine"]

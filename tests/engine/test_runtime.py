@@ -111,7 +111,16 @@ async def engine(seen: Seen) -> AsyncIterator[Engine]:
         """A handler bug."""
         raise RuntimeError("handler bug")
 
-    for fn in (double, hang, shielded, shielded_data, quick_data, quick_result, refuse, broken):
+    async def deadline(ms: int) -> str:
+        """Waits for something with asyncio's own deadline (spent at once when ms is 0)."""
+        try:
+            async with asyncio.timeout(ms / 1000):
+                await asyncio.sleep(5)
+        except TimeoutError:
+            return "timed out"
+        return "done"
+
+    for fn in (double, hang, shielded, shielded_data, quick_data, quick_result, refuse, broken, deadline):
         registry.add(fn)
     registry.add(wait_for_quick, inline=True)
     e = Engine(registry, EngineLimits(cpu_seconds=10), max_programs=4)
@@ -282,3 +291,14 @@ def test_another_event_loop_is_a_user_error(context: ToolContext) -> None:
             anyio.run(main, backend="trio")
     finally:
         engine.close()
+
+
+async def test_a_tool_timing_itself_out_with_asyncio_answers_every_call(
+    engine: Engine, context: ToolContext
+) -> None:
+    # asyncio.timeout cancels the task the tool runs in: calls share a runner task, so the
+    # cancellation must reach the call it was meant for, every time.
+    source = "const out = []; for (let i = 0; i < 3; i++) out.push(await tools.deadline({ms: 0})); print(out.join())"
+    outcome = await _run(engine, context, source, timeout=10)
+    assert outcome.error is None, outcome.error
+    assert outcome.output == "timed out,timed out,timed out\n"

@@ -55,12 +55,16 @@ class ToolRegistry:
         self._disabled: dict[str, Extension | LazyExtension] = {}
         self._lazy: dict[str, LazyExtension] = {}  # enabled, not loaded yet
         self._lazy_names: dict[str, str] = {}  # their tools' names -> the extension's name
-        self._loading = threading.Lock()  # programs' threads look tools up (`get`) at once
+        self._lock = threading.RLock()  # held by every change (see "registration")
         self._effectful_json: str | None = None  # effectful_names_json, until the tools change
         self._namespaces_json: str | None = None  # namespaces_json, until the tools change
         self._index: SearchIndex | None = None  # search's index, until the tools change
 
     # -- registration -------------------------------------------------------------------
+    #
+    # Changes happen under one lock: programs' threads load lazy extensions (`get`) while the
+    # host registers or disables others. Readers iterate over copies of the dicts (a copy is
+    # made in one step under the GIL), so a change never breaks an iteration in progress.
 
     def add(self, item: Tool | Any, **kwargs: Any) -> Tool:
         """Register a `Tool`, or build one from a function (keyword args as `make_tool`).
@@ -69,21 +73,25 @@ class ToolRegistry:
             UserError: The name is taken or the function cannot be described.
         """
         tool_obj = item if isinstance(item, Tool) else make_tool(item, **kwargs)
-        if tool_obj.name in self._tools or tool_obj.name in self._lazy_names:
-            raise UserError(f"a tool named {tool_obj.name!r} is already registered")
-        self._tools[tool_obj.name] = tool_obj
-        self._changed()
+        with self._lock:
+            if tool_obj.name in self._tools or tool_obj.name in self._lazy_names:
+                raise UserError(f"a tool named {tool_obj.name!r} is already registered")
+            self._tools[tool_obj.name] = tool_obj
+            self._changed()
         return tool_obj
 
     def remove(self, name: str) -> None:
-        """Unregister a tool by name.
+        """Unregister a tool by name (a lazy extension's is loaded first).
 
         Raises:
             UserError: No such tool.
         """
-        if self._tools.pop(name, None) is None:
-            raise UserError(f"no tool named {name!r} is registered")
-        self._changed()
+        with self._lock:
+            if name in self._lazy_names:
+                self._load(self._lazy_names[name])
+            if self._tools.pop(name, None) is None:
+                raise UserError(f"no tool named {name!r} is registered")
+            self._changed()
 
     def add_extension(self, extension: Extension | LazyExtension) -> None:
         """Register an extension and its tools (a lazy one's load at their first use).
@@ -91,28 +99,29 @@ class ToolRegistry:
         Raises:
             UserError: The extension name or one of its tool names is taken.
         """
-        if (
-            extension.name in self._extensions
-            or extension.name in self._lazy
-            or extension.name in self._disabled
-        ):
-            raise UserError(f"an extension named {extension.name!r} is already registered")
-        names = _tool_names(extension)
-        clashes = [n for n in names if n in self._tools or n in self._lazy_names]
-        if clashes:
-            raise UserError(f"extension {extension.name!r}: tool names already registered: {clashes}")
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise UserError(f"extension {extension.name!r} has several tools named {repeated}")
-        if isinstance(extension, LazyExtension):
-            self._lazy[extension.name] = extension
-            self._lazy_names.update(dict.fromkeys(names, extension.name))
-        else:
-            for t in extension.tools:
-                t.extension = extension.name
-                self.add(t)
-            self._extensions[extension.name] = extension
-        self._changed()
+        with self._lock:
+            if (
+                extension.name in self._extensions
+                or extension.name in self._lazy
+                or extension.name in self._disabled
+            ):
+                raise UserError(f"an extension named {extension.name!r} is already registered")
+            names = _tool_names(extension)
+            clashes = [n for n in names if n in self._tools or n in self._lazy_names]
+            if clashes:
+                raise UserError(f"extension {extension.name!r}: tool names already registered: {clashes}")
+            repeated = sorted({n for n in names if names.count(n) > 1})
+            if repeated:
+                raise UserError(f"extension {extension.name!r} has several tools named {repeated}")
+            if isinstance(extension, LazyExtension):
+                self._lazy[extension.name] = extension
+                self._lazy_names.update(dict.fromkeys(names, extension.name))
+            else:
+                for t in extension.tools:
+                    t.extension = extension.name
+                    self.add(t)
+                self._extensions[extension.name] = extension
+            self._changed()
 
     def disable_extension(self, name: str) -> None:
         """Remove an extension's tools and guidance (it can be enabled again).
@@ -120,30 +129,32 @@ class ToolRegistry:
         Raises:
             UserError: No enabled extension has that name.
         """
-        extension: Extension | LazyExtension | None = self._extensions.pop(name, None) or self._lazy.pop(
-            name, None
-        )
-        if extension is None:
-            raise UserError(f"no enabled extension named {name!r}")
-        for tool_name in _tool_names(extension):
-            self._tools.pop(tool_name, None)
-            self._lazy_names.pop(tool_name, None)
-        self._disabled[name] = extension
-        self._changed()
+        with self._lock:
+            extension: Extension | LazyExtension | None = self._extensions.pop(name, None) or self._lazy.pop(
+                name, None
+            )
+            if extension is None:
+                raise UserError(f"no enabled extension named {name!r}")
+            for tool_name in _tool_names(extension):
+                self._tools.pop(tool_name, None)
+                self._lazy_names.pop(tool_name, None)
+            self._disabled[name] = extension
+            self._changed()
 
     def remove_extension(self, name: str) -> None:
         """Forget an extension (enabled or disabled) and its tools; no error if unknown."""
-        lazy = self._lazy.pop(name, None)
-        if lazy is not None:
-            for tool_name in lazy.tool_names:
-                self._lazy_names.pop(tool_name, None)
-            self._changed()
-        extension = self._extensions.pop(name, None) or self._disabled.pop(name, None)
-        if isinstance(extension, Extension):
-            for t in extension.tools:
-                if self._tools.get(t.name) is t:
-                    del self._tools[t.name]
-            self._changed()
+        with self._lock:
+            lazy = self._lazy.pop(name, None)
+            if lazy is not None:
+                for tool_name in lazy.tool_names:
+                    self._lazy_names.pop(tool_name, None)
+                self._changed()
+            extension = self._extensions.pop(name, None) or self._disabled.pop(name, None)
+            if isinstance(extension, Extension):
+                for t in extension.tools:
+                    if self._tools.get(t.name) is t:
+                        del self._tools[t.name]
+                self._changed()
 
     def enable_extension(self, name: str) -> None:
         """Bring back a disabled extension.
@@ -151,47 +162,60 @@ class ToolRegistry:
         Raises:
             UserError: No disabled extension has that name.
         """
-        extension = self._disabled.pop(name, None)
-        if extension is None:
-            raise UserError(f"no disabled extension named {name!r}")
-        try:
-            self.add_extension(extension)
-        except UserError:
-            self._disabled[name] = extension  # still disabled, and can be enabled once the clash is gone
-            raise
+        with self._lock:
+            extension = self._disabled.pop(name, None)
+            if extension is None:
+                raise UserError(f"no disabled extension named {name!r}")
+            try:
+                self.add_extension(extension)
+            except UserError:
+                self._disabled[name] = extension  # still disabled, and can be enabled once the clash is gone
+                raise
 
     def _load(self, name: str) -> None:
-        """Load the lazy extension ``name`` in place (any thread; once).
+        """Load the lazy extension ``name`` in place, once (any thread).
 
         Raises:
-            UserError: What it loaded is not what it declared (names or effects): a bug in it.
+            UserError: It failed to load, or loaded other tools than it declared (names or
+                effects): a bug in it.
         """
-        with self._loading:
+        with self._lock:
             lazy = self._lazy.get(name)
             if lazy is None:
                 return  # loaded by another thread meanwhile, or disabled
-            extension = lazy.load()
-            if extension.name != lazy.name:
-                raise UserError(f"lazy extension {lazy.name!r} loaded an extension named {extension.name!r}")
+            try:
+                extension = lazy.load()
+            except Exception as exc:
+                raise UserError(
+                    f"the {name!r} extension failed to load: {type(exc).__name__}: {exc}"
+                ) from exc
             names = tuple(t.name for t in extension.tools)
             effectful = frozenset(t.name for t in extension.tools if t.destructive is True)
-            if sorted(names) != sorted(lazy.tool_names) or effectful != lazy.effectful:
+            if (
+                extension.name != lazy.name
+                or sorted(names) != sorted(lazy.tool_names)
+                or effectful != lazy.effectful
+            ):
                 raise UserError(
                     f"lazy extension {lazy.name!r} declared tools {sorted(lazy.tool_names)} "
-                    f"(effectful {sorted(lazy.effectful)}) but loaded {sorted(names)} (effectful {sorted(effectful)})"
+                    f"(effectful {sorted(lazy.effectful)}) but loaded {extension.name!r} with "
+                    f"{sorted(names)} (effectful {sorted(effectful)})"
                 )
-            for t in extension.tools:
+            for t in extension.tools:  # first: `get` relies on this order
                 t.extension = extension.name
                 self._tools[t.name] = t
             self._extensions[extension.name] = extension
             for tool_name in names:
                 self._lazy_names.pop(tool_name, None)
             del self._lazy[name]
-            self._index = None  # the search index did not hold them
+            self._namespaces_json = None  # (the effectful names are what it declared)
+            self._index = None
 
     def _load_all(self) -> None:
-        for name in list(self._lazy):
-            self._load(name)
+        if self._lazy:
+            with self._lock:
+                for name in list(self._lazy):
+                    self._load(name)
 
     @property
     def extensions(self) -> list[Extension]:
@@ -204,10 +228,16 @@ class ToolRegistry:
     def get(self, name: str) -> Tool | None:
         """The tool with this name, or None (its lazy extension is loaded at this first use)."""
         found = self._tools.get(name)
-        if found is None and name in self._lazy_names:
-            self._load(self._lazy_names[name])
-            found = self._tools.get(name)
-        return found
+        if found is not None:
+            return found
+        lazy = self._lazy_names.get(name)
+        if lazy is None:
+            # Or another thread has just loaded it: `_load` adds the tools before their names
+            # leave `_lazy_names`.
+            return self._tools.get(name)
+        with self._lock:
+            self._load(lazy)  # (nothing to do if another thread loaded it meanwhile)
+            return self._tools.get(name)
 
     def _changed(self) -> None:
         """Forget what was derived from the set of tools."""
@@ -221,8 +251,8 @@ class ToolRegistry:
         calls, so one nothing awaited is still reported with what it did; tracking costs an
         extra job per await (~14 us a call), so tools that do not declare it are not tracked."""
         if self._effectful_json is None:
-            effectful = {n for n, t in self._tools.items() if t.destructive is True}
-            for lazy in self._lazy.values():
+            effectful = {n for n, t in list(self._tools.items()) if t.destructive is True}
+            for lazy in list(self._lazy.values()):
                 effectful.update(lazy.effectful)
             self._effectful_json = json.dumps(sorted(effectful))
         return self._effectful_json
@@ -231,21 +261,23 @@ class ToolRegistry:
         """The first parts of dotted tool names (an upstream server's tools are named
         ``server.tool``, called as ``tools.server.tool(args)``), as a JSON array."""
         if self._namespaces_json is None:
-            spaces = {n.split(".", 1)[0] for n in self._tools if "." in n}
-            spaces.update(e.namespace for e in self._extensions.values() if e.namespace is not None)
+            spaces = {n.split(".", 1)[0] for n in list(self._tools) if "." in n}
+            spaces.update(e.namespace for e in list(self._extensions.values()) if e.namespace is not None)
             self._namespaces_json = json.dumps(sorted(spaces))
         return self._namespaces_json
 
     def names(self) -> list[str]:
         """All tool names, sorted (lazy extensions stay unloaded)."""
-        return sorted([*self._tools, *self._lazy_names])
+        with self._lock:  # not a name missing while it moves from lazy to loaded
+            return sorted([*self._tools, *self._lazy_names])
 
     def __iter__(self) -> Any:
         self._load_all()
-        return iter(sorted(self._tools.values(), key=lambda t: t.name))
+        return iter(sorted(list(self._tools.values()), key=lambda t: t.name))
 
     def __len__(self) -> int:
-        return len(self._tools) + len(self._lazy_names)
+        with self._lock:
+            return len(self._tools) + len(self._lazy_names)
 
     def suggestions(self, name: str) -> list[str]:
         """Up to three tool names a mistyped ``name`` may have meant (spelling, then search)."""
@@ -257,7 +289,7 @@ class ToolRegistry:
         close = self.suggestions(name)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
         space = name.split(".", 1)[0] if "." in name else None
-        for extension in self._extensions.values():
+        for extension in list(self._extensions.values()):
             if space is not None and extension.namespace == space and extension.guidance:
                 hint += f" {extension.guidance.strip()}"
         return (
@@ -277,10 +309,12 @@ class ToolRegistry:
             return [{"name": t.name, "description": t.description} for t in self][:limit]
         self._load_all()
         if self._index is None:
-            self._index = SearchIndex(self._tools.values())
+            self._index = SearchIndex(list(self._tools.values()))
+        tools = self._tools
         return [
-            {"name": name, "description": self._tools[name].description}
+            {"name": name, "description": tools[name].description}
             for name in self._index.search(query, limit)
+            if name in tools
         ]
 
     def describe(self, name: str) -> dict[str, Any]:

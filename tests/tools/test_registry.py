@@ -579,3 +579,41 @@ def test_a_lazy_extension_is_disabled_enabled_and_removed_without_loading() -> N
     assert registry.names() == [] and loads == []
     registry.add(make_tool(lambda: "x", name="put", description="now free"))
     assert registry.names() == ["put"]
+
+
+def test_removing_a_tool_of_an_unloaded_lazy_extension_loads_it_first() -> None:
+    loads: list[str] = []
+    registry = ToolRegistry()
+    registry.add_extension(_lazy(loads))
+    registry.remove("put")
+    assert loads == ["loaded"] and registry.names() == ["peek"]
+
+
+def test_a_lookup_that_misses_while_another_thread_loads_the_tool_still_finds_it() -> None:
+    # The lookup's first read misses; another thread loads the extension before the lookup
+    # reads on (paused there, deterministically, by a dict that waits in its get).
+    registry = ToolRegistry()
+    registry.add_extension(_lazy([]))
+    main = threading.current_thread()
+    paused, go = threading.Event(), threading.Event()
+
+    class PausingDict(dict[str, Any]):
+        def get(self, key: str, default: Any = None) -> Any:
+            found = dict.get(self, key, default)
+            if threading.current_thread() is main and not go.is_set():
+                paused.set()
+                go.wait(5)
+            return found
+
+    registry._tools = PausingDict(registry._tools)
+
+    def load_meanwhile() -> None:
+        paused.wait(5)
+        registry.get("put")
+        go.set()
+
+    other = threading.Thread(target=load_meanwhile)
+    other.start()
+    found = registry.get("put")
+    other.join()
+    assert found is not None and found.name == "put"

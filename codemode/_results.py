@@ -54,9 +54,10 @@ class HostConfig(pydantic.BaseModel):
         state_quota_bytes: Most bytes the state directory holds; past it, finished entries
             are evicted, the oldest finished logs first (logs still being written never are).
             At least 4 MiB.
-        preload_tokenizer: Load the exact token counter's tables on a thread of its own when
-            the host opens (about a second of CPU), so the first long output does not wait
-            for it; off, they load when an output is first long enough to need them.
+        preload_tokenizer: Load the exact token counter's tables and compile the secret
+            rules on threads of their own when the host opens (about a second and a half of
+            CPU), so the first long output does not wait for them; off, they load when an
+            output is first long enough to need them.
         tool_permissions: Per-tool permission, by tool name: ``allow``, ``ask`` (the
             ``approve`` callback decides) or ``deny``. Tools not named: read-only and
             undeclared tools allowed, tools that declare they change things (write_file,

@@ -37,7 +37,7 @@ from codemode.policy import (
     approval_commands,
 )
 from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy
-from codemode.state import Archive, ArchiveRef, State, redact_json
+from codemode.state import Archive, ArchiveRef, State, compile_rules_soon, redact_json
 from codemode.tools import Extension, Tool, ToolContext, ToolRegistry, ToolResult
 from codemode.tools._bash import Notification, ProcessManager
 from codemode.tools._builtin import builtin_extensions
@@ -197,12 +197,14 @@ class Host:
             log_cap_bytes=self.config.log_cap_bytes,
             quota_bytes=self.config.state_quota_bytes,
         )
-        # Loading the tokenizer takes about a second; do it now, off the loop, so the first
-        # long output does not pay for it. Counting waits for this load if it comes first.
+        # Loading the tokenizer takes about a second, compiling the secret rules half a
+        # second; do both now, off the loop, so the first long output does not pay for them.
+        # Counting and redaction wait for these loads if they come first.
         if self.config.preload_tokenizer:
             threading.Thread(
                 target=lambda: self.counter.exact, name="codemode-tokenizer", daemon=True
             ).start()
+            compile_rules_soon()
         if self.config.builtin_tools:
             # The process manager pins the logs of completions not yet delivered (so they
             # survive the archive's compaction and expiry below).

@@ -24,7 +24,7 @@ from codemode.state._capped import (
 from codemode.state._database import Database
 from codemode.state._learned import LearnedTypes
 from codemode.state._processes import ProcessRecord
-from codemode.state._redact import Redactor, StreamRedactor, redact_json
+from codemode.state._redact import Redactor, StreamRedactor, compile_rules_soon, redact_json
 from codemode.state._runs import RunRecord, RunRecords
 from codemode.state._schema import SCHEMA_VERSION
 from codemode.state._state import State
@@ -62,6 +62,7 @@ __all__ = [
     "State",
     "StreamRedactor",
     "ValueStore",
+    "compile_rules_soon",
     "process_records",
     "redact_json",
 ]

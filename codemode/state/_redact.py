@@ -248,14 +248,26 @@ _CHECKS = {"private-key-b64": _private_key_b64}
 
 class _Engine:
     """The compiled rules: RE2 patterns for stage 2, and for stage 1 one Hyperscan database,
-    compiled when a text first needs it (about half a second, once per process)."""
+    compiled when texts first need it (about half a second, once per process), on a thread
+    of its own: Hyperscan releases the GIL while it compiles, so the event loop is not held
+    up (it was, for 0.6 s, by the first bash list that redacted its lines)."""
 
     def __init__(self, rules: list[_Rule]) -> None:
         self.rules = rules
         self._database: hyperscan.Database | None = None
         self._short_texts = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # held for the whole compile
+        self._start_lock = threading.Lock()  # held only to start it (never waits for it)
+        self._compiling = False
         self._local = threading.local()
+
+    def compile_soon(self) -> None:
+        """Start compiling the database on a thread of its own (once); returns at once."""
+        with self._start_lock:
+            if self._compiling or self._database is not None:
+                return
+            self._compiling = True
+        threading.Thread(target=self._compiled, name="codemode-redact-rules", daemon=True).start()
 
     def matches(self, data: bytes) -> list[tuple[int, int]]:
         """(rule index, end offset) of every match of every rule's prefilter in ``data`` (stage 1).
@@ -265,10 +277,13 @@ class _Engine:
         each rule on each line (a few milliseconds a line). The result is the same (a prefilter
         matches wherever its rule does); only the cost differs, so a process that shows a few
         short lines (the background supervisor's notification) never compiles the database, and
-        one that shows many compiles it after the first few.
+        one that shows many starts compiling it (`compile_soon`) after the first few and goes on
+        rule by rule until it is ready. A long text waits for it.
         """
-        if self._database is None and len(data) <= _SHORT_TEXT and self._short_texts < _SHORT_TEXTS:
+        if self._database is None and len(data) <= _SHORT_TEXT:
             self._short_texts += 1
+            if self._short_texts > _SHORT_TEXTS:
+                self.compile_soon()
             ends = [i for i in range(len(data)) if data[i] == 10] + [len(data)]
             # A rule with keywords keeps a match only with one of them on its line (_keep):
             # where none is in the text, the rule cannot find anything here; nor can a rule
@@ -380,9 +395,17 @@ def _keep(rule: _Rule, data: bytes, match: Any, span: tuple[int, int]) -> bool:
 
 
 _SHORT_TEXT = 512  # bytes; see _Engine.matches
-_SHORT_TEXTS = 32  # short texts checked rule by rule before the database is compiled anyway
+_SHORT_TEXTS = 32  # short texts checked rule by rule before the database's compile starts
 _ENGINE: _Engine | None = None
 _ENGINE_LOCK = threading.Lock()
+
+
+def compile_rules_soon() -> None:
+    """Load the rules and compile their database on a thread of their own, for a host that
+    will serve for a while (`Host` with ``preload_tokenizer``); returns at once."""
+    threading.Thread(
+        target=lambda: _engine().compile_soon(), name="codemode-redact-load", daemon=True
+    ).start()
 
 
 def _engine() -> _Engine:

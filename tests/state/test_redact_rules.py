@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -163,3 +164,43 @@ def test_short_texts_checked_rule_by_rule_give_what_the_hyperscan_pass_gives() -
                 compared += 1
     assert compared > 300
     assert scanned._database is not None
+
+
+def test_many_short_texts_start_the_compile_on_a_thread_of_its_own() -> None:
+    # The compile takes half a second; the caller (often the event loop) must not wait for it.
+    from codemode.state import _redact
+
+    engine = _Engine(load_rules())
+    compiled_on: list[str] = []
+    release = threading.Event()
+    compile = engine._compiled
+
+    def held_compile() -> object:
+        compiled_on.append(threading.current_thread().name)
+        with engine._lock:  # the real compile holds this lock throughout
+            release.wait(30)
+        return compile()
+
+    engine._compiled = held_compile  # type: ignore[method-assign]
+    line = b"token=ghp_" + b"a" * 36
+    first = engine.spans(line, engine.matches(line))
+    results: list[object] = []
+
+    def caller() -> None:
+        for _ in range(_redact._SHORT_TEXTS + 8):
+            results.append(engine.spans(line, engine.matches(line)))
+
+    calls = threading.Thread(target=caller)
+    calls.start()
+    calls.join(10)
+    assert not calls.is_alive(), "a short text waited for the compile"
+    assert results == [first] * (_redact._SHORT_TEXTS + 8)  # rule by rule meanwhile
+    assert engine._database is None
+    release.set()
+    for thread in threading.enumerate():
+        if thread.name == "codemode-redact-rules":
+            thread.join()
+    assert compiled_on == ["codemode-redact-rules"]
+    assert engine._database is not None
+    assert engine.spans(line, engine.matches(line)) == first  # the database finds the same
+    assert first

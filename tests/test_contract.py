@@ -74,6 +74,38 @@ async def test_an_uncaught_tool_error_names_the_line_of_the_call(host: Host) -> 
     assert "(line 3:" in result.text
 
 
+async def test_every_kind_of_call_names_the_line_of_the_call_that_failed(host: Host) -> None:
+    # The call site is kept only for calls that fail or settle later (an inline tool that
+    # succeeds at once never needs it): each way a call settles must still name its line.
+    from codemode import ToolError
+
+    @host.tool(inline=True)
+    def picky(value: int) -> int:
+        "Fail for 3."
+        if value == 3:
+            raise ToolError("three is not allowed")
+        return value
+
+    programs = {
+        "inline, failing at once": "for (let i = 0; i < 5; i++)\n  await tools.picky({value: i});\n",
+        "inline, invalid arguments": "await tools.picky({value: 1});\n\n await tools.picky({value: 'x'});\n",
+        "async, failing later": "await tools.picky({value: 1});\n  await tools.read_file({path: 'nope'});\n",
+        "in a function": "function f(v) {\n  return tools.picky({value: v});\n}\nawait f(1); await f(3);\n",
+    }
+    lines = {}
+    for name, program in programs.items():
+        with anyio.fail_after(60):
+            result = await host.run_code(program)
+        assert result.error is not None and result.error.name == "ToolError", (name, result.text)
+        lines[name] = result.error.line
+    assert lines == {
+        "inline, failing at once": 2,
+        "inline, invalid arguments": 3,
+        "async, failing later": 2,
+        "in a function": 2,
+    }
+
+
 async def test_null_for_an_optional_argument_means_absent_and_messages_speak_json(host: Host) -> None:
     with anyio.fail_after(60):
         ok = await host.run_code('print((await tools.read_file({path: "f", offset: null})).total_lines)')

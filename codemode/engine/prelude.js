@@ -104,8 +104,10 @@
   function __cm_new_call(name, tracked = false) {
     // A call's promise and its entry ({resolve, reject, ...}), the promise remembered as a call's.
     // `site` keeps where the program made the call, so a rejection it does not catch names the
-    // line:column of the call in the program's source (~1 us a call).
-    const entry = { resolve: null, reject: null, name, size: 0, promise: null, site: new ErrorCtor() };
+    // line:column of the call in the program's source (~1 us a call). `__cm_to_host` makes it,
+    // only for a call that fails or settles later: one that succeeds at once (an inline tool)
+    // never needs it.
+    const entry = { resolve: null, reject: null, name, size: 0, promise: null, site: null };
     const executor = function __cm_call_executor(resolve, reject) {
       entry.resolve = resolve;
       entry.reject = reject;
@@ -160,22 +162,25 @@
     ReflectApply(ArrayPush, outbox, [text]);
   }
 
-  function __cm_to_host(id, parts) {
+  function __cm_to_host(entry, id, parts) {
+    // Called straight from the function the program called (__cm_call_tool, __cm_sync), so
+    // the call site's stack, made here, holds the same prelude frames whichever called.
     // Joined, not concatenated: the binding cannot convert a rope (and JSON text never holds
     // a lone surrogate, which it cannot convert either).
     const text = ReflectApply(ArrayJoin, parts, [""]);
     if (!direct) {  // the binding's own time limit is armed: it refuses calls into Python
+      entry.site = new ErrorCtor();
       __cm_post(text);
       return;
     }
     const reply = hostCall(text);
-    if (reply === "") return;
+    if (reply === "") {
+      entry.site = new ErrorCtor();
+      return;
+    }
     const tag = reply[0];
+    if (tag === "e") entry.site = new ErrorCtor();
     __cm_settle(id, tag !== "e", ReflectApply(StringSlice, reply, [1]), tag === "t");
-  }
-
-  function __cm_host_call(id, name, argsJson) {
-    __cm_to_host(id, ['["call",', id, ",", JSONstringify(StringCtor(name)), ",", argsJson, ",", argsJson.length, "]"]);
   }
 
   // Sizes as the host's messages write them (_size_text in _program.py).
@@ -397,7 +402,7 @@
     const id = nextCallId++;
     ReflectApply(MapSet, pending, [id, entry]);
     if (tracked) ReflectApply(MapSet, effectCalls, [id, entry.promise]);
-    __cm_host_call(id, name, argsJson);
+    __cm_to_host(entry, id, ['["call",', id, ",", JSONstringify(StringCtor(name)), ",", argsJson, ",", size, "]"]);
     return entry.promise;
   }
 
@@ -449,7 +454,7 @@
     const entry = __cm_new_call(op);
     const id = nextCallId++;
     ReflectApply(MapSet, pending, [id, entry]);
-    __cm_to_host(id, ['["sync",', id, ",", JSONstringify(op), ",", __cm_q(a), ",", __cm_q(b), "]"]);
+    __cm_to_host(entry, id, ['["sync",', id, ",", JSONstringify(op), ",", __cm_q(a), ",", __cm_q(b), "]"]);
     return entry.promise;
   }
 
@@ -581,7 +586,7 @@
 
   function __cm_at_site(error, site) {
     // The error's stack becomes the call's: its own frames are the prelude's.
-    const where = typeof site.stack === "string" ? site.stack : "";
+    const where = site !== null && typeof site.stack === "string" ? site.stack : "";
     ObjectDefineProperty(error, "stack", {
       value: `ToolError: ${error.message}\n${where}`, writable: true, configurable: true,
     });

@@ -315,13 +315,13 @@ class _HostCall:
     __slots__ = ("target",)
 
     def __init__(self) -> None:
-        self.target: Callable[[str], str] | None = None
+        self.target: Callable[[str, int, str, str, int], str] | None = None
 
-    def __call__(self, message: str) -> str:
+    def __call__(self, kind: str, call_id: int, name_json: str, payload_json: str, size: int) -> str:
         target = self.target
         if target is None:  # pragma: no cover - the prelude only calls it while a program runs
             return 'e{"code":"tool_failed","message":"no program is running","data":null}'
-        return target(message)
+        return target(kind, call_id, name_json, payload_json, size)
 
 
 @dataclass(frozen=True)
@@ -761,8 +761,11 @@ class ProgramThread:
             self._args_held -= size
             self._reject(settle, call_id, f"{tool.name}: {refusal}", {"error": "denied"}, ErrorCode.DENIED)
 
-    def _call_now(self, raw: str) -> str:
+    def _call_now(self, kind: str, call_id: int, name_json: str, payload_json: str, size: int) -> str:
         """The prelude's ``hostCall``: start one call, from inside JS; never raises.
+
+        The message's parts, as a queued one holds them (`_handle_call`): ``name_json`` and
+        ``payload_json`` are JSON text.
 
         Returns:
             Its result when it settled at once (an inline tool, a refusal, ``store.*``), as
@@ -770,18 +773,21 @@ class ProgramThread:
         """
         self._reply = ""
         try:
-            self._handle_call(self._answer, _from_js_json(raw))
+            message = [kind, call_id, _from_js_json(name_json), _from_js_json(payload_json), size]
+            self._handle_call(self._answer, message)
         except Exception as exc:  # a host fault must not reach the binding (see _HostCall)
             fault = {"code": ErrorCode.TOOL_FAILED.value, "message": f"engine fault: {exc!r}", "data": None}
             self._answer(0, False, _to_json(fault) or "", False)
         return self._reply
 
     def _handle_call(self, settle: Any, message: list[Any]) -> None:
-        """A ``call`` or ``sync`` message, however it came (`_call_now` or `_drain`)."""
+        """A ``call`` or ``sync`` message, however it came (`_call_now` or `_drain`):
+        ``[kind, id, name, payload, size]``, a sync operation's payload ``[a, b]``."""
         if message[0] == "call":
             self._start_call(settle, message[1], message[2], message[3], message[4])
         else:
-            self._sync(settle, message[1], message[2], message[3], message[4])
+            a, b = message[3]
+            self._sync(settle, message[1], message[2], a, b)
 
     def _settle_now(self, *args: Any) -> None:
         # Calls queued in the drain that settle at once: the run loop must run the jobs this

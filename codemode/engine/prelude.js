@@ -162,18 +162,23 @@
     ReflectApply(ArrayPush, outbox, [text]);
   }
 
-  function __cm_to_host(entry, id, parts) {
-    // Called straight from the function the program called (__cm_call_tool, __cm_sync), so
-    // the call site's stack, made here, holds the same prelude frames whichever called.
-    // Joined, not concatenated: the binding cannot convert a rope (and JSON text never holds
-    // a lone surrogate, which it cannot convert either).
-    const text = ReflectApply(ArrayJoin, parts, [""]);
+  function __cm_to_host(entry, kind, id, nameJson, payloadJson, size) {
+    // One call or sync operation to the host: its kind ("call" or "sync"), id, name (JSON
+    // text), payload (JSON text: a call's arguments, a sync operation's [a, b]) and the
+    // arguments' size. Called straight from the function the program called (__cm_call_tool,
+    // __cm_sync), so the call site's stack, made here, holds the same prelude frames
+    // whichever called. Names and payloads cross as JSON text: the binding cuts a string at
+    // U+0000 and cannot convert a lone surrogate, which JSON text never holds.
     if (!direct) {  // the binding's own time limit is armed: it refuses calls into Python
       entry.site = new ErrorCtor();
-      __cm_post(text);
+      // Joined, not concatenated: the binding cannot convert a rope.
+      __cm_post(ReflectApply(ArrayJoin, [
+        '["', kind, '",', id, ",", nameJson, ",", payloadJson, ",", size, "]",
+      ], [""]));
       return;
     }
-    const reply = hostCall(text);
+    // Five arguments instead of one joined message: 0.6 us less a call (bench_engine).
+    const reply = hostCall(kind, id, nameJson, payloadJson, size);
     if (reply === "") {
       entry.site = new ErrorCtor();
       return;
@@ -402,7 +407,7 @@
     const id = nextCallId++;
     ReflectApply(MapSet, pending, [id, entry]);
     if (tracked) ReflectApply(MapSet, effectCalls, [id, entry.promise]);
-    __cm_to_host(entry, id, ['["call",', id, ",", JSONstringify(StringCtor(name)), ",", argsJson, ",", size, "]"]);
+    __cm_to_host(entry, "call", id, JSONstringify(StringCtor(name)), argsJson, size);
     return entry.promise;
   }
 
@@ -454,7 +459,7 @@
     const entry = __cm_new_call(op);
     const id = nextCallId++;
     ReflectApply(MapSet, pending, [id, entry]);
-    __cm_to_host(entry, id, ['["sync",', id, ",", JSONstringify(op), ",", __cm_q(a), ",", __cm_q(b), "]"]);
+    __cm_to_host(entry, "sync", id, JSONstringify(op), ReflectApply(ArrayJoin, ["[", __cm_q(a), ",", __cm_q(b), "]"], [""]), 0);
     return entry.promise;
   }
 

@@ -131,3 +131,47 @@ async def test_store_and_refused_calls_settle_while_another_call_is_pending(make
             )
         assert result.ok, result.text
         assert result.text == "ToolError\nheld 1\n"
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "queued"])
+async def test_calls_settle_the_same_whether_they_cross_directly_or_queued(
+    make_host: Any, monkeypatch: pytest.MonkeyPatch, direct: bool
+) -> None:
+    # Where the watchdog cannot interrupt the engine, the binding's own time limit is armed and
+    # refuses calls into Python: calls then travel as queued messages drained between jobs.
+    from codemode.engine import _watchdog
+
+    if not direct:
+        monkeypatch.setattr(_watchdog, "interrupts_supported", lambda: False)
+
+    async with make_host() as (host, _probe):
+
+        @host.tool(inline=True)
+        def halve(value: int) -> int:
+            "Half of an even number."
+            if value % 2:
+                raise ToolError(f"{value} is odd")
+            return value // 2
+
+        program = (
+            "const odd = [];\n"
+            "let sum = 0;\n"
+            "for (let i = 0; i < 6; i++) {\n"
+            "  try { sum += await tools.halve({value: i}); } catch (e) { odd.push([e.code, e.message]); }\n"
+            "}\n"
+            'await store.set("k\\u0000é", {n: sum});\n'
+            'print(sum, JSON.stringify(odd), JSON.stringify(await store.get("k\\u0000é")));\n'
+            'print((await searchTools("halve")).map((t) => t.name).join());\n'
+            'await tools["halve\\u0000"]({value: 2});\n'
+        )
+        with anyio.fail_after(60):
+            result = await host.run_code(program)
+    lines = result.text.splitlines()
+    odd = ",".join(f'["tool_failed","halve: {n} is odd"]' for n in (1, 3, 5))
+    assert lines[0] == f'3 [{odd}] {{"n":3}}'
+    assert "halve" in lines[1].split(",")
+    # A name is carried whole (U+0000 included): no tool has it.
+    assert result.error is not None and result.error.line == 9, result.text
+    assert "unknown" in result.error.message.lower() or "no tool" in result.error.message.lower(), (
+        result.error
+    )

@@ -80,12 +80,13 @@ def test_importing_codemode_does_not_load_the_mcp_sdk() -> None:
 
 def test_importing_codemode_leaves_what_only_commands_need_unloaded() -> None:
     # Verification and result shaping load at the first command (~10 ms of every cold start);
-    # the built-in tools' modules (their models) at the first use of one of them (~30 ms).
+    # the built-in tools' modules (their models) at the first use of one of them (~30 ms);
+    # psutil when a process must be found or ended (~7 ms; not even for the host's identity).
     probe = (
         "import sys, codemode, codemode.cli; "
         "print(sorted(m for m in sys.modules if m.startswith(('codemode.tools._verification', "
         "'codemode.tools._bash._shape', 'codemode.tools._bash._tool', 'codemode.tools._bash._results', "
-        "'codemode.tools.files', 'codemode.tools.monitor', 'codemode.tools._read_archive'))))"
+        "'codemode.tools.files', 'codemode.tools.monitor', 'codemode.tools._read_archive', 'psutil'))))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -50,7 +50,7 @@ from codemode.tools._bash._env import (
     git_changed_since,
     workspace_revision,
 )
-from codemode.tools._bash._proctree import create_time, markers_with_prefix, terminate_tree
+from codemode.tools._bash._proctree import create_time, markers_with_prefix, own_create_time, terminate_tree
 from codemode.tools._bash._pump import Pump, PumpStatus
 from codemode.tools._capture import StreamCapture
 from codemode.tools._terminal import terminal_view
@@ -215,14 +215,14 @@ class Running:
 
 
 def _host_identity() -> str:
-    me = os.getpid()
-    started = create_time(me) or 0.0
-    return f"{me}x{round(started * 100)}"
+    """``PIDxSTART`` of this process, made at its first command, not at import (reading
+    the start time imports psutil: ~7 ms of a cold start that may run no command)."""
+    return f"{os.getpid()}x{round((own_create_time() or 0.0) * 100)}"
 
 
-_HOST = _host_identity()
-#: The cgroup owner of this host's foreground commands (see `command_cgroup`).
-HOST_CGROUP_OWNER = f"h_{_HOST}"
+def host_cgroup_owner() -> str:
+    """The cgroup owner of this host's foreground commands (see `command_cgroup`)."""
+    return f"h_{_host_identity()}"
 
 
 class _CgroupPool:
@@ -248,7 +248,7 @@ class _CgroupPool:
         with self._lock:
             if self._free:
                 return self._free.pop()
-        return command_cgroup(HOST_CGROUP_OWNER, f"f{next(self._names)}")
+        return command_cgroup(host_cgroup_owner(), f"f{next(self._names)}")
 
     def give(self, path: str) -> bool:
         """Keep ``path`` for reuse if it is empty; False when processes still run in it."""
@@ -291,7 +291,7 @@ def command_cgroup(owner: str, name: str) -> str | None:
 def foreground_marker() -> str:
     """Marker of a foreground command: names this host (pid and start time), so that after a
     crash the next host can find and end what this one left running."""
-    return f"f_{_HOST}_{secrets.token_hex(6)}"
+    return f"f_{_host_identity()}_{secrets.token_hex(6)}"
 
 
 def _host_is_gone(host: str) -> bool:

@@ -56,7 +56,7 @@ from codemode.tools._bash._foreground import (
 )
 from codemode.tools._bash._gate import CommandGate
 from codemode.tools._bash._limits import DEFAULT_READ_BYTES, DEFAULT_TIMEOUT_SECONDS, DEFAULT_WAIT_MS
-from codemode.tools._bash._proctree import create_time, is_same_process, terminate_tree
+from codemode.tools._bash._proctree import create_time, is_same_process, own_create_time, terminate_tree
 from codemode.tools._model import Extension, TextContent, ToolContext, ToolResult
 from codemode.tools._terminal import clean_terminal_text, terminal_view
 
@@ -282,12 +282,15 @@ class ProcessManager:
         self._db_uses = 0  # uses of the connection, each maybe a write (see pending_notifications)
         # (session, data_version, uses) when that session last had nothing live or pending.
         self._quiet: tuple[str, int, int] | None = None
-        me = os.getpid()
-        self._me = (me, create_time(me))
         self._closed = False
         self.maintain()
 
     # ------------------------------------------------------------------ plumbing
+
+    @property
+    def _me(self) -> tuple[int, float | None]:
+        """This host as a supervisor record names it: pid and start time (read at first use)."""
+        return os.getpid(), own_create_time()
 
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:

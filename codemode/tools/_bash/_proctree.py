@@ -11,12 +11,11 @@ Stopping freezes what it finds (SIGSTOP) before killing it, so a fork storm cann
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
 from collections.abc import Iterable
-
-import psutil
 
 from codemode.sandbox import cgroup_kill, cgroup_members
 
@@ -27,16 +26,34 @@ MARKER_VAR = "CODEMODE_PROCESS_ID"
 _CREATE_TIME_TOLERANCE = 0.005
 
 
+# psutil is imported where it is used: it costs ~7 ms of a cold start, and a run that starts
+# no command, or only commands that end on their own, never needs it (bench/bench_cold.py).
+
+
 def create_time(pid: int) -> float | None:
     """The start time psutil reports for ``pid``, or None when no such process exists."""
+    import psutil
+
     try:
         return float(psutil.Process(pid).create_time())
     except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return None
 
 
+def own_create_time() -> float | None:
+    """This process's `create_time`, read once per process (a forked child reads its own)."""
+    return _create_time_of(os.getpid())
+
+
+@functools.cache
+def _create_time_of(pid: int) -> float | None:
+    return create_time(pid)
+
+
 def is_same_process(pid: int, started: float) -> bool:
     """True when ``pid`` is alive (not a zombie) and started at ``started``."""
+    import psutil
+
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
@@ -83,6 +100,8 @@ def find_members(marker: str, pgid: int | None = None, root_pid: int | None = No
         except OSError:
             continue
     if root_pid is not None:
+        import psutil
+
         try:
             root = psutil.Process(root_pid)
             found.add(root_pid)

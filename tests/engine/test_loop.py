@@ -64,27 +64,36 @@ async def test_a_task_that_waits_goes_on_in_the_same_task_and_returns() -> None:
     spawner.close()
 
 
+def _cancel_logger(
+    log: list[str], ended: anyio.Event, started: anyio.Event | None = None
+) -> Callable[[], Coroutine[Any, Any, None]]:
+    """A job that sleeps until it is cancelled: it logs what stopped it, then "cleanup"."""
+
+    async def job() -> None:
+        if started is not None:
+            started.set()
+        try:
+            await anyio.sleep(30)
+        except BaseException as exc:
+            log.append(type(exc).__name__)
+            raise
+        finally:
+            log.append("cleanup")
+            ended.set()
+
+    return job
+
+
 async def test_close_cancels_a_task_waiting_after_its_first_step() -> None:
     spawner = LoopSpawner()
     started, ended = anyio.Event(), anyio.Event()
     outcome: list[str] = []
-
-    async def job() -> None:
-        started.set()
-        try:
-            await anyio.sleep(30)
-        except BaseException as exc:
-            outcome.append(type(exc).__name__)
-            raise
-        finally:
-            ended.set()
-
-    _spawn_from_thread(spawner, job)
+    _spawn_from_thread(spawner, _cancel_logger(outcome, ended, started))
     with anyio.fail_after(5):
         await started.wait()
         spawner.close()
         await ended.wait()
-    assert outcome == ["CancelledError"]
+    assert outcome == ["CancelledError", "cleanup"]
 
 
 async def test_cancelled_before_the_task_takes_its_next_step() -> None:
@@ -93,15 +102,7 @@ async def test_cancelled_before_the_task_takes_its_next_step() -> None:
     spawner = LoopSpawner()
     outcome: list[str] = []
     ended = anyio.Event()
-
-    async def job() -> None:
-        try:
-            await anyio.sleep(30)
-        except BaseException as exc:
-            outcome.append(type(exc).__name__)
-            raise
-        finally:
-            ended.set()
+    job = _cancel_logger(outcome, ended)
 
     def start_and_close() -> None:
         spawner._start(job, lambda: None)
@@ -110,7 +111,7 @@ async def test_cancelled_before_the_task_takes_its_next_step() -> None:
     asyncio.get_running_loop().call_soon(start_and_close)
     with anyio.fail_after(5):
         await ended.wait()
-    assert outcome == ["CancelledError"]
+    assert outcome == ["CancelledError", "cleanup"]
 
 
 async def test_a_job_that_fails_in_its_first_step_leaves_the_spawner_working() -> None:
@@ -396,15 +397,8 @@ async def test_close_right_after_an_idle_runner_took_a_job_cancels_the_job_itsel
     spawner = LoopSpawner()
     await _idle_runner(spawner)
     log: list[str] = []
-
-    async def job() -> None:
-        try:
-            await anyio.sleep(30)
-        except BaseException as exc:
-            log.append(type(exc).__name__)
-            raise
-        finally:
-            log.append("cleanup")
+    ended = anyio.Event()
+    job = _cancel_logger(log, ended)
 
     def hand_and_close() -> None:
         spawner._hand(job, lambda: None)
@@ -412,8 +406,7 @@ async def test_close_right_after_an_idle_runner_took_a_job_cancels_the_job_itsel
 
     asyncio.get_running_loop().call_soon(hand_and_close)
     with anyio.fail_after(5):
-        while len(log) < 2:
-            await anyio.sleep(0.001)
+        await ended.wait()
     assert log == ["CancelledError", "cleanup"]
 
 

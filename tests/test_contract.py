@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from codemode import Host
+from codemode import Host, ToolError
 
 pytestmark = pytest.mark.anyio
 
@@ -77,8 +77,6 @@ async def test_an_uncaught_tool_error_names_the_line_of_the_call(host: Host) -> 
 async def test_every_kind_of_call_names_the_line_of_the_call_that_failed(host: Host) -> None:
     # The call site is kept only for calls that fail or settle later (an inline tool that
     # succeeds at once never needs it): each way a call settles must still name its line.
-    from codemode import ToolError
-
     @host.tool(inline=True)
     def picky(value: int) -> int:
         "Fail for 3."

@@ -28,9 +28,8 @@ from codemode.tools._terminal import TerminalView
 SUPERVISOR = Path(__file__).with_name("_supervisor.py")
 # Where the supervisor (started without site processing) finds its one dependency.
 # Found, not imported: psutil costs ~7 ms of a cold start that starts nothing in the background.
-_SUPERVISOR_PATHS = sorted(
-    {str(Path(spec.origin).parent.parent) for spec in (find_spec("psutil"),) if spec and spec.origin}
-)
+_PSUTIL = find_spec("psutil")
+_SUPERVISOR_PATHS = [str(Path(_PSUTIL.origin).parent.parent)] if _PSUTIL and _PSUTIL.origin else []
 _HANDSHAKE_SECONDS = 30.0
 PTY_TERM = "xterm-256color"
 #: The PTY's window (the supervisor sets it); ``read`` renders the log for the same terminal.

@@ -924,9 +924,8 @@ class Host:
 
     def doctor(self) -> dict[str, Any]:
         """Facts for ``codemode doctor``: engine, tokenizer, state dir, sandbox."""
-        from importlib.metadata import version
-
         from codemode._version import __version__
+        from codemode.engine import ENGINE_VERSION
         from codemode.sandbox import landlock_status, sandbox_report
 
         state = self.config.state_dir.expanduser()
@@ -934,7 +933,7 @@ class Host:
         counter = self.counter
         counter.count("x" * 4096)  # force the encoding to load (or fall back) now
         return {
-            "engine": {"quickjs-ng": version("quickjs-ng"), "codemode": __version__},
+            "engine": {"quickjs-ng": ENGINE_VERSION, "codemode": __version__},
             "tokenizer": {
                 "encoding": counter.encoding_name,
                 "exact": counter.exact,

@@ -1,4 +1,4 @@
-"""Start tool tasks on the host's event loop from the JS thread, without waiting.
+"""Start tool tasks on the host's event loop (from the JS thread or the loop's own), without waiting.
 
 anyio's ``from_thread.run_sync`` waits for the callback to finish, and anyio task groups
 spawn only from inside a task, which together cost two extra thread hops per tool call.
@@ -176,6 +176,26 @@ class LoopSpawner:
         """
         self._loop.call_soon_threadsafe(self._hand, job, on_refused)
 
+    def run_now(self, job: TaskFactory, on_refused: Callable[[], None]) -> None:
+        """`run_soon` from the loop's own thread: the job's first step runs now, or, when called
+        from inside a task (which a runner cannot step as its own), right after it yields."""
+        if asyncio.current_task(self._loop) is None:
+            self._hand(job, on_refused)
+        else:
+            self._loop.call_soon(self._hand, job, on_refused, context=self._context)
+
+    def watch_readable(self, fd: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` on the loop whenever ``fd`` is readable (until `unwatch_readable`).
+
+        A program's channel wakes the loop this way: the callback runs straight from the
+        loop's poll, with no task or future in between.
+        """
+        self._loop.add_reader(fd, callback)
+
+    def unwatch_readable(self, fd: int) -> None:
+        """Stop watching ``fd``. Call on the loop thread."""
+        self._loop.remove_reader(fd)
+
     def _hand(self, job: TaskFactory, on_refused: Callable[[], None]) -> None:
         if self._closed:
             on_refused()
@@ -279,6 +299,10 @@ class LoopSpawner:
         """Run ``callback`` soon on the loop; thread-safe."""
         self._loop.call_soon_threadsafe(callback, context=self._context)
 
+    def answer(self) -> Answer:
+        """A one-shot answer another thread gives (`Answer.give`) and this loop awaits."""
+        return Answer(self._loop)
+
     def _start(
         self,
         factory: TaskFactory,
@@ -317,6 +341,31 @@ class LoopSpawner:
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=timeout)
         self.close()
+
+
+class Answer:
+    """A value one thread gives and a task on the loop awaits (a future, without anyio's
+    backend lookups and checkpoints: it is on the path of every program)."""
+
+    __slots__ = ("_future", "_loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._future: asyncio.Future[Any] = loop.create_future()
+
+    def give(self, value: Any) -> None:
+        """Hand over ``value`` (any thread; ignored when nobody awaits any more)."""
+        try:
+            self._loop.call_soon_threadsafe(self._settle, value)
+        except RuntimeError:  # the event loop is closed: nobody is waiting any more
+            pass
+
+    def _settle(self, value: Any) -> None:
+        if not self._future.done():
+            self._future.set_result(value)
+
+    def __await__(self) -> Any:
+        return self._future.__await__()
 
 
 def _start_eagerly(

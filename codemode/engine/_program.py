@@ -1,30 +1,28 @@
-"""One Code Mode program on its own thread: a fresh QuickJS context, limits, the JS side of
-the bridge, and the wait loop that feeds tool results and timers back in.
+"""One Code Mode program on its own thread: a fresh QuickJS context (`codemode.engine._qjs`),
+its limits, its inline calls, and the host's side of its output, timers and end.
 
-Every call into the context happens on the thread that runs `ProgramThread.run`.
-The context gets no Python callables: quickjs-ng refuses calls into Python while a time
-limit is set, and without callables nothing in the sandbox can reach a Python object.
-The program queues messages; this thread drains them whenever the program is idle.
+The program's JavaScript runs on the thread that runs `ProgramThread.run`, without the GIL.
+Calls of inline tools and ``store``/``searchTools``/``describeTool`` cross into Python on this
+thread and are answered at once (`ProgramThread._call_now`); every other tool call is posted
+to the event loop through the program's ``_qjs.Channel``, where `codemode.engine._runtime`
+checks it, runs it and posts its result back. The context holds no Python object the program
+can reach: its two host functions take and return JSON text.
 """
 
 from __future__ import annotations
 
-import collections
 import heapq
 import json
 import math
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Protocol
 
-import quickjs
-
-from codemode.engine._native import Native
-from codemode.engine._native import load as load_native
+from codemode.engine import _qjs
 from codemode.engine._watchdog import WATCHDOG, Watch
 from codemode.errors import ErrorCode, ToolError
 from codemode.tools import Tool, ToolContext, ToolRegistry, ToolResult, to_tool_result
@@ -35,38 +33,7 @@ _SUFFIX = "\n})"
 _FRAME = re.compile(r"^\s*at (?P<fn>[^\s(]+)?\s*\(?<input>:(?P<line>\d+):(?P<col>\d+)\)?\s*$")
 _FIRST_LOCATION = re.compile(r"<input>:(\d+):(\d+)")
 _MODULE_STATEMENT = re.compile(r"^\s*(import|export)\b")
-_PRELUDE_SOURCE: str | None = None
-
-_DONE = object()
-_APPROVED = object()  # inbox key of a batch of approval decisions
-# Without the watchdog's interrupts (see _watchdog.py), between tool calls that settle at once
-# the binding's limit is re-armed at most this often.
-_RECHECK_SECONDS = 0.001
 _MIB = 1024 * 1024
-
-
-def _prelude() -> str:
-    global _PRELUDE_SOURCE
-    if _PRELUDE_SOURCE is None:
-        _PRELUDE_SOURCE = resources.files("codemode.engine").joinpath("prelude.js").read_text("utf-8")
-    return _PRELUDE_SOURCE
-
-
-_BYTECODE_LOCK = threading.Lock()
-_PRELUDE_BYTECODE: tuple[Native | None, bytes | None] | None = None
-
-
-def _prelude_bytecode() -> tuple[Native | None, bytes | None]:
-    """The prelude compiled once per process, and the engine functions that load it (`_native`).
-
-    (None, None) where the engine functions are not available: contexts parse the source.
-    """
-    global _PRELUDE_BYTECODE
-    with _BYTECODE_LOCK:
-        if _PRELUDE_BYTECODE is None:
-            native = load_native()
-            _PRELUDE_BYTECODE = (native, None if native is None else native.compile(_prelude(), "<prelude>"))
-        return _PRELUDE_BYTECODE
 
 
 @dataclass(frozen=True)
@@ -296,119 +263,171 @@ def map_stack(stack: str) -> tuple[str, int | None, int | None]:
     return "\n".join(frames), (first[0] if first else None), (first[1] if first else None)
 
 
-_ENTRY_POINTS = (
-    "__cm_start",
-    "__cm_settle",
-    "__cm_fire",
-    "__cm_drain",
-    "__cm_take_output",
-    "__cm_take_chunk",
-    "__cm_unobserved",
-)
+# ---- the prelude, compiled once per process -----------------------------------------------
+
+_PRELUDE_LOCK = threading.Lock()
+_PRELUDE_SET = False
+# Fresh contexts the bridge's keeper thread holds ready (see _qjs.c): enough for programs
+# started back to back or a few at once; more start on a context made by their own worker.
+_SPARE_CONTEXTS = 2
 
 
-class _HostCall:
-    """The context's one host function (the prelude's ``hostCall``): passes each call to the
-    program running on the context. It must never raise: an exception escaping a callable
-    leaves the binding in an error state."""
-
-    __slots__ = ("target",)
-
-    def __init__(self) -> None:
-        self.target: Callable[[str, int, str, str, int], str] | None = None
-
-    def __call__(self, kind: str, call_id: int, name_json: str, payload_json: str, size: int) -> str:
-        target = self.target
-        if target is None:  # pragma: no cover - the prelude only calls it while a program runs
-            return 'e{"code":"tool_failed","message":"no program is running","data":null}'
-        return target(kind, call_id, name_json, payload_json, size)
+def _set_prelude() -> None:
+    """Give the bridge prelude.js, compiled once per process: a fresh context loads it in ~0.1 ms
+    instead of parsing 30 KB of source (~1 ms, most of a short program's run)."""
+    global _PRELUDE_SET
+    with _PRELUDE_LOCK:
+        if not _PRELUDE_SET:
+            source = resources.files("codemode.engine").joinpath("prelude.js").read_text("utf-8")
+            _qjs.set_prelude(_qjs.compile(source, "<prelude>"), _SPARE_CONTEXTS)
+            _PRELUDE_SET = True
 
 
-@dataclass(frozen=True)
-class PreparedContext:
-    """A fresh QuickJS context with the prelude loaded and its host entry points."""
+def prepare_context() -> _qjs.Context:
+    """A fresh context with the prelude loaded: one the bridge made ahead, else made here.
 
-    ctx: quickjs.Context
-    host_call: _HostCall
-    start: Any
-    settle: Any
-    fire: Any
-    drain: Any
-    take_output: Any
-    take_chunk: Any
-    unobserved: Any
-
-    @classmethod
-    def create(cls) -> PreparedContext:
-        """Make one (on the thread that will run the program)."""
-        ctx = quickjs.Context()
-        host_call = _HostCall()
-        ctx.add_callable("__cm_host_call", host_call)  # the prelude takes it and deletes it
-        native, code = _prelude_bytecode()
-        loaded = native is not None and code is not None and native.run(ctx, code)
-        if not loaded:
-            if code is not None:  # the failed load spoilt this context: start again from the source
-                ctx = quickjs.Context()
-                ctx.add_callable("__cm_host_call", host_call)
-            ctx.eval(_prelude())
-        parts = [ctx.get(name) for name in _ENTRY_POINTS]
-        ctx.eval("".join(f"delete globalThis.{name};" for name in _ENTRY_POINTS))
-        return cls(ctx, host_call, *parts)
+    Raises:
+        _qjs.JSError: The prelude threw (a broken build).
+        MemoryError: No memory for a context.
+    """
+    if not _PRELUDE_SET:
+        _set_prelude()
+    return _qjs.Context()
 
 
-class _Inbox:
-    """Completions from the event loop to the JS thread (many producers, one consumer)."""
+# ---- one call, on either thread -------------------------------------------------------------
 
-    def __init__(self) -> None:
-        self._items: collections.deque[Any] = collections.deque()
-        self._signal = threading.Lock()
-        self._signal.acquire()
 
-    def put(self, item: Any) -> None:
-        self._items.append(item)
+def error_json(code: ErrorCode, message: str, data: Any) -> str:
+    """The JSON the prelude turns into a rejected call's ToolError."""
+    payload = _to_json({"code": code.value, "message": message, "data": data})
+    return payload or _to_json({"code": code.value, "message": message, "data": None}) or "{}"
+
+
+def parse_call(registry: ToolRegistry, name: str, arguments: Any) -> tuple[Tool, Any]:
+    """The tool a call names and its arguments, parsed: the one check a call gets.
+
+    Raises:
+        ToolError: No such tool (``unknown_tool``), or the arguments do not fit its input
+            (``invalid_arguments``, the JSON path named).
+    """
+    tool = registry.get(name)
+    if tool is None:
+        raise ToolError(registry.unknown_tool_message(name), code=ErrorCode.UNKNOWN_TOOL)
+    return tool, tool.parse(arguments)
+
+
+def result_payload(value: Any, tool_name: str, held_bytes: int, limit: int) -> tuple[bool, str, bool]:
+    """What settles a call in the program, from what its handler returned (a `ToolResult` or
+    plain data): ``(ok, payload, is_text)``, the payload being the result's text, its JSON, or
+    the error JSON of a rejection.
+
+    The call rejects only when it failed. A result the tool marks is_error without a failure
+    (bash: a command that ran and exited non-zero) is data the program computes on. A result
+    that would take the tool-call data the host holds for the program (``held_bytes``: the
+    arguments of its calls in flight) over ``limit`` rejects with ``tool_data_limit``.
+    """
+    kind = type(value)
+    if kind is str:
+        return _within_limit(True, _js_text(value), True, tool_name, held_bytes, limit)
+    if value is None:
+        return True, "", True
+    if kind is int or kind is float or kind is bool:
+        return True, _to_json(value) or "null", False
+    if kind is ToolResult:
+        result: ToolResult = value
+    else:
         try:
-            self._signal.release()
-        except RuntimeError:  # already signalled
-            pass
+            result = to_tool_result(value)
+        except Exception as exc:  # a value pydantic cannot serialise
+            result = ToolResult.failure(
+                ErrorCode.RESULT_NOT_JSON,
+                f"{tool_name} failed: its result cannot be turned into JSON: {type(exc).__name__}: {exc}",
+            )
+    failure = result.error
+    if failure is not None:
+        data = (
+            failure.data if _to_json(failure.data) is not None else None
+        )  # the message still says what failed
+        return _within_limit(
+            False, error_json(failure.code, failure.message, data), False, tool_name, held_bytes, limit
+        )
+    data = result.producer_data()
+    if isinstance(data, str):
+        return _within_limit(True, _js_text(data), True, tool_name, held_bytes, limit)
+    payload = _to_json(data)
+    if payload is None:
+        message = (
+            f"{tool_name} returned structured data that is not JSON "
+            f"({type(data).__name__} holding values JSON cannot carry); its text was: {result.text[:200]}"
+        )
+        return False, error_json(ErrorCode.RESULT_NOT_JSON, message, None), False
+    return _within_limit(True, payload, False, tool_name, held_bytes, limit)
 
-    def drain(self) -> list[Any]:
-        """Whatever is queued now, without waiting (what arrived after the program stopped reading)."""
-        items = []
-        while self._items:
-            items.append(self._items.popleft())
-        return items
 
-    def take(self, timeout: float | None) -> list[Any]:
-        """All items available now, waiting up to ``timeout`` seconds (None: forever) for one."""
-        if not self._items:
-            self._signal.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
-        else:
-            self._signal.acquire(blocking=False)
-        items = []
-        while self._items:
-            items.append(self._items.popleft())
-        return items
+def _within_limit(
+    ok: bool, payload: str, is_text: bool, tool_name: str, held_bytes: int, limit: int
+) -> tuple[bool, str, bool]:
+    size = len(payload)
+    if size + held_bytes <= limit:
+        return ok, payload, is_text
+    held = f" while the calls in flight hold {_size_text(held_bytes)}" if held_bytes else ""
+    message = (
+        f"{tool_name} returned {_size_text(size)} of data{held}, more than the {_size_text(limit)} of "
+        "tool-call data the host holds for one program; ask for less per call (a page, a range, "
+        "a filter)" + (", or await calls one at a time" if held_bytes else "")
+    )
+    data = {"error": "tool_data_limit", "limit_bytes": limit, "result_bytes": size, "held_bytes": held_bytes}
+    return False, error_json(ErrorCode.TOOL_DATA_LIMIT, message, data), False
 
 
-class ToolDispatcher:
-    """How the JS thread starts tool calls on the event loop (provided by the runtime)."""
+class ProgramCalls:
+    """What one program's two threads share about its calls.
 
-    def start(self, call_id: int, tool: Tool, args: Any) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
+    Each attribute is written by one thread (named), or, for `note_effect`, by one dict or set
+    operation at a time, which the GIL keeps whole.
+    """
 
-    def approve(self, batch: int, requests: list[Any]) -> None:  # pragma: no cover - interface
-        """Ask the gate about ``requests`` on the loop; put ``(_APPROVED, (batch, decisions))``
-        in the inbox when it answers."""
-        raise NotImplementedError
+    def __init__(self) -> None:
+        self.inline_calls = 0  # calls answered on the program's thread (its own)
+        self.loop_calls = 0  # calls checked on the event loop (the loop's)
+        self.args_held = 0  # JSON characters of the arguments of the calls the loop holds (the loop's)
+        # Calls of tools that change something: the ids delivered, and the first results, for
+        # the report of calls the program never looked at (ProgramThread._unawaited).
+        self._effects_delivered: set[int] = set()
+        self._effects_kept: dict[int, tuple[str, Any]] = {}
+
+    @property
+    def tool_calls(self) -> int:
+        """Calls started so far (read from any thread)."""
+        return self.inline_calls + self.loop_calls
+
+    def note_effect(self, call_id: int, tool_name: str, value: Any) -> None:
+        """A call of a tool that declares it changes things (destructive) delivered ``value``."""
+        self._effects_delivered.add(call_id)
+        if len(self._effects_kept) < _UNAWAITED_KEPT:
+            self._effects_kept[call_id] = (tool_name, value)
+
+    def unawaited(self, ids: Sequence[int]) -> tuple[list[tuple[str, ToolResult]], int]:
+        """What the calls ``ids`` (settled, never looked at) did, and how many more there were."""
+        kept = [self._effects_kept[i] for i in ids if i in self._effects_kept]
+        more = sum(1 for i in ids if i in self._effects_delivered and i not in self._effects_kept)
+        return [(name, as_result(value)) for name, value in kept], more
 
 
 class CallGate(Protocol):
     """What a call must pass before it runs (the host's approvals, ``codemode.policy``).
 
-    ``requests`` is asked on the program's thread for each call as the program makes it;
-    calls needing a decision are held, and all those of one drain of the program's queue
-    (calls started together, as with ``Promise.all``) go to ``decide`` as one batch.
+    ``requests`` is asked for each call as the program makes it (on the program's thread for
+    an inline tool, else on the event loop); calls that need a decision are held and go to
+    ``decide`` in batches. When `batches` is true, the program hands its calls to the loop
+    only when it waits, so those it started together (``Promise.all``) are one batch.
     """
+
+    @property
+    def batches(self) -> bool:
+        """Whether someone is asked (an approval callback), who should see calls made together at once."""
+        ...
 
     def requests(self, tool: Tool, arguments: Mapping[str, Any], session_id: str) -> Sequence[Any] | str:
         """What this call needs decided (empty: it runs), or why it is refused outright."""
@@ -423,98 +442,93 @@ class CallGate(Protocol):
         ...
 
 
+# ---- the program's thread -------------------------------------------------------------------
+
+_STACK_OVERFLOW = ("call stack", "stack overflow")
+
+
 @dataclass
 class ProgramThread:
-    """Runs one program; `run` is called on a worker thread and returns its outcome."""
+    """Runs one program; `run` is called on a worker thread and returns its outcome.
+
+    Attributes:
+        channel: The program's channel to the event loop (calls out, results in, stop).
+        calls: What this thread shares with the loop's side of the program's calls.
+        inline_json: The tools the prelude calls through hostCall (a JSON array): every
+            other call is posted to the loop.
+        gate: The host's approvals, asked here about inline calls.
+    """
 
     source: str
     registry: ToolRegistry
     context: ToolContext
     limits: EngineLimits
     timeout_seconds: float
-    dispatcher: ToolDispatcher
-    inbox: _Inbox = field(default_factory=_Inbox)
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    channel: _qjs.Channel
+    calls: ProgramCalls
+    inline_json: str = "[]"
     gate: CallGate | None = None
+    cancelled: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
-        # Lone surrogates (non-UTF-8 input) cannot cross into QuickJS: they become U+FFFD.
+        # Lone surrogates (non-UTF-8 input) cannot be compiled: they become U+FFFD.
         self.source = _js_text(self.source)
-        self._reply = ""  # what a call answered at once (see _call_now)
-        self._settled_in_drain = False  # a promise was settled while draining: run jobs first
-        self._take_output: Any = None  # the context's functions, set in _run
-        self._take_chunk: Any = None
-        self._settle: Any = None
         self._output: list[str] = []
         self._output_bytes = 0
         self._output_dropped = 0
         self._done: tuple[bool, str, str] | None = None
-        self._pending: dict[int, tuple[str, int]] = {}  # call id -> (tool name, argument size)
-        self._args_held = 0  # characters of JSON arguments of the calls in _pending
         self._timers: list[tuple[float, int]] = []
         self._live_timers: set[int] = set()
-        self._tool_calls = 0
-        # Calls waiting for approval: those of this drain, then by batch until decided.
-        self._to_ask: list[tuple[int, Tool, Any, Sequence[Any]]] = []
-        self._asked: dict[int, list[tuple[int, Tool, Any, Sequence[Any]]]] = {}
-        # Calls of tools that change something: started, delivered, and the first results
-        # (for the report of calls the program never looked at, see _unawaited).
-        self._effect_calls: set[int] = set()
-        self._effect_delivered: set[int] = set()
-        self._effect_results: dict[int, tuple[str, Any]] = {}
-        self._running = 0  # calls handed to the loop and not finished
-        self._waiting: collections.deque[tuple[int, Tool, Any]] = collections.deque()
-        self._deadline = 0.0
         self._cpu_start = 0.0
-        self._ctx: quickjs.Context | None = None
+        self._deadline = 0.0
+        self._ctx: _qjs.Context | None = None
         self._watch: Watch | None = None  # the watchdog's view of this run, set in run()
-        self._armed_for_wall = False
-        self._armed_at = -math.inf  # time.monotonic() of the last arming
-        self._cpu_checked_at = -math.inf
 
     @property
     def printed_chars(self) -> int:
-        """Characters the program has printed so far, as collected at its last yield to the
-        host (a tool call, a timer, its end); read from any thread, for progress reports."""
+        """Characters the program has printed so far, as collected when it last handed text
+        to the host (before it waits for anything, and at 1 MiB); read from any thread, for
+        progress reports."""
         return self._output_bytes + self._output_dropped
 
     @property
     def tool_calls(self) -> int:
         """Tool calls the program has started so far (read from any thread)."""
-        return self._tool_calls
+        return self.calls.tool_calls
 
     # -- the run loop ---------------------------------------------------------------------
 
-    def run(self, warm: PreparedContext) -> ProgramOutcome:
-        """Run the program on a fresh prepared context. Never raises.
+    def run(self, ctx: _qjs.Context) -> ProgramOutcome:
+        """Run the program on a fresh prepared context (`prepare_context`). Never raises.
 
         Returns on completion, failure, deadlock or a limit.
         """
         self._cpu_start = time.thread_time()
         self._deadline = time.monotonic() + self.timeout_seconds
-        ctx = self._ctx = warm.ctx
-        ctx.set_memory_limit(self.limits.memory_bytes)
-        ctx.set_max_stack_size(self.limits.stack_bytes)
+        self._ctx = ctx
+        pending: dict[int, str] = {}
+        unawaited: list[tuple[str, ToolResult]] = []
+        unawaited_more = 0
         try:
-            self._watch = WATCHDOG.start(ctx, self.limits.cpu_seconds, self._deadline)
+            ctx.set_limits(self.limits.memory_bytes, self.limits.stack_bytes)
+            ctx.set_host(self._call_now)
+            self._watch = WATCHDOG.start(self.channel, self.limits.cpu_seconds, self._deadline)
             if self.cancelled.is_set():  # cancelled before the watch existed (see cancel)
                 WATCHDOG.cancel(self._watch)
-            error = self._run(warm)
-            unawaited, unawaited_more = self._unawaited(warm)
+            error = self._run(ctx)
+            pending, unawaited, unawaited_more = self._report(ctx)
         except BaseException as exc:
             error = GuestError("internal", type(exc).__name__, f"engine fault: {exc}")
-            unawaited, unawaited_more = [], 0
         finally:
             self._disarm()
-            # Drop our references to the context's functions here, so the runtime is freed
-            # on this thread (with the worker's) and not later on the event loop's.
-            self._take_output = self._take_chunk = self._settle = self._ctx = None
+            ctx.set_host(None)  # (the host function refers back to this object)
+            self._ctx = None
         return ProgramOutcome(
             output="".join(self._output),
             error=error,
-            tool_calls=self._tool_calls,
-            cancelled=[name for name, _ in self._pending.values()],
-            pending_calls={call_id: name for call_id, (name, _) in self._pending.items()},
+            tool_calls=self.calls.tool_calls,
+            cancelled=list(pending.values()),
+            pending_calls=pending,
             cpu_seconds=time.thread_time() - self._cpu_start,
             output_dropped_bytes=self._output_dropped,
             dropped_timers=len(self._live_timers),
@@ -522,20 +536,18 @@ class ProgramThread:
             unawaited_more=unawaited_more,
         )
 
-    def _unawaited(self, warm: PreparedContext) -> tuple[list[tuple[str, ToolResult]], int]:
-        """The calls of tools that change something which settled but were never looked at
-        (the prelude tracks their promises), with what each returned; and how many more
-        there were than this keeps."""
-        if not self._effect_results:
-            return [], 0
+    def _report(self, ctx: _qjs.Context) -> tuple[dict[int, str], list[tuple[str, ToolResult]], int]:
+        """The calls still pending at the end (id -> tool name), and what the calls of tools that
+        change something did that settled but were never looked at (the prelude tracks them),
+        with how many more there were than this keeps."""
         self._disarm()
         try:
-            ids = json.loads(warm.unobserved())
-        except (quickjs.JSException, TypeError, ValueError):  # the heap is full: nothing to say
-            return [], 0
-        kept = [self._effect_results[i] for i in ids if i in self._effect_results]
-        more = sum(1 for i in ids if i in self._effect_delivered and i not in self._effect_results)
-        return [(name, as_result(value)) for name, value in kept], more
+            report = json.loads(ctx.report())
+        except (_qjs.JSError, TypeError, ValueError):  # the heap is full: nothing to say
+            return {}, [], 0
+        pending = {int(call_id): str(name) for call_id, name in report["pending"]}
+        unawaited, more = self.calls.unawaited(report["unobserved"])
+        return pending, unawaited, more
 
     def cancel(self) -> None:
         """Stop the program as soon as possible, also in the middle of computing (any thread)."""
@@ -543,89 +555,51 @@ class ProgramThread:
         watch = self._watch
         if watch is not None:
             WATCHDOG.cancel(watch)
-        self.inbox.put((_DONE, None))
+        self.channel.interrupt()
 
     def _disarm(self) -> None:
-        """End the watchdog's hold on the context (idempotent; on the program's thread).
+        """End the watchdog's hold on the program (idempotent; on the program's thread).
 
         Called before the output of a stopped program is collected from JS, which must not be
         interrupted again.
         """
-        if self._watch is not None and self._ctx is not None:
-            WATCHDOG.release(self._watch, self._ctx)
+        if self._watch is not None:
+            WATCHDOG.release(self._watch)
+        if self._ctx is not None:
+            self._ctx.disarm()
 
-    def _arm(self, ctx: quickjs.Context) -> None:
-        """Without the watchdog's interrupts: give the next entries into JS whatever CPU and
-        wall time is left, as the binding's own limit.
-
-        The binding measures the limit with clock(), the CPU time of the whole process, so
-        an interrupt can come early when other threads are busy (and, as a wall-clock limit,
-        late on a loaded machine); which limit was armed (not the clocks read afterwards)
-        therefore says which one the interrupt stands for.
-
-        Re-arming (two clocks and a new limit in the binding) costs several µs, a fifth of
-        a cheap tool call, so within `_RECHECK_SECONDS` of wall time of the last arming it is
-        skipped: every entry still gets at most what was left then, and the first one after
-        that window is armed with what is left now.
-        """
-        if self._watch is None or self._watch.interrupts:
-            return  # the watchdog keeps both limits
-        now = time.monotonic()
-        if now - self._armed_at < _RECHECK_SECONDS:
-            return
-        self._armed_at = now
-        cpu_left = self.limits.cpu_seconds - (time.thread_time() - self._cpu_start)
-        wall_left = self._deadline - now
-        self._armed_for_wall = wall_left <= cpu_left
-        ctx.set_time_limit(max(0.001, min(cpu_left, wall_left)))
-
-    def _run(self, warm: PreparedContext) -> GuestError | None:
-        ctx = warm.ctx
-        start, settle, fire, drain = warm.start, warm.settle, warm.fire, warm.drain
-        warm.host_call.target = self._call_now
-        self._take_output, self._take_chunk, self._settle = warm.take_output, warm.take_chunk, settle
-        if "\x00" in self.source:  # the binding refuses such source with a bare ValueError
+    def _run(self, ctx: _qjs.Context) -> GuestError | None:
+        if "\x00" in self.source:  # QuickJS's parser reads U+0000 as the end of the source
             return self._nul_in_source()
-        # Armed before the eval: a program that closes the wrapper ("}); while (true) {} ...")
-        # runs code right here, and must meet the same CPU and wall-clock limits.
-        self._arm(ctx)
+        registry = self.registry
         try:
-            main = ctx.eval(_PREFIX + self.source + _SUFFIX)
-        except quickjs.JSException as exc:
+            # The program's first stretch (up to its first wait) runs in here.
+            ctx.start(
+                self.channel,
+                _PREFIX + self.source + _SUFFIX,
+                self.limits.tool_data_bytes,
+                registry.effectful_names_json(),
+                registry.namespaces_json(),
+                self.inline_json,
+            )
+        except _qjs.JSError as exc:
             text = str(exc)
             if text.startswith("SyntaxError"):
                 return self._syntax_error(text)
-            self._salvage_output()
-            return self._limit_error(text, None)
+            self._collect_rest()
+            return self._limit_error(text)
         try:
-            # One arm per cycle (start, then each wake-up) covers every entry into JS until
-            # the next wait: each call gets at most what was left when armed.
-            self._arm(ctx)
-            start(
-                main,
-                self.limits.tool_data_bytes,
-                self.registry.effectful_names_json(),
-                self.registry.namespaces_json(),
-                self._watch is not None and self._watch.interrupts,  # no binding time limit
-            )
             while True:
-                stopped = self._run_jobs(ctx)
-                if stopped is not None:
-                    self._salvage_output()
-                    return stopped
-                self._drain(drain)
-                if self._done is not None:
-                    return self._finish_error()
-                if self._settled_in_drain:
-                    self._settled_in_drain = False
-                    stopped = self._check_limits()
-                    if stopped is not None:
-                        return stopped
-                    self._arm(ctx)
-                    continue
-                if self.cancelled.is_set():
-                    return _CANCELLED
-                if not self._pending and not self._live_timers:
+                event, drained = ctx.run(self._deadline, self._next_timer())
+                if event == "drain":
+                    assert drained is not None
+                    self._drain(ctx, drained)
+                    if self._done is not None:
+                        return self._finish_error()
+                elif event == "timer":
+                    self._fire_due(ctx)
+                elif event == "idle":
+                    self._collect_rest()
                     return GuestError(
                         "deadlock",
                         "Deadlock",
@@ -633,51 +607,162 @@ class ProgramThread:
                         "or timer is pending); every promise must be resolved by a tool call, a "
                         "timer, or your own code",
                     )
-                if not self._wait_and_deliver(ctx, settle, fire):
-                    names_waiting = sorted({name for name, _ in self._pending.values()})
-                    waiting = f" while waiting for {', '.join(names_waiting)}" if names_waiting else ""
-                    return self._timeout_error(waiting)
-        except quickjs.StackOverflow as exc:
-            self._salvage_output()
-            return self._limit_error(str(exc), "stack_overflow")
-        except quickjs.JSException as exc:
-            self._salvage_output()
-            return self._limit_error(str(exc), None)
+                elif event == "deadline":
+                    self._collect_rest()
+                    return self._timeout_error(self._waiting_for(ctx))
+                else:  # "interrupted": the watchdog stopped it, or the host cancelled it
+                    self._collect_rest()
+                    reason = self._watch.reason if self._watch is not None else None
+                    return self._stopped_error(reason or "cancelled", None, None)
+        except _qjs.JSError as exc:
+            self._collect_rest()
+            return self._limit_error(str(exc))
 
-    def _run_jobs(self, ctx: quickjs.Context) -> GuestError | None:
-        """Run pending jobs until none is left, re-checking the limits as it goes.
+    def _next_timer(self) -> float:
+        """When the next live timer is due (time.monotonic), or infinity."""
+        timers = self._timers
+        while timers and timers[0][1] not in self._live_timers:
+            heapq.heappop(timers)
+        return timers[0][0] if timers else math.inf
 
-        Each call into QuickJS restarts its time limit, so a program that only chains
-        promises (``while (true) await null``) would never trip it: check every few hundred
-        jobs and re-arm.
-        """
-        count = 0
-        while ctx.execute_pending_job():
-            count += 1
-            if count % 256 == 0:
-                stopped = self._check_limits()
-                if stopped is not None:
-                    return stopped
-                self._arm(ctx)
-        return None
-
-    def _check_limits(self) -> GuestError | None:
-        """The error for a limit already passed (cancel, wall clock, CPU), or None."""
-        if self.cancelled.is_set():
-            return _CANCELLED
-        watch = self._watch
-        assert watch is not None
-        if watch.reason is not None:  # the watchdog stopped the program
-            return self._stopped_error(watch.reason, None, None)
+    def _fire_due(self, ctx: _qjs.Context) -> None:
         now = time.monotonic()
-        if now >= self._deadline:
-            return self._timeout_error()
-        if watch.interrupts or now - self._cpu_checked_at < _RECHECK_SECONDS:
+        while self._timers and self._timers[0][0] <= now:
+            _, timer_id = heapq.heappop(self._timers)
+            if timer_id in self._live_timers:
+                self._live_timers.discard(timer_id)
+                ctx.fire(timer_id)
+
+    def _waiting_for(self, ctx: _qjs.Context) -> str:
+        """ " while waiting for <tools>" for a timeout message, or ""."""
+        try:
+            report = json.loads(ctx.report())
+        except (_qjs.JSError, TypeError, ValueError):
+            return ""
+        names = sorted({str(name) for _, name in report["pending"]})
+        return f" while waiting for {', '.join(names)}" if names else ""
+
+    def _drain(self, ctx: _qjs.Context, raw: str) -> None:
+        """Handle what the program queued for the host since the last drain."""
+        print_bytes, messages = _from_js_json(raw)
+        if print_bytes:
+            self._append_output(ctx.take_output())
+        for message in messages:
+            kind = message[0]
+            if kind == "timer":
+                self._live_timers.add(message[1])
+                heapq.heappush(self._timers, (time.monotonic() + message[2] / 1000.0, message[1]))
+            elif kind == "untimer":
+                self._live_timers.discard(message[1])
+            elif kind == "done":
+                self._done = (bool(message[1]), str(message[2]), str(message[3]))
+
+    def _append_output(self, text: str) -> None:
+        size = len(text)
+        if self._output_bytes + size > self.limits.output_bytes_in_memory:
+            self._output_dropped += size
+            return
+        self._output_bytes += size
+        self._output.append(text)
+
+    def _collect_rest(self) -> None:
+        """Collect what the program printed and had not handed over, after it stopped (out of
+        memory, interrupted, deadlocked): all at once, else piece by piece (the heap may be full)."""
+        ctx = self._ctx
+        if ctx is None:
+            return
+        self._disarm()
+        try:
+            self._append_output(ctx.take_output())
+            return
+        except _qjs.JSError:
+            pass
+        try:
+            while (chunk := ctx.take_chunk()) is not None:
+                self._append_output(chunk)
+        except _qjs.JSError:
+            pass
+
+    # -- calls answered on this thread (hostCall) -------------------------------------------
+
+    def _call_now(self, kind: str, call_id: int, name_json: str, payload_json: str, size: int) -> str:
+        """The prelude's ``hostCall``: one call answered at once, from inside JS; never raises.
+
+        Returns:
+            "t"/"j"/"e" and the result's text, JSON or error JSON; or "q" for a call that is not
+            an inline tool's (the prelude posts it to the loop instead).
+        """
+        try:
+            name = _from_js_json(name_json)
+            payload = _from_js_json(payload_json)
+            if kind == "sync":
+                return self._sync(str(name), *payload)
+            return self._inline(call_id, str(name), payload)
+        except Exception as exc:  # a host fault must not reach the engine
+            return "e" + error_json(ErrorCode.TOOL_FAILED, f"engine fault: {exc!r}", None)
+
+    def _inline(self, call_id: int, name: str, arguments: Any) -> str:
+        tool = self.registry.get(name)
+        if tool is None or not tool.inline:
+            return "q"  # the loop answers it (an unknown name too, with the same message)
+        try:
+            args = tool.parse(arguments)  # the one check (as parse_call makes it)
+        except ToolError as exc:
+            return "e" + error_json(exc.code, exc.message, exc.data)
+        if self.gate is not None:
+            need = self.gate.requests(tool, arguments, self.context.session_id)
+            if isinstance(need, str):
+                return "e" + error_json(ErrorCode.DENIED, f"{tool.name}: {need}", None)
+            if need:
+                return "q"  # it needs a decision: the loop holds it and asks
+        self.calls.inline_calls += 1
+        try:
+            value = self.registry.invoke_inline(tool, args, self.context)
+        except Exception as exc:  # a UserError from the handler: still only this call fails
+            value = ToolResult.failure(ErrorCode.HANDLER_FAILED, f"{tool.name} failed: {exc}")
+        if tool.destructive is True:  # what the prelude tracks (effectful_names_json)
+            self.calls.note_effect(call_id, tool.name, value)
+        ok, text, is_text = result_payload(
+            value, tool.name, self.calls.args_held, self.limits.tool_data_bytes
+        )
+        if not ok:
+            return "e" + text
+        return ("t" if is_text else "j") + text
+
+    def _sync(self, op: str, a: Any, b: Any) -> str:
+        try:
+            value = self._sync_op(op, a, b)
+        except ToolError as exc:
+            return "e" + error_json(exc.code, exc.message, exc.data)
+        except Exception as exc:  # a host fault in the store must not kill the program thread
+            return "e" + error_json(ErrorCode.TOOL_FAILED, f"{op} failed: {type(exc).__name__}: {exc}", None)
+        payload = _to_json(value)
+        if payload is None:
+            return "e" + error_json(ErrorCode.TOOL_FAILED, f"{op} returned a value that is not JSON", None)
+        return "j" + payload
+
+    def _sync_op(self, op: str, a: Any, b: Any) -> Any:
+        if op == "searchTools":
+            limit = int(b) if isinstance(b, int | float) and b > 0 else 10
+            return self.registry.search(str(a), limit=limit)
+        if op == "describeTool":
+            return self.registry.describe(str(a))
+        store = self.context.store
+        if store is None:
+            raise ToolError(f"{op}: this host gave the program no store", code=ErrorCode.TOOL_FAILED)
+        if op == "store.get":
+            raw = store.get(str(a))
+            return None if raw is None else json.loads(raw)
+        if op == "store.set":
+            store.set(str(a), str(b))
             return None
-        self._cpu_checked_at = now
-        if time.thread_time() - self._cpu_start >= self.limits.cpu_seconds:
-            return self._cpu_error()
-        return None
+        if op == "store.delete":
+            return store.delete(str(a))
+        if op == "store.keys":
+            return store.keys()
+        raise ToolError(f"unknown operation {op}")
+
+    # -- how it ended ------------------------------------------------------------------------
 
     def _timeout_error(self, waiting: str = "") -> GuestError:
         return GuestError(
@@ -711,334 +796,19 @@ class ProgramThread:
             col,
         )
 
-    def _drain(self, drain: Any) -> None:
-        """Handle everything the program queued since the last drain (prints, calls, ...)."""
-        raw = drain()
-        if not raw:
-            if self._to_ask:  # calls made through hostCall that wait for approval
-                self._ask_held()
-            return
-        print_bytes, print_json, messages = _from_js_json(raw)
-        if print_bytes:
-            text = self._take_output()
-            self._append_output(json.loads(text) if print_json else text)
-
-        for message in messages:
-            kind = message[0]
-            if kind == "call" or kind == "sync":  # queued: the binding refused direct calls
-                self._handle_call(self._settle_now, message)
-            elif kind == "timer":
-                self._live_timers.add(message[1])
-                heapq.heappush(self._timers, (time.monotonic() + message[2] / 1000.0, message[1]))
-            elif kind == "untimer":
-                self._live_timers.discard(message[1])
-            elif kind == "done":
-                self._done = (bool(message[1]), str(message[2]), str(message[3]))
-        if self._to_ask:
-            self._ask_held()
-
-    def _ask_held(self) -> None:
-        """Send the calls of this drain that need approval to the gate, as one batch."""
-        batch, self._to_ask = self._to_ask, []
-        batch_id = len(self._asked) + 1
-        self._asked[batch_id] = batch
-        self.dispatcher.approve(batch_id, [request for *_, needs in batch for request in needs])
-
-    def _resume_asked(self, settle: Any, batch_id: int, decisions: Sequence[Any]) -> None:
-        """Run the calls of a decided batch that were allowed; reject the others (``denied``)."""
-        assert self.gate is not None
-        at = 0
-        for call_id, tool, args, needs in self._asked.pop(batch_id, []):
-            mine = decisions[at : at + len(needs)]
-            at += len(needs)
-            if call_id not in self._pending:
-                continue
-            refusal = self.gate.refusal(needs, mine)
-            if refusal is None:
-                self._run_call(settle, call_id, tool, args, self._pending[call_id][1], held=True)
-                continue
-            _, size = self._pending.pop(call_id)
-            self._args_held -= size
-            self._reject(settle, call_id, f"{tool.name}: {refusal}", {"error": "denied"}, ErrorCode.DENIED)
-
-    def _call_now(self, kind: str, call_id: int, name_json: str, payload_json: str, size: int) -> str:
-        """The prelude's ``hostCall``: start one call, from inside JS; never raises.
-
-        The message's parts, as a queued one holds them (`_handle_call`): ``name_json`` and
-        ``payload_json`` are JSON text.
-
-        Returns:
-            Its result when it settled at once (an inline tool, a refusal, ``store.*``), as
-            "t"/"j"/"e" and the text, JSON or error JSON; else "" (it settles later).
-        """
-        self._reply = ""
-        try:
-            message = [kind, call_id, _from_js_json(name_json), _from_js_json(payload_json), size]
-            self._handle_call(self._answer, message)
-        except Exception as exc:  # a host fault must not reach the binding (see _HostCall)
-            fault = {"code": ErrorCode.TOOL_FAILED.value, "message": f"engine fault: {exc!r}", "data": None}
-            self._answer(0, False, _to_json(fault) or "", False)
-        return self._reply
-
-    def _handle_call(self, settle: Any, message: list[Any]) -> None:
-        """A ``call`` or ``sync`` message, however it came (`_call_now` or `_drain`):
-        ``[kind, id, name, payload, size]``, a sync operation's payload ``[a, b]``."""
-        if message[0] == "call":
-            self._start_call(settle, message[1], message[2], message[3], message[4])
-        else:
-            a, b = message[3]
-            self._sync(settle, message[1], message[2], a, b)
-
-    def _settle_now(self, *args: Any) -> None:
-        # Calls queued in the drain that settle at once: the run loop must run the jobs this
-        # creates before it waits for anything else.
-        self._settled_in_drain = True
-        self._settle(*args)
-
-    def _answer(self, call_id: int, ok: bool, payload: str, is_text: bool) -> None:
-        """The settle function of calls that settle inside `_call_now`."""
-        self._reply = ("t" if is_text else "j") + payload if ok else "e" + payload
-
-    def _append_output(self, text: str) -> None:
-        size = len(text)
-        if self._output_bytes + size > self.limits.output_bytes_in_memory:
-            self._output_dropped += size
-            return
-        self._output_bytes += size
-        self._output.append(text)
-
-    def _salvage_output(self) -> None:
-        """Collect printed text after a limit error, piece by piece (the heap may be full)."""
-        self._disarm()
-        try:
-            while (chunk := self._take_chunk()) is not None:
-                self._append_output(json.loads(chunk))
-        except (quickjs.JSException, TypeError, ValueError):  # a value the binding cannot convert
-            pass
-
-    def _start_call(self, settle: Any, call_id: int, name: str, args: Any, size: int) -> None:
-        """Start one call; ``size`` is its arguments' JSON length (the prelude admitted it
-        within the tool-data limit, counting every call it has not seen settled)."""
-        tool = self.registry.get(name)
-        if tool is None:
-            self._reject(
-                settle, call_id, self.registry.unknown_tool_message(name), None, ErrorCode.UNKNOWN_TOOL
-            )
-            return
-        raw = args
-        try:
-            args = tool.parse(args)  # the one check; the handler gets the parsed model
-        except ToolError as exc:
-            self._reject(settle, call_id, exc.message, exc.data, exc.code)
-            return
-        self._tool_calls += 1
-        if self.gate is not None:
-            needs = self.gate.requests(tool, raw, self.context.session_id)
-            if isinstance(needs, str):
-                self._reject(settle, call_id, f"{tool.name}: {needs}", None, ErrorCode.DENIED)
-                return
-            if needs:  # held; asked with the others of this drain (_ask_held)
-                self._pending[call_id] = (tool.name, size)
-                self._args_held += size
-                self._to_ask.append((call_id, tool, args, needs))
-                return
-        self._run_call(settle, call_id, tool, args, size)
-
-    def _run_call(
-        self, settle: Any, call_id: int, tool: Tool, args: Any, size: int, held: bool = False
-    ) -> None:
-        """Run an admitted call: inline here, else on the event loop (``held``: it was waiting
-        for approval, already counted as pending)."""
-        if tool.destructive is True:  # what the prelude tracks (effectful_names_json)
-            self._effect_calls.add(call_id)
-        if tool.inline:
-            if held:
-                self._pending.pop(call_id, None)
-                self._args_held -= size
-            try:
-                value = self.registry.invoke_inline(tool, args, self.context)
-            except Exception as exc:  # a UserError from the handler: still only this call fails
-                value = ToolResult.failure(ErrorCode.HANDLER_FAILED, f"{tool.name} failed: {exc}")
-            self._deliver(settle, call_id, value, tool.name)
-            return
-        if not held:
-            self._pending[call_id] = (tool.name, size)
-            self._args_held += size
-        if self._running < self.limits.tool_concurrency:
-            self._running += 1
-            self.dispatcher.start(call_id, tool, args)
-        else:
-            self._waiting.append((call_id, tool, args))
-
-    @staticmethod
-    def _reject(
-        settle: Any, call_id: int, message: str, data: Any, code: ErrorCode = ErrorCode.TOOL_FAILED
-    ) -> None:
-        payload = _to_json({"code": code.value, "message": message, "data": data}) or _to_json(
-            {"code": code.value, "message": message, "data": None}
-        )
-        settle(call_id, False, payload, False)
-
-    def _sync(self, settle: Any, call_id: int, op: str, a: Any, b: Any) -> None:
-        try:
-            value = self._sync_op(op, a, b)
-        except ToolError as exc:
-            self._reject(settle, call_id, exc.message, exc.data, exc.code)
-            return
-        except Exception as exc:  # a host fault in the store must not kill the program thread
-            self._reject(settle, call_id, f"{op} failed: {type(exc).__name__}: {exc}", None)
-            return
-        payload = _to_json(value)
-        if payload is None:
-            self._reject(settle, call_id, f"{op} returned a value that is not JSON", None)
-            return
-        settle(call_id, True, payload, False)
-
-    def _sync_op(self, op: str, a: Any, b: Any) -> Any:
-        if op == "searchTools":
-            limit = int(b) if isinstance(b, int | float) and b > 0 else 10
-            return self.registry.search(str(a), limit=limit)
-        if op == "describeTool":
-            return self.registry.describe(str(a))
-        store = self.context.store
-        if store is None:
-            raise ToolError(f"{op}: this host gave the program no store", code=ErrorCode.TOOL_FAILED)
-        if op == "store.get":
-            raw = store.get(str(a))
-            return None if raw is None else json.loads(raw)
-        if op == "store.set":
-            store.set(str(a), str(b))
-            return None
-        if op == "store.delete":
-            return store.delete(str(a))
-        if op == "store.keys":
-            return store.keys()
-        raise ToolError(f"unknown operation {op}")
-
-    def _wait_and_deliver(self, ctx: quickjs.Context, settle: Any, fire: Any) -> bool:
-        """Wait for tool results or timers and hand them to JS. False once the deadline passed."""
-        now = time.monotonic()
-        if now >= self._deadline:
-            return False
-        timeout = self._deadline - now
-        while self._timers and self._timers[0][1] not in self._live_timers:
-            heapq.heappop(self._timers)
-        if self._timers:
-            timeout = min(timeout, max(0.0, self._timers[0][0] - now))
-        items = self.inbox.take(timeout)
-        self._arm(ctx)
-        for call_id, result in items:
-            if call_id is _DONE:
-                continue
-            if call_id is _APPROVED:
-                self._resume_asked(settle, *result)
-                continue
-            self._running -= 1
-            if self._waiting:
-                self._running += 1
-                self.dispatcher.start(*self._waiting.popleft())
-            entry = self._pending.pop(call_id, None)
-            if entry is None:
-                continue
-            tool_name, size = entry
-            self._args_held -= size
-            self._deliver(settle, call_id, result, tool_name)
-        now = time.monotonic()
-        while self._timers and self._timers[0][0] <= now:
-            _, tid = heapq.heappop(self._timers)
-            if tid in self._live_timers:
-                self._live_timers.discard(tid)
-                fire(tid)
-        return True
-
-    def _deliver(self, settle: Any, call_id: int, value: Any, tool_name: str) -> None:
-        """Settle a call with what its handler returned (a `ToolResult` or plain data)."""
-        if call_id in self._effect_calls:  # kept in case the program never looks at it
-            self._effect_calls.discard(call_id)
-            self._effect_delivered.add(call_id)
-            if len(self._effect_results) < _UNAWAITED_KEPT:
-                self._effect_results[call_id] = (tool_name, value)
-        kind = type(value)
-        if kind is str:
-            self._hand_over(settle, call_id, True, _js_text(value), True, tool_name)
-            return
-        if value is None:
-            settle(call_id, True, "", True)
-            return
-        if kind is int or kind is float or kind is bool:
-            settle(call_id, True, _to_json(value), False)
-            return
-        if kind is ToolResult:
-            result: ToolResult = value
-        else:
-            try:
-                result = to_tool_result(value)
-            except Exception as exc:  # a value pydantic cannot serialise
-                result = ToolResult.failure(
-                    ErrorCode.RESULT_NOT_JSON,
-                    f"{tool_name} failed: its result cannot be turned into JSON: {type(exc).__name__}: {exc}",
-                )
-        # Rejection only when the call failed. A result the tool marks is_error without a
-        # failure (bash: a command that ran and exited non-zero) is data the program computes on.
-        failure = result.error
-        if failure is not None:
-            data = failure.data
-            if _to_json(data) is None:
-                data = None  # the message still says what failed
-            payload = _to_json({"code": failure.code.value, "message": failure.message, "data": data})
-            self._hand_over(settle, call_id, False, payload, False, tool_name)
-            return
-        data = result.producer_data()
-        if isinstance(data, str):
-            self._hand_over(settle, call_id, True, _js_text(data), True, tool_name)
-            return
-        payload = _to_json(data)
-        if payload is None:
-            message = (
-                f"{tool_name} returned structured data that is not JSON "
-                f"({type(data).__name__} holding values JSON cannot carry); its text was: {result.text[:200]}"
-            )
-            self._reject(settle, call_id, message, None, ErrorCode.RESULT_NOT_JSON)
-            return
-        self._hand_over(settle, call_id, True, payload, False, tool_name)
-
-    def _hand_over(
-        self, settle: Any, call_id: int, ok: bool, payload: Any, is_text: bool, tool_name: str
-    ) -> None:
-        """Settle a call with its result's JSON text, unless that would take the tool-call data
-        the host holds for this program (with the arguments of the calls in flight) over the limit."""
-        size = len(payload)
-        if size + self._args_held <= self.limits.tool_data_bytes:
-            settle(call_id, ok, payload, is_text)
-            return
-        limit = self.limits.tool_data_bytes
-        held = f" while the calls in flight hold {_size_text(self._args_held)}" if self._args_held else ""
-        message = (
-            f"{tool_name} returned {_size_text(size)} of data{held}, more than the {_size_text(limit)} of "
-            "tool-call data the host holds for one program; ask for less per call (a page, a range, "
-            "a filter)" + (", or await calls one at a time" if self._args_held else "")
-        )
-        data = {
-            "error": "tool_data_limit",
-            "limit_bytes": limit,
-            "result_bytes": size,
-            "held_bytes": self._args_held,
-        }
-        self._reject(settle, call_id, message, data, ErrorCode.TOOL_DATA_LIMIT)
-
     def _finish_error(self) -> GuestError | None:
         assert self._done is not None
-        ok, value, error_json = self._done
+        ok, value, error_text = self._done
         if ok:
-            if error_json == "value" and value:
+            if error_text == "value" and value:
                 self._append_output(value if value.endswith("\n") else value + "\n")
             return None
-        info = json.loads(error_json)
+        info = json.loads(error_text)
         stack, line, col = map_stack(info.get("stack", ""))
         name = info.get("name", "Error")
         message = info.get("message", "")
         if name == "InternalError" and message in ("out of memory", "interrupted"):
-            return self._limit_error(f"{name}: {message}\n{info.get('stack', '')}", None)
+            return self._limit_error(f"{name}: {message}\n{info.get('stack', '')}")
         if name == "RangeError" and "call stack" in message:
             return GuestError("stack_overflow", name, message + " (unbounded recursion?)", line, col, stack)
         if name == "ToolError":
@@ -1086,11 +856,13 @@ class ProgramThread:
             message += " (programs cannot import modules; use the tools object)"
         return GuestError("syntax_error", name or "SyntaxError", message, line, col)
 
-    def _limit_error(self, text: str, kind: str | None) -> GuestError:
+    def _limit_error(self, text: str) -> GuestError:
+        """The error for an exception that ended the program outside its own promise chain
+        (a limit, or a timer callback that threw): ``text`` is the exception, then its stack."""
         first_line = text.splitlines()[0] if text else "InternalError"
         name, _, message = first_line.partition(": ")
         stack, line, col = map_stack(text)
-        if kind == "stack_overflow" or "call stack" in message:
+        if any(marker in message for marker in _STACK_OVERFLOW):
             return GuestError(
                 "stack_overflow", "RangeError", f"{message} (unbounded recursion?)", line, col, stack
             )
@@ -1104,8 +876,5 @@ class ProgramThread:
             )
         if message == "interrupted":
             reason = self._watch.reason if self._watch is not None else None
-            if reason is None:  # the binding's own limit (see _arm) fired
-                wall = self._armed_for_wall or time.monotonic() >= self._deadline - 0.01
-                reason = "timeout" if wall else "cpu_limit"
-            return self._stopped_error(reason, line, col)
+            return self._stopped_error(reason or "cancelled", line, col)
         return GuestError("uncaught", name or "Error", message, line, col, stack)

@@ -1,81 +1,181 @@
-"""The async side of the engine: runs a program thread and its tool calls as tasks."""
+"""The async side of the engine: runs a program on a JS thread and its tool calls on the event loop.
+
+A program posts its tool calls to its ``_qjs.Channel``; the channel's eventfd wakes the loop,
+where `_Calls` checks each call once, asks the gate, runs it in the spawner's runner tasks, and
+posts its result's JSON back to the program, which settles the call on its own thread without
+the GIL.
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import collections
+from collections.abc import Sequence
 from typing import Any
 
+from codemode.engine import _qjs
 from codemode.engine._loop import LoopSpawner
 from codemode.engine._program import (
-    _APPROVED,
     CallGate,
     EngineLimits,
-    PreparedContext,
+    ProgramCalls,
     ProgramOutcome,
     ProgramThread,
-    ToolDispatcher,
+    _from_js_json,
     as_result,
+    error_json,
+    parse_call,
+    prepare_context,
+    result_payload,
 )
 from codemode.engine._workers import WorkerPool
-from codemode.errors import ErrorCode
+from codemode.errors import ErrorCode, ToolError
 from codemode.tools import Tool, ToolContext, ToolRegistry, ToolResult
 
+# A call admitted to run: its id, tool, parsed arguments.
+_Admitted = tuple[int, Tool, Any]
 
-class _Dispatcher(ToolDispatcher):
-    """Runs each tool call on the host loop (in the spawner's runner tasks) and posts its result
-    to the program."""
 
-    def __init__(self, registry: ToolRegistry, context: ToolContext, spawner: LoopSpawner) -> None:
+class _Calls:
+    """The event loop's side of one program's tool calls.
+
+    Takes what the program posts (`on_posted`, the channel's reader), checks each call once,
+    asks the gate, runs it (at most ``tool_concurrency`` at once) and posts its result. Lives on
+    the loop's thread.
+    """
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        context: ToolContext,
+        limits: EngineLimits,
+        gate: CallGate | None,
+        channel: _qjs.Channel,
+        spawner: LoopSpawner,
+        shared: ProgramCalls,
+    ) -> None:
         self.registry = registry
         self.context = context
+        self.limits = limits
+        self.gate = gate
+        self.channel = channel
         self.spawner = spawner
-        self.program: ProgramThread | None = None
+        self.shared = shared
+        self._pending: dict[int, tuple[str, int]] = {}  # posted and not answered: tool name, argument size
+        self._running = 0
+        self._waiting: collections.deque[_Admitted] = collections.deque()
+        # What the posted results were, as the handlers returned them, until the program has
+        # read them (in the order posted: `channel.unread` says how many are left). What is
+        # left when it ends is reported as what those calls did (`Engine._settle_pending`).
+        self.unread: collections.OrderedDict[int, tuple[str, Any]] = collections.OrderedDict()
 
-    def cancel_all(self) -> None:
-        """Ask every running call to stop (on the loop thread).
+    def on_posted(self) -> None:
+        """The program posted calls: check and start each (the channel's reader callback).
 
-        Through anyio cancel scopes, which respect a shield in the tool: a background start
-        finishes and reports its process.
+        The gate is asked here, on the loop: in the common case it is a permission lookup; with
+        ``approve_commands`` it checks a bash run's script against the command policy, as the
+        bash tool does again when it runs. Calls needing a decision are held, and those of one
+        take go to ``decide`` as one batch.
         """
-        self.spawner.stop_runs()
+        gate = self.gate
+        asked: list[tuple[_Admitted, Sequence[Any]]] = []
+        for call_id, name_json, payload_json, size in self.channel.take_calls():
+            try:
+                name = str(_from_js_json(name_json))
+                arguments = _from_js_json(payload_json)
+            except ValueError as exc:  # pragma: no cover - the prelude posts JSON it made
+                self._answer_now(
+                    call_id, False, error_json(ErrorCode.TOOL_FAILED, f"engine fault: {exc}", None)
+                )
+                continue
+            self._pending[call_id] = (name, size)
+            self.shared.args_held += size
+            try:
+                tool, args = parse_call(self.registry, name, arguments)
+            except ToolError as exc:
+                self._reject(call_id, exc.code, exc.message, exc.data)
+                continue
+            self.shared.loop_calls += 1
+            need = gate.requests(tool, arguments, self.context.session_id) if gate is not None else ()
+            if isinstance(need, str):
+                self._reject(call_id, ErrorCode.DENIED, f"{tool.name}: {need}", None)
+            elif need:
+                asked.append(((call_id, tool, args), need))
+            else:
+                self._run(call_id, tool, args)
+        if asked:
+            self.spawner.spawn(lambda: self._decide(asked), lambda: None)
 
-    def start(self, call_id: int, tool: Tool, args: Any) -> None:
-        program = self.program
-        assert program is not None
+    async def _decide(self, asked: list[tuple[_Admitted, Sequence[Any]]]) -> None:
+        """Have the gate decide about held calls, as one batch; run the allowed, reject the rest."""
+        gate = self.gate
+        assert gate is not None
+        decisions = await gate.decide([request for _, need in asked for request in need])
+        at = 0
+        for (call_id, tool, args), need in asked:
+            mine = decisions[at : at + len(need)]
+            at += len(need)
+            refusal = gate.refusal(need, mine)
+            if refusal is None:
+                self._run(call_id, tool, args)
+            else:
+                self._reject(call_id, ErrorCode.DENIED, f"{tool.name}: {refusal}", {"error": "denied"})
 
-        async def run_tool() -> None:
-            # The result is turned into JSON on the program's thread, not on the event loop.
+    def _run(self, call_id: int, tool: Tool, args: Any) -> None:
+        if (
+            tool.inline
+        ):  # one that needed a decision, or any when decisions are batched: it is cheap, it runs here
+            try:
+                value = self.registry.invoke_inline(tool, args, self.context)
+            except Exception as exc:  # a UserError from the handler: still only this call fails
+                value = ToolResult.failure(ErrorCode.HANDLER_FAILED, f"{tool.name} failed: {exc}")
+            self._deliver(call_id, tool, value)
+            return
+        if self._running >= self.limits.tool_concurrency:
+            self._waiting.append((call_id, tool, args))
+            return
+        self._running += 1
+
+        async def job() -> None:
             try:
                 value = await self.registry.invoke_raw(tool, args, self.context)
             except Exception as exc:  # invoke_raw maps handler errors; this is a last resort
                 value = ToolResult.failure(ErrorCode.HANDLER_FAILED, f"{tool.name} failed: {exc}")
-            program.inbox.put((call_id, value))
+            finally:
+                self._ran()  # (stopped when the program ended: it stays pending, reported as cancelled)
+            self._deliver(call_id, tool, value)
 
-        def refused() -> None:
-            ended = ToolResult.failure(ErrorCode.CANCELLED, f"{tool.name}: the program has ended")
-            program.inbox.put((call_id, ended))
+        self.spawner.run_now(job, self._ran)  # refused: the program has ended (reported as cancelled)
 
-        self.spawner.run_soon(run_tool, refused)
+    def _ran(self) -> None:
+        """A running call finished (or was refused): start the next one waiting."""
+        self._running -= 1
+        if self._waiting:
+            self._run(*self._waiting.popleft())
 
-    def approve(self, batch: int, requests: list[Any]) -> None:
-        program = self.program
-        gate = program.gate if program is not None else None
-        assert program is not None and gate is not None
+    def _deliver(self, call_id: int, tool: Tool, value: Any) -> None:
+        entry = self._pending.pop(call_id, None)
+        if entry is None:
+            return
+        name, size = entry
+        self.shared.args_held -= size
+        if tool.destructive is True:  # what the prelude tracks (effectful_names_json)
+            self.shared.note_effect(call_id, name, value)
+        ok, payload, is_text = result_payload(value, name, self.shared.args_held, self.limits.tool_data_bytes)
+        unread = self.unread
+        unread[call_id] = (name, value)
+        self.channel.post(call_id, ok, payload, is_text)
+        keep = self.channel.unread
+        while len(unread) > keep:
+            unread.popitem(last=False)
 
-        async def ask() -> None:
-            decisions = await gate.decide(requests)
-            program.inbox.put((_APPROVED, (batch, list(decisions))))
+    def _reject(self, call_id: int, code: ErrorCode, message: str, data: Any) -> None:
+        entry = self._pending.pop(call_id, None)
+        if entry is not None:
+            self.shared.args_held -= entry[1]
+        self._answer_now(call_id, False, error_json(code, message, data))
 
-        def refused() -> None:
-            pass  # the program has ended: its held calls are reported as cancelled
-
-        self.spawner.spawn(ask, refused)
-
-
-def _ran_out_of_memory(outcome: Any) -> bool:
-    """Whether a program's context held much memory: it ran out of its limit (`WorkerPool`)."""
-    error = getattr(outcome, "error", None)
-    return error is not None and error.kind == "out_of_memory"
+    def _answer_now(self, call_id: int, ok: bool, payload: str) -> None:
+        self.channel.post(call_id, ok, payload, False)
 
 
 class RunView:
@@ -95,6 +195,12 @@ class RunView:
         return 0 if self._program is None else self._program.tool_calls
 
 
+def _ran_out_of_memory(outcome: Any) -> bool:
+    """Whether a program's context held much memory: it ran out of its limit (`WorkerPool`)."""
+    error = getattr(outcome, "error", None)
+    return error is not None and error.kind == "out_of_memory"
+
+
 # How long calls the program left running get to stop (or finish) once it has ended.
 _LATE_SECONDS = 5.0
 
@@ -111,7 +217,9 @@ class Engine:
     def __init__(self, registry: ToolRegistry, limits: EngineLimits, *, max_programs: int = 64) -> None:
         self.registry = registry
         self.limits = limits
-        self._workers = WorkerPool(PreparedContext.create, max_programs, heavy=_ran_out_of_memory)
+        self._workers = WorkerPool(
+            prepare_context, max_programs, heavy=_ran_out_of_memory, free=_qjs.Context.free
+        )
 
     def close(self) -> None:
         """Let the idle JS threads exit."""
@@ -139,48 +247,52 @@ class Engine:
             UserError: Not running on the asyncio backend.
         """
         spawner = LoopSpawner()
-        dispatcher = _Dispatcher(self.registry, context, spawner)
+        # When someone is asked about calls, the program wakes the loop only when it waits: the
+        # calls it made meanwhile (a Promise.all) are asked about as one batch.
+        channel = _qjs.Channel(immediate=gate is None or not gate.batches)
+        shared = ProgramCalls()
+        calls = _Calls(self.registry, context, self.limits, gate, channel, spawner, shared)
         program = ProgramThread(
             source=source,
             registry=self.registry,
             context=context,
             limits=self.limits,
             timeout_seconds=timeout_seconds,
-            dispatcher=dispatcher,
+            channel=channel,
+            calls=shared,
+            # With batched decisions every call goes to the loop, where they are asked about.
+            inline_json="[]" if gate is not None and gate.batches else self.registry.inline_names_json(),
             gate=gate,
         )
-        dispatcher.program = program
         if view is not None:
             view._program = program
-
+        fd = channel.fileno()
+        spawner.watch_readable(fd, calls.on_posted)
         finished = False
         try:
-            outcome: ProgramOutcome = await self._workers.run(program.run)
+            outcome: ProgramOutcome = await self._workers.run(program.run, spawner)
             finished = True
         finally:
+            spawner.unwatch_readable(fd)
             # Also what stops the program when this call is cancelled.
             if not finished:
                 spawner.close()
             program.cancel()
-        return await self._settle_pending(outcome, program, dispatcher)
+        return await self._settle_pending(outcome, calls)
 
-    async def _settle_pending(
-        self, outcome: ProgramOutcome, program: ProgramThread, dispatcher: _Dispatcher
-    ) -> ProgramOutcome:
+    async def _settle_pending(self, outcome: ProgramOutcome, calls: _Calls) -> ProgramOutcome:
         """Stop the calls the program left pending and say what each really did.
 
         A call that took effect although nothing awaited it (a background process started, a
         file written) is reported with its result; only one that was stopped is "cancelled".
         """
-        dispatcher.cancel_all()
-        await dispatcher.spawner.aclose(_LATE_SECONDS)
+        spawner = calls.spawner
+        spawner.stop_runs()
+        await spawner.aclose(_LATE_SECONDS)
         if not outcome.pending_calls:
             return outcome
-        # What the calls finished after the program stopped reading is still in its inbox.
-        late = {call_id: value for call_id, value in program.inbox.drain() if isinstance(call_id, int)}
-        done = {cid: as_result(value) for cid, value in late.items() if cid in outcome.pending_calls}
-        return replace(
-            outcome,
-            cancelled=[name for cid, name in outcome.pending_calls.items() if cid not in done],
-            late=[(outcome.pending_calls[cid], value) for cid, value in sorted(done.items())],
-        )
+        # Calls that finished after the program stopped reading: their results are unread.
+        done = {cid: value for cid, (_, value) in calls.unread.items() if cid in outcome.pending_calls}
+        outcome.cancelled = [name for cid, name in outcome.pending_calls.items() if cid not in done]
+        outcome.late = [(outcome.pending_calls[cid], as_result(value)) for cid, value in sorted(done.items())]
+        return outcome

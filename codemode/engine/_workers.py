@@ -1,9 +1,9 @@
-"""Dedicated JS threads, each holding one fresh, pre-warmed QuickJS context.
+"""Dedicated JS threads, each running one program at a time on a fresh QuickJS context.
 
-Parsing the prelude costs about a millisecond, most of a small program's run. A worker
-prepares its next context (new runtime, prelude loaded) while it is idle, so a program
-starts on a context that is fresh (never used before) but already set up. A context is
-created, used and dropped on one thread, as QuickJS requires.
+A worker takes a fresh context when a program starts and drops it when the program ends. The
+bridge makes contexts ahead and frees used ones on a thread of its own, at idle priority, off
+the critical path (see ``_qjs.c``, "the keeper"), so a worker does neither while the event
+loop waits for it.
 """
 
 from __future__ import annotations
@@ -36,40 +36,55 @@ _TRIM = _malloc_trim()
 
 
 def _return_memory() -> None:
-    """Give the heap a dropped context freed back to the system.
+    """Give the heap a freed context held back to the system.
 
-    QuickJS frees its runtime with the context, but glibc keeps the pages in the worker
-    thread's arena: the host's RSS stayed ~130 MiB higher after two 64 MiB memory bombs (and
-    grew with more workers). ``malloc_trim(0)`` returns them (measured: back to within 2 MiB).
-    It walks every arena, so only jobs said to be heavy pay for it.
+    QuickJS frees its runtime with the context, but glibc keeps the pages in the thread's
+    arena: the host's RSS stayed ~130 MiB higher after two 64 MiB memory bombs (and grew with
+    more workers). ``malloc_trim(0)`` returns them (measured: back to within 2 MiB). It walks
+    every arena, so only jobs said to be heavy pay for it.
     """
     if _TRIM is not None:
         _TRIM(0)
+
+
+def _start_thread(target: Callable[..., None], args: tuple[Any, ...], name: str) -> None:
+    previous = threading.stack_size()
+    try:
+        threading.stack_size(_STACK_BYTES)
+        threading.Thread(target=target, args=args, name=name, daemon=True).start()
+    finally:
+        threading.stack_size(previous)
 
 
 class WorkerPool:
     """Threads that run programs, growing up to ``max_workers``.
 
     Args:
-        prepare: Builds the warm context on the worker thread.
+        prepare: Makes (or takes) a fresh context, on the worker's thread.
         max_workers: Most programs running at once.
         heavy: Says from a job's value that its context held much memory (a program that ran
-            out of it): the worker then drops the context and gives the freed heap back to the
-            system (`_return_memory`) before it hands the value over.
+            out of it): the worker then frees the context itself (``free``) and gives the
+            freed heap back to the system (`_return_memory`) before it hands the value over.
+        free: Frees a context at once, on the calling thread (else dropping it frees it).
     """
 
     def __init__(
-        self, prepare: Callable[[], Any], max_workers: int, heavy: Callable[[Any], bool] | None = None
+        self,
+        prepare: Callable[[], Any],
+        max_workers: int,
+        heavy: Callable[[Any], bool] | None = None,
+        free: Callable[[Any], None] | None = None,
     ) -> None:
         self._prepare = prepare
         self._heavy = heavy
+        self._free = free
         self._max = max_workers
         self._jobs: queue.SimpleQueue[tuple[Job, Callable[[Any, BaseException | None], None]] | None] = (
             queue.SimpleQueue()
         )
         self._lock = threading.Lock()
         self._workers = 0
-        self._idle = 0  # workers waiting for a job (their next context prepared or being prepared)
+        self._idle = 0  # workers waiting for a job
         self._queued = 0  # jobs put on the queue and not yet taken by a worker
         self._slots = anyio.CapacityLimiter(max_workers)
 
@@ -77,7 +92,7 @@ class WorkerPool:
         """Count one more queued job and start the workers it needs.
 
         Every queued job needs an idle worker of its own (a worker blocked in a long program
-        must not hold up the next one), plus one spare whose context is prepared ahead.
+        must not hold up the next one), plus one spare.
         """
         with self._lock:
             self._queued += 1
@@ -86,23 +101,10 @@ class WorkerPool:
             self._workers += start
             self._idle += start
         for _ in range(start):
-            previous = threading.stack_size()
-            try:
-                threading.stack_size(_STACK_BYTES)
-                threading.Thread(
-                    target=self._work, args=(self._jobs,), name="codemode-js", daemon=True
-                ).start()
-            finally:
-                threading.stack_size(previous)
+            _start_thread(self._work, (self._jobs,), "codemode-js")
 
     def _work(self, jobs: queue.SimpleQueue[Any]) -> None:
-        warm: Any = None
         while True:
-            if warm is None:
-                try:
-                    warm = self._prepare()
-                except BaseException as exc:
-                    warm = exc
             item = jobs.get()
             if item is None:
                 return
@@ -114,51 +116,57 @@ class WorkerPool:
             job, done = item
             value: Any = None
             error: BaseException | None = None
+            context: Any = None
             try:
-                if isinstance(warm, BaseException):
-                    raise warm
-                value = job(warm)
+                context = self._prepare()
+                value = job(context)
             except BaseException as exc:
                 error = exc
-            else:
-                if self._heavy is not None and self._heavy(value):
-                    warm = None
-                    _return_memory()
-            warm = None
+            if error is None and self._heavy is not None and self._heavy(value):
+                if self._free is not None:
+                    self._free(context)
+                context = None
+                _return_memory()
             # Counted idle again *before* the caller hears back: its next job, queued at once,
             # must find this worker rather than start another thread.
             with self._lock:
                 retired = not current or jobs is not self._jobs
                 if not retired:
                     self._idle += 1
+            context = None  # dropped before the caller hears back: it must not be freed on its thread
             done(value, error)
             if retired:
                 return  # retired by close(): the new generation starts its own workers
 
-    async def run(self, job: Job) -> Any:
-        """Run ``job(warm_context)`` on a worker thread and return its value.
+    async def run(self, job: Job, spawner: LoopSpawner | None = None) -> Any:
+        """Run ``job(fresh_context)`` on a worker thread and return its value.
 
         If the caller is cancelled, the job goes on on its own; the caller must tell it to stop.
+
+        Args:
+            job: What to run.
+            spawner: The caller's spawner on this loop (else one is made).
         """
-        async with self._slots:
-            spawner = LoopSpawner()
-            finished = anyio.Event()
-            outcome: list[Any] = []
+        slots = self._slots
+        try:  # a free slot is taken without a trip around the loop
+            slots.acquire_nowait()
+        except anyio.WouldBlock:
+            await slots.acquire()
+        try:
+            spawner = spawner or LoopSpawner()
+            answer = spawner.answer()
 
             def done(value: Any, error: BaseException | None) -> None:
-                outcome.append((value, error))
-                try:
-                    spawner.call_soon(finished.set)
-                except RuntimeError:  # the event loop is gone: nobody is waiting any more
-                    pass
+                answer.give((value, error))
 
             self._ensure_worker()
             self._jobs.put((job, done))
-            await finished.wait()
-            value, error = outcome[0]
+            value, error = await answer
             if error is not None:
                 raise error
             return value
+        finally:
+            slots.release()
 
     def close(self) -> None:
         """Let the idle workers exit (running jobs finish first); the pool stays usable."""

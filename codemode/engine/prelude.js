@@ -1,16 +1,15 @@
 // The JS-side API of a Code Mode program. Evaluated once per fresh context, before the
 // program. Every function here is named `__cm_*` so error stacks can drop prelude frames.
 //
-// The context has one host function, hidden from the program (hostCall, below). Calls go
-// through it as JSON text, and it answers at once when the call settled at once:
-//   ["call", id, name, argsJson, argsLength]   start a tool call
-//   ["sync", id, op, a, b]         searchTools / describeTool / store.*
-// (Where the binding's own time limit must be armed, which makes it refuse calls into
-// Python, calls wait in the queue below instead, as the same messages.) Everything else
-// waits in a message queue that the host drains whenever the program is idle (between jobs):
+// The context has two host functions, hidden from the program (codemode/engine/_qjs.c):
+//   hostCall(kind, id, nameJson, payloadJson, size)  answered at once, on this thread, with
+//       the GIL: "t"/"j"/"e" + the result's text, JSON or error JSON ("call" of an inline
+//       tool, "sync" for searchTools / describeTool / store.*), or "q": post it instead
+//   postCall(id, nameJson, payloadJson, size)  a tool call for the event loop, no GIL; its
+//       result comes back through __cm_settle
+// Everything else waits in a message queue that the host drains whenever the program is idle:
 //   ["timer", id, delayMs] / ["untimer", id]
 //   ["done", ok, valueText, errorJson]
-// and the host settles later results by calling back into the functions this prelude hands it.
 (function __cm_prelude(global) {
   "use strict";
 
@@ -27,13 +26,14 @@
   const ArrayIsArray = Array.isArray;
   const ArrayPrototype = Array.prototype;
   const StringCtor = String;
-  const StringIndexOf = String.prototype.indexOf;
   const StringSlice = String.prototype.slice;
   const StringIsWellFormed = String.prototype.isWellFormed;
   const StringToWellFormed = String.prototype.toWellFormed;
   const NumberIsFinite = Number.isFinite;
   const MathRound = Math.round;
   const PromiseCtor = Promise;
+  const PromiseResolve = Promise.resolve;
+  const PromiseReject = Promise.reject;
   const MapCtor = Map;
   const MapGet = Map.prototype.get;
   const MapSet = Map.prototype.set;
@@ -56,20 +56,21 @@
   const SymbolSpecies = Symbol.species;
   const MapForEach = Map.prototype.forEach;
 
-  // The host's tool-call entry, put here by Python (Context.add_callable) and taken out of
-  // the program's reach before it runs: hostCall(messageJson) starts the call and returns
-  // its result when it settled at once ("t"/"j"/"e" + payload: text, JSON, error JSON),
-  // else "" (the host settles it later through __cm_settle). One crossing per inline tool
-  // call instead of a queued message, a drain and a settle (bench_engine: ~2x per call).
+  // The host functions (above), put here by the bridge and taken out of the program's reach
+  // before it runs.
   const hostCall = global.__cm_host_call;
+  const postCall = global.__cm_post_call;
   delete global.__cm_host_call;
-  let direct = false;  // whether calls may use hostCall (set in __cm_start)
+  delete global.__cm_post_call;
+  // Tools whose calls hostCall answers at once (inline=True, set in __cm_start): the rest
+  // are posted to the event loop.
+  let inlineJson = "[]";
+  let inlineNames = null;  // Set, parsed from inlineJson at the first call
 
   const pending = new MapCtor();   // call id -> {resolve, reject, name}
   let outbox = [];  // messages to the host, each one JSON text (see __cm_post)
   let prints = [];
   let printBytes = 0;
-  let printNul = false;  // the Python binding cuts strings at U+0000: such output travels as JSON
   const timers = new MapCtor();    // timer id -> {fn, args}
   let nextCallId = 1;
   let nextTimerId = 1;
@@ -122,15 +123,25 @@
     return ReflectApply(SetHas, effectful, [name]);
   }
 
-  function __cm_unobserved() {
-    // Ids of the tracked calls that settled while nothing ever looked at their promise.
-    const ids = [];
+  function __cm_is_inline(name) {
+    if (inlineNames === null) inlineNames = new SetCtor(JSONparse(inlineJson));
+    return ReflectApply(SetHas, inlineNames, [name]);
+  }
+
+  function __cm_report() {
+    // At the end: the calls still pending ([id, name]) and the ids of the tracked calls that
+    // settled while nothing ever looked at their promise.
+    const pendingCalls = [];
+    ReflectApply(MapForEach, pending, [function __cm_note_pending(entry, id) {
+      ReflectApply(ArrayPush, pendingCalls, [[id, entry.name]]);
+    }]);
+    const unobserved = [];
     ReflectApply(MapForEach, effectCalls, [function __cm_check_call(promise, id) {
       if (ReflectApply(WeakSetHas, settledCalls, [promise]) && !ReflectApply(WeakSetHas, observedCalls, [promise])) {
-        ReflectApply(ArrayPush, ids, [id]);
+        ReflectApply(ArrayPush, unobserved, [id]);
       }
     }]);
-    return JSONstringify(ids);
+    return __cm_encode({ pending: pendingCalls, unobserved }, false);  // no toJSON of the program's
   }
 
 
@@ -167,25 +178,18 @@
     // text), payload (JSON text: a call's arguments, a sync operation's [a, b]) and the
     // arguments' size. Called straight from the function the program called (__cm_call_tool,
     // __cm_sync), so the call site's stack, made here, holds the same prelude frames
-    // whichever called. Names and payloads cross as JSON text: the binding cuts a string at
-    // U+0000 and cannot convert a lone surrogate, which JSON text never holds.
-    if (!direct) {  // the binding's own time limit is armed: it refuses calls into Python
-      entry.site = new ErrorCtor();
-      // Joined, not concatenated: the binding cannot convert a rope.
-      __cm_post(ReflectApply(ArrayJoin, [
-        '["', kind, '",', id, ",", nameJson, ",", payloadJson, ",", size, "]",
-      ], [""]));
+    // whichever called. Names and payloads cross as JSON text, which never holds a lone
+    // surrogate.
+    if (kind === "sync") {
+      const reply = hostCall(kind, id, nameJson, payloadJson, size);
+      const tag = reply[0];
+      if (tag === "e") entry.site = new ErrorCtor();
+      __cm_settle(id, tag !== "e", ReflectApply(StringSlice, reply, [1]), tag === "t");
       return;
     }
-    // Five arguments instead of one joined message: 0.6 us less a call (bench_engine).
-    const reply = hostCall(kind, id, nameJson, payloadJson, size);
-    if (reply === "") {
-      entry.site = new ErrorCtor();
-      return;
-    }
-    const tag = reply[0];
-    if (tag === "e") entry.site = new ErrorCtor();
-    __cm_settle(id, tag !== "e", ReflectApply(StringSlice, reply, [1]), tag === "t");
+    // `site` is made only for a call that settles later (or fails): ~1 us a call.
+    entry.site = new ErrorCtor();
+    postCall(id, nameJson, payloadJson, size);
   }
 
   // Sizes as the host's messages write them (_size_text in _program.py).
@@ -374,42 +378,79 @@
     const text = __cm_well_formed(ReflectApply(ArrayJoin, parts, [" "])) + "\n";
     ReflectApply(ArrayPush, prints, [text]);
     printBytes += text.length;
-    if (!printNul && ReflectApply(StringIndexOf, text, ["\u0000"]) >= 0) printNul = true;
   }
 
   // ---- tool calls ----
   function __cm_call_tool(name, args) {
     const tracked = __cm_is_effectful(name);
-    const entry = __cm_new_call(name, tracked);
     if (args === undefined) args = {};
     const plain = __cm_plain(args, 0) && __cm_native_json_ok();
     if (!plain) {
       const problem = __cm_check_json(args, "arguments", new SetCtor());
       if (problem) {
-        entry.reject(new ToolError(name, `tools.${name}: ${problem}. Arguments must be JSON: objects, arrays, strings, finite numbers, booleans, null.`, null, "invalid_arguments"));
-        return entry.promise;
+        return __cm_failed_call(name, tracked, new ToolError(name, `tools.${name}: ${problem}. Arguments must be JSON: objects, arrays, strings, finite numbers, booleans, null.`, null, "invalid_arguments"));
       }
     }
     let argsJson;
     try {
       argsJson = plain ? JSONstringify(args) : __cm_encode(args, true);
     } catch (e) {
-      entry.reject(new ToolError(name, `tools.${name}: arguments cannot be turned into JSON: ${e.message}`, null, "invalid_arguments"));
-      return entry.promise;
+      return __cm_failed_call(name, tracked, new ToolError(name, `tools.${name}: arguments cannot be turned into JSON: ${e.message}`, null, "invalid_arguments"));
     }
     const size = argsJson.length;
     if (argsHeld + size > toolDataLimit) {
-      entry.reject(__cm_data_limit_error(name, size));
+      return __cm_failed_call(name, tracked, __cm_data_limit_error(name, size));
+    }
+    const nameJson = JSONstringify(StringCtor(name));
+    if (!tracked && __cm_is_inline(name)) {
+      // Answered at once on this thread: a settled promise, with no entry to keep (~2 us less).
+      const id = nextCallId++;
+      const reply = hostCall("call", id, nameJson, argsJson, size);
+      const tag = reply[0];
+      if (tag !== "q") {
+        let promise;
+        if (tag === "e") {
+          const err = JSONparse(ReflectApply(StringSlice, reply, [1]));
+          const error = new ToolError(name, err.message, err.data === undefined ? null : err.data, err.code);
+          __cm_at_site(error, new ErrorCtor());
+          promise = ReflectApply(PromiseReject, PromiseCtor, [error]);
+        } else {
+          const payload = ReflectApply(StringSlice, reply, [1]);
+          promise = ReflectApply(PromiseResolve, PromiseCtor, [tag === "t" ? payload : JSONparse(payload)]);
+        }
+        ReflectApply(WeakSetAdd, calls, [promise]);
+        ReflectApply(WeakSetAdd, settledCalls, [promise]);
+        return promise;
+      }
+      // "q": it must go through the loop (it needs a decision): posted below, with its id.
+      const entry = __cm_new_call(name, tracked);
+      __cm_track(entry, id, size);
+      entry.site = new ErrorCtor();
+      postCall(id, nameJson, argsJson, size);
       return entry.promise;
     }
-    argsHeld += size;
-    entry.size = size;
+    const entry = __cm_new_call(name, tracked);
     const id = nextCallId++;
-    ReflectApply(MapSet, pending, [id, entry]);
+    __cm_track(entry, id, size);
     if (tracked) ReflectApply(MapSet, effectCalls, [id, entry.promise]);
-    __cm_to_host(entry, "call", id, JSONstringify(StringCtor(name)), argsJson, size);
+    __cm_to_host(entry, "call", id, nameJson, argsJson, size);
     return entry.promise;
   }
+
+  function __cm_track(entry, id, size) {
+    // A call that settles later: its arguments count as held until then.
+    argsHeld += size;
+    entry.size = size;
+    ReflectApply(MapSet, pending, [id, entry]);
+  }
+
+  function __cm_failed_call(name, tracked, error) {
+    // A call refused before it reached the host: a rejected promise, remembered as a call's.
+    const entry = __cm_new_call(name, tracked);
+    entry.reject(error);
+    return entry.promise;
+  }
+
 
   const ToolError = __cm_ToolError;
   const toolsTarget = ObjectCreate(null);
@@ -546,31 +587,29 @@
     __cm_post(`["done",${ok ? "true" : "false"},${__cm_q(value)},${__cm_q(errorJson)}]`);
   }
 
-  function __cm_drain() {
-    if (outbox.length === 0 && printBytes === 0) return "";
-    // Each message is JSON text already. Joining also flattens the string: quickjs-ng builds
-    // long concatenations as ropes, which the Python binding cannot convert.
+  function __cm_drain(force) {
+    // Messages for the host; printed text waits for a message, for the program to go idle
+    // (`force`), or for 1 MiB of it.
+    if (outbox.length === 0 && (printBytes === 0 || (!force && printBytes < 1048576))) return "";
+    // Each message is JSON text already.
     const text = ReflectApply(ArrayJoin, [
-      "[", printBytes, ",", printNul ? "true" : "false", ",[", ReflectApply(ArrayJoin, outbox, [","]), "]]",
+      "[", printBytes, ",[", ReflectApply(ArrayJoin, outbox, [","]), "]]",
     ], [""]);
     outbox = [];
     return text;
   }
 
   function __cm_take_output() {
-    // JSON-encoded when the text holds U+0000 (the drain message says so), else raw.
     const text = ReflectApply(ArrayJoin, prints, [""]);
-    const encode = printNul;
     prints = [];
     printBytes = 0;
-    printNul = false;
-    return encode ? JSONstringify(text) : text;
+    return text;
   }
 
   function __cm_take_chunk() {
-    // Used after an out-of-memory error, when joining could fail: one piece at a time, as JSON.
-    if (prints.length === 0) { printBytes = 0; printNul = false; return null; }
-    return JSONstringify(ReflectApply(ArrayShift, prints, []));
+    // Used after an out-of-memory error, when joining could fail: one piece at a time.
+    if (prints.length === 0) { printBytes = 0; return null; }
+    return ReflectApply(ArrayShift, prints, []);
   }
 
   function __cm_settle(id, ok, payload, isText) {
@@ -643,9 +682,9 @@
     }, false));
   }
 
-  function __cm_start(main, dataLimit, effectfulNamesJson, namespaceNamesJson, directCalls) {
+  function __cm_start(main, dataLimit, effectfulNamesJson, namespaceNamesJson, inlineNamesJson) {
     toolDataLimit = dataLimit;
-    direct = directCalls === true;
+    inlineJson = inlineNamesJson;
     effectfulJson = effectfulNamesJson;
     namespacesJson = namespaceNamesJson;
     if (typeof main !== "function") {
@@ -677,12 +716,12 @@
     ]);
   }
 
-  // Python picks these up with Context.get and then deletes them.
+  // The bridge takes these (and deletes them) once the prelude has run.
   global.__cm_start = __cm_start;
   global.__cm_settle = __cm_settle;
   global.__cm_fire = __cm_fire;
   global.__cm_drain = __cm_drain;
   global.__cm_take_output = __cm_take_output;
   global.__cm_take_chunk = __cm_take_chunk;
-  global.__cm_unobserved = __cm_unobserved;
+  global.__cm_report = __cm_report;
 })(globalThis);

@@ -155,6 +155,12 @@ class Approvals:
         self._audit = audit
         self._sessions: dict[str, _Session] = {}
 
+    @property
+    def batches(self) -> bool:
+        """Whether a callback is asked: then a program's calls made together (``Promise.all``)
+        reach it as one batch (the engine's `CallGate`)."""
+        return self.callback is not None
+
     def permission(self, tool: Tool) -> ToolPermission:
         """The tool's permission: the host's override, else from its annotations (read-only
         and undeclared tools allowed; tools that declare they change things ask, except bash,

@@ -58,6 +58,7 @@ class ToolRegistry:
         self._lock = threading.RLock()  # held by every change (see "registration")
         self._effectful_json: str | None = None  # effectful_names_json, until the tools change
         self._namespaces_json: str | None = None  # namespaces_json, until the tools change
+        self._inline_json: str | None = None  # inline_names_json, until the tools change
         self._index: SearchIndex | None = None  # search's index, until the tools change
 
     # -- registration -------------------------------------------------------------------
@@ -209,6 +210,7 @@ class ToolRegistry:
                 self._lazy_names.pop(tool_name, None)
             del self._lazy[name]
             self._namespaces_json = None  # (the effectful names are what it declared)
+            self._inline_json = None
             self._index = None
 
     def _load_all(self) -> None:
@@ -243,6 +245,7 @@ class ToolRegistry:
         """Forget what was derived from the set of tools."""
         self._effectful_json = None
         self._namespaces_json = None
+        self._inline_json = None
         self._index = None
 
     def effectful_names_json(self) -> str:
@@ -256,6 +259,15 @@ class ToolRegistry:
                 effectful.update(lazy.effectful)
             self._effectful_json = json.dumps(sorted(effectful))
         return self._effectful_json
+
+    def inline_names_json(self) -> str:
+        """The names of the loaded tools registered ``inline=True``, as a JSON array: the prelude
+        calls them on the program's thread (one crossing, answered at once) and posts every
+        other call to the event loop. A tool of a lazy extension not loaded yet is not named;
+        its first calls go through the loop, which runs an inline tool where it is."""
+        if self._inline_json is None:
+            self._inline_json = json.dumps(sorted(n for n, t in list(self._tools.items()) if t.inline))
+        return self._inline_json
 
     def namespaces_json(self) -> str:
         """The first parts of dotted tool names (an upstream server's tools are named

@@ -133,25 +133,29 @@ async def test_store_and_refused_calls_settle_while_another_call_is_pending(make
         assert result.text == "ToolError\nheld 1\n"
 
 
-@pytest.mark.parametrize("direct", [True, False], ids=["direct", "queued"])
-async def test_calls_settle_the_same_whether_they_cross_directly_or_queued(
-    make_host: Any, monkeypatch: pytest.MonkeyPatch, direct: bool
+@pytest.mark.parametrize("inline", [True, False], ids=["inline", "on-the-loop"])
+async def test_calls_settle_the_same_on_the_programs_thread_or_through_the_loop(
+    make_host: Any, inline: bool
 ) -> None:
-    # Where the watchdog cannot interrupt the engine, the binding's own time limit is armed and
-    # refuses calls into Python: calls then travel as queued messages drained between jobs.
-    from codemode.engine import _watchdog
-
-    if not direct:
-        monkeypatch.setattr(_watchdog, "interrupts_supported", lambda: False)
-
+    # An inline tool is answered inside the program's call (hostCall); any other is posted to
+    # the event loop, checked and run there, and its result posted back (postCall): the two
+    # paths must look the same to the program.
     async with make_host() as (host, _probe):
 
-        @host.tool(inline=True)
         def halve(value: int) -> int:
             "Half of an even number."
             if value % 2:
                 raise ToolError(f"{value} is odd")
             return value // 2
+
+        async def halve_async(value: int) -> int:
+            "Half of an even number."
+            return halve(value)
+
+        if inline:
+            host.add_tool(halve, inline=True)
+        else:
+            host.add_tool(halve_async, name="halve")
 
         program = (
             "const odd = [];\n"

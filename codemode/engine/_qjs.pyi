@@ -1,0 +1,86 @@
+"""Types of codemode's bridge to QuickJS-ng (the C extension built from codemode/engine/_qjs.c)."""
+
+ENGINE_VERSION: str
+"""The version of the QuickJS-ng engine linked in (vendor/quickjs-ng)."""
+MAX_SPINNERS: int
+"""How many waiting programs may spin at once (CPUs this process may use, minus one)."""
+
+class JSError(Exception):
+    """A JavaScript exception: its text (``String(exception)``), a newline, then its stack."""
+
+class Channel:
+    """One program's calls out to the event loop, its results in, and its stop signal.
+
+    Args:
+        immediate: Wake the loop at each call (else when the program next waits, so calls it
+            makes together reach the loop together).
+    """
+
+    def __init__(self, immediate: bool = True) -> None: ...
+    def fileno(self) -> int:
+        """The eventfd that becomes readable when the program has posted calls."""
+    def take_calls(self) -> list[tuple[int, str, str, int]]:
+        """The calls posted since the last take: (call id, name JSON, arguments JSON, size)."""
+    def post(self, call_id: int, ok: bool, payload: str, is_text: bool, /) -> None:
+        """Hand a call's result to the program: its text, JSON, or error JSON (any thread)."""
+    def interrupt(self) -> None:
+        """Stop the program: its next interrupt check throws, a wait returns (any thread)."""
+    @property
+    def interrupted(self) -> bool: ...
+    @property
+    def unread(self) -> int:
+        """Results posted that the program has not read yet (it reads them in posting order)."""
+
+class Context:
+    """A fresh QuickJS runtime and context, used by one thread at a time.
+
+    Args:
+        prelude: Load the prelude `set_prelude` gave (else a bare context, for eval only).
+
+    Raises:
+        RuntimeError: A prelude is asked for and none was set.
+        JSError: The prelude threw.
+    """
+
+    def __init__(self, prelude: bool = True) -> None: ...
+    def eval(self, source: str, filename: str = "<eval>", /) -> str | int | float | bool | None:
+        """A script's value: str, int, float, bool or None, else its JSON text."""
+    def set_limits(self, memory_bytes: int, stack_bytes: int, /) -> None: ...
+    def set_host(self, host: object, /) -> None:
+        """hostCall's Python side, ``host(kind, id, name_json, payload_json, size) -> str``, or None."""
+    def start(
+        self,
+        channel: Channel,
+        source: str,
+        data_limit: int,
+        effectful_json: str,
+        namespaces_json: str,
+        inline_json: str,
+        /,
+    ) -> None:
+        """Compile the wrapped program and start it: its first stretch runs here."""
+    def run(self, deadline: float, timer_at: float, /) -> tuple[str, str | None]:
+        """Run until the host must act: ("drain", text), ("timer"|"idle"|"deadline"|"interrupted", None)."""
+    def fire(self, timer_id: int, /) -> None: ...
+    def take_output(self) -> str: ...
+    def take_chunk(self) -> str | None: ...
+    def report(self) -> str: ...
+    def disarm(self) -> None:
+        """Ignore interrupts from now on (collecting a stopped program's output)."""
+    def free(self) -> None:
+        """Free the engine now, on this thread; the object is unusable after."""
+    @property
+    def outstanding(self) -> int:
+        """Calls posted to the loop and not yet settled."""
+
+def compile(source: str, filename: str, /) -> bytes:
+    """A script's bytecode (without its source)."""
+
+def set_prelude(bytecode: bytes, spare: int, /) -> None:
+    """The prelude every Context() gets (once per process), and how many contexts to keep ready."""
+
+def set_spin(microseconds: float, /) -> float:
+    """How long a waiting program spins before it parks; returns the previous value."""
+
+def keeper_stats() -> dict[str, int]:
+    """How contexts were had and freed so far: ahead by the keeper thread, or by the caller."""

@@ -165,7 +165,8 @@ class Pump:
                 self.exited = True
                 self._drain_deadline = time.monotonic() + DRAIN_SECONDS
                 continue
-            self._read(fd)
+            if fd in self._captures:  # (else a stale event of a stream closed in this same poll)
+                self._read(fd)
         if self.exited and not self._captures:
             self._finish()
             return "finished"
@@ -191,8 +192,13 @@ class Pump:
         self.log.write(data)
 
     def _close_stream(self, fd: int) -> None:
+        # Out of the epoll set first: closing the fd is not enough while another copy of the
+        # pipe is open (a child another command forked meanwhile holds it until it execs), and
+        # epoll would go on reporting this number, which may by then name another file.
+        with contextlib.suppress(OSError):
+            self._poll.unregister(fd)
         del self._captures[fd]
-        os.close(fd)  # which also takes it out of the epoll set (no other fd shares its file)
+        os.close(fd)
 
     def _finish(self) -> None:
         for fd in list(self._captures):

@@ -72,3 +72,28 @@ def test_the_pump_finishes_when_the_command_exits_and_its_pipes_close(
     assert pump.run(time.monotonic() + 10) == "finished"
     assert pump.finished
     assert log.data.startswith(b"started\n") and log.data.endswith(b"done\n")
+
+
+def test_a_closed_stream_is_not_reported_again_while_a_copy_of_its_pipe_lives() -> None:
+    # Another command forked meanwhile holds copies of this one's pipes until it execs; epoll
+    # keeps a closed fd in its set while any copy of the pipe is open. The pump must not read
+    # (or close) that fd number again: by then it may name another file.
+    out_read, out_write = os.pipe2(os.O_CLOEXEC)
+    err_read, err_write = os.pipe2(os.O_CLOEXEC)
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", "echo out; exec >&-; sleep 0.3; echo err >&2"],
+        stdout=out_write,
+        stderr=err_write,
+    )
+    os.close(out_write)
+    os.close(err_write)
+    copy = os.dup(out_read)  # the forked child's copy of the read end
+    log = _Log()
+    pump = Pump(proc, (out_read, err_read), StreamCapture(), StreamCapture(), log)
+    try:
+        assert pump.run(time.monotonic() + 30) == "finished"
+        assert log.data == b"out\nerr\n"
+    finally:
+        os.close(copy)
+        proc.wait(timeout=10)
+        pump.close()

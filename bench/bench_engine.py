@@ -1,14 +1,18 @@
-"""Engine benchmarks (issue 2): every number is printed beside a baseline from the same run.
+"""Engine benchmarks (issues 2 and 14): every number is printed beside a baseline from the same run.
 
     python bench/bench_engine.py [--quick]
 
-1. ``print(1)`` end to end through ``Host.run_code`` vs raw quickjs-ng eval of the same
-   source (the floor) vs ``node -e`` (what a user might run instead). Target: median <= 2 ms.
-2. Sequential ``await tools.echo(...)`` x 10,000. Target: <= 50 us per call. ``echo`` is a
-   plain sync function registered ``inline=True`` (the way to register a cheap tool: it runs
-   on the program's own thread); the same echo as an ``async def`` tool, whose every call
-   crosses to the event loop and back, is shown beside it. Baseline: the same loop calling a
-   plain JS function (the JS floor).
+1. ``print(1)`` end to end through ``Host.run_code`` vs a bare context of the same engine
+   evaluating the same source (the floor) vs ``node -e`` (what a user might run instead).
+   Targets: median <= 2 ms (issue 2), <= 0.3 ms (issue 14). The keeper's line says how often
+   a program found its fresh context made ahead.
+2. Sequential ``await tools.echo(...)`` x 10,000. Targets: <= 50 us per call (issue 2); an
+   inline tool <= 8 us, an async def tool <= 40 us (issue 14). ``echo_inline`` is a plain
+   sync function registered ``inline=True`` (it runs on the program's own thread); ``echo``
+   is an ``async def`` tool, whose every call goes to the event loop and back. Beside them:
+   the same loop calling a plain JS function (the JS floor), the async call with the
+   program's spinning wait turned off (what the spin buys), and Python's own thread -> loop ->
+   thread hand-off (what the bridge's channel replaces).
 3. ``Promise.all`` of 32 tools that each sleep 100 ms. Target: wall <= 150 ms (baseline: one
    such call).
 4. Printing 20 MB with a 2,000-token budget vs the same program with the budget off (the
@@ -31,9 +35,9 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-import quickjs
 
 from codemode import Host
+from codemode.engine import _qjs
 
 QUICK = "--quick" in sys.argv
 
@@ -42,16 +46,25 @@ def median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 
 
-def raw_quickjs_print(n: int) -> list[float]:
+def bare_context_print(n: int) -> list[float]:
+    """A fresh bare context of the same engine (no prelude) evaluating print(1): the floor."""
     samples = []
     for _ in range(n):
         start = time.perf_counter()
-        ctx = quickjs.Context()
-        out: list[str] = []
-        ctx.add_callable("print", out.append)
-        ctx.eval("print(1)")
+        ctx = _qjs.Context(prelude=False)
+        ctx.eval("const out = []; globalThis.print = (v) => out.push(String(v)); print(1); out.join()")
         samples.append(time.perf_counter() - start)
     return samples
+
+
+def settle_host_threads(timeout: float = 60) -> None:
+    """Wait until a new Host's start-up work on threads of its own is done (the secret rules'
+    compile, ~0.6 s of CPU): measured meanwhile, programs compete with it for the CPU."""
+    deadline = time.monotonic() + timeout
+    while any(t.name.startswith("codemode-redact") for t in threading.enumerate()):
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.01)
 
 
 def node_print(n: int) -> list[float] | None:
@@ -115,24 +128,29 @@ def add_bench_tools(host: Host) -> None:
 async def _bench(workspace: Path, state: Path) -> None:
     async with Host(workspace=workspace, state_dir=state, builtin_tools=True) as host:
         add_bench_tools(host)
+        _ = host.counter.exact  # the tokenizer loaded
+        settle_host_threads()
 
         # 1. print(1)
-        runs = 50 if QUICK else 500
-        for _ in range(20):
+        runs = 200 if QUICK else 2000
+        for _ in range(50):
             await host.run_code("print(1)")
+        kept = _qjs.keeper_stats()
         e2e = []
         for _ in range(runs):
             start = time.perf_counter()
             result = await host.run_code("print(1)")
             e2e.append(time.perf_counter() - start)
             assert result.text == "1\n", result.text
-        floor = raw_quickjs_print(runs)
+        ready = _qjs.keeper_stats()["taken_ready"] - kept["taken_ready"]
+        floor = bare_context_print(runs)
         node = node_print(20 if QUICK else 50)
         print("1. print(1) end to end (median)")
-        print(f"   Host.run_code          {median_ms(e2e):8.3f} ms   (target <= 2 ms)")
+        print(f"   Host.run_code          {median_ms(e2e):8.3f} ms   (targets <= 2 ms, <= 0.3 ms)")
         print(
-            f"   raw quickjs-ng eval    {median_ms(floor):8.3f} ms   ratio {median_ms(e2e) / median_ms(floor):6.1f}x"
+            f"   bare context eval      {median_ms(floor):8.3f} ms   ratio {median_ms(e2e) / median_ms(floor):6.1f}x"
         )
+        print(f"   contexts made ahead    {ready:5d} of {runs} programs")
         if node is not None:
             print(
                 f"   node -e                {median_ms(node):8.3f} ms   ratio {median_ms(e2e) / median_ms(node):6.3f}x"
@@ -148,6 +166,7 @@ async def _bench(workspace: Path, state: Path) -> None:
         per_call = []
         per_floor = []
         per_inline = []
+        per_parked = []
         for _ in range(3):
             start = time.perf_counter()
             result = await host.run_code(inline_program)
@@ -157,19 +176,31 @@ async def _bench(workspace: Path, state: Path) -> None:
             result = await host.run_code(program)
             per_call.append((time.perf_counter() - start) / n)
             assert result.ok and result.text.strip() == str(n * (n - 1) // 2), result.text
+            spin = _qjs.set_spin(0)
+            try:
+                start = time.perf_counter()
+                await host.run_code(program)
+                per_parked.append((time.perf_counter() - start) / n)
+            finally:
+                _qjs.set_spin(spin)
             start = time.perf_counter()
             await host.run_code(floor_program)
             per_floor.append((time.perf_counter() - start) / n)
         print(f"2. sequential await tools.echo x {n:,} (best of 3)")
-        print(f"   echo, inline=True      {min(per_inline) * 1e6:8.1f} us   (target <= 50 us)")
+        print(f"   echo, inline=True      {min(per_inline) * 1e6:8.1f} us   (targets <= 50 us, <= 8 us)")
         print(
-            f"   echo, async def        {min(per_call) * 1e6:8.1f} us   (a trip to the event loop and back)"
+            f"   echo, async def        {min(per_call) * 1e6:8.1f} us   (targets <= 50 us, <= 40 us: a trip to the "
+            "event loop and back)"
+        )
+        print(
+            f"   async def, no spinning {min(per_parked) * 1e6:8.1f} us   (the program sleeps while it waits: "
+            f"{min(per_parked) / min(per_call):.1f}x)"
         )
         print(f"   plain JS await floor   {min(per_floor) * 1e6:8.2f} us")
         hop = await thread_ping_pong(n)
         print(
-            f"   thread -> loop -> thread {hop * 1e6:6.1f} us   (the floor of an async call: a bare hand-off, "
-            f"async def echo is {min(per_call) / hop:.2f}x)"
+            f"   thread -> loop -> thread {hop * 1e6:6.1f} us   (Python's own hand-off, which async calls no "
+            f"longer take: async def echo is {min(per_call) / hop:.2f}x of it)"
         )
 
         # 3. Promise.all of 32 x 100 ms

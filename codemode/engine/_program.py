@@ -402,6 +402,11 @@ class ProgramCalls:
         """Calls started so far (read from any thread)."""
         return self.inline_calls + self.loop_calls
 
+    @property
+    def any_effects(self) -> bool:
+        """Whether any call of a tool that changes things has delivered its result."""
+        return bool(self._effects_delivered)
+
     def note_effect(self, call_id: int, tool_name: str, value: Any) -> None:
         """A call of a tool that declares it changes things (destructive) delivered ``value``."""
         self._effects_delivered.add(call_id)
@@ -541,6 +546,8 @@ class ProgramThread:
         change something did that settled but were never looked at (the prelude tracks them),
         with how many more there were than this keeps."""
         self._disarm()
+        if ctx.outstanding == 0 and not self.calls.any_effects:
+            return {}, [], 0  # no call pending, none that changed anything: nothing to ask JS
         try:
             report = json.loads(ctx.report())
         except (_qjs.JSError, TypeError, ValueError):  # the heap is full: nothing to say

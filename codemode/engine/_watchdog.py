@@ -76,14 +76,14 @@ class Watchdog:
     """One daemon thread that keeps the limits of every running program (started on first use)."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())  # (an RLock's is slower, and not needed)
         self._watches: set[Watch] = set()
         self._thread: threading.Thread | None = None
         self._wake_at = math.inf  # when the watchdog thread looks next (time.monotonic)
 
     def _reset_in_child(self) -> None:
         """After fork: the child has no watchdog thread (nor the parent's programs)."""
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())
         self._watches = set()
         self._thread = None
         self._wake_at = math.inf

@@ -1,10 +1,12 @@
-"""Scale: 200 programs at once on one Host, each making 20 async tool calls; and the event
-loop's worst stall while 4 CPU-bound programs run.
+"""Scale: 200 programs at once on one Host, each making 20 async tool calls; the event loop's
+worst stall while 4 CPU-bound programs run; and memory: RSS per idle session and per running
+program, and the host's RSS after programs hit their memory limit.
 
 Targets (issue 14): all 200 complete correctly; the loop never stalls 10 ms or more (programs
-run on their own threads, so one session's computing never blocks another's calls). The
-stall is measured by a task that sleeps 1 ms in a loop and records how late it wakes; the same
-task alone, before the programs, is the baseline.
+run on their own threads, so one session's computing never blocks another's calls); RSS back
+within 10 MiB of its baseline after a memory bomb. The stall is measured by a task that sleeps
+1 ms in a loop and records how late it wakes; the same task alone, before the programs, is the
+baseline.
 
     PYTHONPATH=. python bench/bench_scale.py
 """
@@ -39,7 +41,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "ws").mkdir()
         async with Host(
-            workspace=Path(tmp) / "ws", state_dir=Path(tmp) / "state", max_output_tokens=256
+            workspace=Path(tmp) / "ws", state_dir=Path(tmp) / "state", max_output_tokens=256, memory_mb=64
         ) as host:
 
             @host.tool()
@@ -102,6 +104,22 @@ async def main() -> None:
                 gate.set()
             print(
                 f"RSS per idle session: {idle / 1024:.0f} KiB; per running program (holding a 1 MiB string): {running / 2**20:.1f} MiB"
+            )
+
+            # Memory bombs: each program grows its heap to its 64 MiB limit and is stopped.
+            for _ in range(5):  # what a program usually leaves in the host's caches, before the baseline
+                await host.run_code("print(1)", session_id="bomb")
+            bombs = 3
+            base = me.memory_info().rss
+            for _ in range(bombs):
+                result = await host.run_code(
+                    "const a = []; for (;;) a.push('x'.repeat(1 << 16) + a.length);", session_id="bomb"
+                )
+                assert result.error is not None and result.error.kind == "out_of_memory", result.text
+            after = me.memory_info().rss - base
+            print(
+                f"RSS after {bombs} programs hit their {host.config.memory_mb} MiB heap limit: {after / 2**20:+.1f} MiB "
+                "(target: within 10 MiB of the baseline)"
             )
 
             stalls: list[float] = []

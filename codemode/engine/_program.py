@@ -450,6 +450,20 @@ class CallGate(Protocol):
 # ---- the program's thread -------------------------------------------------------------------
 
 _STACK_OVERFLOW = ("call stack", "stack overflow")
+# A program's first stretch on the event loop's thread (ProgramThread.first_stretch) runs at most
+# this long: print(1) takes ~0.05 ms; the loop must never be held 10 ms.
+_SLICE_SECONDS = 0.001
+# What first_stretch returns when the program goes on, or starts over, on a worker.
+WAITING = "waiting"
+START_OVER = "start over"
+_WAITING = WAITING  # what _loop returns where the program would wait (without ``wait``)
+# Endings of a first stretch that are the program's own doing and stand as they are; any
+# other (a limit) is met again on a worker, with the worker's full limits.
+_OWN_ENDINGS = frozenset({"uncaught", "syntax_error", "deadlock"})
+
+
+def _engine_fault(exc: BaseException) -> GuestError:
+    return GuestError("internal", type(exc).__name__, f"engine fault: {exc}")
 
 
 @dataclass
@@ -484,8 +498,8 @@ class ProgramThread:
         self._done: tuple[bool, str, str] | None = None
         self._timers: list[tuple[float, int]] = []
         self._live_timers: set[int] = set()
-        self._cpu_start = 0.0
         self._deadline = 0.0
+        self._slice_cpu = 0.0  # CPU seconds its first stretch took on the loop's thread
         self._ctx: _qjs.Context | None = None
         self._watch: Watch | None = None  # the watchdog's view of this run, set in run()
 
@@ -504,37 +518,104 @@ class ProgramThread:
     # -- the run loop ---------------------------------------------------------------------
 
     def run(self, ctx: _qjs.Context) -> ProgramOutcome:
-        """Run the program on a fresh prepared context (`prepare_context`). Never raises.
+        """Run the program from its start on a fresh context (`prepare_context`), on this (a
+        worker) thread. Never raises.
 
         Returns on completion, failure, deadlock or a limit.
         """
-        self._cpu_start = time.thread_time()
+        cpu_start = time.thread_time()
         self._deadline = time.monotonic() + self.timeout_seconds
         self._ctx = ctx
+        error: GuestError | str | None
+        try:
+            self._enter(ctx, self.limits.cpu_seconds)
+            error = self._start(ctx)
+            if error is None:
+                error = self._loop(ctx, wait=True)
+        except BaseException as exc:
+            error = _engine_fault(exc)
+        return self._outcome(ctx, error, cpu_start)
+
+    def first_stretch(self, ctx: _qjs.Context) -> ProgramOutcome | str:
+        """Run the program's first stretch here, on the event loop's thread: at most
+        `_SLICE_SECONDS`, with no call into Python. Never raises.
+
+        A program that ends within it needs no worker thread (two thread hand-offs, ~0.1 ms of
+        a program that calls nothing: bench/bench_engine.py); the loop is held for at most the
+        slice (well under the 10 ms no program may block it for).
+
+        Returns:
+            The outcome, when the program ended within it (done, or failed by its own doing);
+            `WAITING` when it waits for a call it posted or a timer (it goes on on a worker,
+            `resume`); `START_OVER` when it called into the host (an inline tool, the store),
+            ran out of the slice's time or stack, or hit a limit: nothing it did took effect or
+            was seen, and it runs again from its start on a worker (`run`, a new program).
+        """
+        cpu_start = time.thread_time()
+        self._deadline = time.monotonic() + self.timeout_seconds
+        self._ctx = ctx
+        ctx.set_limits(self.limits.memory_bytes, self.limits.stack_bytes)
+        if not ctx.set_slice(_SLICE_SECONDS, self.limits.stack_bytes):  # this thread's stack is too small
+            self._ctx = None
+            return START_OVER
+        error: GuestError | str | None
+        try:
+            error = self._start(ctx)
+            if error is None:
+                error = self._loop(ctx, wait=False)
+        except BaseException as exc:
+            error = _engine_fault(exc)
+        finally:
+            cut_short = ctx.slice_end is not None
+            ctx.set_slice(0)
+        self._slice_cpu = time.thread_time() - cpu_start
+        if error is _WAITING and not cut_short:
+            return WAITING
+        if cut_short or (isinstance(error, GuestError) and error.kind not in _OWN_ENDINGS):
+            self._ctx = None
+            return START_OVER
+        return self._outcome(ctx, error, cpu_start)
+
+    def resume(self, ctx: _qjs.Context) -> ProgramOutcome:
+        """Go on with a program whose first stretch waited (`first_stretch`), on this (a
+        worker) thread. Never raises."""
+        cpu_start = time.thread_time() - self._slice_cpu
+        try:
+            self._enter(ctx, self.limits.cpu_seconds - self._slice_cpu)
+            error = self._loop(ctx, wait=True)
+        except BaseException as exc:
+            error = _engine_fault(exc)
+        return self._outcome(ctx, error, cpu_start)
+
+    def _enter(self, ctx: _qjs.Context, cpu_seconds: float) -> None:
+        """Set the program up on this thread: its limits (this thread's stack), its host
+        function, and the watchdog's watch (this thread's CPU clock)."""
+        ctx.set_limits(self.limits.memory_bytes, self.limits.stack_bytes)
+        ctx.set_host(self._call_now)
+        self._watch = WATCHDOG.start(self.channel, cpu_seconds, self._deadline)
+        if self.cancelled.is_set():  # cancelled before the watch existed (see cancel)
+            WATCHDOG.cancel(self._watch)
+
+    def _outcome(self, ctx: _qjs.Context, error: GuestError | str | None, cpu_start: float) -> ProgramOutcome:
         pending: dict[int, str] = {}
         unawaited: list[tuple[str, ToolResult]] = []
         unawaited_more = 0
         try:
-            ctx.set_limits(self.limits.memory_bytes, self.limits.stack_bytes)
-            ctx.set_host(self._call_now)
-            self._watch = WATCHDOG.start(self.channel, self.limits.cpu_seconds, self._deadline)
-            if self.cancelled.is_set():  # cancelled before the watch existed (see cancel)
-                WATCHDOG.cancel(self._watch)
-            error = self._run(ctx)
             pending, unawaited, unawaited_more = self._report(ctx)
         except BaseException as exc:
-            error = GuestError("internal", type(exc).__name__, f"engine fault: {exc}")
+            error = error or _engine_fault(exc)
         finally:
             self._disarm()
             ctx.set_host(None)  # (the host function refers back to this object)
             self._ctx = None
+        assert error is not _WAITING
         return ProgramOutcome(
             output="".join(self._output),
-            error=error,
+            error=error if isinstance(error, GuestError) else None,
             tool_calls=self.calls.tool_calls,
             cancelled=list(pending.values()),
             pending_calls=pending,
-            cpu_seconds=time.thread_time() - self._cpu_start,
+            cpu_seconds=time.thread_time() - cpu_start,
             output_dropped_bytes=self._output_dropped,
             dropped_timers=len(self._live_timers),
             unawaited=unawaited,
@@ -575,12 +656,12 @@ class ProgramThread:
         if self._ctx is not None:
             self._ctx.disarm()
 
-    def _run(self, ctx: _qjs.Context) -> GuestError | None:
+    def _start(self, ctx: _qjs.Context) -> GuestError | None:
+        """Compile the program and run it up to its first wait (or its end)."""
         if "\x00" in self.source:  # QuickJS's parser reads U+0000 as the end of the source
             return self._nul_in_source()
         registry = self.registry
         try:
-            # The program's first stretch (up to its first wait) runs in here.
             ctx.start(
                 self.channel,
                 _PREFIX + self.source + _SUFFIX,
@@ -595,14 +676,21 @@ class ProgramThread:
                 return self._syntax_error(text)
             self._collect_rest()
             return self._limit_error(text)
+        return None
+
+    def _loop(self, ctx: _qjs.Context, *, wait: bool) -> GuestError | str | None:
+        """Run the program to its end: None when it ended well, else its error; or, without
+        ``wait``, `_WAITING` where it would wait for a call or a timer."""
         try:
             while True:
-                event, drained = ctx.run(self._deadline, self._next_timer())
+                event, drained = ctx.run(self._deadline, self._next_timer(), wait)
                 if event == "drain":
                     assert drained is not None
                     self._drain(ctx, drained)
                     if self._done is not None:
                         return self._finish_error()
+                elif event == "wait":
+                    return _WAITING
                 elif event == "timer":
                     self._fire_due(ctx)
                 elif event == "idle":
@@ -692,7 +780,7 @@ class ProgramThread:
 
     # -- calls answered on this thread (hostCall) -------------------------------------------
 
-    def _call_now(self, kind: str, call_id: int, name_json: str, payload_json: str, size: int) -> str:
+    def _call_now(self, kind: str, call_id: int, name: str, payload_json: str, size: int) -> str:
         """The prelude's ``hostCall``: one call answered at once, from inside JS; never raises.
 
         Returns:
@@ -700,11 +788,10 @@ class ProgramThread:
             an inline tool's (the prelude posts it to the loop instead).
         """
         try:
-            name = _from_js_json(name_json)
             payload = _from_js_json(payload_json)
             if kind == "sync":
-                return self._sync(str(name), *payload)
-            return self._inline(call_id, str(name), payload)
+                return self._sync(name, *payload)
+            return self._inline(call_id, name, payload)
         except Exception as exc:  # a host fault must not reach the engine
             return "e" + error_json(ErrorCode.TOOL_FAILED, f"engine fault: {exc!r}", None)
 

@@ -386,7 +386,7 @@ static PyMethodDef Channel_methods[] = {
     {"fileno", (PyCFunction)Channel_fileno, METH_NOARGS,
      "The eventfd that becomes readable when the program has posted calls (for the event loop)."},
     {"take_calls", (PyCFunction)Channel_take_calls, METH_NOARGS,
-     "The calls posted since the last take, as [(id, name_json, payload_json, size)] (loop thread)."},
+     "The calls posted since the last take, as [(id, name, payload_json, size)] (loop thread)."},
     {"post", (PyCFunction)Channel_post, METH_VARARGS,
      "post(call_id, ok, payload, is_text): hand a call's result to the program (any thread)."},
     {"interrupt", (PyCFunction)Channel_interrupt, METH_NOARGS,
@@ -435,10 +435,14 @@ typedef struct {
     JSContext *jc;
     JSValue *entry;
     int loaded;
-    PyObject *host;   /* hostCall's Python side: host(kind, id, name_json, payload_json, size) -> str */
+    PyObject *host;   /* hostCall's Python side: host(kind, id, name, payload_json, size) -> str */
     Channel *channel; /* the running program's (strong reference) */
     int armed;        /* the interrupt check honours channel->interrupted */
     int64_t outstanding; /* calls posted to the loop and not yet settled */
+    /* A first stretch run on the event loop's thread (set_slice): it ends at slice_until (time.monotonic
+     * seconds) and refuses calls into Python; `slice_end` says which ended it. */
+    double slice_until;
+    const char *slice_end; /* NULL, "refused" (a call into Python) or "expired" */
 } Context;
 
 static PyTypeObject ContextType;
@@ -448,17 +452,33 @@ static int
 on_interrupt(JSRuntime *rt, void *opaque)
 {
     Context *self = opaque;
+    if (self->slice_until > 0 && monotonic() >= self->slice_until) {
+        self->slice_end = "expired";
+        return 1;
+    }
     return self->armed && self->channel != NULL && atomic_load_explicit(&self->channel->interrupted, memory_order_relaxed);
+}
+
+/* End the stretch at once (an uncatchable error): it will start over elsewhere. */
+static JSValue
+refuse_in_slice(JSContext *jc, Context *self)
+{
+    self->slice_end = "refused";
+    JSValue error = JS_NewError(jc);
+    JS_SetUncatchableError(jc, error);
+    return JS_Throw(jc, error);
 }
 
 static const char FAULT_REPLY[] = "e{\"code\":\"tool_failed\",\"message\":\"engine fault: the host's call handler failed\",\"data\":null}";
 
-/* hostCall(kind, id, nameJson, payloadJson, size): the prelude's call into Python, answered at
+/* hostCall(kind, id, name, payloadJson, size): the prelude's call into Python, answered at
  * once (inline tools, store, searchTools). Takes the GIL for the Python part only. */
 static JSValue
 js_host_call(JSContext *jc, JSValueConst this_val, int argc, JSValueConst *argv)
 {
     Context *self = JS_GetContextOpaque(jc);
+    if (self->slice_until > 0) /* on the event loop's thread: no call into Python from here */
+        return refuse_in_slice(jc, self);
     if (argc < 5)
         return JS_ThrowTypeError(jc, "hostCall: 5 arguments expected");
     int64_t id, size;
@@ -505,7 +525,7 @@ js_host_call(JSContext *jc, JSValueConst this_val, int argc, JSValueConst *argv)
     return reply;
 }
 
-/* postCall(id, nameJson, payloadJson, size): a call for the event loop; no GIL. */
+/* postCall(id, name, payloadJson, size): a call for the event loop; no GIL. */
 static JSValue
 js_post_call(JSContext *jc, JSValueConst this_val, int argc, JSValueConst *argv)
 {
@@ -647,18 +667,17 @@ engine_new(const uint8_t *prelude, size_t prelude_len, char **error, size_t *err
  * 55, reading the prelude's bytecode 45, running it 27) and freeing one ~0.04 ms. Done by a
  * worker right after its program ended, that work competed (on a 2-CPU machine) with the event
  * loop just when the loop took the outcome: the loop woke ~0.2 ms late. One pthread that never
- * touches Python (no GIL) keeps `spare` engines ready and frees used ones. A taker that finds
- * none ready waits for the one being made (making a second would cost a second CPU for no
- * gain); only when the keeper is not making one does it make its own. The keeper runs at
- * normal priority: at SCHED_IDLE a taker waiting for it could wait behind any busy thread, and
- * measured back to back (bench/bench_engine.py) it kept up less often. */
+ * touches Python (no GIL) keeps `spare` engines ready and frees used ones. Nobody waits for it:
+ * the event loop takes a ready engine or none (take_ready: the program then starts on a
+ * worker), a worker takes one or makes its own. It runs at normal priority: measured back to
+ * back (bench/bench_engine.py), at SCHED_IDLE it had an engine ready for 62-77% of programs,
+ * at normal priority for 76-92%, and print(1) took 0.16-0.19 ms instead of 0.18-0.24. */
 
 #define MAX_USED 8 /* engines waiting to be freed; beyond that the caller frees its own */
 
 static struct {
     pthread_mutex_t mu;
-    pthread_cond_t cv;   /* the keeper waits on it for work */
-    pthread_cond_t made; /* takers wait on it for the engine being made */
+    pthread_cond_t cv; /* the keeper waits on it for work */
     uint8_t *prelude;
     size_t prelude_len;
     int spare;
@@ -667,11 +686,10 @@ static struct {
     Engine *used;
     int n_used;
     int running;
-    int making;  /* the keeper is making one now: a taker waits for it rather than make another */
     int failing; /* the last attempt to make one failed: wait for the next take */
     /* how engines were had and freed: ahead (by the keeper) or by the caller */
     long long taken_ready, made_by_caller, freed_ahead, freed_by_caller;
-} keeper = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER};
+} keeper = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
 
 static void *
 keeper_main(void *unused)
@@ -691,12 +709,9 @@ keeper_main(void *unused)
         }
         const uint8_t *prelude = keeper.prelude;
         size_t len = keeper.prelude_len;
-        keeper.making = 1;
         pthread_mutex_unlock(&keeper.mu);
         Engine *e = engine_new(prelude, len, NULL, NULL);
         pthread_mutex_lock(&keeper.mu);
-        keeper.making = 0;
-        pthread_cond_broadcast(&keeper.made);
         if (e == NULL) {
             keeper.failing = 1;
             continue;
@@ -730,8 +745,6 @@ static Engine *
 keeper_take(char **error, size_t *error_len)
 {
     pthread_mutex_lock(&keeper.mu);
-    if (keeper.ready == NULL && keeper.making)
-        pthread_cond_wait(&keeper.made, &keeper.mu); /* no faster to make another, and no second CPU spent */
     Engine *e = keeper.ready;
     if (e != NULL) {
         keeper.ready = e->next;
@@ -747,6 +760,22 @@ keeper_take(char **error, size_t *error_len)
     pthread_mutex_unlock(&keeper.mu);
     if (e == NULL)
         e = engine_new(prelude, len, error, error_len);
+    return e;
+}
+
+/* A ready engine, or NULL: never made here, never waited for. No GIL. */
+static Engine *
+keeper_take_ready(void)
+{
+    pthread_mutex_lock(&keeper.mu);
+    Engine *e = keeper.ready;
+    if (e != NULL) {
+        keeper.ready = e->next;
+        keeper.n_ready--;
+        keeper.taken_ready++;
+        keeper_wake();
+    }
+    pthread_mutex_unlock(&keeper.mu);
     return e;
 }
 
@@ -776,8 +805,6 @@ keeper_after_fork(void)
 {
     pthread_mutex_init(&keeper.mu, NULL);
     pthread_cond_init(&keeper.cv, NULL);
-    pthread_cond_init(&keeper.made, NULL);
-    keeper.making = 0;
     keeper.ready = keeper.used = NULL;
     keeper.n_ready = keeper.n_used = 0;
     keeper.running = 0;
@@ -792,6 +819,8 @@ finalizing(void)
     return _Py_IsFinalizing();
 #endif
 }
+
+static void bind_engine(Context *self, Engine *e);
 
 static PyObject *
 Context_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -817,6 +846,14 @@ Context_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_DECREF(self);
         return error != NULL ? raise_text(error, error_len) : PyErr_NoMemory();
     }
+    bind_engine(self, e);
+    return (PyObject *)self;
+}
+
+/* Make engine `e` the context's (a Context just allocated). */
+static void
+bind_engine(Context *self, Engine *e)
+{
     self->engine = e;
     self->rt = e->rt;
     self->jc = e->jc;
@@ -824,6 +861,20 @@ Context_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->loaded = e->loaded;
     JS_SetContextOpaque(e->jc, self);
     JS_SetInterruptHandler(e->rt, on_interrupt, self);
+}
+
+static PyObject *
+qjs_take_ready(PyObject *module, PyObject *unused)
+{
+    Engine *e = keeper_take_ready();
+    if (e == NULL)
+        Py_RETURN_NONE;
+    Context *self = (Context *)ContextType.tp_alloc(&ContextType, 0);
+    if (self == NULL) {
+        keeper_give_back(e);
+        return NULL;
+    }
+    bind_engine(self, e);
     return (PyObject *)self;
 }
 
@@ -1047,7 +1098,7 @@ Context_start(Context *self, PyObject *args)
 }
 
 /* What run() returns for. */
-enum { EV_ERROR, EV_DRAIN, EV_IDLE, EV_TIMER, EV_DEADLINE, EV_INTERRUPTED };
+enum { EV_ERROR, EV_DRAIN, EV_IDLE, EV_TIMER, EV_DEADLINE, EV_INTERRUPTED, EV_WAIT };
 
 /* The prelude's drain: messages for the host ("" when none; with `force`, also printed text).
  * 1 with *text set, 0 when there is nothing, -1 on error (*text is the error). */
@@ -1171,7 +1222,7 @@ park_wait(Channel *ch, uint32_t seen, double until)
 
 /* Run the program until the host must act: run its jobs, settle posted results, wait. */
 static int
-run_loop(Context *self, double deadline, double timer_at, char **text, size_t *len)
+run_loop(Context *self, double deadline, double timer_at, int wait, char **text, size_t *len)
 {
     Channel *ch = self->channel;
     JS_UpdateStackTop(self->rt);
@@ -1206,6 +1257,10 @@ run_loop(Context *self, double deadline, double timer_at, char **text, size_t *l
             return EV_DEADLINE;
         if (now >= timer_at)
             return EV_TIMER;
+        if (!wait) { /* it would wait: printed text first, then say so */
+            d = drain(self, 1, text, len);
+            return d != 0 ? (d > 0 ? EV_DRAIN : EV_ERROR) : EV_WAIT;
+        }
         if (self->outstanding > 0 && spin_wait(ch, seen))
             continue;
         /* About to sleep: printed text goes to the host first (progress reports count it). */
@@ -1220,7 +1275,8 @@ static PyObject *
 Context_run(Context *self, PyObject *args)
 {
     double deadline, timer_at;
-    if (!PyArg_ParseTuple(args, "dd", &deadline, &timer_at))
+    int wait = 1;
+    if (!PyArg_ParseTuple(args, "dd|p", &deadline, &timer_at, &wait))
         return NULL;
     if (!need_loaded(self))
         return NULL;
@@ -1232,9 +1288,9 @@ Context_run(Context *self, PyObject *args)
     size_t len = 0;
     int event;
     Py_BEGIN_ALLOW_THREADS
-    event = run_loop(self, deadline, timer_at, &text, &len);
+    event = run_loop(self, deadline, timer_at, wait, &text, &len);
     Py_END_ALLOW_THREADS
-    static const char *names[] = {"error", "drain", "idle", "timer", "deadline", "interrupted"};
+    static const char *names[] = {"error", "drain", "idle", "timer", "deadline", "interrupted", "wait"};
     if (event == EV_ERROR)
         return raise_text(text, len);
     if (event == EV_DRAIN) {
@@ -1306,6 +1362,67 @@ Context_report(Context *self, PyObject *unused)
     return text_entry(self, F_REPORT);
 }
 
+/* Bytes of C stack left below this frame on the calling thread (0 when unknown). The stack's
+ * low end is looked up once per thread: for the main thread glibc reads /proc/self/maps to find
+ * it (~0.4 ms). */
+static __thread uintptr_t thread_stack_low = 0;
+
+static size_t
+stack_room(void)
+{
+    if (thread_stack_low == 0) {
+        pthread_attr_t attr;
+        void *base;
+        size_t size;
+        if (pthread_getattr_np(pthread_self(), &attr) != 0)
+            return 0;
+        int ok = pthread_attr_getstack(&attr, &base, &size) == 0;
+        pthread_attr_destroy(&attr);
+        if (!ok)
+            return 0;
+        thread_stack_low = (uintptr_t)base;
+    }
+    char here;
+    uintptr_t sp = (uintptr_t)&here;
+    return sp > thread_stack_low ? (size_t)(sp - thread_stack_low) : 0;
+}
+
+#define SLICE_STACK_MARGIN (256 * 1024) /* C stack kept free below JS's own limit */
+
+static PyObject *
+Context_set_slice(Context *self, PyObject *args)
+{
+    double seconds;
+    Py_ssize_t stack_bytes = 0;
+    if (!PyArg_ParseTuple(args, "d|n", &seconds, &stack_bytes))
+        return NULL;
+    self->slice_end = NULL;
+    if (seconds <= 0) {
+        self->slice_until = 0;
+        Py_RETURN_TRUE;
+    }
+    /* This thread (the event loop's) may have less stack than a worker's: JS gets what is left
+     * here (above a margin), and a program that needs more starts over on a worker. */
+    size_t room = stack_room();
+    if (room < 2 * SLICE_STACK_MARGIN)
+        Py_RETURN_FALSE;
+    size_t limit = (size_t)stack_bytes;
+    if (limit == 0 || limit > room - SLICE_STACK_MARGIN)
+        limit = room - SLICE_STACK_MARGIN;
+    JS_UpdateStackTop(self->rt);
+    JS_SetMaxStackSize(self->rt, limit);
+    self->slice_until = monotonic() + seconds;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+Context_get_slice_end(Context *self, void *closure)
+{
+    if (self->slice_end == NULL)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(self->slice_end);
+}
+
 static PyObject *
 Context_disarm(Context *self, PyObject *unused)
 {
@@ -1326,7 +1443,7 @@ static PyMethodDef Context_methods[] = {
      "eval(source, filename='<eval>'): a script's value as str, int, float, bool or None (else its JSON)."},
     {"set_limits", (PyCFunction)Context_set_limits, METH_VARARGS, "set_limits(memory_bytes, stack_bytes)."},
     {"set_host", (PyCFunction)Context_set_host, METH_O,
-     "set_host(callable or None): hostCall's Python side, host(kind, id, name_json, payload_json, size) -> str."},
+     "set_host(callable or None): hostCall's Python side, host(kind, id, name, payload_json, size) -> str."},
     {"start", (PyCFunction)Context_start, METH_VARARGS,
      "start(channel, source, data_limit, effectful_json, namespaces_json, inline_json): compile the wrapped "
      "program and start it (its first stretch runs here)."},
@@ -1338,10 +1455,16 @@ static PyMethodDef Context_methods[] = {
      "One piece of printed text (JSON), or None (after running out of memory)."},
     {"report", (PyCFunction)Context_report, METH_NOARGS, "The prelude's end-of-program report (JSON text)."},
     {"disarm", (PyCFunction)Context_disarm, METH_NOARGS, "Ignore interrupts from now on (collecting output)."},
+    {"set_slice", (PyCFunction)Context_set_slice, METH_VARARGS,
+     "set_slice(seconds, stack_bytes=0) -> bool: run only that long from now, on at most that much of this "
+     "thread's stack, refusing calls into Python (0 ends the slice); False when this thread's stack is too "
+     "small for one."},
     {NULL}};
 
 static PyGetSetDef Context_getset[] = {
     {"outstanding", (getter)Context_get_outstanding, NULL, "Calls posted to the loop and not yet settled.", NULL},
+    {"slice_end", (getter)Context_get_slice_end, NULL,
+     "What ended the slice early: None, 'refused' (a call into Python) or 'expired'.", NULL},
     {NULL}};
 
 static PyTypeObject ContextType = {
@@ -1462,6 +1585,8 @@ static PyMethodDef module_methods[] = {
     {"set_prelude", qjs_set_prelude, METH_VARARGS,
      "set_prelude(bytecode, spare): the prelude every Context() gets (once per process), and how many "
      "fresh contexts a background thread keeps ready."},
+    {"take_ready", qjs_take_ready, METH_NOARGS,
+     "A fresh context the keeper made ahead, or None (never made nor waited for here)."},
     {"keeper_stats", qjs_keeper_stats, METH_NOARGS,
      "How contexts were had and freed so far: ahead by the keeper thread, or by the caller."},
     {"set_spin", qjs_set_spin, METH_O,

@@ -20,7 +20,7 @@ class Channel:
     def fileno(self) -> int:
         """The eventfd that becomes readable when the program has posted calls."""
     def take_calls(self) -> list[tuple[int, str, str, int]]:
-        """The calls posted since the last take: (call id, name JSON, arguments JSON, size)."""
+        """The calls posted since the last take: (call id, tool name, arguments JSON, size)."""
     def post(self, call_id: int, ok: bool, payload: str, is_text: bool, /) -> None:
         """Hand a call's result to the program: its text, JSON, or error JSON (any thread)."""
     def interrupt(self) -> None:
@@ -47,7 +47,7 @@ class Context:
         """A script's value: str, int, float, bool or None, else its JSON text."""
     def set_limits(self, memory_bytes: int, stack_bytes: int, /) -> None: ...
     def set_host(self, host: object, /) -> None:
-        """hostCall's Python side, ``host(kind, id, name_json, payload_json, size) -> str``, or None."""
+        """hostCall's Python side, ``host(kind, id, name, payload_json, size) -> str``, or None."""
     def start(
         self,
         channel: Channel,
@@ -59,8 +59,15 @@ class Context:
         /,
     ) -> None:
         """Compile the wrapped program and start it: its first stretch runs here."""
-    def run(self, deadline: float, timer_at: float, /) -> tuple[str, str | None]:
-        """Run until the host must act: ("drain", text), ("timer"|"idle"|"deadline"|"interrupted", None)."""
+    def run(self, deadline: float, timer_at: float, wait: bool = True, /) -> tuple[str, str | None]:
+        """Run until the host must act: ("drain", text), ("timer"|"idle"|"deadline"|"interrupted", None),
+        or, with ``wait`` false, ("wait", None) where it would wait for a result or a timer."""
+    def set_slice(self, seconds: float, stack_bytes: int = 0, /) -> bool:
+        """Run only ``seconds`` from now, refusing calls into Python (0 ends it); False when this
+        thread's stack is too small for a slice."""
+    @property
+    def slice_end(self) -> str | None:
+        """What ended the slice early: None, "refused" (a call into Python) or "expired"."""
     def fire(self, timer_id: int, /) -> None: ...
     def take_output(self) -> str: ...
     def take_chunk(self) -> str | None: ...
@@ -81,6 +88,9 @@ def set_prelude(bytecode: bytes, spare: int, /) -> None:
 
 def set_spin(microseconds: float, /) -> float:
     """How long a waiting program spins before it parks; returns the previous value."""
+
+def take_ready() -> Context | None:
+    """A fresh context the keeper made ahead, or None (never made nor waited for here)."""
 
 def keeper_stats() -> dict[str, int]:
     """How contexts were had and freed so far: ahead by the keeper thread, or by the caller."""

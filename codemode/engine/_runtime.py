@@ -12,9 +12,13 @@ import collections
 from collections.abc import Sequence
 from typing import Any
 
+import anyio.lowlevel
+
 from codemode.engine import _qjs
 from codemode.engine._loop import LoopSpawner
 from codemode.engine._program import (
+    START_OVER,
+    WAITING,
     CallGate,
     EngineLimits,
     ProgramCalls,
@@ -78,9 +82,8 @@ class _Calls:
         """
         gate = self.gate
         asked: list[tuple[_Admitted, Sequence[Any]]] = []
-        for call_id, name_json, payload_json, size in self.channel.take_calls():
+        for call_id, name, payload_json, size in self.channel.take_calls():
             try:
-                name = str(_from_js_json(name_json))
                 arguments = _from_js_json(payload_json)
             except ValueError as exc:  # pragma: no cover - the prelude posts JSON it made
                 self._answer_now(
@@ -247,6 +250,48 @@ class Engine:
             UserError: Not running on the asyncio backend.
         """
         spawner = LoopSpawner()
+        program, calls = self._program(source, context, timeout_seconds, gate, spawner, view)
+        # Its first stretch runs here, on a context made ahead: one that ends there (a program
+        # that calls nothing) needs no worker thread (ProgramThread.first_stretch).
+        ready = _qjs.take_ready()
+        first = program.first_stretch(ready) if ready is not None else START_OVER
+        if isinstance(first, ProgramOutcome):
+            if first.pending_calls:  # a call starts when the program makes it, awaited or not
+                calls.on_posted()
+                await anyio.lowlevel.checkpoint()  # (their first steps run on the loop's next turn)
+            return await self._settle_pending(first, calls)
+        resumed: _qjs.Context | None = None
+        if first == WAITING:
+            resumed = ready
+        elif ready is not None:  # it starts over: what its first stretch did goes with its channel
+            program, calls = self._program(source, context, timeout_seconds, gate, spawner, view)
+        del ready
+        fd = calls.channel.fileno()
+        spawner.watch_readable(fd, calls.on_posted)
+        finished = False
+        try:
+            if resumed is not None:
+                outcome: ProgramOutcome = await self._workers.run(program.resume, spawner, resumed)
+            else:
+                outcome = await self._workers.run(program.run, spawner)
+            finished = True
+        finally:
+            spawner.unwatch_readable(fd)
+            if not finished:  # this call was cancelled: stop the program and its calls
+                spawner.close()
+                program.cancel()
+        return await self._settle_pending(outcome, calls)
+
+    def _program(
+        self,
+        source: str,
+        context: ToolContext,
+        timeout_seconds: float,
+        gate: CallGate | None,
+        spawner: LoopSpawner,
+        view: RunView | None,
+    ) -> tuple[ProgramThread, _Calls]:
+        """A program and the loop's side of its calls, joined by a channel of their own."""
         # When someone is asked about calls, the program wakes the loop only when it waits: the
         # calls it made meanwhile (a Promise.all) are asked about as one batch.
         channel = _qjs.Channel(immediate=gate is None or not gate.batches)
@@ -266,19 +311,7 @@ class Engine:
         )
         if view is not None:
             view._program = program
-        fd = channel.fileno()
-        spawner.watch_readable(fd, calls.on_posted)
-        finished = False
-        try:
-            outcome: ProgramOutcome = await self._workers.run(program.run, spawner)
-            finished = True
-        finally:
-            spawner.unwatch_readable(fd)
-            # Also what stops the program when this call is cancelled.
-            if not finished:
-                spawner.close()
-            program.cancel()
-        return await self._settle_pending(outcome, calls)
+        return program, calls
 
     async def _settle_pending(self, outcome: ProgramOutcome, calls: _Calls) -> ProgramOutcome:
         """Stop the calls the program left pending and say what each really did.

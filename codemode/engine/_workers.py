@@ -79,7 +79,7 @@ class WorkerPool:
         self._heavy = heavy
         self._free = free
         self._max = max_workers
-        self._jobs: queue.SimpleQueue[tuple[Job, Callable[[Any, BaseException | None], None]] | None] = (
+        self._jobs: queue.SimpleQueue[tuple[Job, Any, Callable[[Any, BaseException | None], None]] | None] = (
             queue.SimpleQueue()
         )
         self._lock = threading.Lock()
@@ -113,12 +113,12 @@ class WorkerPool:
                 if current:
                     self._idle -= 1
                     self._queued -= 1
-            job, done = item
+            job, context, done = item
             value: Any = None
             error: BaseException | None = None
-            context: Any = None
             try:
-                context = self._prepare()
+                if context is None:
+                    context = self._prepare()
                 value = job(context)
             except BaseException as exc:
                 error = exc
@@ -138,14 +138,15 @@ class WorkerPool:
             if retired:
                 return  # retired by close(): the new generation starts its own workers
 
-    async def run(self, job: Job, spawner: LoopSpawner | None = None) -> Any:
-        """Run ``job(fresh_context)`` on a worker thread and return its value.
+    async def run(self, job: Job, spawner: LoopSpawner | None = None, context: Any = None) -> Any:
+        """Run ``job(context)`` on a worker thread and return its value.
 
         If the caller is cancelled, the job goes on on its own; the caller must tell it to stop.
 
         Args:
             job: What to run.
             spawner: The caller's spawner on this loop (else one is made).
+            context: The context to run it on (else a fresh one, ``prepare()``).
         """
         slots = self._slots
         try:  # a free slot is taken without a trip around the loop
@@ -160,7 +161,7 @@ class WorkerPool:
                 answer.give((value, error))
 
             self._ensure_worker()
-            self._jobs.put((job, done))
+            self._jobs.put((job, context, done))
             value, error = await answer
             if error is not None:
                 raise error

@@ -2,10 +2,10 @@
 // program. Every function here is named `__cm_*` so error stacks can drop prelude frames.
 //
 // The context has two host functions, hidden from the program (codemode/engine/_qjs.c):
-//   hostCall(kind, id, nameJson, payloadJson, size)  answered at once, on this thread, with
+//   hostCall(kind, id, name, payloadJson, size)  answered at once, on this thread, with
 //       the GIL: "t"/"j"/"e" + the result's text, JSON or error JSON ("call" of an inline
 //       tool, "sync" for searchTools / describeTool / store.*), or "q": post it instead
-//   postCall(id, nameJson, payloadJson, size)  a tool call for the event loop, no GIL; its
+//   postCall(id, name, payloadJson, size)  a tool call for the event loop, no GIL; its
 //       result comes back through __cm_settle
 // Everything else waits in a message queue that the host drains whenever the program is idle:
 //   ["timer", id, delayMs] / ["untimer", id]
@@ -173,15 +173,14 @@
     ReflectApply(ArrayPush, outbox, [text]);
   }
 
-  function __cm_to_host(entry, kind, id, nameJson, payloadJson, size) {
-    // One call or sync operation to the host: its kind ("call" or "sync"), id, name (JSON
-    // text), payload (JSON text: a call's arguments, a sync operation's [a, b]) and the
-    // arguments' size. Called straight from the function the program called (__cm_call_tool,
-    // __cm_sync), so the call site's stack, made here, holds the same prelude frames
-    // whichever called. Names and payloads cross as JSON text, which never holds a lone
-    // surrogate.
+  function __cm_to_host(entry, kind, id, name, payloadJson, size) {
+    // One call or sync operation to the host: its kind ("call" or "sync"), id, name, payload
+    // (JSON text: a call's arguments, a sync operation's [a, b]) and the arguments' size.
+    // Called straight from the function the program called (__cm_call_tool, __cm_sync), so
+    // the call site's stack, made here, holds the same prelude frames whichever called. Text
+    // crosses whole (U+0000 included); a lone surrogate in a name becomes U+FFFD.
     if (kind === "sync") {
-      const reply = hostCall(kind, id, nameJson, payloadJson, size);
+      const reply = hostCall(kind, id, name, payloadJson, size);
       const tag = reply[0];
       if (tag === "e") entry.site = new ErrorCtor();
       __cm_settle(id, tag !== "e", ReflectApply(StringSlice, reply, [1]), tag === "t");
@@ -189,7 +188,7 @@
     }
     // `site` is made only for a call that settles later (or fails): ~1 us a call.
     entry.site = new ErrorCtor();
-    postCall(id, nameJson, payloadJson, size);
+    postCall(id, name, payloadJson, size);
   }
 
   // Sizes as the host's messages write them (_size_text in _program.py).
@@ -401,11 +400,10 @@
     if (argsHeld + size > toolDataLimit) {
       return __cm_failed_call(name, tracked, __cm_data_limit_error(name, size));
     }
-    const nameJson = JSONstringify(StringCtor(name));
     if (!tracked && __cm_is_inline(name)) {
       // Answered at once on this thread: a settled promise, with no entry to keep (~2 us less).
       const id = nextCallId++;
-      const reply = hostCall("call", id, nameJson, argsJson, size);
+      const reply = hostCall("call", id, name, argsJson, size);
       const tag = reply[0];
       if (tag !== "q") {
         let promise;
@@ -418,22 +416,21 @@
           const payload = ReflectApply(StringSlice, reply, [1]);
           promise = ReflectApply(PromiseResolve, PromiseCtor, [tag === "t" ? payload : JSONparse(payload)]);
         }
-        ReflectApply(WeakSetAdd, calls, [promise]);
-        ReflectApply(WeakSetAdd, settledCalls, [promise]);
+        ReflectApply(WeakSetAdd, settledCalls, [promise]);  // (a settled call's: __cm_promise_text)
         return promise;
       }
       // "q": it must go through the loop (it needs a decision): posted below, with its id.
       const entry = __cm_new_call(name, tracked);
       __cm_track(entry, id, size);
       entry.site = new ErrorCtor();
-      postCall(id, nameJson, argsJson, size);
+      postCall(id, name, argsJson, size);
       return entry.promise;
     }
     const entry = __cm_new_call(name, tracked);
     const id = nextCallId++;
     __cm_track(entry, id, size);
     if (tracked) ReflectApply(MapSet, effectCalls, [id, entry.promise]);
-    __cm_to_host(entry, "call", id, nameJson, argsJson, size);
+    __cm_to_host(entry, "call", id, name, argsJson, size);
     return entry.promise;
   }
 
@@ -500,7 +497,7 @@
     const entry = __cm_new_call(op);
     const id = nextCallId++;
     ReflectApply(MapSet, pending, [id, entry]);
-    __cm_to_host(entry, "sync", id, JSONstringify(op), ReflectApply(ArrayJoin, ["[", __cm_q(a), ",", __cm_q(b), "]"], [""]), 0);
+    __cm_to_host(entry, "sync", id, op, ReflectApply(ArrayJoin, ["[", __cm_q(a), ",", __cm_q(b), "]"], [""]), 0);
     return entry.promise;
   }
 

@@ -146,8 +146,8 @@ def test_calls_posted_reach_the_loop_side_and_results_come_back() -> None:
         texts.append(text)
     loop.join(30)
     assert [(name, payload) for _, name, payload, _ in seen] == [
-        ('"echo"', '{"v":"a\\u0000"}'),
-        ('"echo"', "{}"),
+        ("echo", '{"v":"a\\u0000"}'),
+        ("echo", "{}"),
     ]
     assert all(size == len(payload) for _, _, payload, size in seen)
     assert ctx.take_output() == "first\x00\nToolError tool_failed nope\n"

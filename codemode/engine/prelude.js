@@ -21,7 +21,6 @@
   const ObjectDefineProperty = Object.defineProperty;
   const ObjectKeys = Object.keys;
   const ObjectGetPrototypeOf = Object.getPrototypeOf;
-  const ObjectHasOwn = Object.hasOwn;
   const ObjectPrototype = Object.prototype;
   const ArrayIsArray = Array.isArray;
   const ArrayPrototype = Array.prototype;
@@ -60,8 +59,13 @@
   // before it runs.
   const hostCall = global.__cm_host_call;
   const postCall = global.__cm_post_call;
+  // encodeArgs(value, Object.prototype, Array.prototype): plain data's JSON, checked and
+  // written in one native pass that runs none of the program's code, or undefined (see
+  // __cm_call_tool).
+  const encodeArgs = global.__cm_encode_args;
   delete global.__cm_host_call;
   delete global.__cm_post_call;
+  delete global.__cm_encode_args;
   // Tools whose calls hostCall answers at once (inline=True, set in __cm_start): the rest
   // are posted to the event loop.
   let inlineJson = "[]";
@@ -252,39 +256,6 @@
     return "{" + ReflectApply(ArrayJoin, parts, [","]) + "}";
   }
 
-  // ---- Fast path: plain data needs no checking beyond one walk, and encodes natively ----
-  // Native JSON.stringify is safe when nothing can redirect it: no `toJSON` on the two
-  // prototypes plain data inherits from (checked without running any of the program's code),
-  // and values that are plain (objects of Object.prototype or null, arrays of Array.prototype,
-  // strings, finite numbers, booleans, null). Lone surrogates come out escaped; the host
-  // replaces them with U+FFFD. Anything else takes the checked path below.
-  function __cm_native_json_ok() {
-    return !("toJSON" in ObjectPrototype) && ObjectGetPrototypeOf(ArrayPrototype) === ObjectPrototype &&
-      !ObjectHasOwn(ArrayPrototype, "toJSON");
-  }
-
-  function __cm_plain(value, depth) {
-    const t = typeof value;
-    if (t === "string" || t === "boolean" || value === null) return true;
-    if (t === "number") return NumberIsFinite(value);
-    if (t !== "object" || depth > 64) return false;
-    const proto = ObjectGetPrototypeOf(value);
-    if (ArrayIsArray(value)) {
-      if (proto !== ArrayPrototype) return false;
-      for (let i = 0; i < value.length; i++) {
-        if (!__cm_plain(value[i], depth + 1)) return false;
-      }
-      return true;
-    }
-    if (proto !== ObjectPrototype && proto !== null) return false;
-    const keys = ObjectKeys(value);
-    for (let i = 0; i < keys.length; i++) {
-      const v = value[keys[i]];
-      if (v !== undefined && !__cm_plain(v, depth + 1)) return false;
-    }
-    return true;
-  }
-
   // ---- JSON checking: arguments must be plain JSON, with a path when they are not ----
   function __cm_describe(value) {
     if (typeof value === "function") return "a function";
@@ -383,18 +354,17 @@
   function __cm_call_tool(name, args) {
     const tracked = __cm_is_effectful(name);
     if (args === undefined) args = {};
-    const plain = __cm_plain(args, 0) && __cm_native_json_ok();
-    if (!plain) {
+    let argsJson = encodeArgs(args, ObjectPrototype, ArrayPrototype);
+    if (argsJson === undefined) {  // not plain data: checked, with the path of what JSON cannot carry
       const problem = __cm_check_json(args, "arguments", new SetCtor());
       if (problem) {
         return __cm_failed_call(name, tracked, new ToolError(name, `tools.${name}: ${problem}. Arguments must be JSON: objects, arrays, strings, finite numbers, booleans, null.`, null, "invalid_arguments"));
       }
-    }
-    let argsJson;
-    try {
-      argsJson = plain ? JSONstringify(args) : __cm_encode(args, true);
-    } catch (e) {
-      return __cm_failed_call(name, tracked, new ToolError(name, `tools.${name}: arguments cannot be turned into JSON: ${e.message}`, null, "invalid_arguments"));
+      try {
+        argsJson = __cm_encode(args, true);
+      } catch (e) {
+        return __cm_failed_call(name, tracked, new ToolError(name, `tools.${name}: arguments cannot be turned into JSON: ${e.message}`, null, "invalid_arguments"));
+      }
     }
     const size = argsJson.length;
     if (argsHeld + size > toolDataLimit) {

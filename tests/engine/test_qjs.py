@@ -197,3 +197,61 @@ def test_spin_time_can_be_changed_and_restored() -> None:
         assert _qjs.set_spin(before) == 0
     finally:
         _qjs.set_spin(before)
+
+
+PLAIN_VALUES = [
+    "{}",
+    "[]",
+    "{value: 1}",
+    "{a: -0, b: 1e21, c: 1e-7, d: 0.1 + 0.2, e: -12.5, f: 2 ** 53, g: 123456789}",
+    "{s: 'quote \" backslash \\\\ nl \\n tab \\t ctl \\u0001 del \\u007f'}",
+    "{s: 'é😀 \\u2028', lone: '\\ud800 and \\udfff'}",
+    "{'2': 'int keys first', b: 1, a: 2, '1': 'ordered'}",
+    "[1, 'two', null, true, false, [3, [4, {five: 5}]]]",
+    "Object.assign(Object.create(null), {nullProto: 1})",
+    "{skipped: undefined, kept: 1}",
+    "{deep: JSON.parse('[' .repeat(60) + ']'.repeat(60))}",
+]
+
+
+@pytest.mark.parametrize("value", PLAIN_VALUES)
+def test_encode_args_writes_plain_data_as_json_stringify_does(value: str) -> None:
+    ctx = bare()  # the native is there on every context (the prelude takes it away from programs)
+    ctx.eval(f"globalThis.v = {value}; undefined")
+    native = ctx.eval("__cm_encode_args(v, Object.prototype, Array.prototype)")
+    assert native == ctx.eval("JSON.stringify(v)")
+
+
+NOT_PLAIN = [
+    "{f() {}}",
+    "{n: NaN}",
+    "{n: Infinity}",
+    "{b: 1n}",
+    "{s: Symbol('x')}",
+    "{d: new Date(0)}",
+    "{m: new Map()}",
+    "new (class Point { constructor() { this.x = 1 } })()",
+    "[1, , 3]",
+    "[undefined]",
+    "{p: new Proxy({}, {})}",
+    "{get g() { globalThis.ran = true; return 1 }}",
+    "{deep: JSON.parse('['.repeat(80) + ']'.repeat(80))}",
+    "Object.setPrototypeOf([1], null)",
+]
+
+
+@pytest.mark.parametrize("value", NOT_PLAIN)
+def test_encode_args_gives_undefined_for_what_is_not_plain_data_and_runs_no_code(value: str) -> None:
+    ctx = bare()
+    ctx.eval(f"globalThis.ran = false; globalThis.v = {value}; undefined")
+    assert ctx.eval("__cm_encode_args(v, Object.prototype, Array.prototype) === undefined") is True
+    assert ctx.eval("ran") is False  # no getter (nor trap) of the program's ran
+
+
+def test_encode_args_ignores_a_polluted_prototype() -> None:
+    ctx = bare()
+    ctx.eval(
+        "Object.prototype.toJSON = () => 'hacked'; Array.prototype.toJSON = () => 'hacked';"
+        "Object.defineProperty(Object.prototype, 'extra', {value: 1, enumerable: true})"
+    )
+    assert ctx.eval("__cm_encode_args({a: [1]}, Object.prototype, Array.prototype)") == '{"a":[1]}'

@@ -99,8 +99,13 @@ def _common(
         parser.add_argument("--json", action="store_true", help=json_help)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (exposed for tests and docs)."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests and docs).
+
+    Args:
+        only: Build just this subcommand (what `main` parses with, when argv names one: the
+            whole parser, twelve subcommands, takes ~10 ms of a ~240 ms ``codemode run``).
+    """
     parser = argparse.ArgumentParser(
         prog="codemode",
         description="Code Mode for LLM agents: run a JavaScript program that calls tools in a QuickJS sandbox.",
@@ -109,7 +114,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    for name, add in _SUBCOMMANDS.items():
+        if only is None or only == name:
+            add(sub)
+    return parser
 
+
+_Subparsers = Any  # argparse's subparsers action (its class is private)
+
+
+def _add_run(sub: _Subparsers) -> None:
     run = sub.add_parser("run", help="run a program (a file, or - for standard input)")
     run.add_argument("file", help="program file, or - to read standard input")
     run.add_argument("--max-output-tokens", type=int, default=None, help="budget of the printed output")
@@ -117,20 +131,28 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--call-id", default=None, help="record under this id; a recorded id replays")
     _common(run)
 
+
+def _add_call(sub: _Subparsers) -> None:
     call = sub.add_parser("call", help="call one tool directly with JSON arguments")
     call.add_argument("tool")
     call.add_argument("args", nargs="?", default="{}", help="JSON object of arguments (default {})")
     call.add_argument("--max-output-tokens", type=int, default=None)
     _common(call)
 
+
+def _add_tools(sub: _Subparsers) -> None:
     tools = sub.add_parser("tools", help="search tools (searchTools from the shell)")
     tools.add_argument("query", nargs="*", help="words to search for (none: list all)")
     _common(tools, "print the matches as a JSON array of {name, description}")
 
+
+def _add_describe(sub: _Subparsers) -> None:
     describe = sub.add_parser("describe", help="a tool's schema and TypeScript signature")
     describe.add_argument("name")
     _common(describe, "print name, description, schemas and signature as JSON")
 
+
+def _add_archive(sub: _Subparsers) -> None:
     archive = sub.add_parser("archive", help="read archived text")
     archive_sub = archive.add_subparsers(dest="archive_command", required=True)
     read = archive_sub.add_parser("read", help="print bytes of an archived text")
@@ -139,11 +161,15 @@ def build_parser() -> argparse.ArgumentParser:
     read.add_argument("--limit", type=_count(1), default=None, help="bytes to print (default: to the end)")
     _common(read, "print {ref, offset, next_offset, total_bytes, eof, text, dropped} as JSON")
 
+
+def _add_doctor(sub: _Subparsers) -> None:
     doctor = sub.add_parser(
         "doctor", help="engine, tokenizer, state directory and sandbox facts, and what to fix"
     )
     _common(doctor, "print the facts and findings as JSON")
 
+
+def _add_mcp(sub: _Subparsers) -> None:
     mcp = sub.add_parser("mcp", help="serve run_code and the tools over MCP (stdio, or streamable HTTP)")
     mcp.add_argument(
         "--http",
@@ -183,25 +209,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(mcp, None)  # speaks JSON-RPC on stdout: there is no other output to format
 
+
+def _add_ps(sub: _Subparsers) -> None:
     ps = sub.add_parser("ps", help="list background processes")
     ps.add_argument("--all", action="store_true", help="every session's processes")
     _common(ps, "print the processes as a JSON array")
 
+
+def _add_logs(sub: _Subparsers) -> None:
     logs = sub.add_parser("logs", help="print a background process's output")
     logs.add_argument("process_id", help="a process id, or mcp:SERVER for an MCP server's log")
     logs.add_argument("--follow", "-f", action="store_true", help="keep printing until it exits")
     _common(logs, "print one JSON object with the output, state and exit code (with -f: once it exits)")
 
+
+def _add_stop(sub: _Subparsers) -> None:
     stop = sub.add_parser("stop", help="stop a background process and its whole tree")
     stop.add_argument("process_id")
     _common(stop)
 
+
+def _add_session(sub: _Subparsers) -> None:
     session = sub.add_parser("session", help="session control")
     session_sub = session.add_subparsers(dest="session_command", required=True)
     close = session_sub.add_parser("close", help="stop a session's lifecycle=session processes")
     close.add_argument("session_id")
     _common(close, "print {session_id, stopped, still_running} as JSON")
 
+
+def _add_trash(sub: _Subparsers) -> None:
     trash = sub.add_parser("trash", help="what protected deletes (rm in the workspace) moved aside")
     trash_sub = trash.add_subparsers(dest="trash_command", required=True)
     _common(trash_sub.add_parser("list", help="list the workspace's trash"), "print the entries as JSON")
@@ -211,7 +247,22 @@ def build_parser() -> argparse.ArgumentParser:
     _common(
         trash_sub.add_parser("empty", help="delete the workspace's trash for good"), "print {removed} as JSON"
     )
-    return parser
+
+
+_SUBCOMMANDS: dict[str, Callable[[_Subparsers], None]] = {
+    "run": _add_run,
+    "call": _add_call,
+    "tools": _add_tools,
+    "describe": _add_describe,
+    "archive": _add_archive,
+    "doctor": _add_doctor,
+    "mcp": _add_mcp,
+    "ps": _add_ps,
+    "logs": _add_logs,
+    "stop": _add_stop,
+    "session": _add_session,
+    "trash": _add_trash,
+}
 
 
 def _count(minimum: int) -> Callable[[str], int]:
@@ -801,7 +852,10 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``codemode`` console script; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # The first word names the subcommand (the top level takes only --help and --version).
+    only = words[0] if words and words[0] in _SUBCOMMANDS else None
+    args = build_parser(only).parse_args(words)
     if args.command == "archive":
         handler: Callable[[argparse.Namespace], int] = _cmd_archive_read
     elif args.command == "session":

@@ -1,4 +1,4 @@
-"""The engine's WorkerPool: dedicated threads, each job on a fresh context prepared ahead."""
+"""The engine's WorkerPool: dedicated threads, each job on a fresh context (or the one it is given)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.anyio
 
 
 class Prepared:
-    """A stand-in warm context: remembers the thread that prepared it."""
+    """A stand-in context: remembers the thread that made it."""
 
     def __init__(self) -> None:
         self.thread = threading.current_thread()
@@ -43,7 +43,7 @@ def pool_factory() -> Iterator[Callable[..., WorkerPool]]:
         pool.close()
 
 
-async def test_a_job_runs_on_a_pool_thread_with_a_context_prepared_there(
+async def test_a_job_runs_on_a_pool_thread_with_a_fresh_context(
     pool_factory: Callable[..., WorkerPool],
 ) -> None:
     pool = pool_factory()
@@ -53,8 +53,16 @@ async def test_a_job_runs_on_a_pool_thread_with_a_context_prepared_there(
 
     warm, thread = await pool.run(job)
     assert isinstance(warm, Prepared)
-    assert thread is warm.thread  # prepared and used on the same thread, as QuickJS requires
+    assert thread is warm.thread  # made by the worker that runs the job (none was given)
     assert thread is not threading.current_thread() and thread.name == "codemode-js" and thread.daemon
+
+
+async def test_a_job_given_a_context_runs_on_it(pool_factory: Callable[..., WorkerPool]) -> None:
+    # A program whose first stretch ran on the event loop's thread goes on on its context.
+    pool = pool_factory()
+    given = Prepared()
+    used, thread = await pool.run(lambda warm: (warm, threading.current_thread()), None, given)
+    assert used is given and thread.name == "codemode-js"
 
 
 async def test_sequential_jobs_reuse_a_few_threads_and_never_a_context(

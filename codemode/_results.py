@@ -36,6 +36,8 @@ class HostConfig(pydantic.BaseModel):
         cpu_seconds: CPU time one program's own thread may use.
         memory_mb: QuickJS heap limit of one program.
         tool_concurrency: Tool calls of one program running at once.
+        calls_in_flight: Tool calls of one program the host holds at once, running or waiting
+            to run; one more fails with an error saying so.
         tool_data_mb: Tool-call data the host holds for one program at a time (arguments of
             calls queued or running, and the result being handed over, as JSON text); a call
             that would go beyond it fails with an error saying so.
@@ -76,6 +78,7 @@ class HostConfig(pydantic.BaseModel):
     cpu_seconds: float = pydantic.Field(30.0, gt=0)
     memory_mb: int = pydantic.Field(256, ge=16)
     tool_concurrency: int = pydantic.Field(32, ge=1)
+    calls_in_flight: int = pydantic.Field(10_000, ge=1)
     tool_data_mb: int = pydantic.Field(64, ge=1)
     encoding: str = "o200k_base"
     sandbox: SandboxMode = SandboxMode.WORKSPACE_WRITE

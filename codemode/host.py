@@ -148,6 +148,7 @@ class Host:
                 memory_bytes=self.config.memory_mb * 1024 * 1024,
                 cpu_seconds=self.config.cpu_seconds,
                 tool_concurrency=self.config.tool_concurrency,
+                calls_in_flight=self.config.calls_in_flight,
                 tool_data_bytes=self.config.tool_data_mb * 1024 * 1024,
             ),
         )

@@ -51,6 +51,9 @@ class EngineLimits:
             go beyond it fails with an error that says so.
         output_bytes_in_memory: Printed text kept in memory; beyond it the engine stops
             collecting and says so (default 256 MiB).
+        calls_in_flight: Calls of one program the host holds at once, running or waiting to
+            run (default 10,000): one more fails with ``tool_data_limit``. (A program that
+            starts calls in a loop without awaiting them cannot make the host hold millions.)
     """
 
     memory_bytes: int = 256 * _MIB
@@ -59,6 +62,7 @@ class EngineLimits:
     tool_concurrency: int = 32
     tool_data_bytes: int = 64 * _MIB
     output_bytes_in_memory: int = 256 * _MIB
+    calls_in_flight: int = 10_000
 
 
 @dataclass(frozen=True)
@@ -666,6 +670,7 @@ class ProgramThread:
                 self.channel,
                 _PREFIX + self.source + _SUFFIX,
                 self.limits.tool_data_bytes,
+                self.limits.calls_in_flight,
                 registry.effectful_names_json(),
                 registry.namespaces_json(),
                 self.inline_json,

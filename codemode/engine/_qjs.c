@@ -1271,9 +1271,10 @@ Context_start(Context *self, PyObject *args)
     PyObject *channel;
     const char *source, *effectful, *namespaces, *inline_names;
     Py_ssize_t source_len, effectful_len, namespaces_len, inline_len;
-    long long data_limit;
-    if (!PyArg_ParseTuple(args, "O!s#Ls#s#s#", &ChannelType, &channel, &source, &source_len, &data_limit,
-                          &effectful, &effectful_len, &namespaces, &namespaces_len, &inline_names, &inline_len))
+    long long data_limit, calls_limit;
+    if (!PyArg_ParseTuple(args, "O!s#LLs#s#s#", &ChannelType, &channel, &source, &source_len, &data_limit,
+                          &calls_limit, &effectful, &effectful_len, &namespaces, &namespaces_len, &inline_names,
+                          &inline_len))
         return NULL;
     if (!need_loaded(self))
         return NULL;
@@ -1291,14 +1292,15 @@ Context_start(Context *self, PyObject *args)
         failed = 1;
         error = exception_text(jc, &error_len);
     } else {
-        JSValue argv[5] = {
+        JSValue argv[6] = {
             main,
             JS_NewInt64(jc, data_limit),
+            JS_NewInt64(jc, calls_limit),
             JS_NewStringLen(jc, effectful, (size_t)effectful_len),
             JS_NewStringLen(jc, namespaces, (size_t)namespaces_len),
             JS_NewStringLen(jc, inline_names, (size_t)inline_len),
         };
-        JSValue v = call_entry(self, F_START, 5, argv, &error, &error_len);
+        JSValue v = call_entry(self, F_START, 6, argv, &error, &error_len);
         failed = JS_IsException(v);
         JS_FreeValue(jc, v);
     }
@@ -1656,7 +1658,8 @@ static PyMethodDef Context_methods[] = {
     {"set_host", (PyCFunction)Context_set_host, METH_O,
      "set_host(callable or None): hostCall's Python side, host(kind, id, name, payload_json, size) -> str."},
     {"start", (PyCFunction)Context_start, METH_VARARGS,
-     "start(channel, source, data_limit, effectful_json, namespaces_json, inline_json): compile the wrapped "
+     "start(channel, source, data_limit, calls_limit, effectful_json, namespaces_json, inline_json): compile the "
+     "wrapped "
      "program and start it (its first stretch runs here)."},
     {"run", (PyCFunction)Context_run, METH_VARARGS,
      "run(deadline, timer_at) -> (event, text): run until the host must act (times on time.monotonic)."},

@@ -53,6 +53,7 @@ class Context:
         channel: Channel,
         source: str,
         data_limit: int,
+        calls_limit: int,
         effectful_json: str,
         namespaces_json: str,
         inline_json: str,

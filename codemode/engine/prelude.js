@@ -82,6 +82,8 @@
   // (JSON characters). The host sets the limit in __cm_start; results are checked host-side.
   let toolDataLimit = Infinity;
   let argsHeld = 0;
+  // Calls the host holds at once for this program (running or waiting); set in __cm_start.
+  let callsLimit = Infinity;
   // The promises of tool and store calls, so a printed one can say whether it is pending.
   // (A subclass could also tell which calls were never awaited, but `await` on a non-native
   // promise takes an extra `then` and job: ~10 us a call, measured in bench_engine.)
@@ -370,6 +372,11 @@
     if (argsHeld + size > toolDataLimit) {
       return __cm_failed_call(name, tracked, __cm_data_limit_error(name, size));
     }
+    if (pending.size >= callsLimit) {
+      return __cm_failed_call(name, tracked, new ToolError(name, `tools.${name}: ${callsLimit} calls of this ` +
+        "program are in flight, the most the host holds for one program; await calls before starting more " +
+        "(e.g. Promise.all over batches)", { error: "tool_data_limit", limit_calls: callsLimit }, "tool_data_limit"));
+    }
     if (!tracked && __cm_is_inline(name)) {
       // Answered at once on this thread: a settled promise, with no entry to keep (~2 us less).
       const id = nextCallId++;
@@ -649,8 +656,9 @@
     }, false));
   }
 
-  function __cm_start(main, dataLimit, effectfulNamesJson, namespaceNamesJson, inlineNamesJson) {
+  function __cm_start(main, dataLimit, callLimit, effectfulNamesJson, namespaceNamesJson, inlineNamesJson) {
     toolDataLimit = dataLimit;
+    callsLimit = callLimit;
     inlineJson = inlineNamesJson;
     effectfulJson = effectfulNamesJson;
     namespacesJson = namespaceNamesJson;

@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from codemode import Host
+from codemode import Host, RunResult
 from codemode.engine import _qjs
 from codemode.engine._program import prepare_context
 
@@ -23,6 +23,7 @@ class Jobs:
     """Counts the programs (and resumed programs) the host's worker pool ran."""
 
     def __init__(self, host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.host = host
         self.count = 0
         pool = host.engine._workers
         run = pool.run
@@ -32,6 +33,11 @@ class Jobs:
             return await run(*args, **kwargs)
 
         monkeypatch.setattr(pool, "run", counted)
+
+    async def run(self, source: str) -> RunResult:
+        """Run ``source`` once the keeper has a context ready (the first stretch runs only on one)."""
+        await _ready()
+        return await self.host.run_code(source)
 
 
 @pytest.fixture
@@ -55,8 +61,7 @@ async def test_a_program_that_calls_nothing_needs_no_worker(
     host: Host, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     jobs = Jobs(host, monkeypatch)
-    await _ready()
-    result = await host.run_code("const xs = [3, 1, 2].sort(); print(xs.join()); return {n: xs.length}")
+    result = await jobs.run("const xs = [3, 1, 2].sort(); print(xs.join()); return {n: xs.length}")
     assert result.ok and result.text == '1,2,3\n{"n":3}\n', result.text
     assert jobs.count == 0
 
@@ -68,8 +73,7 @@ async def test_its_own_errors_stand_without_a_worker(host: Host, monkeypatch: py
         ("let x = ;", "syntax_error"),
         ("await new Promise(() => {})", "deadlock"),
     ):
-        await _ready()
-        result = await host.run_code(source)
+        result = await jobs.run(source)
         assert result.error is not None and result.error.kind == kind, result.text
     assert jobs.count == 0
 
@@ -83,10 +87,7 @@ async def test_a_program_that_waits_goes_on_on_a_worker_with_what_it_printed(
         return n
 
     jobs = Jobs(host, monkeypatch)
-    await _ready()
-    result = await host.run_code(
-        'print("first"); print(await tools.later({n: 2})); await sleep(1); print("last")'
-    )
+    result = await jobs.run('print("first"); print(await tools.later({n: 2})); await sleep(1); print("last")')
     assert result.ok and result.text == "first\n2\nlast\n", result.text
     assert jobs.count == 1
 
@@ -103,8 +104,7 @@ async def test_an_inline_call_in_the_first_stretch_starts_over_and_runs_once(
         return len(calls)
 
     jobs = Jobs(host, monkeypatch)
-    await _ready()
-    result = await host.run_code('print("once"); print(await tools.tick({n: 7}))')
+    result = await jobs.run('print("once"); print(await tools.tick({n: 7}))')
     assert result.ok and result.text == "once\n1\n", result.text  # printed once, not twice
     assert calls == [7]  # refused in the first stretch, run once on the worker
     assert jobs.count == 1
@@ -114,8 +114,7 @@ async def test_the_store_in_the_first_stretch_starts_over(
     host: Host, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     jobs = Jobs(host, monkeypatch)
-    await _ready()
-    result = await host.run_code(
+    result = await jobs.run(
         'await store.set("k", (await store.get("k") ?? 0) + 1); print(await store.get("k"))'
     )
     assert result.ok and result.text == "1\n", result.text
@@ -126,9 +125,8 @@ async def test_a_long_first_stretch_starts_over_on_a_worker(
     host: Host, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     jobs = Jobs(host, monkeypatch)
-    await _ready()
     # Far more than the slice of the loop's time: it goes on, from the start, on a worker.
-    result = await host.run_code(
+    result = await jobs.run(
         'print("go"); let x = 0; for (let i = 0; i < 3e7; i++) x = (x + i) % 1000003; print(x)'
     )
     assert result.ok and result.text == "go\n" + str(sum(range(30_000_000)) % 1000003) + "\n", result.text
@@ -148,7 +146,6 @@ async def test_a_limit_met_in_the_first_stretch_is_met_again_on_a_worker(
     (tmp_path / "ws").mkdir()
     async with Host(workspace=tmp_path / "ws", state_dir=tmp_path / "state", memory_mb=32) as host:
         jobs = Jobs(host, monkeypatch)
-        await _ready()
-        result = await host.run_code(source)
+        result = await jobs.run(source)
         assert result.error is not None and result.error.kind == kind, result.text
         assert jobs.count == 1  # judged with the worker's own stack and limits

@@ -74,9 +74,9 @@ def test_every_context_is_fresh_and_has_the_prelude_hidden() -> None:
         assert ctx.eval("({}).polluted") is None
         assert ctx.eval("typeof tools") == "object"
         # The prelude's entry points and host functions are not reachable from a program.
-        assert ctx.eval("[typeof __cm_start, typeof __cm_host_call, typeof __cm_post_call].join()") == (
-            "undefined,undefined,undefined"
-        )
+        assert ctx.eval(
+            "[typeof __cm_start, typeof __cm_host_call, typeof __cm_post_call, typeof __cm_encode_args].join()"
+        ) == ("undefined,undefined,undefined,undefined")
         # Compiled without its source: a prelude function shows none, like a built-in one.
         assert ctx.eval("String(print)") == "function __cm_print() {\n    [native code]\n}"
 
@@ -135,6 +135,7 @@ def test_calls_posted_reach_the_loop_side_and_results_come_back() -> None:
         "print(await tools.echo({v: 'a\\u0000'}));\n"
         "try { await tools.echo({}) } catch (e) { print(e.name, e.code, e.message) }\n})",
         1 << 20,
+        100,
         "[]",
         "[]",
         "[]",
@@ -157,7 +158,9 @@ def test_calls_posted_reach_the_loop_side_and_results_come_back() -> None:
 def test_interrupt_stops_computing_and_waiting() -> None:
     ctx = prepare_context()
     channel = _qjs.Channel()
-    ctx.start(channel, "(async function __cm_main() {await tools.slow({})\n})", 1 << 20, "[]", "[]", "[]")
+    ctx.start(
+        channel, "(async function __cm_main() {await tools.slow({})\n})", 1 << 20, 100, "[]", "[]", "[]"
+    )
     threading.Timer(0.05, channel.interrupt).start()
     started = time.monotonic()
     event, _ = ctx.run(time.monotonic() + 60, float("inf"))  # waiting for the call: woken
@@ -168,7 +171,7 @@ def test_interrupt_stops_computing_and_waiting() -> None:
     stop = _qjs.Channel()
     threading.Timer(0.05, stop.interrupt).start()
     with pytest.raises(_qjs.JSError, match="interrupted"):
-        busy.start(stop, "(async function __cm_main() {\n})(); for (;;) {}", 1 << 20, "[]", "[]", "[]")
+        busy.start(stop, "(async function __cm_main() {\n})(); for (;;) {}", 1 << 20, 100, "[]", "[]", "[]")
     busy.disarm()  # output is collected after a stop, uninterrupted
     assert busy.take_output() == ""
 
@@ -176,7 +179,9 @@ def test_interrupt_stops_computing_and_waiting() -> None:
 def test_run_reports_a_deadline_a_timer_and_nothing_left_to_wait_for() -> None:
     ctx = prepare_context()
     channel = _qjs.Channel()
-    ctx.start(channel, "(async function __cm_main() {await tools.never({})\n})", 1 << 20, "[]", "[]", "[]")
+    ctx.start(
+        channel, "(async function __cm_main() {await tools.never({})\n})", 1 << 20, 100, "[]", "[]", "[]"
+    )
     assert ctx.run(time.monotonic() + 0.05, float("inf"))[0] == "deadline"
     assert ctx.run(time.monotonic() + 60, time.monotonic() + 0.01)[0] == "timer"
     idle = prepare_context()
@@ -184,6 +189,7 @@ def test_run_reports_a_deadline_a_timer_and_nothing_left_to_wait_for() -> None:
         _qjs.Channel(),
         "(async function __cm_main() {await new Promise(() => {})\n})",
         1 << 20,
+        100,
         "[]",
         "[]",
         "[]",

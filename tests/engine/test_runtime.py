@@ -5,6 +5,7 @@ stopped, or reported with what they did."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -237,6 +238,30 @@ async def test_a_call_finished_unread_with_a_tool_result_is_reported(
     assert outcome.cancelled == []
     assert [name for name, _ in outcome.late] == ["quick_result"]
     assert outcome.late[0][1].text == "did it"
+
+
+async def test_calls_beyond_the_calls_in_flight_limit_fail_and_say_to_await(
+    engine: Engine, context: ToolContext
+) -> None:
+    # A program that starts calls in a loop without awaiting them cannot make the host hold
+    # an unbounded queue of them.
+    small = Engine(engine.registry, EngineLimits(cpu_seconds=10, calls_in_flight=3), max_programs=2)
+    try:
+        outcome = await _run(
+            small,
+            context,
+            "const refused = [];\n"
+            "for (let i = 0; i < 5; i++) tools.hang({}).catch((e) => refused.push([e.code, e.data.limit_calls, e.message]));\n"
+            "await sleep(20);\n"
+            "print(JSON.stringify(refused));",
+        )
+    finally:
+        small.close()
+    assert outcome.error is None, outcome.error
+    refused = json.loads(outcome.output)
+    assert [(code, limit) for code, limit, _ in refused] == [("tool_data_limit", 3)] * 2
+    assert "await calls before starting more" in refused[0][2]
+    assert outcome.cancelled == ["hang"] * 3
 
 
 async def test_cancelling_the_caller_stops_the_program_and_its_calls(

@@ -466,6 +466,15 @@ _WAITING = WAITING  # what _loop returns where the program would wait (without `
 _OWN_ENDINGS = frozenset({"uncaught", "syntax_error", "deadlock"})
 
 
+def _read_report(ctx: _qjs.Context) -> Any:
+    """The prelude's report (``{pending: [[id, name]], unobserved: [id]}``), or None when JS
+    cannot give it (its heap is full)."""
+    try:
+        return json.loads(ctx.report())
+    except (_qjs.JSError, TypeError, ValueError):
+        return None
+
+
 def _engine_fault(exc: BaseException) -> GuestError:
     return GuestError("internal", type(exc).__name__, f"engine fault: {exc}")
 
@@ -633,9 +642,8 @@ class ProgramThread:
         self._disarm()
         if ctx.outstanding == 0 and not self.calls.any_effects:
             return {}, [], 0  # no call pending, none that changed anything: nothing to ask JS
-        try:
-            report = json.loads(ctx.report())
-        except (_qjs.JSError, TypeError, ValueError):  # the heap is full: nothing to say
+        report = _read_report(ctx)
+        if report is None:
             return {}, [], 0
         pending = {int(call_id): str(name) for call_id, name in report["pending"]}
         unawaited, more = self.calls.unawaited(report["unobserved"])
@@ -734,10 +742,9 @@ class ProgramThread:
                 ctx.fire(timer_id)
 
     def _waiting_for(self, ctx: _qjs.Context) -> str:
-        """ " while waiting for <tools>" for a timeout message, or ""."""
-        try:
-            report = json.loads(ctx.report())
-        except (_qjs.JSError, TypeError, ValueError):
+        """The words " while waiting for <tools>" for a timeout message, or ""."""
+        report = _read_report(ctx)
+        if report is None:
             return ""
         names = sorted({str(name) for _, name in report["pending"]})
         return f" while waiting for {', '.join(names)}" if names else ""

@@ -86,9 +86,7 @@ class _Calls:
             try:
                 arguments = _from_js_json(payload_json)
             except ValueError as exc:  # pragma: no cover - the prelude posts JSON it made
-                self._answer_now(
-                    call_id, False, error_json(ErrorCode.TOOL_FAILED, f"engine fault: {exc}", None)
-                )
+                self._reject(call_id, ErrorCode.TOOL_FAILED, f"engine fault: {exc}", None)
                 continue
             self._pending[call_id] = (name, size)
             self.shared.args_held += size
@@ -124,9 +122,9 @@ class _Calls:
                 self._reject(call_id, ErrorCode.DENIED, f"{tool.name}: {refusal}", {"error": "denied"})
 
     def _run(self, call_id: int, tool: Tool, args: Any) -> None:
-        if (
-            tool.inline
-        ):  # one that needed a decision, or any when decisions are batched: it is cheap, it runs here
+        # An inline tool gets here when its call needed a decision, or when decisions are
+        # batched (every call comes to the loop): it is cheap, it runs here.
+        if tool.inline:
             try:
                 value = self.registry.invoke_inline(tool, args, self.context)
             except Exception as exc:  # a UserError from the handler: still only this call fails
@@ -175,10 +173,7 @@ class _Calls:
         entry = self._pending.pop(call_id, None)
         if entry is not None:
             self.shared.args_held -= entry[1]
-        self._answer_now(call_id, False, error_json(code, message, data))
-
-    def _answer_now(self, call_id: int, ok: bool, payload: str) -> None:
-        self.channel.post(call_id, ok, payload, False)
+        self.channel.post(call_id, False, error_json(code, message, data), False)
 
 
 class RunView:

@@ -1,9 +1,8 @@
 """Dedicated JS threads, each running one program at a time on a fresh QuickJS context.
 
 A worker takes a fresh context when a program starts and drops it when the program ends. The
-bridge makes contexts ahead and frees used ones on a thread of its own, at idle priority, off
-the critical path (see ``_qjs.c``, "the keeper"), so a worker does neither while the event
-loop waits for it.
+bridge makes contexts ahead and frees used ones on a thread of its own, off the critical path
+(see ``_qjs.c``, "the keeper"), so a worker does neither while the event loop waits for it.
 """
 
 from __future__ import annotations
@@ -45,15 +44,6 @@ def _return_memory() -> None:
     """
     if _TRIM is not None:
         _TRIM(0)
-
-
-def _start_thread(target: Callable[..., None], args: tuple[Any, ...], name: str) -> None:
-    previous = threading.stack_size()
-    try:
-        threading.stack_size(_STACK_BYTES)
-        threading.Thread(target=target, args=args, name=name, daemon=True).start()
-    finally:
-        threading.stack_size(previous)
 
 
 class WorkerPool:
@@ -101,7 +91,14 @@ class WorkerPool:
             self._workers += start
             self._idle += start
         for _ in range(start):
-            _start_thread(self._work, (self._jobs,), "codemode-js")
+            previous = threading.stack_size()
+            try:
+                threading.stack_size(_STACK_BYTES)
+                threading.Thread(
+                    target=self._work, args=(self._jobs,), name="codemode-js", daemon=True
+                ).start()
+            finally:
+                threading.stack_size(previous)
 
     def _work(self, jobs: queue.SimpleQueue[Any]) -> None:
         while True:

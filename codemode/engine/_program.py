@@ -718,9 +718,11 @@ class ProgramThread:
                 elif event == "deadline":
                     self._collect_rest()
                     return self._timeout_error(self._waiting_for(ctx))
-                else:  # "interrupted": the watchdog stopped it, or the host cancelled it
+                else:  # "interrupted" while it waited: the watchdog stopped it, or the host cancelled it
                     self._collect_rest()
                     reason = self._watch.reason if self._watch is not None else None
+                    if reason == "timeout":  # (the watchdog's interrupt came before the wait's own deadline)
+                        return self._timeout_error(self._waiting_for(ctx))
                     return self._stopped_error(reason or "cancelled", None, None)
         except _qjs.JSError as exc:
             self._collect_rest()

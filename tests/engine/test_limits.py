@@ -10,6 +10,7 @@ limit ended it, never on how fast anything ran.
 from __future__ import annotations
 
 import hashlib
+import select
 import threading
 import tracemalloc
 from collections.abc import Iterator
@@ -244,3 +245,37 @@ print(outcomes.filter((o) => o === "ok").length, outcomes.filter((o) => o === "t
         # call being drained, far below the 32 MiB the calls would have held.
         assert peak < 2 * limit_mb * 1024 * 1024
         await assert_healthy(host)
+
+
+async def test_a_timeout_met_while_waiting_says_what_it_waited_for(make_host: Any) -> None:
+    # The watchdog's interrupt (reason timeout) can wake a waiting program before the wait's
+    # own deadline does: the message is still the waiting one, naming the tool.
+    async with make_host() as (host, _probe):
+
+        @host.tool()
+        async def never() -> str:
+            """Never asked: nothing reads this program's channel."""
+            return ""
+
+        channel = _qjs.Channel()
+        program = ProgramThread(
+            source="await tools.never({});",
+            registry=host.registry,
+            context=ToolContext("s1", host.workspace, host.policy, host.archive),
+            limits=EngineLimits(cpu_seconds=600),
+            timeout_seconds=3600,
+            channel=channel,
+            calls=ProgramCalls(),
+        )
+        outcome: list[ProgramOutcome] = []
+        thread = threading.Thread(target=lambda: outcome.append(program.run(prepare_context())))
+        thread.start()
+        posted = await anyio.to_thread.run_sync(lambda: select.select([channel.fileno()], [], [], 30)[0])
+        assert posted  # the program posted its call and waits for it
+        assert program._watch is not None
+        program._watch.reason = "timeout"  # what the watchdog does at the deadline: reason, then interrupt
+        channel.interrupt()
+        await anyio.to_thread.run_sync(thread.join, 60)
+        (result,) = outcome
+        assert result.error is not None and result.error.kind == "timeout"
+        assert "while waiting for never" in result.error.message, result.error.message

@@ -23,7 +23,10 @@
  * Python (codemode/engine/_program.py and _runtime.py); this file only moves JSON text between
  * the two threads, runs JS, and stops it when asked.
  *
- * Threads: a Context is used by one thread at a time (its program's). A Channel is shared by
+ * Threads: a Context is used by one thread at a time (its program's), enforced: every method that
+ * touches its engine takes the context's busy flag atomically at entry and a second thread (or a
+ * call into Python from inside its JS) gets RuntimeError, never concurrent access; a freed context
+ * raises RuntimeError too. A Channel is shared by
  * that thread and the event loop's; its queues are guarded by a mutex, its wake-ups are an
  * eventfd (towards the loop) and a futex word (towards the JS thread). Text crosses as UTF-8
  * with explicit lengths (U+0000 included).
@@ -437,7 +440,10 @@ typedef struct {
     int loaded;
     PyObject *host;   /* hostCall's Python side: host(kind, id, name, payload_json, size) -> str */
     Channel *channel; /* the running program's (strong reference) */
-    int armed;        /* the interrupt check honours channel->interrupted */
+    _Atomic int armed; /* the interrupt check honours channel->interrupted (disarm: any thread) */
+    _Atomic int busy;  /* a method is using the engine (enter/leave): one thread at a time */
+    size_t stack_bytes; /* JS's stack limit asked for (set_limits; 0: the engine's default) */
+    size_t slice_stack; /* the slice's (set_slice), while one runs */
     int64_t outstanding; /* calls posted to the loop and not yet settled */
     /* A first stretch run on the event loop's thread (set_slice): it ends at slice_until (time.monotonic
      * seconds) and refuses calls into Python; `slice_end` says which ended it. */
@@ -456,7 +462,8 @@ on_interrupt(JSRuntime *rt, void *opaque)
         self->slice_end = "expired";
         return 1;
     }
-    return self->armed && self->channel != NULL && atomic_load_explicit(&self->channel->interrupted, memory_order_relaxed);
+    return atomic_load_explicit(&self->armed, memory_order_relaxed) && self->channel != NULL &&
+           atomic_load_explicit(&self->channel->interrupted, memory_order_relaxed);
 }
 
 /* End the stretch at once (an uncatchable error): it will start over elsewhere. */
@@ -492,14 +499,15 @@ js_host_call(JSContext *jc, JSValueConst this_val, int argc, JSValueConst *argv)
     if (kind != NULL && name != NULL && payload != NULL) {
         PyGILState_STATE gil = PyGILState_Ensure();
         PyObject *result = NULL;
-        if (self->host != NULL) {
+        PyObject *host = Py_XNewRef(self->host); /* held for the call, whatever set_host does */
+        if (host != NULL) {
             PyObject *k = kn == 4 && memcmp(kind, "call", 4) == 0   ? Py_NewRef(KIND_CALL)
                           : kn == 4 && memcmp(kind, "sync", 4) == 0 ? Py_NewRef(KIND_SYNC)
                                                                     : py_text(kind, kn);
             PyObject *args[5] = {k, PyLong_FromLongLong(id), py_text(name, nn), py_text(payload, pn),
                                  PyLong_FromLongLong(size)};
             if (args[0] != NULL && args[1] != NULL && args[2] != NULL && args[3] != NULL && args[4] != NULL)
-                result = PyObject_Vectorcall(self->host, args, 5, NULL);
+                result = PyObject_Vectorcall(host, args, 5, NULL);
             for (int i = 0; i < 5; i++)
                 Py_XDECREF(args[i]);
         }
@@ -510,13 +518,14 @@ js_host_call(JSContext *jc, JSValueConst this_val, int argc, JSValueConst *argv)
             text = utf8_of(result, &len, &owner);
         if (text == NULL) { /* the handler must never fail; if it did, the call fails, not the host */
             if (PyErr_Occurred())
-                PyErr_WriteUnraisable(self->host != NULL ? self->host : Py_None);
+                PyErr_WriteUnraisable(host != NULL ? host : Py_None);
             text = FAULT_REPLY;
             len = (Py_ssize_t)(sizeof FAULT_REPLY - 1);
         }
         reply = JS_NewStringLen(jc, text, (size_t)len);
         Py_XDECREF(owner);
         Py_XDECREF(result);
+        Py_XDECREF(host);
         PyGILState_Release(gil);
     }
     JS_FreeCString(jc, kind);
@@ -1031,6 +1040,94 @@ finalizing(void)
 #endif
 }
 
+/* Bytes of C stack left below this frame on the calling thread (0 when unknown). The stack's
+ * low end is looked up once per thread: for the main thread glibc reads /proc/self/maps to find
+ * it (~0.4 ms). */
+static __thread uintptr_t thread_stack_low = 0;
+
+static size_t
+stack_room(void)
+{
+    if (thread_stack_low == 0) {
+        pthread_attr_t attr;
+        void *base;
+        size_t size;
+        if (pthread_getattr_np(pthread_self(), &attr) != 0)
+            return 0;
+        int ok = pthread_attr_getstack(&attr, &base, &size) == 0;
+        pthread_attr_destroy(&attr);
+        if (!ok)
+            return 0;
+        thread_stack_low = (uintptr_t)base;
+    }
+    char here;
+    uintptr_t sp = (uintptr_t)&here;
+    return sp > thread_stack_low ? (size_t)(sp - thread_stack_low) : 0;
+}
+
+#define SLICE_STACK_MARGIN (256 * 1024) /* C stack kept free below JS's own limit */
+
+/* ---- one thread at a time, never after free ------------------------------------------------
+ *
+ * Every method that touches a context's engine runs between enter() and leave(). enter() takes
+ * the busy flag with one atomic exchange: a second thread, or the context's own host function
+ * calling back into it from inside its JS, gets RuntimeError instead of using the engine at the
+ * same time (QuickJS is not thread-safe, and the engine cannot be re-entered mid-call safely
+ * from Python). A freed context raises RuntimeError. What other threads may call at any time
+ * touches no engine: Channel.post/interrupt (a mutex and atomics), disarm (an atomic), the
+ * outstanding/slice_end getters (plain reads). enter() also fits JS's stack limit to the stack
+ * of the thread it runs on, so a limit set on a big stack cannot overflow a smaller one. */
+
+static size_t
+fit_stack(Context *self)
+{
+    size_t want = self->slice_until > 0 && self->slice_stack > 0 ? self->slice_stack
+                  : self->stack_bytes > 0                         ? self->stack_bytes
+                                                                  : JS_DEFAULT_STACK_SIZE;
+    size_t room = stack_room();
+    if (room > 0) {
+        size_t most = room > 2 * SLICE_STACK_MARGIN ? room - SLICE_STACK_MARGIN : room / 2;
+        if (want > most)
+            want = most;
+    }
+    return want;
+}
+
+/* 1 when the caller may use the context (call leave() after), else 0 with RuntimeError set.
+ * `freed_ok`: a freed context is fine (set_host, free). */
+static int
+enter_ex(Context *self, int freed_ok)
+{
+    if (atomic_exchange(&self->busy, 1)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the context is in use by another thread (or by the host call its JS is making): a "
+                        "context is used by one thread at a time; wait until that call returns");
+        return 0;
+    }
+    if (self->engine == NULL) {
+        if (freed_ok)
+            return 1;
+        atomic_store(&self->busy, 0);
+        PyErr_SetString(PyExc_RuntimeError, "the context was freed (its runtime is gone): make a new Context");
+        return 0;
+    }
+    JS_UpdateStackTop(self->rt);
+    JS_SetMaxStackSize(self->rt, fit_stack(self));
+    return 1;
+}
+
+static int
+enter(Context *self)
+{
+    return enter_ex(self, 0);
+}
+
+static void
+leave(Context *self)
+{
+    atomic_store(&self->busy, 0);
+}
+
 static void bind_engine(Context *self, Engine *e);
 
 static PyObject *
@@ -1142,12 +1239,15 @@ Context_dealloc(Context *self)
 static PyObject *
 Context_free(Context *self, PyObject *unused)
 {
+    if (!enter_ex(self, 1)) /* (freeing a freed context does nothing) */
+        return NULL;
     Engine *e = detach(self);
     if (e != NULL) {
         Py_BEGIN_ALLOW_THREADS
         engine_free(e);
         Py_END_ALLOW_THREADS
     }
+    leave(self);
     Py_RETURN_NONE;
 }
 
@@ -1206,18 +1306,19 @@ Context_eval(Context *self, PyObject *args)
     Py_ssize_t n;
     if (!PyArg_ParseTuple(args, "s#|s", &source, &n, &filename))
         return NULL;
+    if (!enter(self))
+        return NULL;
     JSValue v;
     char *error = NULL;
     size_t error_len = 0;
     Py_BEGIN_ALLOW_THREADS
-    JS_UpdateStackTop(self->rt);
     v = JS_Eval(self->jc, source, (size_t)n, filename, JS_EVAL_TYPE_GLOBAL);
     if (JS_IsException(v))
         error = exception_text(self->jc, &error_len);
     Py_END_ALLOW_THREADS
-    if (JS_IsException(v))
-        return raise_text(error, error_len);
-    return to_python(self, v);
+    PyObject *out = JS_IsException(v) ? raise_text(error, error_len) : to_python(self, v);
+    leave(self);
+    return out;
 }
 
 static PyObject *
@@ -1226,9 +1327,16 @@ Context_set_limits(Context *self, PyObject *args)
     Py_ssize_t memory, stack;
     if (!PyArg_ParseTuple(args, "nn", &memory, &stack))
         return NULL;
+    if (memory < 0 || stack < 0) {
+        PyErr_SetString(PyExc_ValueError, "set_limits: memory_bytes and stack_bytes must be >= 0");
+        return NULL;
+    }
+    if (!enter(self))
+        return NULL;
     JS_SetMemoryLimit(self->rt, (size_t)memory);
-    JS_UpdateStackTop(self->rt);
-    JS_SetMaxStackSize(self->rt, (size_t)stack);
+    self->stack_bytes = (size_t)stack;
+    JS_SetMaxStackSize(self->rt, fit_stack(self)); /* (at most what this thread's stack has room for) */
+    leave(self);
     Py_RETURN_NONE;
 }
 
@@ -1239,7 +1347,10 @@ Context_set_host(Context *self, PyObject *host)
         PyErr_SetString(PyExc_TypeError, "set_host: a callable or None");
         return NULL;
     }
+    if (!enter_ex(self, 1))
+        return NULL;
     Py_XSETREF(self->host, host == Py_None ? NULL : Py_NewRef(host));
+    leave(self);
     Py_RETURN_NONE;
 }
 
@@ -1276,17 +1387,20 @@ Context_start(Context *self, PyObject *args)
                           &calls_limit, &effectful, &effectful_len, &namespaces, &namespaces_len, &inline_names,
                           &inline_len))
         return NULL;
-    if (!need_loaded(self))
+    if (!enter(self))
         return NULL;
+    if (!need_loaded(self)) {
+        leave(self);
+        return NULL;
+    }
     Py_XSETREF(self->channel, (Channel *)Py_NewRef(channel));
-    self->armed = 1;
+    atomic_store(&self->armed, 1);
     self->outstanding = 0;
     char *error = NULL;
     size_t error_len = 0;
     int failed = 0;
     Py_BEGIN_ALLOW_THREADS
     JSContext *jc = self->jc;
-    JS_UpdateStackTop(self->rt);
     JSValue main = JS_Eval(jc, source, (size_t)source_len, "<input>", JS_EVAL_TYPE_GLOBAL);
     if (JS_IsException(main)) {
         failed = 1;
@@ -1305,6 +1419,7 @@ Context_start(Context *self, PyObject *args)
         JS_FreeValue(jc, v);
     }
     Py_END_ALLOW_THREADS
+    leave(self);
     if (failed)
         return raise_text(error, error_len);
     Py_RETURN_NONE;
@@ -1438,7 +1553,6 @@ static int
 run_loop(Context *self, double deadline, double timer_at, int wait, char **text, size_t *len)
 {
     Channel *ch = self->channel;
-    JS_UpdateStackTop(self->rt);
     for (;;) {
         for (;;) {
             JSContext *job_ctx;
@@ -1491,9 +1605,14 @@ Context_run(Context *self, PyObject *args)
     int wait = 1;
     if (!PyArg_ParseTuple(args, "dd|p", &deadline, &timer_at, &wait))
         return NULL;
-    if (!need_loaded(self))
+    if (!enter(self))
         return NULL;
+    if (!need_loaded(self)) {
+        leave(self);
+        return NULL;
+    }
     if (self->channel == NULL) {
+        leave(self);
         PyErr_SetString(PyExc_RuntimeError, "run: no program was started");
         return NULL;
     }
@@ -1503,6 +1622,7 @@ Context_run(Context *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     event = run_loop(self, deadline, timer_at, wait, &text, &len);
     Py_END_ALLOW_THREADS
+    leave(self); /* (what follows touches no engine) */
     static const char *names[] = {"error", "drain", "idle", "timer", "deadline", "interrupted", "wait"};
     if (event == EV_ERROR)
         return raise_text(text, len);
@@ -1522,18 +1642,22 @@ Context_fire(Context *self, PyObject *args)
     long long timer;
     if (!PyArg_ParseTuple(args, "L", &timer))
         return NULL;
-    if (!need_loaded(self))
+    if (!enter(self))
         return NULL;
+    if (!need_loaded(self)) {
+        leave(self);
+        return NULL;
+    }
     char *error = NULL;
     size_t error_len = 0;
     int failed;
     Py_BEGIN_ALLOW_THREADS
-    JS_UpdateStackTop(self->rt);
     JSValue argv[1] = {JS_NewInt64(self->jc, timer)};
     JSValue v = call_entry(self, F_FIRE, 1, argv, &error, &error_len);
     failed = JS_IsException(v);
     JS_FreeValue(self->jc, v);
     Py_END_ALLOW_THREADS
+    leave(self);
     if (failed)
         return raise_text(error, error_len);
     Py_RETURN_NONE;
@@ -1543,18 +1667,21 @@ Context_fire(Context *self, PyObject *args)
 static PyObject *
 text_entry(Context *self, int which)
 {
-    if (!need_loaded(self))
+    if (!enter(self))
         return NULL;
+    if (!need_loaded(self)) {
+        leave(self);
+        return NULL;
+    }
     char *error = NULL;
     size_t error_len = 0;
     JSValue v;
     Py_BEGIN_ALLOW_THREADS
-    JS_UpdateStackTop(self->rt);
     v = call_entry(self, which, 0, NULL, &error, &error_len);
     Py_END_ALLOW_THREADS
-    if (JS_IsException(v))
-        return raise_text(error, error_len);
-    return to_python(self, v);
+    PyObject *out = JS_IsException(v) ? raise_text(error, error_len) : to_python(self, v);
+    leave(self);
+    return out;
 }
 
 static PyObject *
@@ -1575,33 +1702,6 @@ Context_report(Context *self, PyObject *unused)
     return text_entry(self, F_REPORT);
 }
 
-/* Bytes of C stack left below this frame on the calling thread (0 when unknown). The stack's
- * low end is looked up once per thread: for the main thread glibc reads /proc/self/maps to find
- * it (~0.4 ms). */
-static __thread uintptr_t thread_stack_low = 0;
-
-static size_t
-stack_room(void)
-{
-    if (thread_stack_low == 0) {
-        pthread_attr_t attr;
-        void *base;
-        size_t size;
-        if (pthread_getattr_np(pthread_self(), &attr) != 0)
-            return 0;
-        int ok = pthread_attr_getstack(&attr, &base, &size) == 0;
-        pthread_attr_destroy(&attr);
-        if (!ok)
-            return 0;
-        thread_stack_low = (uintptr_t)base;
-    }
-    char here;
-    uintptr_t sp = (uintptr_t)&here;
-    return sp > thread_stack_low ? (size_t)(sp - thread_stack_low) : 0;
-}
-
-#define SLICE_STACK_MARGIN (256 * 1024) /* C stack kept free below JS's own limit */
-
 static PyObject *
 Context_set_slice(Context *self, PyObject *args)
 {
@@ -1609,22 +1709,34 @@ Context_set_slice(Context *self, PyObject *args)
     Py_ssize_t stack_bytes = 0;
     if (!PyArg_ParseTuple(args, "d|n", &seconds, &stack_bytes))
         return NULL;
+    if (stack_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "set_slice: stack_bytes must be >= 0");
+        return NULL;
+    }
+    if (!enter(self))
+        return NULL;
     self->slice_end = NULL;
     if (seconds <= 0) {
         self->slice_until = 0;
+        self->slice_stack = 0;
+        JS_SetMaxStackSize(self->rt, fit_stack(self));
+        leave(self);
         Py_RETURN_TRUE;
     }
     /* This thread (the event loop's) may have less stack than a worker's: JS gets what is left
      * here (above a margin), and a program that needs more starts over on a worker. */
     size_t room = stack_room();
-    if (room < 2 * SLICE_STACK_MARGIN)
+    if (room < 2 * SLICE_STACK_MARGIN) {
+        leave(self);
         Py_RETURN_FALSE;
+    }
     size_t limit = (size_t)stack_bytes;
     if (limit == 0 || limit > room - SLICE_STACK_MARGIN)
         limit = room - SLICE_STACK_MARGIN;
-    JS_UpdateStackTop(self->rt);
-    JS_SetMaxStackSize(self->rt, limit);
+    self->slice_stack = limit;
     self->slice_until = monotonic() + seconds;
+    JS_SetMaxStackSize(self->rt, fit_stack(self));
+    leave(self);
     Py_RETURN_TRUE;
 }
 
@@ -1639,7 +1751,7 @@ Context_get_slice_end(Context *self, void *closure)
 static PyObject *
 Context_disarm(Context *self, PyObject *unused)
 {
-    self->armed = 0;
+    atomic_store(&self->armed, 0); /* (any thread: it only tells the interrupt check) */
     Py_RETURN_NONE;
 }
 

@@ -539,23 +539,75 @@ class Redactor:
             line = line[: max(limit - 3, 1)] + "..."
         return line
 
-    def redact_bytes(self, data: bytes) -> bytes:
-        """Return ``data`` (any bytes, UTF-8 or not) with every recognised secret replaced."""
+    def redact_bytes(self, data: bytes, known: dict[bytes, bytes] | None = None) -> bytes:
+        """Return ``data`` (any bytes, UTF-8 or not) with every recognised secret replaced.
+
+        ``known``: secret values found earlier in the same stream (`StreamRedactor`) and their
+        markers, replaced here too wherever they occur; the values found here are added to it."""
         if not data:
             return data
         for value, marker in self._env_b:
             if value in data:
                 data = data.replace(value, marker)
-        return _redact_rules(data)
+        return _redact_rules(data, known)
 
 
-def _redact_rules(data: bytes) -> bytes:
-    """``data`` with what the rules find replaced; ``data`` itself when they find nothing."""
+def _redact_rules(data: bytes, known: dict[bytes, bytes] | None = None) -> bytes:
+    """``data`` with what the rules find replaced, and every other occurrence of each value
+    they find (or of a value in ``known``, secrets found earlier in the same stream); ``data``
+    itself when there is nothing to replace. Values the rules find are added to ``known``."""
     engine = _engine()
     hits = engine.matches(data)
-    if not hits:
+    spans = engine.spans(data, hits) if hits else []
+    if not spans and not known:
         return data
-    return _replace(data, engine.spans(data, hits))
+    markers: dict[bytes, bytes] = {}
+    for start, end, marker in spans:
+        if _MIN_REPEAT <= end - start <= _MAX_REPEAT:
+            markers.setdefault(data[start:end], marker)
+    if known is not None:
+        for value, marker in known.items():
+            markers.setdefault(value, marker)
+        for value, marker in markers.items():
+            if len(known) >= _MAX_KNOWN:
+                break
+            known.setdefault(value, marker)
+    spans += _occurrences(data, markers)
+    return _replace(data, spans) if spans else data
+
+
+_MIN_REPEAT = 6  # bytes: a shorter secret value is not searched for elsewhere in the text
+_MAX_REPEAT = 4096  # bytes: a longer one (a key block) is found by its rule wherever it is
+_MAX_KNOWN = 1024  # secret values a stream remembers for its later chunks
+_FEW_VALUES = 4  # up to this many values are searched for one by one; more in one literal pass
+
+
+def _occurrences(data: bytes, markers: dict[bytes, bytes]) -> list[tuple[int, int, bytes]]:
+    """(start, end, marker) of every occurrence in ``data`` of each value of ``markers``: once a
+    value is a secret somewhere in a text, it is one everywhere in it (``password = 'X' | 'X'``)."""
+    found: list[tuple[int, int, bytes]] = []
+    values = [v for v in markers if len(v) <= len(data)]
+    if len(values) <= _FEW_VALUES:
+        for value in values:
+            at = data.find(value)
+            while at >= 0:
+                found.append((at, at + len(value), markers[value]))
+                at = data.find(value, at + 1)
+        return found
+    database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    database.compile(
+        expressions=values,
+        ids=list(range(len(values))),
+        elements=len(values),
+        flags=[hyperscan.HS_FLAG_SOM_LEFTMOST] * len(values),
+        literal=True,
+    )
+
+    def on_match(index: int, start: int, end: int, flags: int, context: object) -> None:
+        found.append((start, end, markers[values[index]]))
+
+    database.scan(data, match_event_handler=on_match)
+    return found
 
 
 class StreamRedactor:
@@ -576,6 +628,7 @@ class StreamRedactor:
         self._max_pending = max_pending
         self._pending = b""
         self._in_private_key = False
+        self._known: dict[bytes, bytes] = {}  # secret values seen: redacted in later chunks too
 
     def feed(self, data: bytes) -> bytes:
         """Take the next chunk; return the redacted bytes that are ready."""
@@ -610,7 +663,7 @@ class StreamRedactor:
             begins = list(_PEM_BEGIN.finditer(chunk))
             if begins and _PEM_END.search(chunk, begins[-1].end()) is None:
                 self._in_private_key = True
-        return self._redactor.redact_bytes(chunk)
+        return self._redactor.redact_bytes(chunk, self._known)
 
 
 def redact_json(value: Any, redact: Callable[[str], str]) -> Any:

@@ -24,6 +24,23 @@ from codemode.sandbox._enforce import (
 )
 from codemode.sandbox._policy import SandboxMode, SandboxPolicy
 from codemode.sandbox._policy_json import policy_from_json, policy_to_json
+from codemode.sandbox._safeopen import (
+    UnsafePath,
+    anchor,
+    aread_text,
+    is_dir_at,
+    listdir_at,
+    make_dir_at,
+    open_anchor,
+    open_dir_at,
+    read_bytes_at,
+    read_file_beneath,
+    read_text,
+    read_text_at,
+    remove_at,
+    rename_at,
+    write_fresh_at,
+)
 from codemode.sandbox._spawn import Process
 
 __all__ = [
@@ -37,6 +54,9 @@ __all__ = [
     "Process",
     "SandboxMode",
     "SandboxPolicy",
+    "UnsafePath",
+    "anchor",
+    "aread_text",
     "cgroup_empty",
     "cgroup_kill",
     "cgroup_members",
@@ -44,10 +64,22 @@ __all__ = [
     "cgroup_root",
     "check_policy",
     "explain_denial",
+    "is_dir_at",
     "landlock_status",
     "launch",
+    "listdir_at",
+    "make_dir_at",
+    "open_anchor",
+    "open_dir_at",
     "policy_from_json",
     "policy_to_json",
     "prepare_confinement",
+    "read_bytes_at",
+    "read_file_beneath",
+    "read_text",
+    "read_text_at",
+    "remove_at",
+    "rename_at",
     "sandbox_report",
+    "write_fresh_at",
 ]

@@ -1,0 +1,98 @@
+"""Secret leaks through redaction: a value redacted in one place but printed in another, a
+quoted value cut at an inner quote, a key block, a value split across stream chunks.
+
+Every case is checked on the text (`Redactor.redact`), on bytes (`redact_bytes`) and through a
+`StreamRedactor` fed in small chunks, since command output takes all three ways.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from codemode.state import Redactor, StreamRedactor
+from tests.state.secret_fixtures import pem
+
+R = Redactor(environ={})
+
+
+def redacted_every_way(text: str) -> list[str]:
+    """``text`` redacted as text, as bytes, and as a stream in 7-byte chunks."""
+    data = text.encode()
+    stream = StreamRedactor(R)
+    streamed = b"".join(stream.feed(data[i : i + 7]) for i in range(0, len(data), 7)) + stream.flush()
+    return [R.redact(text), R.redact_bytes(data).decode(), streamed.decode()]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password = 'Qz7!pLm2vX' | 'Qz7!pLm2vX'",
+        "password = 'Qz7!pLm2vX'; echo Qz7!pLm2vX; login --pw=Qz7!pLm2vX",
+        'db_password: "Qz7!pLm2vX"\nretrying with Qz7!pLm2vX\nfailed: Qz7!pLm2vX rejected',
+        "export API_TOKEN=Qz7pLm2vX9wR\ncurl -H 'X-Key: Qz7pLm2vX9wR' https://example.com",
+    ],
+)
+def test_every_occurrence_of_a_found_value_is_redacted(text: str) -> None:
+    for out in redacted_every_way(text):
+        assert "Qz7" not in out, out
+        assert "[REDACTED:" in out
+
+
+def test_a_value_found_in_one_chunk_is_redacted_in_later_chunks() -> None:
+    stream = StreamRedactor(R)
+    first = stream.feed(b"config: password = 'Qz7!pLm2vX'\n")
+    later = stream.feed(b"connecting as admin with Qz7!pLm2vX\n") + stream.flush()
+    assert b"Qz7" not in first and b"Qz7" not in later
+    assert later == b"connecting as admin with [REDACTED:secret]\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ('password = "N{w44mQp\'2si(zY8"', "N{w44mQp'2si(zY8"),
+        ("password = 'ab\"cd9!ef\"gh'", 'ab"cd9!ef"gh'),
+        ('secret: "q9\\"inner\\"tail77"', 'q9\\"inner\\"tail77'),
+        ("api_key = 'it\\'s-a-secret-4242'", "it\\'s-a-secret-4242"),
+        ('{"password": "p@ss\'w0rd\\"x2"}', "p@ss'w0rd\\\"x2"),
+    ],
+)
+def test_a_quoted_value_is_taken_whole_with_inner_quotes_and_escapes(text: str, secret: str) -> None:
+    for out in redacted_every_way(text):
+        assert out.count("[REDACTED:") == 1, out
+        tail = secret[len(secret) // 2 :]
+        assert tail not in out, out  # the tail after an inner quote is not printed
+        assert out.endswith(("[REDACTED:secret]'", '[REDACTED:secret]"', '[REDACTED:secret]"}')), out
+
+
+@pytest.mark.parametrize("kind", ["RSA PRIVATE KEY", "OPENSSH PRIVATE KEY", "EC PRIVATE KEY", "PRIVATE KEY"])
+def test_a_private_key_block_is_redacted_on_every_line(kind: str) -> None:
+    key = pem(kind, lines=12)
+    body = key.splitlines()[1:-1]
+    text = f"cat id_key\n{key}\nexit 0\n"
+    for out in redacted_every_way(text):
+        assert not any(line in out for line in body), out
+        assert out.startswith("cat id_key\n") and out.endswith("exit 0\n")
+
+
+def test_a_key_block_cut_before_its_end_is_redacted_to_the_end_of_the_text() -> None:
+    key = pem("RSA PRIVATE KEY", lines=12)
+    head = "\n".join(key.splitlines()[:6])  # what a head cut of the output keeps
+    for out in redacted_every_way(f"output:\n{head}"):
+        assert not any(line in out for line in head.splitlines()[1:]), out
+
+
+@pytest.mark.parametrize("cut", [1, 4, 9, 15])
+def test_a_repeated_value_split_across_chunks_is_redacted_in_both_places(cut: int) -> None:
+    line = b"password = 'Qz7!pLm2vX'\n"
+    data = line + b"again Qz7!pLm2vX and Qz7!pLm2vX\n"
+    split = len(line) + 6 + cut  # inside the second line's first copy
+    stream = StreamRedactor(R)
+    out = stream.feed(data[:split]) + stream.feed(data[split:]) + stream.flush()
+    assert b"Qz7" not in out, out
+    assert out.count(b"[REDACTED:secret]") == 3
+
+
+def test_a_short_value_is_not_searched_for_elsewhere() -> None:
+    # A value of a few characters is everywhere in ordinary text: only its own place is redacted.
+    out = R.redact("password = 'ab12'\nlabel ab12 stays")
+    assert out == "password = '[REDACTED:secret]'\nlabel ab12 stays"

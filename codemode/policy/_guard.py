@@ -10,7 +10,7 @@ from typing import Any
 
 from codemode.errors import ErrorCode, ToolError
 from codemode.policy._commands import REDACTION_MARKER, CommandPolicy, Verdict
-from codemode.policy._trash import TRASH_INBOX, Trash, install_rm_shim
+from codemode.policy._trash import Trash, install_rm_shim
 from codemode.tools import Tool, ToolContext
 from codemode.tools._bash import AfterRun, CommandPlan
 
@@ -107,7 +107,7 @@ class CommandGuard:
         temp = ctx.policy.temp_dir
         if self.trash is None or temp is None:
             return None
-        filed = self.trash.file(temp / TRASH_INBOX)
+        filed = self.trash.file(temp)
         if not filed:
             return None
         filed.sort(key=lambda e: (e.deleted_at, e.id))

@@ -7,22 +7,44 @@ files complete inbox entries into ``STATE/trash/<workspace key>/<id>/`` (``meta.
 command. Restoring writes only inside the trash's own workspace, never over an existing path and
 never through a symlink that leads out of it: an inbox entry is written by a confined command,
 so its claimed path is not trusted further than the workspace it could write anyway.
+
+The inbox and the shim's directory lie in a session's temp dir, which its commands can write:
+the host touches them only through `codemode.sandbox` safe-open (directory fds, no symlink
+followed, regular files only, capped, never blocking). A planted link there is removed, never
+followed; the shim is written fresh (``O_EXCL``) and renamed into place inside the directory's
+fd. Filing walks only the host's own ``STATE/tmp/s-*`` session dirs, never through a link.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
+import logging
 import os
+import secrets
 import shlex
 import shutil
+import stat
 import sys
 from pathlib import Path
 
 import pydantic
 
 from codemode.errors import ErrorCode, ToolError
+from codemode.sandbox import (
+    UnsafePath,
+    anchor,
+    is_dir_at,
+    listdir_at,
+    make_dir_at,
+    open_dir_at,
+    read_text_at,
+    remove_at,
+    rename_at,
+    write_fresh_at,
+)
 
 __all__ = ["TRASH_INBOX", "Trash", "TrashEntry", "install_rm_shim"]
 
@@ -30,6 +52,12 @@ TRASH_INBOX = ".codemode-trash"
 """The inbox's name inside a session's temp dir."""
 _SHIM_DIR = ".codemode-bin"
 _SHIM_SOURCE = Path(__file__).with_name("_rm.py")
+#: The session temp dirs the host makes (``tempfile.mkdtemp(prefix="s-")`` in ``STATE/tmp``).
+_SESSION_PREFIX = "s-"
+#: The most of an entry's ``meta.json`` the host reads (the shim writes a few hundred bytes).
+_META_CAP = 64 * 1024
+
+log = logging.getLogger("codemode.policy.trash")
 
 
 class TrashEntry(pydantic.BaseModel):
@@ -50,22 +78,45 @@ class TrashEntry(pydantic.BaseModel):
     location: str
 
 
+def _own_dir(parent_fd: int, name: str) -> int:
+    """The real directory ``name`` in ``parent_fd``, opened; whatever a command planted there
+    instead (a symlink, a file) is removed first, never followed."""
+    try:
+        return make_dir_at(parent_fd, name)
+    except UnsafePath:
+        log.warning("removing %s planted in a session temp dir (not a directory)", name)
+        remove_at(parent_fd, name)
+        return make_dir_at(parent_fd, name)
+
+
 def install_rm_shim(temp_dir: Path) -> Path:
-    """The directory holding the ``rm`` shim for a session's commands (written once).
+    """The directory holding the ``rm`` shim for a session's commands.
+
+    The session's commands can write ``temp_dir``: the shim's directory is opened without
+    following a link (a planted one is replaced), and the shim is written as a fresh file and
+    renamed into place inside that directory's fd, so nothing is ever written through a link.
 
     Returns:
         The directory to put first on the commands' PATH.
+
+    Raises:
+        UnsafePath: The session temp dir itself is missing or not a directory.
     """
-    folder = temp_dir / _SHIM_DIR
-    shim = folder / "rm"
-    if not shim.exists():
-        folder.mkdir(mode=0o700, exist_ok=True)
-        text = f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -I -S {shlex.quote(str(_SHIM_SOURCE))} "$@"\n'
-        partial = folder / ".rm.tmp"
-        partial.write_text(text)
-        partial.chmod(0o755)
-        partial.replace(shim)
-    return folder
+    with anchor(temp_dir) as temp_fd:
+        folder_fd = _own_dir(temp_fd, _SHIM_DIR)
+        try:
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.stat("rm", dir_fd=folder_fd, follow_symlinks=False).st_mode):
+                    return temp_dir / _SHIM_DIR
+            text = (
+                f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -I -S {shlex.quote(str(_SHIM_SOURCE))} "$@"\n'
+            )
+            partial = f".rm.{secrets.token_hex(6)}"
+            write_fresh_at(folder_fd, partial, text.encode(), 0o755)
+            rename_at(folder_fd, partial, folder_fd, "rm")
+        finally:
+            os.close(folder_fd)
+    return temp_dir / _SHIM_DIR
 
 
 def _key(workspace: Path) -> str:
@@ -94,66 +145,109 @@ class Trash:
         }
 
     def inbox(self, temp_dir: Path) -> Path:
-        """A session's inbox (made when missing)."""
-        path = temp_dir / TRASH_INBOX
-        path.mkdir(mode=0o700, exist_ok=True)
-        return path
+        """A session's inbox (made when missing; a link planted in its place is replaced)."""
+        with anchor(temp_dir) as temp_fd:
+            os.close(_own_dir(temp_fd, TRASH_INBOX))
+        return temp_dir / TRASH_INBOX
 
-    def file(self, inbox: Path) -> list[TrashEntry]:
-        """File the complete entries of one inbox into the trash; the entries filed."""
+    def file(self, temp_dir: Path) -> list[TrashEntry]:
+        """File the complete entries of one session's inbox into the trash; the entries filed.
+
+        Args:
+            temp_dir: The session's temp dir (made by the host; its inbox is ``TRASH_INBOX``).
+        """
         try:
-            names = sorted(n for n in os.listdir(inbox) if not n.startswith("."))
-        except OSError:
+            with anchor(temp_dir) as temp_fd:
+                return self._file_session(temp_fd, str(temp_dir))
+        except UnsafePath:
             return []
-        filed: list[TrashEntry] = []
-        for name in names:
-            source = inbox / name
-            try:
-                meta = json.loads((source / "meta.json").read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            claimed = meta.get("path") if isinstance(meta, dict) else None
-            if not isinstance(claimed, str) or not _inside(claimed, self.workspace):
-                continue  # another workspace's (a later host of it files it) or not an rm entry
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            target = self.root / name
-            try:
-                os.rename(source, target)
-            except OSError:
-                try:
-                    shutil.move(str(source), str(target))
-                except OSError:
-                    continue
-            entry = self._entry(target)
-            if entry is not None:
-                filed.append(entry)
-        return filed
 
     def file_all(self) -> None:
-        """File every session's inbox entries that belong to this workspace."""
-        for inbox in (self.state_dir / "tmp").glob(f"*/{TRASH_INBOX}"):
-            self.file(inbox)
-
-    def _entry(self, folder: Path) -> TrashEntry | None:
+        """File the inbox entries of every session temp dir of this state dir (``STATE/tmp/s-*``,
+        no link followed) that belong to this workspace."""
         try:
-            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+            with anchor(self.state_dir / "tmp") as tmp_fd:
+                for name in sorted(listdir_at(tmp_fd)):
+                    if not name.startswith(_SESSION_PREFIX) or not is_dir_at(tmp_fd, name):
+                        continue
+                    try:
+                        session_fd = open_dir_at(tmp_fd, name)
+                    except UnsafePath:
+                        continue
+                    try:
+                        self._file_session(session_fd, str(self.state_dir / "tmp" / name))
+                    finally:
+                        os.close(session_fd)
+        except UnsafePath:
+            return
+
+    def _file_session(self, temp_fd: int, shown: str) -> list[TrashEntry]:
+        try:
+            inbox_fd = open_dir_at(temp_fd, TRASH_INBOX)
+        except UnsafePath:
+            return []  # none, or a link a command planted (refused and logged): nothing to file
+        try:
+            return self._file_inbox(inbox_fd, f"{shown}/{TRASH_INBOX}")
+        finally:
+            os.close(inbox_fd)
+
+    def _file_inbox(self, inbox_fd: int, shown: str) -> list[TrashEntry]:
+        try:
+            names = sorted(n for n in listdir_at(inbox_fd) if not n.startswith("."))
+        except UnsafePath:
+            return []
+        filed: list[TrashEntry] = []
+        root_fd: int | None = None
+        try:
+            for name in names:
+                if not is_dir_at(inbox_fd, name):
+                    continue
+                try:
+                    meta = json.loads(read_text_at(inbox_fd, f"{name}/meta.json", cap=_META_CAP))
+                except UnsafePath:
+                    continue  # incomplete, or not a regular file (a FIFO, a link): refused and logged
+                except ValueError:
+                    continue
+                claimed = meta.get("path") if isinstance(meta, dict) else None
+                if not isinstance(claimed, str) or not _inside(claimed, self.workspace):
+                    continue  # another workspace's (a later host of it files it) or not an rm entry
+                if root_fd is None:
+                    self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+                    root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                try:
+                    rename_at(inbox_fd, name, root_fd, name)
+                except OSError as exc:
+                    log.warning("could not file trash entry %s/%s: %s", shown, name, exc.strerror or exc)
+                    continue
+                entry = self._entry_at(root_fd, name)
+                if entry is not None:
+                    filed.append(entry)
+        finally:
+            if root_fd is not None:
+                os.close(root_fd)
+        return filed
+
+    def _entry_at(self, root_fd: int, name: str) -> TrashEntry | None:
+        try:
+            meta = json.loads(read_text_at(root_fd, f"{name}/meta.json", cap=_META_CAP))
             return TrashEntry(
-                id=folder.name,
+                id=name,
                 path=str(meta["path"]),
                 kind=str(meta.get("kind", "file")),
                 deleted_at=float(meta.get("deleted_at", 0.0)),
-                location=str(folder / "item"),
+                location=str(self.root / name / "item"),
             )
-        except (OSError, ValueError, KeyError, TypeError):
+        except (UnsafePath, ValueError, KeyError, TypeError):
             return None
 
     def entries(self) -> list[TrashEntry]:
         """The trash, oldest first."""
         try:
-            folders = sorted(self.root.iterdir())
-        except OSError:
+            with anchor(self.root) as root_fd:
+                names = sorted(n for n in listdir_at(root_fd) if is_dir_at(root_fd, n))
+                found = [self._entry_at(root_fd, name) for name in names]
+        except UnsafePath:
             return []
-        found = [self._entry(folder) for folder in folders if folder.is_dir()]
         return sorted((e for e in found if e is not None), key=lambda e: (e.deleted_at, e.id))
 
     def restore(self, entry_id: str) -> TrashEntry:
@@ -176,26 +270,59 @@ class Trash:
                 f"trash entry {entry_id} names {target}, outside the workspace {self.workspace}",
                 code=ErrorCode.DENIED_BY_POLICY,
             )
-        if os.path.lexists(target):
-            raise ToolError(
-                f"cannot restore {entry_id}: {target} exists now; move it away first",
-                code=ErrorCode.ALREADY_EXISTS,
-            )
-        existing = target.parent
-        while not existing.exists():
-            existing = existing.parent
-        if not _inside(os.path.realpath(existing), self.workspace, allow_root=True):
-            raise ToolError(
-                f"cannot restore {entry_id}: {target.parent} leads out of the workspace (a symlink)",
-                code=ErrorCode.DENIED_BY_POLICY,
-            )
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.rename(entry.location, target)
-        except OSError:
-            shutil.move(entry.location, str(target))
-        shutil.rmtree(Path(entry.location).parent, ignore_errors=True)
+        parts = target.relative_to(self.workspace).parts
+        with anchor(self.workspace) as workspace_fd:
+            parent_fd = self._restore_parent(workspace_fd, parts[:-1], entry_id, target)
+            try:
+                name = parts[-1]
+                try:
+                    os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    pass
+                else:
+                    raise ToolError(
+                        f"cannot restore {entry_id}: {target} exists now; move it away first",
+                        code=ErrorCode.ALREADY_EXISTS,
+                    )
+                with anchor(self.root) as root_fd:
+                    entry_fd = open_dir_at(root_fd, entry_id)
+                    try:
+                        try:
+                            rename_at(entry_fd, "item", parent_fd, name)
+                        except OSError as exc:
+                            if exc.errno != errno.EXDEV:
+                                raise
+                            # Another file system: copied (links as links) into the directory
+                            # walked above, named through its fd.
+                            shutil.move(f"/proc/self/fd/{entry_fd}/item", f"/proc/self/fd/{parent_fd}/{name}")
+                    finally:
+                        os.close(entry_fd)
+                    remove_at(root_fd, entry_id)
+            finally:
+                os.close(parent_fd)
         return entry
+
+    def _restore_parent(self, workspace_fd: int, parts: tuple[str, ...], entry_id: str, target: Path) -> int:
+        """The directory ``parts`` beneath the workspace, made where missing, opened without
+        following a link.
+
+        Raises:
+            ToolError: A symlink or a file is on the way (``denied_by_policy``).
+        """
+        current = os.dup(workspace_fd)
+        try:
+            for part in parts:
+                step = make_dir_at(current, part, 0o777)
+                os.close(current)
+                current = step
+        except UnsafePath as exc:
+            os.close(current)
+            raise ToolError(
+                f"cannot restore {entry_id}: {target.parent} leads out of the workspace (a symlink) or "
+                "is not a directory",
+                code=ErrorCode.DENIED_BY_POLICY,
+            ) from exc
+        return current
 
     def empty(self) -> int:
         """Delete everything in this workspace's trash for good; how many entries."""

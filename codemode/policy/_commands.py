@@ -29,7 +29,18 @@ import pydantic
 
 from codemode.errors import ErrorCode
 from codemode.policy._readonly import NEUTRAL_WRAPPERS, is_read_only
+from codemode.policy._scripts import (
+    SHELLS,
+    SOURCE_BUILTINS,
+    STARTUP_VARIABLES,
+    VARIABLE_SETTERS,
+    read_script,
+    shebang_shell,
+    shell_input,
+    split_string,
+)
 from codemode.policy._shell import Command, Problem, parse
+from codemode.policy._watchers import watcher
 
 __all__ = ["REDACTION_MARKER", "CommandPolicy", "CommandVerdict", "Verdict"]
 
@@ -144,11 +155,12 @@ class CommandPolicy(pydantic.BaseModel):
                     "`source .env && deploy`)"
                 ),
             )
-        walk = _Walk(self, workspace)
+        walk = _Walk(self, workspace, background)
         if argv is not None:
             found = list(walk.argv(tuple(argv), cwd, (), 0))
         else:
             found = list(walk.script(command or "", cwd, (), 0))
+        walk.rewritten_scripts(found)
         executables = tuple(f.name for f in found)
         unchecked = tuple(p.describe() for p in walk.problems)
         for item in found:
@@ -169,8 +181,9 @@ class CommandPolicy(pydantic.BaseModel):
                 message=(
                     f"the strict command policy cannot check {walk.problems[0].describe()}"
                     + (f" (and {len(walk.problems) - 1} more)" if len(walk.problems) > 1 else "")
-                    + "; write it with literal command names (no computed names, no scripts piped into "
-                    "a shell), or pass argv"
+                    + "; write the commands in the command line itself with literal names (no computed "
+                    "names, no text of unknown content fed to a shell; a script file only as a regular "
+                    "file inside the workspace, not written by the same command line), or pass argv"
                 ),
                 executables=executables,
                 unchecked=unchecked,
@@ -235,6 +248,8 @@ class Wrapper:
         assignments: It takes ``NAME=value`` words before the command (``env``, ``sudo``).
         lookup_only: Options after which it only looks the command up (``command -v``).
         script_option: An option whose value is a shell string it runs (``npx -c``).
+        split_options: Options whose value is split into more words (``env -S``).
+        appends_input: It adds words read from its input to the command (``xargs``).
     """
 
     names: frozenset[str]
@@ -243,6 +258,8 @@ class Wrapper:
     assignments: bool = False
     lookup_only: frozenset[str] = frozenset()
     script_option: str | None = None
+    split_options: frozenset[str] = frozenset()
+    appends_input: bool = False
 
 
 def _w(names: str, valued: str = "", **kw: object) -> Wrapper:
@@ -250,8 +267,8 @@ def _w(names: str, valued: str = "", **kw: object) -> Wrapper:
 
 
 WRAPPERS: tuple[Wrapper, ...] = (
-    _w("env", "-u --unset -C --chdir", assignments=True),
-    _w("nohup setsid chronic unbuffer nocache builtin"),
+    _w("env", "-u --unset -C --chdir", assignments=True, split_options=frozenset({"-S", "--split-string"})),
+    _w("nohup setsid chronic unbuffer nocache builtin busybox"),
     _w("nice", "-n --adjustment"),
     _w("ionice", "-c --class -n --classdata"),
     _w("stdbuf", "-i -o -e --input --output --error"),
@@ -270,14 +287,15 @@ WRAPPERS: tuple[Wrapper, ...] = (
         "xargs",
         "-a --arg-file -d --delimiter -E -I -L --max-lines -n --max-args -P --max-procs -s --max-chars "
         "--process-slot-var",
+        appends_input=True,
     ),
     _w("flock", "-w --wait --timeout -E --conflict-exit-code", positionals=1, script_option="-c"),
     _w("watch", "-n --interval -d --differences -c --color -g --chgexit"),
     _w("npx bunx pnpx", "-p --package", script_option="-c"),
 )
 _WRAPPER_BY_NAME = {name: w for w in WRAPPERS for name in w.names}
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "busybox"})
-_SHELL_VALUED = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
+WRITERS = frozenset("cp mv ln install tee rsync sed dd curl wget patch truncate unzip tar".split())
+"""Commands that write files named in their words (a script file they name is not checked as is)."""
 FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 
 
@@ -355,10 +373,13 @@ _RUNNER_BY_NAME = {name: r for r in SCRIPT_RUNNERS for name in r.names}
 class _Walk:
     """Finds every command one run would start (see the module docstring)."""
 
-    def __init__(self, policy: CommandPolicy, workspace: Path) -> None:
+    def __init__(self, policy: CommandPolicy, workspace: Path, background: bool) -> None:
         self.policy = policy
         self.workspace = workspace
+        self.background = background
         self.problems: list[Problem] = []
+        self.written: list[str | None] = []  # files the run's redirections write
+        self.scripts: list[tuple[str, int]] = []  # script files read and checked, with their line
 
     def script(self, text: str, cwd: Path, via: tuple[str, ...], depth: int) -> Iterator[_Found]:
         if depth > _MAX_DEPTH:
@@ -366,6 +387,12 @@ class _Walk:
             return
         parsed = parse(text)
         self.problems.extend(parsed.problems)
+        self.written.extend(parsed.written)
+        for variable, line in parsed.assigned:
+            if variable in STARTUP_VARIABLES:
+                self.problems.append(
+                    Problem(f"a {variable} assignment (a file a shell runs at start)", variable, line)
+                )
         for command in parsed.commands:
             if command.words and command.words[0] == "cd" and len(command.words) == 2:
                 target = command.words[1]
@@ -377,29 +404,25 @@ class _Walk:
         words = command.words
         if not words or words[0] is None:
             return
-        name = os.path.basename(words[0])
-        if name in SHELLS and "-c" not in _shell_flags(words) and _shell_operand(words) is None:
-            # A shell reading its script from stdin.
-            if command.stdin_script is not None:
-                yield _Found(words, via)
-                yield from self.script(command.stdin_script, cwd, (*via, f"script fed to {name}"), depth + 1)
-                return
-            if command.piped_in:
-                self.problems.append(
-                    Problem(f"a script piped into {name}", _cut(" ".join(command.raw)), command.line)
-                )
-        if name == "alias":
+        if words[0] == "alias":
             for word in words[1:]:
                 if word is not None and "=" in word:
                     alias, _, value = word.partition("=")
                     yield from self.script(value, cwd, (*via, f"alias {alias}"), depth + 1)
             return
-        yield from self.argv(words, cwd, via, depth, line=command.line)
+        yield from self.argv(words, cwd, via, depth, line=command.line, feed=command)
 
     def argv(
-        self, words: tuple[str | None, ...], cwd: Path, via: tuple[str, ...], depth: int, line: int = 1
+        self,
+        words: tuple[str | None, ...],
+        cwd: Path,
+        via: tuple[str, ...],
+        depth: int,
+        line: int = 1,
+        feed: Command | None = None,
     ) -> Iterator[_Found]:
-        """The commands one argv starts: itself, then what it runs in turn."""
+        """The commands one argv starts: itself, then what it runs in turn (``feed``: the
+        command whose redirections and pipe give its stdin; None: the call's stdin)."""
         if not words:
             return
         if words[0] is None:
@@ -408,14 +431,23 @@ class _Walk:
         yield _Found(words, via)
         name = os.path.basename(words[0])
         rest = words[1:]
+        if name in VARIABLE_SETTERS:
+            for word in rest:
+                variable = (word or "").split("=", 1)[0]
+                if variable in STARTUP_VARIABLES and "=" in (word or ""):
+                    what = f"a {variable} assignment (a file a shell runs at start)"
+                    self.problems.append(Problem(what, _cut(word or ""), line))
         if name in SHELLS:
-            script = _shell_script(words)
-            if script is not None:
-                if script[0] is None:
-                    self.problems.append(Problem(f"a computed {name} -c script", "…", line))
-                else:
-                    yield from self.script(script[0], cwd, (*via, f"inside {name} -c"), depth + 1)
+            yield from self.shell(words, feed, cwd, via, depth, line)
             return
+        if name in SOURCE_BUILTINS:
+            if rest:
+                yield from self.script_file(
+                    rest[0], f"a computed {name} file", cwd, (*via, f"{name} {rest[0]}"), depth, line
+                )
+            return
+        if "/" in words[0]:
+            yield from self.executed_file(words[0], cwd, via, depth, line)
         if name == "eval":
             if any(w is None for w in rest):
                 self.problems.append(Problem("a computed eval string", "…", line))
@@ -431,8 +463,8 @@ class _Walk:
                     for part in rest[index + 1 :]:
                         if part in (";", "+"):
                             break
-                        tail.append(part)
-                    if tail and tail[0] == "{}":
+                        tail.append(None if part is None or "{}" in part else part)
+                    if tail and tail[0] is None:
                         self.problems.append(Problem("a found file run as a command", "{}", line))
                     elif tail:
                         yield from self.argv(tuple(tail), cwd, (*via, f"find {word}"), depth + 1, line)
@@ -446,8 +478,83 @@ class _Walk:
             inner = _unwrap(wrapper, rest)
             if isinstance(inner, str):
                 yield from self.script(inner, cwd, (*via, f"{name} {wrapper.script_option}"), depth + 1)
+            elif isinstance(inner, _Split):
+                if inner.words is None:
+                    self.problems.append(
+                        Problem(f"an {name} -S string env expands itself", _cut(inner.text), line)
+                    )
+                else:
+                    yield from self.argv(
+                        (name, *inner.words), cwd, (*via, f"{name} -S"), depth + 1, line, feed
+                    )
             elif inner:
-                yield from self.argv(inner, cwd, (*via, f"via {name}"), depth, line)
+                if wrapper.appends_input:
+                    inner, feed = (*inner, None), None  # xargs adds words read from its input
+                yield from self.argv(inner, cwd, (*via, f"via {name}"), depth, line, feed)
+
+    def shell(
+        self,
+        words: tuple[str | None, ...],
+        feed: Command | None,
+        cwd: Path,
+        via: tuple[str, ...],
+        depth: int,
+        line: int,
+    ) -> Iterator[_Found]:
+        """What a shell runs: its -c string, the script on its stdin, or its script file."""
+        given = shell_input(words, feed, background=self.background)
+        if given.kind == "unknown" or (given.kind == "string" and given.text is None):
+            self.problems.append(Problem(given.what, _cut(" ".join(w or "…" for w in words)), line))
+        elif given.kind == "string" and given.text is not None:
+            yield from self.script(given.text, cwd, (*via, given.via), depth + 1)
+        elif given.kind == "file":
+            yield from self.script_file(given.text, given.what, cwd, (*via, given.via), depth, line)
+
+    def script_file(
+        self, path: str | None, computed: str, cwd: Path, via: tuple[str, ...], depth: int, line: int
+    ) -> Iterator[_Found]:
+        """The commands of the script file ``path`` (None: computed), read from the workspace."""
+        if path is None:
+            self.problems.append(Problem(computed, "…", line))
+            return
+        read = read_script(path, cwd, self.workspace)
+        if read.text is None:
+            self.problems.append(Problem(f"a script file that was not read ({read.why})", _cut(path), line))
+            return
+        self.scripts.append((path, line))
+        yield from self.script(read.text, cwd, via, depth + 1)
+
+    def executed_file(
+        self, path: str, cwd: Path, via: tuple[str, ...], depth: int, line: int
+    ) -> Iterator[_Found]:
+        """A workspace file run by path: followed when its ``#!`` line names a shell."""
+        if Path(os.path.normpath(self.workspace)) not in Path(os.path.normpath(cwd / path)).parents:
+            return  # an installed program
+        read = read_script(path, cwd, self.workspace)
+        if read.missing:
+            self.scripts.append((path, line))  # it fails to start, unless this run writes it first
+            return
+        if read.text is None:
+            self.problems.append(
+                Problem(f"a file run as a command that was not read ({read.why})", _cut(path), line)
+            )
+            return
+        self.scripts.append((path, line))
+        shell = shebang_shell(read.text)
+        if shell is not None:
+            yield from self.script(read.text, cwd, (*via, f"{shell} {path}"), depth + 1)
+
+    def rewritten_scripts(self, found: list[_Found]) -> None:
+        """A script file this same run may write before it runs was checked as it is now: a problem."""
+        names = {os.path.basename(w) for w in self.written if w is not None}
+        for item in found:
+            if item.name in WRITERS:
+                names.update(os.path.basename(w.rstrip("/")) for w in item.words[1:] if w is not None)
+        for path, line in self.scripts:
+            if None in self.written or os.path.basename(path) in names:
+                self.problems.append(
+                    Problem("a script file that this same command line writes", _cut(path), line)
+                )
 
     def package_script(
         self,
@@ -516,51 +623,45 @@ def _cut(text: str) -> str:
     return text if len(text) <= 60 else text[:59] + "…"
 
 
-def _shell_flags(words: tuple[str | None, ...]) -> set[str]:
-    flags: set[str] = set()
-    for word in words[1:]:
-        if word is None or not word.startswith(("-", "+")) or word in ("-", "--"):
-            break
-        if word.startswith("--"):
-            flags.add(word)
-        else:
-            flags.update(f"-{c}" for c in word[1:])
-    return flags
+@dataclass(frozen=True)
+class _Split:
+    """A wrapper's split option (``env -S STRING``): STRING's words (None: env expands it
+    itself) and the words after it."""
+
+    text: str
+    words: tuple[str | None, ...] | None
 
 
-def _shell_operand(words: tuple[str | None, ...]) -> int | None:
-    """The index of a shell's first operand (its script, or with -c its command string)."""
-    index = 1
-    while index < len(words):
-        word = words[index]
-        if word is None:
-            return index
-        if word == "--":
-            return index + 1 if index + 1 < len(words) else None
-        if word in _SHELL_VALUED:
-            index += 2
-            continue
-        if word.startswith(("-", "+")) and word not in ("-", "+"):
+def _split_option(wrapper: Wrapper, rest: tuple[str | None, ...], index: int) -> _Split | None:
+    """``rest[index]`` as a split option (``-S X``, ``-SX``, ``-iS X``, ``--split-string=X``)."""
+    word = rest[index] or ""
+    value: str | None
+    if word.startswith("--"):
+        name, eq, value = word.partition("=")
+        if name not in wrapper.split_options:
+            return None
+        if not eq:
+            value = rest[index + 1] if index + 1 < len(rest) else ""
             index += 1
-            continue
-        return index
-    return None
+    else:
+        shorts = {o[1] for o in wrapper.split_options if len(o) == 2}
+        valued = {o[1] for o in wrapper.valued if len(o) == 2 and o[0] == "-"}
+        at = next((i for i, c in enumerate(word[1:], 1) if c in shorts or c in valued), None)
+        if at is None or word[at] not in shorts:
+            return None
+        value = word[at + 1 :]
+        if not value:
+            value = rest[index + 1] if index + 1 < len(rest) else ""
+            index += 1
+    if value is None:
+        return _Split("…", None)
+    split = split_string(value)
+    after = rest[index + 1 :]
+    return _Split(value, None if split is None else (*split, *after))
 
 
-def _shell_script(words: tuple[str | None, ...]) -> tuple[str | None] | None:
-    """A shell's ``-c`` string (None inside: computed), or None when it runs no -c string."""
-    if os.path.basename(words[0] or "") == "busybox":
-        words = words[1:]
-    if "-c" not in _shell_flags(words):
-        return None
-    index = _shell_operand(words)
-    if index is None or index >= len(words):
-        return None
-    return (words[index],)
-
-
-def _unwrap(wrapper: Wrapper, rest: tuple[str | None, ...]) -> tuple[str | None, ...] | str | None:
-    """What a wrapper runs: an argv, a shell string (its script option), or None."""
+def _unwrap(wrapper: Wrapper, rest: tuple[str | None, ...]) -> tuple[str | None, ...] | str | _Split | None:
+    """What a wrapper runs: an argv, a shell string (its script option), a split string, or None."""
     index = 0
     positionals = wrapper.positionals
     while index < len(rest):
@@ -572,6 +673,10 @@ def _unwrap(wrapper: Wrapper, rest: tuple[str | None, ...]) -> tuple[str | None,
             break
         if wrapper.script_option is not None and word == wrapper.script_option:
             return rest[index + 1] if index + 1 < len(rest) else None
+        if wrapper.split_options and word.startswith("-") and word != "-":
+            split = _split_option(wrapper, rest, index)
+            if split is not None:
+                return split
         if word in wrapper.lookup_only:
             return None
         if word in wrapper.valued:
@@ -620,80 +725,3 @@ def _package_script(cwd: Path, workspace: Path, script: str) -> str | None:
         if here == root or root not in here.parents:
             return None
         here = here.parent
-
-
-# -- watchers -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Watcher:
-    """Commands that watch for changes (or serve) until stopped.
-
-    Attributes:
-        names: Executable names.
-        flags: Options that make it watch (empty with ``subcommands`` empty: it always does).
-        subcommands: First arguments that make it watch; ``""`` means no subcommand at all.
-        why: What it does, for the message.
-    """
-
-    names: frozenset[str]
-    flags: frozenset[str] = frozenset()
-    subcommands: frozenset[str] = frozenset()
-    why: str = "watches for changes"
-
-
-def _watch(
-    names: str, flags: str = "", subcommands: tuple[str, ...] = (), why: str = "watches for changes"
-) -> Watcher:
-    return Watcher(frozenset(names.split()), frozenset(flags.split()), frozenset(subcommands), why)
-
-
-WATCHERS: tuple[Watcher, ...] = (
-    _watch("nodemon chokidar onchange watchexec entr fswatch watchmedo ptw pytest-watch cargo-watch"),
-    _watch("live-server browser-sync webpack-dev-server", why="serves and reloads on changes"),
-    _watch("watch", why="reruns a command forever"),
-    _watch("tsc webpack rollup babel sass coffee tailwindcss mocha ava esbuild", "-w"),
-    _watch("vite", subcommands=("", "dev", "serve"), why="runs a dev server"),
-    _watch("next nuxt nuxi astro remix svelte-kit", subcommands=("dev",), why="runs a dev server"),
-    _watch("vitest", subcommands=("watch", "dev")),
-    _watch("parcel", subcommands=("", "serve", "watch"), why="runs a dev server"),
-    _watch("ng", subcommands=("serve",), why="runs a dev server"),
-    _watch("webpack", subcommands=("serve",), why="runs a dev server"),
-    _watch("react-scripts", subcommands=("start",), why="runs a dev server"),
-    _watch("cargo", subcommands=("watch",)),
-    _watch("tail", "-f -F --follow", why="follows a file"),
-    _watch("inotifywait", "-m --monitor"),
-    _watch("uvicorn hypercorn gunicorn flask", "--reload", why="serves and reloads on changes"),
-)
-_WATCHERS_BY_NAME: dict[str, list[Watcher]] = {}
-for _rule in WATCHERS:
-    for _name in _rule.names:
-        _WATCHERS_BY_NAME.setdefault(_name, []).append(_rule)
-_WATCH_FLAGS = frozenset({"--watch", "--watchAll", "--watch=true", "--watchAll=true"})
-
-
-def watcher(words: Sequence[str | None]) -> str | None:
-    """Why this argv is a watcher (a phrase), or None when it is not one."""
-    if not words or words[0] is None:
-        return None
-    args = [w for w in words[1:] if w is not None]
-    if any(a in _WATCH_FLAGS for a in args):
-        return "watches for changes (--watch)"
-    name = os.path.basename(words[0])
-    for rule in _WATCHERS_BY_NAME.get(name, ()):
-        if rule.flags:
-            short = {f for f in rule.flags if len(f) == 2 and f[0] == "-" and f[1] != "-"}
-            for arg in args:
-                if arg in rule.flags or arg.split("=", 1)[0] in rule.flags:
-                    return rule.why
-                if short and arg.startswith("-") and not arg.startswith("--"):
-                    if any(f"-{c}" in short for c in arg[1:]):
-                        return rule.why
-            continue
-        if rule.subcommands:
-            first = next((a for a in args if not a.startswith("-")), "")
-            if first in rule.subcommands:
-                return rule.why
-            continue
-        return rule.why
-    return None

@@ -74,6 +74,10 @@ class Command:
         line: Its line (1-based).
         stdin_script: The text a here-doc or here-string feeds to its stdin, if any.
         piped_in: Its stdin comes from the previous command of a pipeline.
+        piped_from: That previous command, when it is a simple command.
+        stdin_file: The static path a ``<`` redirect feeds to its stdin.
+        stdin_unknown: What feeds its stdin when that text is computed when the shell runs (a
+            here-doc with expansions, a computed ``<`` path or here-string), in words.
     """
 
     words: tuple[str | None, ...]
@@ -81,14 +85,30 @@ class Command:
     line: int
     stdin_script: str | None = None
     piped_in: bool = False
+    piped_from: Command | None = None
+    stdin_file: str | None = None
+    stdin_unknown: str | None = None
 
 
 @dataclass
 class Parsed:
-    """A script's simple commands (in source order) and what could not be read."""
+    """A script's simple commands (in source order), what could not be read, the files its
+    redirections write (None: a computed path) and the variables it assigns (``NAME=value``
+    anywhere, also after ``export``), with their line."""
 
     commands: list[Command] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    written: list[str | None] = field(default_factory=list)
+    assigned: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Stdin:
+    """What a command's redirections feed to its stdin (see `Command`)."""
+
+    script: str | None = None
+    file: str | None = None
+    unknown: str | None = None
 
 
 def _parser() -> tree_sitter.Parser:
@@ -147,62 +167,121 @@ def static_value(node: tree_sitter.Node) -> str | None:
     return None
 
 
+_WRITES = frozenset({">", ">>", ">|", "&>", "&>>", "<>"})
+_HEREDOC_ESCAPE = re.compile(r"\\([$`\\\n])")
+
+
 def parse(script: str) -> Parsed:
     """The simple commands of ``script`` and the problems met reading it."""
     tree = _parser().parse(script.encode("utf-8", "surrogateescape"))
     parsed = Parsed()
-    _walk(tree.root_node, parsed, piped_in=False, stdin_script=None)
+    _walk(tree.root_node, parsed, piped_in=False, piped_from=None, stdin=_Stdin())
     if tree.root_node.has_error and not parsed.problems:
         parsed.problems.append(Problem("a syntax error", _short(script), 1))
     return parsed
 
 
-def _walk(node: tree_sitter.Node, parsed: Parsed, *, piped_in: bool, stdin_script: str | None) -> None:
+def _heredoc(redirect: tree_sitter.Node) -> _Stdin:
+    """The text a here-doc feeds: verbatim when its delimiter is quoted; else with the shell's
+    backslash escapes applied, or unknown when it holds expansions."""
+    body = next((c for c in redirect.named_children if c.type == "heredoc_body"), None)
+    if body is None:
+        return _Stdin(script="")
+    start = next((c for c in redirect.named_children if c.type == "heredoc_start"), None)
+    quoted = start is not None and any(q in _text(start) for q in "'\"\\")
+    if quoted:
+        return _Stdin(script=_text(body))
+    if any(c.type != "heredoc_content" for c in body.named_children):
+        return _Stdin(unknown="a here-doc with expansions")
+    return _Stdin(script=_HEREDOC_ESCAPE.sub(lambda m: "" if m.group(1) == "\n" else m.group(1), _text(body)))
+
+
+def _redirects(redirects: list[tree_sitter.Node], parsed: Parsed, stdin: _Stdin) -> _Stdin:
+    """What ``redirects`` feed to stdin (the last one wins); the files they write go to ``parsed``."""
+    for redirect in redirects:
+        if redirect.type == "heredoc_redirect":
+            stdin = _heredoc(redirect)
+        elif redirect.type == "herestring_redirect":
+            word = redirect.named_children[-1] if redirect.named_children else None
+            value = static_value(word) if word is not None else None
+            stdin = _Stdin(script=value) if value is not None else _Stdin(unknown="a computed here-string")
+        elif redirect.type == "file_redirect":
+            operator = next((c.type for c in redirect.children if not c.is_named), "")
+            target = redirect.child_by_field_name("destination")
+            descriptor = next((c for c in redirect.named_children if c.type == "file_descriptor"), None)
+            value = static_value(target) if target is not None else None
+            if operator in _WRITES:
+                parsed.written.append(value)
+            if operator in ("<", "<>") and (descriptor is None or _text(descriptor) == "0"):
+                stdin = _Stdin(file=value) if value is not None else _Stdin(unknown="a computed input file")
+    return stdin
+
+
+def _walk(
+    node: tree_sitter.Node, parsed: Parsed, *, piped_in: bool, piped_from: Command | None, stdin: _Stdin
+) -> None:
     kind = node.type
     if node.is_error or node.is_missing:
         what = f"a missing `{node.type}`" if node.is_missing else "a syntax error"
         parsed.problems.append(Problem(what, _short(_text(node)) or node.type, node.start_point[0] + 1))
         return
+    if kind == "variable_assignment" and node.named_children:
+        parsed.assigned.append((_text(node.named_children[0]), node.start_point[0] + 1))
     if kind == "command":
-        _command(node, parsed, piped_in=piped_in, stdin_script=stdin_script)
+        _command(node, parsed, piped_in=piped_in, piped_from=piped_from, stdin=stdin)
         return
     if kind == "pipeline":
+        previous = piped_from
         for index, child in enumerate(node.named_children):
-            _walk(child, parsed, piped_in=index > 0 or piped_in, stdin_script=None)
+            before = len(parsed.commands)
+            _walk(child, parsed, piped_in=index > 0 or piped_in, piped_from=previous, stdin=_Stdin())
+            simple = child.type in ("command", "redirected_statement") and len(parsed.commands) > before
+            previous = parsed.commands[before] if simple else None
         return
     if kind == "redirected_statement":
-        feed: str | None = None
-        for redirect in node.children_by_field_name("redirect"):
-            if redirect.type == "heredoc_redirect":
-                body = next((c for c in redirect.named_children if c.type == "heredoc_body"), None)
-                feed = _text(body) if body is not None else ""
-            elif redirect.type == "herestring_redirect":
-                word = redirect.named_children[-1] if redirect.named_children else None
-                feed = static_value(word) if word is not None else None
         body_node = node.child_by_field_name("body")
+        feed = _redirects(node.children_by_field_name("redirect"), parsed, stdin)
+        before = len(parsed.commands)
+        if body_node is not None:
+            _walk(body_node, parsed, piped_in=piped_in, piped_from=piped_from, stdin=feed)
+        body = parsed.commands[before] if body_node is not None and len(parsed.commands) > before else None
         for child in node.named_children:
             if child == body_node:
-                _walk(child, parsed, piped_in=piped_in, stdin_script=feed)
-            else:
-                _walk(child, parsed, piped_in=False, stdin_script=None)
+                continue
+            # tree-sitter-bash hangs what follows a here-doc's start (`cat <<EOF | sh`) under it:
+            # a pipeline there reads the body's output.
+            for inner in child.named_children if child.type == "heredoc_redirect" else (child,):
+                tail = inner.type == "pipeline" and child.type == "heredoc_redirect"
+                _walk(inner, parsed, piped_in=tail, piped_from=body if tail else None, stdin=_Stdin())
         return
     for child in node.children if node.has_error else node.named_children:
-        _walk(child, parsed, piped_in=False, stdin_script=None)
+        _walk(child, parsed, piped_in=False, piped_from=None, stdin=_Stdin())
 
 
-def _command(node: tree_sitter.Node, parsed: Parsed, *, piped_in: bool, stdin_script: str | None) -> None:
+def _command(
+    node: tree_sitter.Node, parsed: Parsed, *, piped_in: bool, piped_from: Command | None, stdin: _Stdin
+) -> None:
     name = node.child_by_field_name("name")
     word_nodes = ([name] if name is not None else []) + node.children_by_field_name("argument")
     words = tuple(static_value(w) for w in word_nodes)
     raw = tuple(_text(w) for w in word_nodes)
     line = node.start_point[0] + 1
-    for redirect in node.children_by_field_name("redirect"):
-        if redirect.type == "herestring_redirect" and redirect.named_children:
-            stdin_script = static_value(redirect.named_children[-1])
+    stdin = _redirects(node.children_by_field_name("redirect"), parsed, stdin)
     if word_nodes:
         if words[0] is None:
             parsed.problems.append(Problem("a computed command name", _short(raw[0]), line))
-        parsed.commands.append(Command(words, raw, line, stdin_script, piped_in))
+        parsed.commands.append(
+            Command(
+                words,
+                raw,
+                line,
+                stdin.script,
+                piped_in,
+                piped_from,
+                stdin.file,
+                stdin.unknown,
+            )
+        )
     # Substitutions inside the words, assignments and redirects run commands of their own.
     for child in node.children if node.has_error else node.named_children:
-        _walk(child, parsed, piped_in=False, stdin_script=None)
+        _walk(child, parsed, piped_in=False, piped_from=None, stdin=_Stdin())

@@ -92,11 +92,12 @@ TABLE: list[tuple[str, str, str]] = [
     ("$cmd x", ALLOW, DENIED),
     ("$(echo rm) x", ALLOW, DENIED),
     ("echo 'unterminated", ALLOW, DENIED),
-    ("echo rm x | sh", ALLOW, DENIED),
+    ("echo rm x | sh", DENIED, DENIED),  # what echo prints is the script
+    ("ls | sh", ALLOW, DENIED),  # what ls prints is not known before it runs
     ('sh -c "$script"', ALLOW, DENIED),
     ("eval $code", ALLOW, DENIED),
     ("find . -exec {} \\;", ALLOW, DENIED),
-    ("bash script.sh", ALLOW, ALLOW),  # a script file is the file's business (not parsed)
+    ("bash script.sh", ALLOW, DENIED),  # a missing script file cannot be checked
     # watchers in the foreground
     ("tsc -w", WATCHER, WATCHER),
     ("tsc --watch -p .", WATCHER, WATCHER),

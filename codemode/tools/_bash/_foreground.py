@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import itertools
 import os
 import secrets
@@ -220,13 +221,28 @@ def _host_identity() -> str:
     return f"{os.getpid()}x{round((own_create_time() or 0.0) * 100)}"
 
 
-def host_cgroup_owner() -> str:
-    """The cgroup owner of this host's foreground commands (see `command_cgroup`)."""
-    return f"h_{_host_identity()}"
+@functools.cache
+def _state_tag_of(db_path: str) -> str:
+    return hashlib.sha256(os.path.realpath(db_path).encode()).hexdigest()[:12]
+
+
+def state_tag(archive: Archive) -> str:
+    """12 hex digits naming the state directory of ``archive`` (a hash of its database's real
+    path). Foreground markers and cgroups carry it, so a host sweeps only what hosts of its own
+    state directory left: a promoted run is recorded in the state directory of the host that
+    started it, and only a host reading that directory can tell it from an orphan."""
+    return _state_tag_of(str(archive.db_path))
+
+
+def host_cgroup_owner(tag: str) -> str:
+    """The cgroup owner of this host's foreground commands on state directory ``tag``
+    (see `command_cgroup`): ``h_<tag>_<PIDxSTART>``."""
+    return f"h_{tag}_{_host_identity()}"
 
 
 class _CgroupPool:
-    """Empty cgroups of this host's foreground commands, kept for the next command.
+    """Empty cgroups of this host's foreground commands, kept for the next command, per owner
+    (one owner per state directory this process serves).
 
     A new cgroup costs the command ~0.25 ms in the kernel (the mkdir, then moving the first
     process into it), a quarter of a foreground ``true``; moving into one that exists costs
@@ -235,33 +251,34 @@ class _CgroupPool:
     """
 
     def __init__(self) -> None:
-        self._free: list[str] = []
+        self._free: dict[str, list[str]] = {}
         self._lock = threading.Lock()
         self._names = itertools.count()
 
-    def take(self) -> str | None:
-        """An empty cgroup for a command, or None where cgroups are unavailable.
+    def take(self, owner: str) -> str | None:
+        """An empty cgroup of ``owner`` for a command, or None where cgroups are unavailable.
 
         Raises:
             ToolError: cgroups are available but a new one cannot be created.
         """
         with self._lock:
-            if self._free:
-                return self._free.pop()
-        return command_cgroup(host_cgroup_owner(), f"f{next(self._names)}")
+            free = self._free.get(owner)
+            if free:
+                return free.pop()
+        return command_cgroup(owner, f"f{next(self._names)}")
 
     def give(self, path: str) -> bool:
         """Keep ``path`` for reuse if it is empty; False when processes still run in it."""
         if not cgroup_empty(path):
             return False
         with self._lock:
-            self._free.append(path)
+            self._free.setdefault(os.path.basename(os.path.dirname(path)), []).append(path)
         return True
 
-    def clear(self) -> None:
-        """Remove the kept cgroups (host shutdown)."""
+    def clear(self, owner: str) -> None:
+        """Remove the kept cgroups of ``owner`` (its host's shutdown)."""
         with self._lock:
-            free, self._free = self._free, []
+            free = self._free.pop(owner, [])
         for path in free:
             with contextlib.suppress(OSError):
                 cgroup_remove(path)
@@ -288,10 +305,11 @@ def command_cgroup(owner: str, name: str) -> str | None:
         ) from exc
 
 
-def foreground_marker() -> str:
-    """Marker of a foreground command: names this host (pid and start time), so that after a
-    crash the next host can find and end what this one left running."""
-    return f"f_{_host_identity()}_{secrets.token_hex(6)}"
+def foreground_marker(tag: str) -> str:
+    """Marker of a foreground command, ``f_<tag>_<PIDxSTART>_<random>``: names the state
+    directory (`state_tag`) and this host (pid and start time), so that after a crash the next
+    host on that state directory can find and end what this one left running."""
+    return f"f_{tag}_{_host_identity()}_{secrets.token_hex(6)}"
 
 
 def _host_is_gone(host: str) -> bool:
@@ -303,23 +321,26 @@ def _host_is_gone(host: str) -> bool:
     return alive is None or round(alive * 100) != int(started_text)
 
 
-def orphaned_foreground_markers() -> list[str]:
-    """Markers of foreground commands whose host process is gone."""
+def orphaned_foreground_markers(tag: str) -> list[str]:
+    """Markers of foreground commands of state directory ``tag`` whose host process is gone
+    (never another state directory's: its promoted runs are recorded only there)."""
     orphans = []
-    for marker in markers_with_prefix("f_"):
+    for marker in markers_with_prefix(f"f_{tag}_"):
         parts = marker.split("_")
-        if len(parts) == 3 and _host_is_gone(parts[1]):
+        if len(parts) == 4 and _host_is_gone(parts[2]):
             orphans.append(marker)
     return orphans
 
 
-def orphaned_foreground_cgroups() -> list[str]:
-    """Cgroups of foreground commands (and what they left running) whose host is gone."""
+def orphaned_foreground_cgroups(tag: str) -> list[str]:
+    """Cgroups of foreground commands of state directory ``tag`` (and what they left running)
+    whose host is gone."""
     root = cgroup_root()
+    prefix = f"h_{tag}_"
     return [
         path
         for owner in root.owners()
-        if owner.startswith("h_") and _host_is_gone(owner[2:])
+        if owner.startswith(prefix) and _host_is_gone(owner[len(prefix) :])
         for path in root.children(owner)
     ]
 
@@ -380,7 +401,7 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
         if spec.direct is not None:
             env["PWD"] = str(spec.cwd)  # what bash would have set
         started = time.monotonic()
-        cgroup = CGROUPS.take()
+        cgroup = CGROUPS.take(host_cgroup_owner(state_tag(archive)))
         stdio = (_devnull(), out_write, err_write)
         try:
             proc = _launch(LaunchSpec(argv, str(spec.cwd), env, spec.policy, stdio=stdio, cgroup=cgroup))
@@ -586,7 +607,7 @@ async def run_foreground(
         ToolError: The command could not be started.
     """
     # Spawning is quick (vfork) and happens on the loop, as asyncio's own subprocesses do.
-    running = spawn(spec, archive, foreground_marker(), redactor)
+    running = spawn(spec, archive, foreground_marker(state_tag(archive)), redactor)
     if track is not None:
         track(running, True)
     timeout_at = running.started + spec.timeout_seconds

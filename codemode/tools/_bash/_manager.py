@@ -50,9 +50,11 @@ from codemode.tools._bash._foreground import (
     Running,
     RunSpec,
     _classify,
+    host_cgroup_owner,
     orphaned_foreground_cgroups,
     orphaned_foreground_markers,
     run_foreground,
+    state_tag,
 )
 from codemode.tools._bash._gate import CommandGate
 from codemode.tools._bash._limits import DEFAULT_READ_BYTES, DEFAULT_TIMEOUT_SECONDS, DEFAULT_WAIT_MS
@@ -376,11 +378,13 @@ class ProcessManager:
                 if record.cgroup:
                     kept_cgroups.add(record.cgroup)
         # Foreground commands of a host that died (SIGKILL) have no reader left: end them.
-        for marker in orphaned_foreground_markers():
+        # Only those of this state directory: another's promoted runs are recorded only there.
+        tag = state_tag(self._archive)
+        for marker in orphaned_foreground_markers(tag):
             if marker not in kept_markers:
                 terminate_tree(marker, grace_seconds=TERM_GRACE_SECONDS)
                 counts["orphans"] += 1
-        for cgroup in orphaned_foreground_cgroups():
+        for cgroup in orphaned_foreground_cgroups(tag):
             if cgroup not in kept_cgroups:
                 counts["orphans"] += bool(cgroup_kill(cgroup))
                 cgroup_remove(cgroup)
@@ -1457,7 +1461,7 @@ class ProcessManager:
             while self._foreground and time.monotonic() < deadline:
                 await anyio.sleep(0.01)
             await anyio.to_thread.run_sync(self._end_leftovers, None)
-            CGROUPS.clear()
+            CGROUPS.clear(host_cgroup_owner(state_tag(self._archive)))
         with self._db() as conn:
             conn.close()
 

@@ -10,8 +10,11 @@ Layout, under the cgroup v2 hierarchy of this host process (``<mount><own cgroup
 
 Where cgroup v2 is not mounted or not writable (not root, no delegation), :func:`cgroup_root`
 returns None with a reason and the process manager falls back to process groups and the marker
-variable (``codemode doctor`` says which is in use). No controller is enabled: the cgroups only
-group processes, so nothing else about the command changes.
+variable (``codemode doctor`` says which is in use). One controller is used: ``pids``, so a
+fork bomb stops at ``pids.max`` (:data:`PIDS_MAX_ENV`, default :data:`DEFAULT_PIDS_MAX`) rather
+than at the run's wall time. Where ``pids`` is bound to a cgroup v1 hierarchy (a hybrid host), the
+limit lives in a v1 twin at the same relative path (:func:`._spawn.pids_twin`), which the launcher
+joins too.
 """
 
 from __future__ import annotations
@@ -25,11 +28,72 @@ import signal
 import time
 from dataclasses import dataclass
 
-__all__ = ["CgroupRoot", "cgroup_empty", "cgroup_kill", "cgroup_members", "cgroup_remove", "cgroup_root"]
+from codemode.sandbox._spawn import pids_twin
+
+__all__ = [
+    "DEFAULT_PIDS_MAX",
+    "CgroupRoot",
+    "cgroup_empty",
+    "cgroup_kill",
+    "cgroup_members",
+    "cgroup_remove",
+    "cgroup_root",
+    "pids_limit_path",
+]
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 #: Set to ``1`` to behave as if cgroups were unavailable (tests, users).
 DISABLE_ENV = "CODEMODE_NO_CGROUPS"
+#: How many tasks (processes and threads) one command may hold at once; "max" for no limit.
+PIDS_MAX_ENV = "CODEMODE_PIDS_MAX"
+DEFAULT_PIDS_MAX = 512
+
+
+def _pids_max() -> str:
+    value = os.environ.get(PIDS_MAX_ENV, "").strip() or str(DEFAULT_PIDS_MAX)
+    return value if value == "max" or (value.isdigit() and int(value) > 0) else str(DEFAULT_PIDS_MAX)
+
+
+def pids_limit_path(path: str) -> str | None:
+    """The ``pids.max`` file that limits the command cgroup ``path``, or None without one."""
+    own = os.path.join(path, "pids.max")
+    if os.path.exists(own):
+        return own
+    twin = pids_twin(path)
+    if twin is not None and os.path.exists(os.path.join(twin, "pids.max")):
+        return os.path.join(twin, "pids.max")
+    return None
+
+
+def _limit_pids(path: str) -> None:
+    """Give the new command cgroup ``path`` its pids limit (in its v1 twin on a hybrid host).
+
+    Raises:
+        OSError: A pids controller is there but the limit cannot be set.
+    """
+    limit = _pids_max().encode()
+    own = os.path.join(path, "pids.max")
+    if not os.path.exists(own):
+        twin = pids_twin(path)
+        if twin is None or not os.path.isdir(os.path.dirname(os.path.dirname(twin))):
+            return  # no pids controller on this host: the limit is the run's wall time
+        os.makedirs(twin, exist_ok=True)
+        own = os.path.join(twin, "pids.max")
+    with open(own, "wb") as f:
+        f.write(limit)
+
+
+def _enable_pids(directory: str) -> None:
+    """Let the children of ``directory`` (cgroup v2) have ``pids.max`` when the controller is
+    available there; nothing otherwise (a hybrid host uses the v1 twin)."""
+    try:
+        with open(os.path.join(directory, "cgroup.controllers")) as f:
+            if "pids" not in f.read().split():
+                return
+        with open(os.path.join(directory, "cgroup.subtree_control"), "w") as f:
+            f.write("+pids")
+    except OSError:
+        return
 
 
 @dataclass(frozen=True)
@@ -54,8 +118,12 @@ class CgroupRoot:
         parent = os.path.join(self.path, _SAFE.sub("_", owner))
         path = os.path.join(parent, _SAFE.sub("_", name))
         for attempt in range(3):
-            with contextlib.suppress(FileExistsError):
+            try:
                 os.mkdir(parent)
+            except FileExistsError:
+                pass
+            else:
+                _enable_pids(parent)
             try:
                 os.mkdir(path)
             except FileExistsError:
@@ -64,6 +132,7 @@ class CgroupRoot:
                 if attempt == 2:
                     raise
                 continue
+            _limit_pids(path)
             return path
         return path
 
@@ -121,6 +190,7 @@ def _probe(pid: int) -> CgroupRoot:
             os.mkdir(probe)
         has_kill = os.path.exists(os.path.join(probe, "cgroup.kill"))
         os.rmdir(probe)
+        _enable_pids(base)
     except OSError as exc:
         return CgroupRoot(None, f"cannot create cgroups under {os.path.dirname(base)} ({exc.strerror})")
     if not has_kill:
@@ -212,4 +282,10 @@ def cgroup_remove(path: str) -> bool:
         raise
     with contextlib.suppress(OSError):
         os.rmdir(os.path.dirname(path))
+    twin = pids_twin(path)
+    if twin is not None:  # its processes are gone with the v2 cgroup's
+        with contextlib.suppress(OSError):
+            os.rmdir(twin)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(twin))
     return True

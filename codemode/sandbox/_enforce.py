@@ -6,24 +6,27 @@ How a caller starts a command::
     # raises SandboxUnavailable (a layer cannot be applied: nothing ran)
 
 The host builds everything in its own process (the Landlock ruleset, the seccomp program, the
-command's cgroup) and starts the exec helper with ``posix_spawn`` (:mod:`._spawn`); the helper
-applies every layer in one place, in a fixed order, and executes the command
-(``exec_helper_x86_64.S``):
+command's cgroup) and starts the launcher with ``posix_spawn`` (:mod:`._spawn`); the launcher
+applies every layer in one place, in a fixed order, and executes the command (``launcher.c``):
 
-1. cgroup: the command joins its own cgroup, so ``stop`` ends every descendant;
-2. capabilities: bounding, ambient, effective, permitted and inheritable sets all emptied;
-3. ``no_new_privs``: setuid binaries and file capabilities grant nothing;
-4. Landlock: the filesystem rules of the policy (reads everywhere but the protected state
+1. cgroup: the command joins its own cgroup (with a pids limit), so ``stop`` ends every
+   descendant and a fork bomb stops at ``pids.max``;
+2. a mount namespace of its own in which ``/dev/shm`` is the session's directory
+   (``SandboxPolicy.shm_dir``, inside its temp dir and so inside its disk quota): no other
+   session sees its shared memory;
+3. capabilities: bounding, ambient, effective, permitted and inheritable sets all emptied;
+4. ``no_new_privs``: setuid binaries and file capabilities grant nothing;
+5. Landlock: the filesystem rules of the policy (reads everywhere but the protected state
    directory, writes beneath the writable roots only), TCP with the network off, and the
    signal / abstract-socket scopes;
-5. seccomp: :mod:`._seccomp`'s filter (terminal injection, raw and packet sockets, ptrace,
+6. seccomp: :mod:`._seccomp`'s filter (terminal injection, raw and packet sockets, ptrace,
    mounts, namespaces, host-wide settings, resource calls on other processes, ...).
 
 A layer that cannot be applied refuses the command with a message naming it: the host raises
-:class:`SandboxUnavailable` before starting anything, and the helper exits 126 with one line
+:class:`SandboxUnavailable` before starting anything, and the launcher exits 126 with one line
 starting with :data:`ENFORCEMENT_FAILED_MARKER` on fd 2 before it executes anything. There is no
-fallback with fewer layers. ``full-access`` starts through the same helper with no layer but the
-cgroup. The background supervisor starts its command with the same helper and fds
+fallback with fewer layers. ``full-access`` starts through the same launcher with no layer but
+the cgroup. The background supervisor starts its command with the same launcher and fds
 (:meth:`Confinement.fds` gives them), through the same :func:`._spawn.spawn_helper`.
 """
 
@@ -33,6 +36,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import platform
 import shutil
 import threading
 from collections import OrderedDict
@@ -43,7 +47,6 @@ from types import TracebackType
 from codemode.errors import SandboxUnavailable, UserError
 from codemode.sandbox._cgroup import cgroup_root
 from codemode.sandbox._denial import ENFORCEMENT_FAILED_MARKER, explain_denial
-from codemode.sandbox._exec_helper import helper_fd, helper_unavailable_reason
 from codemode.sandbox._landlock import (
     FS_EXECUTE,
     FS_IOCTL_DEV,
@@ -63,6 +66,7 @@ from codemode.sandbox._landlock import (
     mask_for,
     ruleset_attr_size,
 )
+from codemode.sandbox._launcher import launcher_fd, launcher_unavailable_reason
 from codemode.sandbox._policy import (
     WRITABLE_DEVICES,
     SandboxPolicy,
@@ -96,6 +100,8 @@ _MAKE_CHAR, _MAKE_BLOCK = 1 << 6, 1 << 11
 _NEVER = _MAKE_CHAR | _MAKE_BLOCK
 #: What "readable" means: files may be read and executed (directories may be listed everywhere).
 _READ = FS_READ_FILE | FS_EXECUTE
+#: Machines the seccomp filter has a syscall table for (the launcher itself builds anywhere).
+_SECCOMP_MACHINES = ("x86_64", "AMD64", "amd64")
 
 
 @dataclass(frozen=True)
@@ -123,10 +129,10 @@ class LaunchSpec:
 
 @dataclass
 class Confinement:
-    """The prepared layers of one policy, as fds the exec helper applies in the child.
+    """The prepared layers of one policy, as fds the launcher applies in the child.
 
     Use it as a context manager (or call :meth:`close`): the ruleset fd is this Confinement's
-    own; the helper and seccomp memfds are shared per process and stay open.
+    own; the launcher and seccomp memfds are shared per process and stay open.
 
     Attributes:
         env: Variables the policy adds to the command's environment (``TMPDIR``).
@@ -140,6 +146,7 @@ class Confinement:
     _helper: int
     _ruleset: int | None = None
     _seccomp: int | None = None
+    _shm: int | None = None
     _closed: bool = field(default=False, repr=False)
 
     def fds(self) -> Layers:
@@ -150,14 +157,20 @@ class Confinement:
         """
         if self._closed:
             raise UserError("This Confinement was closed; prepare a new one to start a command.")
-        return Layers(helper_fd=self._helper, ruleset_fd=self._ruleset, seccomp_fd=self._seccomp)
+        return Layers(
+            helper_fd=self._helper,
+            ruleset_fd=self._ruleset,
+            seccomp_fd=self._seccomp,
+            shm_fd=self._shm,
+        )
 
     def close(self) -> None:
-        """Close the ruleset fd in this (parent) process."""
+        """Close the ruleset and shm directory fds in this (parent) process."""
         if not self._closed:
             self._closed = True
-            if self._ruleset is not None:
-                os.close(self._ruleset)
+            for fd in (self._ruleset, self._shm):
+                if fd is not None:
+                    os.close(fd)
 
     def __enter__(self) -> Confinement:
         return self
@@ -287,13 +300,13 @@ def _unavailable_message(policy: SandboxPolicy, status: LandlockStatus) -> str:
     )
 
 
-def _helper_or_refuse(policy: SandboxPolicy) -> int:
-    fd = helper_fd()
+def _launcher_or_refuse(policy: SandboxPolicy) -> int:
+    fd = launcher_fd()
     if fd is None:
         raise SandboxUnavailable(
-            f"Commands start through codemode's exec helper, which cannot run here "
-            f"({helper_unavailable_reason()}); the command was not run. The helper exists for x86_64 "
-            f"Linux with /proc mounted. Sandbox mode '{policy.mode.value}' cannot be applied without it."
+            f"Commands start through codemode's launcher, which cannot run here "
+            f"({launcher_unavailable_reason()}); the command was not run. Sandbox mode "
+            f"'{policy.mode.value}' cannot be applied without it."
         )
     return fd
 
@@ -308,7 +321,7 @@ def prepare_confinement(policy: SandboxPolicy) -> Confinement:
     (the command's own terminal and pipes are its fds 0-2; other terminals in ``/dev/pts`` are
     out of reach); in ``workspace-write`` also ``/dev/shm``. ``network: false`` handles TCP
     bind and connect with no port allowed (the seccomp filter also refuses every socket but
-    netlink). On ABI 6 and later the command also cannot signal, or connect to abstract unix
+    netlink route). On ABI 6 and later the command also cannot signal, or connect to abstract unix
     sockets of, processes outside its own sandbox.
 
     Args:
@@ -324,7 +337,7 @@ def prepare_confinement(policy: SandboxPolicy) -> Confinement:
             not exist.
     """
     env = {"TMPDIR": str(policy.temp_dir)} if policy.temp_dir is not None else {}
-    helper = _helper_or_refuse(policy)
+    helper = _launcher_or_refuse(policy)
     if not policy.confined:
         return Confinement(env, "full-access: unconfined", False, helper)
     status = landlock_status()
@@ -336,21 +349,59 @@ def prepare_confinement(policy: SandboxPolicy) -> Confinement:
             f"Landlock ABI {status.abi}; the command was not run. Use a newer kernel, or turn the network "
             "on (network=True / --network on)."
         )
+    if platform.machine() not in _SECCOMP_MACHINES:
+        raise SandboxUnavailable(
+            f"The seccomp filter's syscall table exists for x86_64 only, and this machine is "
+            f"{platform.machine()}; the command was not run. Ask explicitly for sandbox mode "
+            "'full-access' (no confinement) on this machine."
+        )
     try:
         seccomp = filter_fd(policy.network)
     except OSError as exc:
         raise SandboxUnavailable(
             f"The seccomp filter could not be prepared ({exc.strerror or exc}); the command was not run."
         ) from exc
-    fd = _cached_ruleset(policy, status.abi)
-    net = "on" if policy.network else "off (every socket but netlink refused, TCP denied by Landlock)"
+    shm = _open_shm_dir(policy)
+    try:
+        fd = _cached_ruleset(policy, status.abi)
+    except BaseException:
+        if shm is not None:
+            os.close(shm)
+        raise
+    net = "on" if policy.network else "off (every socket but netlink route refused, TCP denied by Landlock)"
     writable = [str(p) for p in policy.all_writable()]
     roots = ", ".join(writable) if writable else "none"
     description = (
         f"landlock ABI {status.abi}, {policy.mode.value}, writable: {roots}; network {net}; "
-        "capabilities dropped, no_new_privs, seccomp"
+        f"/dev/shm: {policy.shm_dir or 'the host one (no session temp dir)'}; capabilities dropped, "
+        "no_new_privs, seccomp"
     )
-    return Confinement(env, description, True, helper, fd, seccomp)
+    return Confinement(env, description, True, helper, fd, seccomp, shm)
+
+
+def _open_shm_dir(policy: SandboxPolicy) -> int | None:
+    """An O_PATH fd of the session's ``/dev/shm`` directory, made on the session's first command.
+
+    It lies in the session's temp dir, which commands write: it is created without following
+    a link and opened with ``O_NOFOLLOW``; anything there that is not a directory refuses the
+    command (the launcher checks again that it binds this very inode).
+
+    Raises:
+        SandboxUnavailable: It cannot be created or is not a directory.
+    """
+    path = policy.shm_dir
+    if path is None:
+        return None
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    try:
+        return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SandboxUnavailable(
+            f"The session's /dev/shm directory {path} cannot be used ({exc.strerror}; it must be a "
+            "directory, not a link or a file); the command was not run. Remove it and run the "
+            "command again: it is made afresh."
+        ) from exc
 
 
 # Built rulesets, reused while the writable roots and protected directories are the same
@@ -475,7 +526,8 @@ def _cached_ruleset(policy: SandboxPolicy, abi: int) -> int:
             os.close(hit.fd)
     check_policy(policy)
     protected = [os.path.realpath(p) for p in policy.protected]
-    fixed_paths = [str(p) for p in policy.all_writable()] + protected
+    shm = [str(policy.shm_dir)] if policy.shm_dir is not None else []
+    fixed_paths = [str(p) for p in policy.all_writable()] + protected + shm
     before = _identity(fixed_paths)
     # Modification times before listing: an entry made while the ruleset is built is granted
     # at the next refresh.
@@ -529,6 +581,11 @@ def _build_ruleset(policy: SandboxPolicy, abi: int, read_paths: Sequence[str]) -
         for path in (*WRITABLE_DEVICES, *extra_writable(policy)):
             if os.path.exists(path):
                 add_path_rule(fd, path, (_DEVICE_RIGHTS if path != "/dev/shm" else writable) & fs_all)
+        if policy.shm_dir is not None:
+            # Seen as /dev/shm, the bind mount's root is this directory: its own rule applies
+            # (the walk up from a file stops there, not at the temp dir's rule).
+            shm_rights = writable if extra_writable(policy) else (_READ | FS_READ_DIR)
+            add_path_rule(fd, str(policy.shm_dir), shm_rights, follow=False)
         for root in policy.all_writable():
             try:
                 add_path_rule(fd, str(root), writable)
@@ -575,11 +632,11 @@ def sandbox_report(policy: SandboxPolicy) -> list[Layer]:
     cgroups = cgroup_root()
     layers = [
         Layer(
-            "exec helper",
-            "on" if helper_fd() is not None else "unavailable",
+            "launcher",
+            "on" if launcher_fd() is not None else "unavailable",
             "applies every layer before the command runs"
-            if helper_fd() is not None
-            else f"{helper_unavailable_reason()}: confined modes refuse every command",
+            if launcher_fd() is not None
+            else f"{launcher_unavailable_reason()}: every command is refused",
         ),
         Layer(
             "cgroup per command",
@@ -623,9 +680,9 @@ def sandbox_report(policy: SandboxPolicy) -> list[Layer]:
         Layer(
             "seccomp",
             "on" if observed.get("Seccomp") == "2" else "unavailable",
-            "terminal injection, raw and packet sockets, ptrace, bpf, keyrings, mounts, namespaces, "
+            "terminal injection, raw and packet sockets, netlink but route, ptrace, bpf, keyrings, mounts, namespaces, "
             "host-wide settings and resource calls on other processes refused"
-            + ("" if policy.network else "; every socket but netlink refused (network off)"),
+            + ("" if policy.network else "; every socket but netlink route refused (network off)"),
         ),
     ]
     return layers

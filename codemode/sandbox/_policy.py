@@ -65,7 +65,15 @@ class SandboxPolicy:
             roots.append(self.temp_dir)
         return tuple(roots)
 
+    @property
+    def shm_dir(self) -> Path | None:
+        """The session's own ``/dev/shm`` (inside its temp dir, so inside its disk quota): the
+        launcher bind-mounts it on ``/dev/shm`` in a mount namespace of the command's own."""
+        return None if self.temp_dir is None else self.temp_dir / SHM_DIR_NAME
 
+
+#: The directory in a session's temp dir that its confined commands see as ``/dev/shm``.
+SHM_DIR_NAME = ".codemode-shm"
 #: Devices every confined command may open for writing (and ioctl). ``/dev/tty`` is the
 #: command's own controlling terminal; other terminals (``/dev/pts/N``) are out of reach: a
 #: command's terminal and pipes are its fds 0-2, opened before it was confined.

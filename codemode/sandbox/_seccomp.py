@@ -1,7 +1,7 @@
 """The seccomp filter of confined commands: plain data, and the small compiler to classic BPF.
 
 The policy is :data:`DENIED` (syscalls refused outright or when their arguments match) plus,
-with the network off, :data:`NETWORK_OFF` (every ``socket()`` but netlink). Everything else is
+with the network off, :data:`NETWORK_OFF` (every ``socket()`` but netlink route). Everything else is
 allowed: Landlock, the dropped capabilities and no_new_privs do the rest. A denied call returns
 ``EPERM`` (``clone3`` returns ``ENOSYS``, so libc falls back to ``clone``, whose namespace flags
 are checked here); a foreign architecture (32-bit ``int 0x80``) is killed, x32 calls refused.
@@ -12,8 +12,9 @@ machine would make every confined command fail closed. pyseccomp has not been re
 2021. The program is checked by the kernel when the exec helper installs it, and by the tests
 (each rule, from inside a real confined command).
 
-The helper reads the program from a sealed memfd (:func:`filter_fd`); only x86_64 is built,
-because only x86_64 has the helper (elsewhere confined commands are refused).
+The launcher reads the program from a sealed memfd (:func:`filter_fd`); only x86_64 has a
+syscall table here, so elsewhere confined commands are refused (``_enforce``) though the
+launcher itself builds for any Linux architecture.
 """
 
 from __future__ import annotations
@@ -116,7 +117,13 @@ def _not_self_who(which_self: int) -> tuple[tuple[Test, ...], ...]:
 
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
 _AF_UNIX, _AF_INET, _AF_INET6, _AF_NETLINK, _AF_PACKET = 1, 2, 10, 16, 17
-_SOCK_RAW, _SOCK_TYPE_MASK = 3, 0xF
+_SOCK_RAW, _SOCK_PACKET, _SOCK_TYPE_MASK = 3, 10, 0xF
+#: The one netlink protocol kept: NETLINK_ROUTE. glibc's getaddrinfo (AI_ADDRCONFIG) and
+#: if_nameindex read interfaces through it, and ``ip addr``/``ip route`` only read; every change
+#: it can make needs CAP_NET_ADMIN, which a confined command has dropped. Every other protocol
+#: (sock_diag, the audit log, uevents, xfrm, netfilter, generic families) is refused: ``ss``
+#: falls back to /proc/net when NETLINK_SOCK_DIAG is refused.
+_NETLINK_ROUTE = 0
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
 _CLONE_NEW_ANY = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000
 _CLONE_NEW_ANY |= 0x40000000 | 0x00000080
@@ -126,10 +133,14 @@ _PRIO_PROCESS, _IOPRIO_WHO_PROCESS = 0, 1
 DENIED: tuple[Deny, ...] = (
     Deny("ioctl", "typing into a terminal (TIOCSTI) or the console (TIOCLINUX)",
          ((Test(1, _TIOCSTI),), (Test(1, _TIOCLINUX),))),
-    Deny("socket", "packet sockets and raw IP sockets (sniffing, spoofing)",
+    Deny("socket", "packet sockets, raw IP sockets and netlink but route (sniffing, spoofing, the "
+         "host's sockets and audit log)",
          ((Test(0, _AF_PACKET),),
+          # The kernel turns socket(AF_INET, SOCK_PACKET) into a packet socket.
+          (Test(0, _AF_INET), Test(1, _SOCK_PACKET, mask=_SOCK_TYPE_MASK)),
           (Test(0, _AF_INET), Test(1, _SOCK_RAW, mask=_SOCK_TYPE_MASK)),
-          (Test(0, _AF_INET6), Test(1, _SOCK_RAW, mask=_SOCK_TYPE_MASK)))),
+          (Test(0, _AF_INET6), Test(1, _SOCK_RAW, mask=_SOCK_TYPE_MASK)),
+          (Test(0, _AF_NETLINK), Test(2, _NETLINK_ROUTE, equal=False)))),
     Deny("clone", "new namespaces", ((Test(0, 0, equal=False, mask=_CLONE_NEW_ANY),),)),
     Deny("clone3", "clone3 (its flags cannot be inspected; libc falls back to clone)", errno=errno.ENOSYS),
     Deny("unshare", "new namespaces"),
@@ -159,9 +170,9 @@ DENIED: tuple[Deny, ...] = (
     Deny("ioprio_set", "the I/O priority of any process but itself", _not_self_who(_IOPRIO_WHO_PROCESS)),
 )  # fmt: skip
 
-#: Added with the network off: no socket of any family but netlink (``socketpair`` stays).
+#: Added with the network off: no socket of any family but netlink route (``socketpair`` stays).
 NETWORK_OFF: tuple[Deny, ...] = (
-    Deny("socket", "every socket but netlink (network off)", ((Test(0, _AF_NETLINK, equal=False),),)),
+    Deny("socket", "every socket but netlink route (network off)", ((Test(0, _AF_NETLINK, equal=False),),)),
 )
 
 

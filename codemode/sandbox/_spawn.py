@@ -1,9 +1,9 @@
-"""Starting the exec helper with ``posix_spawn``: the one way a command process is created.
+"""Starting the launcher with ``posix_spawn``: the one way a command process is created.
 
 Standard library only: the background supervisor (a ``python -I -S`` process that does not
 import the ``codemode`` package) loads this file by path and starts its command through the same
-function as the host does. What the helper applies is decided by the fds it is given (see
-``exec_helper_x86_64.S``): the host prepares them (:func:`codemode.sandbox.launch`), this module
+function as the host does. What the launcher applies is decided by the fds and words it is given
+(see ``launcher.c``): the host prepares them (:func:`codemode.sandbox.launch`), this module
 only places them in the child.
 """
 
@@ -15,21 +15,19 @@ import signal
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
-__all__ = ["NONE", "Layers", "Process", "spawn_helper"]
-
-#: The helper's word for "no such fd" (that layer is not applied).
-NONE = "-"
+__all__ = ["Layers", "Process", "pids_twin", "spawn_helper"]
 _RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT)
 
 
 class Layers(TypedDict):
-    """The prepared layers, as fds (see ``Confinement.fds``)."""
+    """The prepared layers, as fds (see ``Confinement.fds``); ``helper_fd`` is the launcher's."""
 
     helper_fd: int
     ruleset_fd: int | None
     seccomp_fd: int | None
+    shm_fd: NotRequired[int | None]
 
 
 class Process:
@@ -95,6 +93,60 @@ class Process:
             return self.returncode
 
 
+def _mounts() -> tuple[str | None, str | None]:
+    """The cgroup v2 mount point and the cgroup v1 ``pids`` mount point (None when absent)."""
+    unified = pids = None
+    try:
+        with open("/proc/self/mountinfo") as f:
+            lines = f.readlines()
+    except OSError:
+        return None, None
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields = right.split(" ")
+        if not fields or len(left.split(" ")) < 5:
+            continue
+        point = left.split(" ")[4]
+        if fields[0] == "cgroup2" and unified is None:
+            unified = point
+        elif fields[0] == "cgroup" and len(fields) > 2 and "pids" in fields[2].split(","):
+            pids = pids or point
+    return unified, pids
+
+
+_mount_cache: dict[int, tuple[str | None, str | None]] = {}
+
+
+def pids_twin(cgroup: str) -> str | None:
+    """Where a command's cgroup v2 directory has its ``pids`` twin on a hybrid host.
+
+    On a host whose ``pids`` controller is bound to a cgroup v1 hierarchy, the pids limit of a
+    command lives in a v1 cgroup at the same path relative to that hierarchy's mount as the
+    command's v2 cgroup (``_cgroup.CgroupRoot.make`` creates it). None without such a hierarchy.
+    """
+    mounts = _mount_cache.get(os.getpid())
+    if mounts is None:
+        mounts = _mount_cache[os.getpid()] = _mounts()
+    unified, pids = mounts
+    if unified is None or pids is None:
+        return None
+    relative = os.path.relpath(cgroup, unified)
+    if relative.startswith(".."):
+        return None
+    return os.path.join(pids, relative)
+
+
+def _open_twin(cgroup: str | None) -> int | None:
+    """An O_WRONLY fd of the pids twin's ``cgroup.procs`` when the twin exists, else None."""
+    twin = pids_twin(cgroup) if cgroup is not None else None
+    if twin is None:
+        return None
+    try:
+        return os.open(os.path.join(twin, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+    except FileNotFoundError:  # no twin: the v2 cgroup holds the limit, or there is none
+        return None
+
+
 def spawn_helper(
     helper_fd: int,
     program: str,
@@ -107,59 +159,76 @@ def spawn_helper(
     cgroup_procs_fd: int | None = None,
     ruleset_fd: int | None = None,
     seccomp_fd: int | None = None,
+    shm_fd: int | None = None,
     cgroup: str | None = None,
 ) -> Process:
-    """Start ``argv`` (``program`` is its resolved path) through the exec helper, in a new session.
+    """Start ``argv`` (``program`` is its resolved path) through the launcher, in a new session.
 
-    The helper joins the cgroup, changes directory, applies the confinement when both
+    The launcher joins the cgroup (and its pids twin, see :func:`pids_twin`), gives the
+    command the session's own ``/dev/shm`` (``shm_fd``), changes directory, applies the confinement when both
     ``ruleset_fd`` and ``seccomp_fd`` are given, closes every fd from 3 up and executes the
     command. SIGPIPE, SIGXFSZ, SIGHUP, SIGINT and SIGQUIT start with their default action.
 
     Args:
-        helper_fd: The sealed memfd holding the helper.
+        helper_fd: The sealed memfd holding the launcher.
         program: The command's executable (a path).
         argv: The command's argv.
         env: Its whole environment.
-        cwd: Its working directory (the helper changes to it; empty keeps the caller's).
+        cwd: Its working directory (the launcher changes to it; empty keeps the caller's).
         stdio: fds for the command's 0, 1 and 2 (each at least 3), or None with ``terminal``.
         terminal: A terminal device path to open as fds 0-2 and controlling terminal.
         cgroup_procs_fd: An open ``cgroup.procs`` of the cgroup the command joins.
         ruleset_fd: The Landlock ruleset.
         seccomp_fd: The seccomp program (a memfd).
+        shm_fd: An O_PATH fd of the session's ``/dev/shm`` directory, bind-mounted on
+            ``/dev/shm`` in a mount namespace of the command's own (None: the host's).
         cgroup: The cgroup directory, kept on the returned Process.
 
     Returns:
         The started process.
 
     Raises:
-        OSError: ``posix_spawn`` failed (the helper reports its own failures on fd 2, exit 126).
+        OSError: ``posix_spawn`` failed (the launcher reports its own failures on fd 2, exit 126).
         ValueError: Neither or both of ``stdio`` and ``terminal`` were given, or an fd is below 3.
     """
-    layers = (cgroup_procs_fd, ruleset_fd, seccomp_fd)
-    passed = [fd for fd in (helper_fd, *layers) if fd is not None]
     if (stdio is None) == (terminal is None):
         raise ValueError("give either stdio fds or a terminal path")
-    if min(passed + list(stdio or ())) < 3:
-        raise ValueError("spawn_helper needs every fd it passes to be 3 or above")
-    actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = []
-    if terminal is not None:
-        # After setsid (which posix_spawn does first), opening a terminal without O_NOCTTY makes
-        # it the controlling terminal.
-        actions.append((os.POSIX_SPAWN_OPEN, 0, terminal, os.O_RDWR, 0))
-        actions += [(os.POSIX_SPAWN_DUP2, 0, 1), (os.POSIX_SPAWN_DUP2, 0, 2)]
-    else:
-        assert stdio is not None
-        actions += [(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate(stdio)]
-    # dup2 of an fd onto itself clears close-on-exec: the helper sees the layers' fds as given.
-    actions += [(os.POSIX_SPAWN_DUP2, fd, fd) for fd in layers if fd is not None]
-    helper = f"/proc/self/fd/{helper_fd}"
-    words = [NONE if fd is None else str(fd) for fd in layers]
-    pid = os.posix_spawn(
-        helper,
-        [helper, *words, cwd, program, *argv],
-        env,
-        file_actions=actions,
-        setsid=True,
-        setsigdef=_RESET_SIGNALS,
-    )
+    twin_fd = _open_twin(cgroup) if cgroup_procs_fd is not None else None
+    try:
+        cgroups = [fd for fd in (cgroup_procs_fd, twin_fd) if fd is not None]
+        layers = [*cgroups, *(fd for fd in (ruleset_fd, seccomp_fd, shm_fd) if fd is not None)]
+        if min([helper_fd, *layers, *(stdio or ())]) < 3:
+            raise ValueError("spawn_helper needs every fd it passes to be 3 or above")
+        actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = []
+        if terminal is not None:
+            # After setsid (which posix_spawn does first), opening a terminal without O_NOCTTY
+            # makes it the controlling terminal.
+            actions.append((os.POSIX_SPAWN_OPEN, 0, terminal, os.O_RDWR, 0))
+            actions += [(os.POSIX_SPAWN_DUP2, 0, 1), (os.POSIX_SPAWN_DUP2, 0, 2)]
+        else:
+            assert stdio is not None
+            actions += [(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate(stdio)]
+        # dup2 of an fd onto itself clears close-on-exec: the launcher sees the fds as given.
+        actions += [(os.POSIX_SPAWN_DUP2, fd, fd) for fd in layers]
+        words = [f"cgroup={fd}" for fd in cgroups]
+        if shm_fd is not None:
+            words.append(f"shm={shm_fd}")
+        if ruleset_fd is not None and seccomp_fd is not None:
+            words += [f"ruleset={ruleset_fd}", f"seccomp={seccomp_fd}"]
+        elif ruleset_fd is not None or seccomp_fd is not None:
+            raise ValueError("give both ruleset_fd and seccomp_fd (confined) or neither (full-access)")
+        if cwd:
+            words.append(f"cwd={cwd}")
+        launcher = f"/proc/self/fd/{helper_fd}"
+        pid = os.posix_spawn(
+            launcher,
+            [launcher, *words, "--", program, *argv],
+            env,
+            file_actions=actions,
+            setsid=True,
+            setsigdef=_RESET_SIGNALS,
+        )
+    finally:
+        if twin_fd is not None:
+            os.close(twin_fd)
     return Process(pid, list(argv), cgroup)

@@ -1,4 +1,4 @@
-"""launch(): the one launch path, through the exec helper (real processes, real fds, real cgroups)."""
+"""launch(): the one launch path, through the launcher (real processes, real fds, real cgroups)."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def test_setuid_and_root_regain_nothing(dirs: Dirs, devnull: int) -> None:
 
 
 def test_the_command_gets_only_fds_0_to_2(dirs: Dirs, devnull: int) -> None:
-    inheritable = os.open(os.devnull, os.O_RDONLY)  # not close-on-exec: would leak without the helper
+    inheritable = os.open(os.devnull, os.O_RDONLY)  # not close-on-exec: would leak without the launcher
     os.set_inheritable(inheritable, True)
     try:
         script = "exec python3 -c 'import os; print(*sorted(map(int, os.listdir(\"/proc/self/fd\"))))'"
@@ -152,7 +152,7 @@ def test_wait_with_a_timeout(dirs: Dirs, devnull: int) -> None:
     assert proc.wait(timeout=30) == -9
 
 
-def test_unconfined_runs_through_the_same_helper(dirs: Dirs, devnull: int) -> None:
+def test_unconfined_runs_through_the_same_launcher(dirs: Dirs, devnull: int) -> None:
     code, out = _run(
         dirs.policy(SandboxMode.FULL_ACCESS), f"touch {dirs.out}/x && echo wrote", dirs.ws, devnull
     )
@@ -168,15 +168,15 @@ def test_a_missing_program_is_file_not_found(dirs: Dirs, devnull: int) -> None:
         )
 
 
-def test_without_the_helper_confined_commands_are_refused(
+def test_without_the_launcher_confined_commands_are_refused(
     dirs: Dirs, devnull: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The helper cannot run on this machine (simulated): no confined command starts, none
+    # The launcher cannot run on this machine (simulated): no confined command starts, none
     # starts with fewer layers.
     import codemode.sandbox._enforce as enforce
 
-    monkeypatch.setattr(enforce, "helper_fd", lambda: None)
-    with pytest.raises(SandboxUnavailable, match="exec helper"):
+    monkeypatch.setattr(enforce, "launcher_fd", lambda: None)
+    with pytest.raises(SandboxUnavailable, match="launcher"):
         launch(LaunchSpec(["true"], str(dirs.ws), dict(os.environ), dirs.policy(), stdio=(devnull,) * 3))
 
 

@@ -47,12 +47,13 @@ def _read_line(stream: Any, timeout: float) -> bytes:
     fd = stream.fileno()
     deadline = time.monotonic() + timeout
     data = b""
+    poller = select.poll()  # not select(): it fails once the host holds more than 1,023 fds
+    poller.register(fd, select.POLLIN)
     while b"\n" not in data:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if not ready:
+        if not poller.poll(max(1, int(remaining * 1000))):
             break
         chunk = os.read(fd, 4096)
         if not chunk:

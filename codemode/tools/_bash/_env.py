@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import select
 import signal
 import stat
@@ -13,8 +14,21 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from codemode._host_secrets import without_host_secrets
 from codemode.errors import SandboxUnavailable, ToolError, UserError
-from codemode.sandbox import LaunchSpec, SandboxMode, SandboxPolicy, launch
+from codemode.sandbox import (
+    LaunchSpec,
+    SandboxMode,
+    SandboxPolicy,
+    UnsafePath,
+    anchor,
+    cgroup_kill,
+    cgroup_remove,
+    cgroup_root,
+    launch,
+    read_text,
+    read_text_at,
+)
 from codemode.tools._bash._proctree import MARKER_VAR
 
 # Nothing may wait for a person: no pager, no credential prompt, no editor.
@@ -41,12 +55,13 @@ def command_env(
     """The environment a command runs with.
 
     Args:
-        base: The host's environment.
+        base: The host's environment; the host's own secrets (`codemode._host_secrets`: the
+            MCP token, database URLs) are left out.
         marker: This command's process id, put in ``CODEMODE_PROCESS_ID`` so its
             descendants can be found even when they leave the process group.
         term: ``TERM`` for the command (``dumb`` for pipes, a real terminal for a PTY).
     """
-    env = {k: v for k, v in base.items() if k not in _REMOVED}
+    env = {k: v for k, v in without_host_secrets(base).items() if k not in _REMOVED}
     env.update(_NON_INTERACTIVE)
     env["TERM"] = term
     env[MARKER_VAR] = marker
@@ -115,37 +130,52 @@ def resolve_cwd(cwd: str | None, workspace: Path, policy: SandboxPolicy) -> Path
     return Path(resolved)
 
 
-def _read_small(path: str) -> str | None:
-    """The stripped text of a small file, or None (plain syscalls: this is on the hot path)."""
+# What the host reads of a repository, all of it written by commands: through safe-open only
+# (no symlink followed, regular files only, never blocking, capped), and only values of the
+# shape git writes are used: a hostile HEAD never makes the host show or read anything else.
+_GIT_FILE_CAP = 4096
+_PACKED_REFS_CAP = 8 << 20
+_OBJECT_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+_REF_NAME = re.compile(r"refs/(?:[A-Za-z0-9._+@-]+/)*[A-Za-z0-9._+@-]+")
+
+
+def _read_git_file(directory: str, name: str, cap: int = _GIT_FILE_CAP) -> str | None:
+    """The stripped text of the file ``name`` beneath ``directory``, or None: missing, reached
+    through a link, not a regular file (a FIFO is refused, never waited on) or over ``cap``."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+        return read_text(directory, name, cap=cap).strip()
+    except UnsafePath:
         return None
-    try:
-        return os.read(fd, 65536).decode("utf-8", "replace").strip()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 WorkTree = tuple[str, str, bool]
 
 
+def _dot_git(directory: str) -> tuple[int, str | None] | None:
+    """What ``directory/.git`` is, not following a link: (mode, text of a ``.git`` file)."""
+    try:
+        with anchor(directory) as fd:
+            mode = os.stat(".git", dir_fd=fd, follow_symlinks=False).st_mode
+            if not stat.S_ISREG(mode):
+                return mode, None
+            return mode, read_text_at(fd, ".git", cap=_GIT_FILE_CAP).strip()
+    except (OSError, UnsafePath):
+        return None
+
+
 def find_work_tree(cwd: Path) -> WorkTree | None:
-    """(work tree root, git dir, linked work tree) containing ``cwd``, or None."""
+    """(work tree root, git dir, linked work tree) containing ``cwd``, or None.
+
+    ``.git`` is taken as a directory or a ``gitdir:`` file, never through a symlink.
+    """
     directory = str(cwd)
     while True:
-        dot_git = os.path.join(directory, ".git")
-        try:
-            mode = os.stat(dot_git).st_mode
-        except OSError:
-            mode = 0
-        if stat.S_ISDIR(mode):
-            return directory, dot_git, False
-        if stat.S_ISREG(mode):
-            text = _read_small(dot_git)
-            if text is None or not text.startswith("gitdir:"):
+        found = _dot_git(directory)
+        if found is not None:
+            mode, text = found
+            if stat.S_ISDIR(mode):
+                return directory, os.path.join(directory, ".git"), False
+            if not stat.S_ISREG(mode) or text is None or not text.startswith("gitdir:"):
                 return None
             git_dir = os.path.join(directory, text[len("gitdir:") :].strip())
             return directory, os.path.realpath(git_dir), True
@@ -156,19 +186,21 @@ def find_work_tree(cwd: Path) -> WorkTree | None:
 
 
 def _read_ref(git_dir: str, ref: str, linked: bool) -> str | None:
+    if not _REF_NAME.fullmatch(ref) or "/." in ref or ref.endswith(".lock"):
+        return None
     common = git_dir
     if linked:  # a linked work tree keeps shared refs in the common dir
-        relative = _read_small(os.path.join(git_dir, "commondir"))
+        relative = _read_git_file(git_dir, "commondir")
         if relative:
             common = os.path.realpath(os.path.join(git_dir, relative))
     for base in (git_dir, common) if common != git_dir else (git_dir,):
-        value = _read_small(os.path.join(base, ref))
-        if value:
+        value = _read_git_file(base, ref)
+        if value and _OBJECT_ID.fullmatch(value):
             return value
-    packed = _read_small(os.path.join(common, "packed-refs"))
+    packed = _read_git_file(common, "packed-refs", _PACKED_REFS_CAP)
     for line in (packed or "").splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[1] == ref:
+        if len(parts) == 2 and parts[1] == ref and _OBJECT_ID.fullmatch(parts[0]):
             return parts[0]
     return None
 
@@ -204,20 +236,49 @@ _GIT_ENV = {
 _GIT_TIMEOUT_SECONDS = 5.0
 
 
+def _git_cgroup() -> tuple[str | None, str | None]:
+    """A fresh cgroup for one dirty check: (path, None), or (None, why there is none)."""
+    root = cgroup_root()
+    if root.path is None:
+        return None, f"no cgroup to hold git and what the repository's filters start ({root.reason})"
+    try:
+        return root.make("git-probe", f"g{os.getpid()}_{time.monotonic_ns()}"), None
+    except OSError as exc:
+        return None, f"the cgroup for git status could not be made ({exc.strerror or exc})"
+
+
 def git_dirty(root: str, policy: SandboxPolicy) -> tuple[bool | None, str | None]:
     """Whether tracked files in the work tree at ``root`` differ from HEAD, asked of git confined.
 
+    The repository is hostile: its configuration can name programs git runs (clean filters,
+    whatever their names). So git never runs on the host: it runs through the sandbox's one
+    launch path, read-only with the network off, in a cgroup of its own that is killed when
+    git ends or after 5 s, whatever it started; its output is read to 4 KiB at most.
+
     Returns:
         ``(dirty, None)``, or ``(None, why)`` when it cannot be known: git missing, failing,
-        slower than 5 s, or no confinement available here (then git is not run at all).
+        slower than 5 s, or no confinement or cgroup available here (then git is not run at all).
     """
     confined = replace(policy, mode=SandboxMode.READ_ONLY, network=False)
+    cgroup, why = _git_cgroup()
+    if cgroup is None:
+        return None, why
+    try:
+        return _run_git_status(root, confined, cgroup)
+    finally:
+        cgroup_kill(cgroup)
+        cgroup_remove(cgroup)
+
+
+def _run_git_status(root: str, confined: SandboxPolicy, cgroup: str) -> tuple[bool | None, str | None]:
     read, write = os.pipe2(os.O_CLOEXEC)
     devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(_GIT_ENV)
     try:
-        proc = launch(LaunchSpec(_GIT_STATUS, root, env, confined, stdio=(devnull, write, devnull)))
+        proc = launch(
+            LaunchSpec(_GIT_STATUS, root, env, confined, stdio=(devnull, write, devnull), cgroup=cgroup)
+        )
     except (SandboxUnavailable, UserError, OSError) as exc:
         os.close(read)
         return None, f"git status could not be started confined: {exc}"
@@ -227,11 +288,12 @@ def git_dirty(root: str, policy: SandboxPolicy) -> tuple[bool | None, str | None
     out = bytearray()
     deadline = time.monotonic() + _GIT_TIMEOUT_SECONDS
     timed_out = False
+    poller = select.poll()  # not select(): it fails once the host holds more than 1,023 fds
+    poller.register(read, select.POLLIN)
     try:
         while True:
             left = deadline - time.monotonic()
-            ready = select.select([read], [], [], left)[0] if left > 0 else []
-            if not ready:
+            if left <= 0 or not poller.poll(max(1, int(left * 1000))):
                 timed_out = True
                 break
             chunk = os.read(read, 65536)
@@ -244,6 +306,7 @@ def git_dirty(root: str, policy: SandboxPolicy) -> tuple[bool | None, str | None
     if timed_out:
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
+        cgroup_kill(cgroup)
         proc.wait()
         return None, f"git status took over {_GIT_TIMEOUT_SECONDS:.0f} s and was stopped"
     code = proc.wait()
@@ -277,7 +340,10 @@ def git_changed_since(tree: WorkTree, since: float) -> bool:
     git_dir = tree[1]
     for name in ("index", "HEAD", os.path.join("logs", "HEAD")):
         try:
-            if os.stat(os.path.join(git_dir, name)).st_mtime >= since - _MTIME_SLACK_SECONDS:
+            if (
+                os.stat(os.path.join(git_dir, name), follow_symlinks=False).st_mtime
+                >= since - _MTIME_SLACK_SECONDS
+            ):
                 return True
         except OSError:
             continue
@@ -305,7 +371,7 @@ def workspace_revision(
     if tree is None:
         return None
     root, git_dir, linked = tree
-    head = _read_small(os.path.join(git_dir, "HEAD"))
+    head = _read_git_file(git_dir, "HEAD")
     if head is None:
         return None
     ref: str | None = None
@@ -313,7 +379,9 @@ def workspace_revision(
     if head.startswith("ref:"):
         ref = head[4:].strip()
         commit = _read_ref(git_dir, ref, linked)
+        if commit is None and not _REF_NAME.fullmatch(ref):
+            ref = None  # not a ref name git writes: nothing of it is shown
     else:
-        commit = head or None
+        commit = head if _OBJECT_ID.fullmatch(head) else None
     dirty, reason = (None, skip_dirty) if skip_dirty is not None else git_dirty(root, policy)
     return {"root": root, "head": commit, "ref": ref, "dirty": dirty, "dirty_reason": reason}

@@ -71,8 +71,8 @@ class HostConfig(pydantic.BaseModel):
     workspace: Path = pydantic.Field(default_factory=Path.cwd)
     state_dir: Path = pydantic.Field(default_factory=default_state_dir)
     session_id: str = "default"
-    max_output_tokens: int = pydantic.Field(10_000, ge=64)
-    max_output_tokens_limit: int = pydantic.Field(50_000, ge=64)
+    max_output_tokens: int = pydantic.Field(10_000, ge=80)  # ge: codemode.budget.MIN_BUDGET
+    max_output_tokens_limit: int = pydantic.Field(50_000, ge=80)
     timeout_seconds: float = pydantic.Field(120.0, gt=0)
     max_timeout_seconds: float = pydantic.Field(3600.0, gt=0)
     cpu_seconds: float = pydantic.Field(30.0, gt=0)
@@ -109,9 +109,8 @@ class RunError(pydantic.BaseModel):
 class Usage(pydantic.BaseModel):
     """What one run used.
 
-    ``output_tokens`` counts the returned text: exact when it had to be counted (it was cut),
-    else its UTF-8 size, an upper bound (every token covers at least one byte) that avoids
-    tokenizing output that clearly fits.
+    ``output_tokens`` counts the tokens of the returned text, what the model receives (UTF-8
+    bytes, never fewer, when the tokenizer's tables are not available offline).
     """
 
     output_tokens: int

@@ -38,7 +38,7 @@ from codemode.policy import (
 )
 from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy
 from codemode.state import Archive, ArchiveRef, State, compile_rules_soon, redact_json
-from codemode.tools import Extension, Tool, ToolContext, ToolRegistry, ToolResult
+from codemode.tools import Extension, ProgramScope, Tool, ToolContext, ToolRegistry, ToolResult
 from codemode.tools._bash import Notification, ProcessManager
 from codemode.tools._builtin import builtin_extensions
 from codemode.tools.upstream import McpServerConfig, load_mcp_config, parse_mcp_config
@@ -560,6 +560,7 @@ class Host:
             "Use a new call id for a new program (the same id with the same source replays its result)"
         )
         error = RunError(kind="options", name="CallIdReused", message=message)
+        await self._count_ready()
         return self._result(
             call, session, "", error, [], [], self.config.max_output_tokens, 0, 0, time.perf_counter()
         )
@@ -580,6 +581,7 @@ class Host:
             header = parse_header(source)
         except HeaderError as exc:
             options_error = RunError(kind="options", name="OptionsError", message=f"{exc}; nothing ran")
+            await self._count_ready()
             return self._result(
                 call, session, "", options_error, [], notices, config.max_output_tokens, 0, 0, started
             )
@@ -590,16 +592,23 @@ class Host:
                 f"clamped to {config.max_output_tokens_limit}"
             )
             budget = config.max_output_tokens_limit
-        if budget < MIN_BUDGET:
-            notices.append(f"max_output_tokens {budget} is below the minimum; raised to {MIN_BUDGET}")
-            budget = MIN_BUDGET
+        if budget < MIN_BUDGET:  # (the header's own value is checked by parse_header)
+            message = (
+                f"max_output_tokens must be at least {MIN_BUDGET} (room for the line naming the archived "
+                f"rest), got {budget}; nothing ran"
+            )
+            too_small = RunError(kind="options", name="OptionsError", message=message)
+            await self._count_ready()
+            return self._result(call, session, "", too_small, [], notices, MIN_BUDGET, 0, 0, started)
         timeout = header.timeout_seconds or timeout_seconds or config.timeout_seconds
         if timeout > config.max_timeout_seconds:
             notices.append(
                 f"timeout_seconds {timeout:g} is above this host's limit; clamped to {config.max_timeout_seconds:g}"
             )
             timeout = config.max_timeout_seconds
-        context = self._context(session, call)
+        # Calls of the program wait for their answers up to its deadline (see ProgramScope).
+        scope = ProgramScope(deadline=time.monotonic() + timeout)
+        context = replace(self._context(session, call), program=scope)
         view = RunView()
 
         def sample(elapsed: float) -> Progress:
@@ -615,6 +624,11 @@ class Host:
             outcome = await self.engine.run(
                 source, context, timeout_seconds=timeout, gate=self._gate, view=view
             )
+        if scope.promoted and outcome.error is not None:
+            outcome.error = _name_promoted(outcome.error, scope.promoted)
+            for _ in scope.promoted:  # promoted, not stopped: not "cancelled"
+                if "bash" in outcome.cancelled:
+                    outcome.cancelled.remove("bash")
         error = _run_error(outcome.error, self.archive.redactor.redact) if outcome.error is not None else None
         if outcome.dropped_timers and outcome.error is None:
             notices.append(
@@ -635,6 +649,7 @@ class Host:
             )
         for name, value in outcome.late:
             notices.append(_late_notice(name, value, "after the program ended"))
+        await self._count_ready()
         return self._result(
             call,
             session,
@@ -699,6 +714,12 @@ class Host:
             ),
         )
 
+    async def _count_ready(self) -> None:
+        """Load the token counter off the event loop if it is not loaded yet: every result
+        counts the tokens the model receives (`Usage.output_tokens`)."""
+        if not self.counter.loaded:
+            await anyio.to_thread.run_sync(lambda: self.counter.exact)
+
     def _fit(self, blocks: list[str], trailer: str, budget: int, session: str) -> _Fitted:
         """Redact the output ``blocks`` and the ``trailer`` and fit them into ``budget`` tokens.
 
@@ -760,16 +781,26 @@ class Host:
             return Progress(elapsed_seconds=elapsed, output_bytes=output)
 
         arguments = args if args is not None else {}
-        refusal = await self._approve_direct(name, arguments, session)
-        if refusal is not None:
-            result: ToolResult = ToolResult.failure(ErrorCode.DENIED, refusal, {"error": "denied"})
+        budget = min(max_output_tokens or self.config.max_output_tokens, self.config.max_output_tokens_limit)
+        refusal = await self._approve_direct(name, arguments, session) if budget >= MIN_BUDGET else None
+        if budget < MIN_BUDGET:
+            message = (
+                f"max_output_tokens must be at least {MIN_BUDGET} (room for the line naming the archived "
+                f"rest), got {budget}; nothing ran"
+            )
+            result: ToolResult = ToolResult.failure(
+                ErrorCode.INVALID_ARGUMENTS, message, {"minimum": MIN_BUDGET}
+            )
+            budget = MIN_BUDGET
+        elif refusal is not None:
+            result = ToolResult.failure(ErrorCode.DENIED, refusal, {"error": "denied"})
         else:
             async with reporting(on_progress, sample):
                 result = await self.registry.call(name, arguments, context)
-        budget = min(max_output_tokens or self.config.max_output_tokens, self.config.max_output_tokens_limit)
         trailer = "\n".join(self._take_notifications(session))
         blocks = [block.text for block in result.content]
-        fitted = self._fit(blocks, trailer, max(budget, MIN_BUDGET), session)
+        await self._count_ready()
+        fitted = self._fit(blocks, trailer, budget, session)
         return CallResult(
             tool=name,
             text=fitted.text,
@@ -1017,6 +1048,20 @@ def _server_configs(servers: McpServers | None) -> list[McpServerConfig]:
     if isinstance(servers, dict):
         return parse_mcp_config(servers)
     return list(servers)
+
+
+def _name_promoted(error: GuestError, process_ids: list[str]) -> GuestError:
+    """The program's error, naming the commands that were still running when it ended and
+    go on in the background."""
+    if len(process_ids) == 1:
+        pid = process_ids[0]
+        what = f'a command was still running; it goes on as process {pid}: bash({{action: "wait", process_id: "{pid}"}})'
+    else:
+        what = (
+            f"{len(process_ids)} commands were still running; they go on as processes "
+            f'{", ".join(process_ids)}: bash({{action: "wait", process_id}})'
+        )
+    return replace(error, message=f"{error.message}; {what}")
 
 
 def _run_error(error: GuestError, redact: Callable[[str], str]) -> RunError:

@@ -30,7 +30,14 @@ async def run(host: Host, source: str, **kwargs: Any) -> codemode.RunResult:
         ('// @run_code: {"max_output_tokens": 100', "not valid JSON"),
         ('// @run_code: {"budget": 100}', "unknown option 'budget'"),
         ('// @run_code: {"timeout_seconds": -1}', "timeout_seconds must be a positive number"),
-        ('// @run_code: {"max_output_tokens": "lots"}', "max_output_tokens must be a positive integer"),
+        (
+            '// @run_code: {"max_output_tokens": "lots"}',
+            "max_output_tokens must be an integer of at least 80",
+        ),
+        (
+            '// @run_code: {"max_output_tokens": 20}',
+            "at least 80 (room for the line naming the archived rest), got 20",
+        ),
     ],
 )
 async def test_a_bad_header_is_a_clear_error_and_nothing_runs(
@@ -420,3 +427,24 @@ async def test_a_closed_host_opens_again_and_runs(make_host: Any) -> None:
 async def test_bad_run_options_are_the_developers_mistake(host: Host, timeout: float) -> None:
     with pytest.raises(UserError, match="timeout_seconds"):
         await host.run_code("print(1)", timeout_seconds=timeout)
+
+
+# -- honest numbers ------------------------------------------------------------------------
+
+
+async def test_output_tokens_counts_what_the_model_receives(host: Host) -> None:
+    result = await run(host, 'print("hello world, hello world, hello world")')
+    assert result.ok
+    assert result.usage.output_tokens == host.counter.count(result.text)
+    if host.counter.exact:  # o200k_base: a few tokens, not the 42 bytes
+        assert result.usage.output_tokens < result.usage.printed_bytes
+
+
+async def test_a_budget_below_the_minimum_is_an_error_naming_it(host: Host, probe: Probe) -> None:
+    result = await run(host, 'await tools.bump({}); print("ran")', max_output_tokens=50)
+    assert result.error is not None and result.error.kind == "options"
+    assert "max_output_tokens must be at least 80" in result.text and "got 50; nothing ran" in result.text
+    assert probe.bumps == 0
+    called = await host.call_tool("bump", {}, max_output_tokens=10)
+    assert called.is_error and "must be at least 80" in called.text and "nothing ran" in called.text
+    assert probe.bumps == 0

@@ -169,6 +169,11 @@ class TokenCounter:
         return self._name
 
     @property
+    def loaded(self) -> bool:
+        """Whether the encoding was loaded (or given up on) already: counting will not wait."""
+        return self._name in _CACHE
+
+    @property
     def exact(self) -> bool:
         """True when counts come from the real encoding (loads it if needed)."""
         return _get(self._name).encoding is not None

@@ -11,8 +11,9 @@ from codemode.state import ArchiveRef
 
 __all__ = ["HEAD_SHARE", "MIN_BUDGET", "READ_LIMIT", "BudgetCut", "fit_to_budget", "read_archive_call"]
 
-MIN_BUDGET = 256
-"""Smallest ``max_tokens`` accepted: room for recovery lines even when tokens are counted as bytes."""
+MIN_BUDGET = 80
+"""Smallest ``max_tokens`` accepted: room for the one line that names the archived text, also
+when tokens are counted as bytes (about 70 bytes, 25 tokens)."""
 HEAD_SHARE = 0.6
 """Share of a cut block's room (beside its recovery line) that goes to its head (the rest to its tail)."""
 READ_LIMIT = 65536
@@ -37,8 +38,7 @@ class BudgetCut:
         ref: The archived whole text when cut, else ``None``.
         total_bytes: UTF-8 size of the whole text.
         shown_bytes: UTF-8 bytes of the whole text kept in ``text``.
-        tokens: Tokens of ``text``: exact when it was counted, else an upper bound (its UTF-8
-            size, when the size alone proved it fits).
+        tokens: Tokens of ``text``, counted (UTF-8 bytes under the byte counter).
     """
 
     text: str
@@ -171,12 +171,6 @@ def _tail_start(data: bytes, tokens: int, counter: TokenCounter) -> int:
     return start
 
 
-def _measure(text: str, max_tokens: int, counter: TokenCounter) -> int:
-    """Tokens of ``text``: its UTF-8 size when that proves it fits (no exact count), else counted."""
-    size = len(text.encode("utf-8"))
-    return size if size <= max_tokens else counter.count(text)
-
-
 def _cut_blocks(
     data: bytes,
     spans: list[tuple[int, int]],
@@ -230,7 +224,7 @@ def _cut_blocks(
             parts.append(f"{head_text}{joiner}{line}" + (f"\n{tail_text}" if tail_text else ""))
             shown += head + len(block) - tail
         text = "\n".join(parts)
-        tokens = _measure(text, max_tokens, counter)
+        tokens = counter.count(text)
         if tokens <= max_tokens:
             return BudgetCut(text, True, ref, total, shown, tokens)
         share -= (tokens - max_tokens) // len(cut) + 8
@@ -246,8 +240,8 @@ def fit_to_budget(
     """Fit ``blocks``, joined by newlines, into ``max_tokens`` tokens, archiving the whole text
     when it does not fit.
 
-    Empty blocks are dropped. A text that fits is returned whole; one that fits by its UTF-8
-    size is never counted exactly. Otherwise the whole text is archived, and blocks that fit
+    Empty blocks are dropped. A text that fits is returned whole (its UTF-8 size proves the
+    fit without a search; its tokens are counted once for `BudgetCut.tokens`). Otherwise the whole text is archived, and blocks that fit
     an equal share of the budget stay whole while each other block keeps its head (about 60%)
     and tail (about 40%) around one recovery line: how much was cut and the exact
     ``read_archive`` call that reads on from the cut. When there is not room for a recovery
@@ -274,7 +268,9 @@ def fit_to_budget(
     total = len(data)
     fits = _tokens_within(data, max_tokens, counter)
     if fits is not None:
-        return BudgetCut(text, False, None, total, total, fits)
+        # A fit proven by the size alone is counted still: the figure is what the model reads.
+        tokens = counter.count(text) if fits == total and counter.exact else fits
+        return BudgetCut(text, False, None, total, total, tokens)
 
     ref = archive(text)
     spans: list[tuple[int, int]] = []
@@ -290,5 +286,5 @@ def fit_to_budget(
             if cut is not None:
                 return cut
     # Not even one recovery line and a few tokens fit (only with an unusually long ref).
-    line = f"[... output cut; the full text is archived: {read_archive_call(ref.ref)} ...]"
+    line = f"[... cut; all of it: {read_archive_call(ref.ref)} ...]"
     return BudgetCut(line, True, ref, total, 0, counter.count(line))

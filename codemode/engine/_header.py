@@ -6,6 +6,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from codemode.budget import MIN_BUDGET
+
 _HEADER = re.compile(r"^\s*//\s*@run_code\s*:?(?P<body>.*)$")
 _KNOWN = ("max_output_tokens", "timeout_seconds")
 
@@ -50,9 +52,12 @@ def parse_header(source: str) -> HeaderOptions:
         )
     max_tokens = options.get("max_output_tokens")
     if max_tokens is not None and (
-        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < MIN_BUDGET
     ):
-        raise HeaderError(f"max_output_tokens must be a positive integer, got {json.dumps(max_tokens)}")
+        raise HeaderError(
+            f"max_output_tokens must be an integer of at least {MIN_BUDGET} (room for the line naming "
+            f"the archived rest), got {json.dumps(max_tokens)}"
+        )
     timeout = options.get("timeout_seconds")
     if timeout is not None and (
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0

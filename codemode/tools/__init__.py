@@ -3,6 +3,7 @@
 from codemode.tools._model import (
     Extension,
     LazyExtension,
+    ProgramScope,
     TextContent,
     Tool,
     ToolContext,
@@ -18,6 +19,7 @@ __all__ = [
     "ArgumentProblem",
     "Extension",
     "LazyExtension",
+    "ProgramScope",
     "TextContent",
     "Tool",
     "ToolContext",

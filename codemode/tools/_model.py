@@ -99,6 +99,22 @@ class ToolResult(pydantic.BaseModel):
         return self.text if self.structured_content is None else self.structured_content
 
 
+@dataclass
+class ProgramScope:
+    """What a tool called from inside a program knows of that program.
+
+    Attributes:
+        deadline: ``time.monotonic()`` at which the program's wall-clock limit ends (no later
+            than the engine's own deadline). A call of a program waits for its answer up to
+            then; only a direct call, where a model is waiting, hands long commands off early.
+        promoted: Process ids of commands that were still running at the deadline and go on
+            in the background (the host names them in the program's error).
+    """
+
+    deadline: float
+    promoted: list[str] = field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class ToolContext:
     """What the host hands a tool handler that asks for it (a parameter typed ``ToolContext``).
@@ -112,6 +128,7 @@ class ToolContext:
         call_id: Id of the surrounding ``run_code`` or direct call, when there is one.
         store: The session's store values (what a program's ``store`` reaches); None where
             the caller gave none (a program's ``store`` calls then fail with a clear error).
+        program: Set for a call made by a program (`ProgramScope`), None for a direct call.
     """
 
     session_id: str
@@ -120,6 +137,7 @@ class ToolContext:
     archive: Archive
     call_id: str | None = None
     store: SessionValues | None = None
+    program: ProgramScope | None = None
 
 
 Handler = Callable[..., Any]

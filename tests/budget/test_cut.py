@@ -98,7 +98,8 @@ def recovery_lines(text: str) -> list[re.Match[str]]:
 
 
 def test_small_text_passes_untouched(counter: TokenCounter) -> None:
-    assert fit_to_budget(["hello\n"], 1000, counter, never) == BudgetCut("hello\n", False, None, 6, 6, 6)
+    tokens = counter.count("hello\n")  # what the model reads: 2 with o200k_base, 6 bytes offline
+    assert fit_to_budget(["hello\n"], 1000, counter, never) == BudgetCut("hello\n", False, None, 6, 6, tokens)
     assert fit_to_budget(["a", "", "b"], 1000, counter, never).text == "a\nb"  # empty blocks add nothing
     assert fit_to_budget([], 1000, counter, never) == BudgetCut("", False, None, 0, 0, 0)
 
@@ -110,15 +111,26 @@ def test_more_bytes_than_the_budget_but_fewer_tokens_passes_untouched() -> None:
     assert not res.truncated and res.text == text and res.tokens == counter.count(text) <= 1000
 
 
-def test_a_text_that_fits_by_its_size_is_not_counted() -> None:
+def test_a_text_that_fits_by_its_size_is_counted_once() -> None:
     _exact()
     recording = Recording()
-    res = fit_to_budget(["x" * 200, "y" * 50], MIN_BUDGET, recording, never)
-    assert not res.truncated and res.tokens == 251  # the size, an upper bound
-    assert recording.seen == 0
+    res = fit_to_budget(["x" * 200, "y" * 50], 256, recording, never)
+    assert not res.truncated and res.tokens == TokenCounter().count("x" * 200 + "\n" + "y" * 50) < 251
+    assert recording.seen == 251  # one count of the text for the figure, no search for a cut
 
 
-@pytest.mark.parametrize("budget", [MIN_BUDGET, 500, 2000, 10_000])
+@pytest.mark.parametrize("blocks", [["z" * 5000], ["z" * 5000, "w" * 3000, "error: it broke"]])
+def test_the_minimum_budget_holds_the_line_naming_the_archive(
+    counter: TokenCounter, archive: Archive, blocks: list[str]
+) -> None:
+    res = fit(blocks, MIN_BUDGET, counter, archive)
+    assert MIN_BUDGET == 80  # tens of tokens: the recovery line, not a page
+    assert res.truncated and res.ref is not None
+    assert res.tokens == counter.count(res.text) <= MIN_BUDGET
+    assert f'read_archive({{ref: "{res.ref.ref}"' in res.text
+
+
+@pytest.mark.parametrize("budget", [256, 500, 2000, 10_000])
 def test_over_budget_fits_with_recovery_line(budget: int, counter: TokenCounter, archive: Archive) -> None:
     text = lines(20_000)
     data = text.encode()
@@ -136,7 +148,7 @@ def test_over_budget_fits_with_recovery_line(budget: int, counter: TokenCounter,
     # head and tail are the real start and end, cut at line boundaries
     assert data.startswith(head.encode()) and data.endswith(tail.encode())
     assert offset == len(head.encode()) and head.endswith("\n")
-    if budget > MIN_BUDGET:  # at the smallest budget the tail may be shorter than a line
+    if budget > 256:  # at the smallest budget the tail may be shorter than a line
         assert data[-len(tail.encode()) - 1] == 10
     # the offset in the notice reads on exactly where the head stopped
     assert archive.read(res.ref.ref, offset, 200).data == data[offset : offset + 200]
@@ -172,12 +184,12 @@ def test_each_block_keeps_its_head_and_tail(budget: int, counter: TokenCounter, 
 
 
 def test_a_tiny_budget_still_shows_each_blocks_head(archive: Archive) -> None:
-    # Offline at the smallest budget: recovery lines are bytes too, so they go compact.
+    # Offline at a small budget (256 bytes): recovery lines are bytes too, so they go compact.
     counter = ByteCounter()
     output = "".join(f"row {i}\n" for i in range(500)).rstrip("\n")
     error = "Uncaught Error: " + "why " * 400
-    res = fit([output, error], MIN_BUDGET, counter, archive)
-    assert res.truncated and len(res.text.encode()) <= MIN_BUDGET and res.tokens <= MIN_BUDGET
+    res = fit([output, error], 256, counter, archive)
+    assert res.truncated and len(res.text.encode()) <= 256 and res.tokens <= 256
     assert res.text.startswith("row 0\n") and "\nUncaught Error: why" in res.text
     assert len(recovery_lines(res.text)) == 2
 

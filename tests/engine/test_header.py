@@ -39,7 +39,11 @@ def test_a_partial_header_leaves_the_rest_unset() -> None:
         ("// @run_code:", "not valid JSON"),
         ("// @run_code: [1, 2]", "must be a JSON object"),
         ('// @run_code: {"max_tokens": 5}', "unknown option 'max_tokens'"),
-        ('// @run_code: {"max_output_tokens": 0}', "max_output_tokens must be a positive integer, got 0"),
+        ('// @run_code: {"max_output_tokens": 0}', "max_output_tokens must be an integer of at least 80"),
+        (
+            '// @run_code: {"max_output_tokens": 79}',
+            "at least 80 (room for the line naming the archived rest), got 79",
+        ),
         ('// @run_code: {"max_output_tokens": -3}', "got -3"),
         ('// @run_code: {"max_output_tokens": 10.5}', "got 10.5"),
         ('// @run_code: {"max_output_tokens": "100"}', 'got "100"'),

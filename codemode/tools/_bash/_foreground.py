@@ -57,6 +57,7 @@ from codemode.tools._capture import StreamCapture
 from codemode.tools._terminal import terminal_view
 
 if TYPE_CHECKING:
+    from codemode.tools._model import ProgramScope
     from codemode.tools._verification import Classification, StreamScan
 
 # Verification (recognising test and build commands, reading their summaries) and result
@@ -588,6 +589,7 @@ async def run_foreground(
     handoff_seconds: float | None,
     promote: Callable[[Running], str | None],
     track: Callable[[Running, bool], None] | None = None,
+    program: ProgramScope | None = None,
 ) -> Outcome:
     """Run one foreground command to its end, its timeout, or its hand-off.
 
@@ -602,6 +604,9 @@ async def run_foreground(
             caller of ``promote`` owns the pump), or None to keep waiting to the timeout.
         track: Told when the command starts (True) and ends or is promoted (False), so the
             manager can stop foreground runs at shutdown.
+        program: The program making the call, if any: then there is no hand-off (the program
+            waits for the answer); a call cancelled at or after the program's deadline is
+            promoted instead of stopped, its process id added to ``program.promoted``.
 
     Raises:
         ToolError: The command could not be started.
@@ -638,6 +643,14 @@ async def run_foreground(
     except anyio.get_cancelled_exc_class():
         with anyio.CancelScope(shield=True):
             running.pump.wake()  # a pump reading in a worker thread lets go
+            if program is not None and time.monotonic() >= program.deadline:
+                # The program ran out of time while it waited: the command goes on in the
+                # background (the program's error names it) rather than being cut short.
+                await anyio.to_thread.run_sync(running.pump.step, time.monotonic())  # (after the reader)
+                process_id = await anyio.to_thread.run_sync(promote, running)
+                if process_id is not None:
+                    program.promoted.append(process_id)
+                    raise
             await anyio.to_thread.run_sync(lambda: _stop_and_finish(running, redactor, cancelled=True))
         raise
     finally:

@@ -564,9 +564,12 @@ class ProcessManager:
             spec,
             archive=self._archive,
             redactor=self._redactor,
-            handoff_seconds=self._handoff,
+            # A program waits for its answer (up to the command's timeout and its own limit);
+            # only a direct call, where a model is waiting, hands long commands off.
+            handoff_seconds=self._handoff if ctx.program is None else None,
             promote=self._promote,
             track=self._track,
+            program=ctx.program,
         )
         # One content block per part, so that a budget cut keeps each stream's head and tail.
         content = [TextContent(text=block) for block in outcome.blocks]

@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import anyio
+import anyio.to_thread
 
 from codemode._results import default_state_dir
 from codemode._version import __version__
 from codemode.errors import CodemodeError, ToolError, UserError
 from codemode.host import Host, dumps_result
-from codemode.policy import CommandPolicy, Trash
+from codemode.policy import ApprovalRequest, ApproveCallback, CommandPolicy, Decision, Trash
 from codemode.sandbox import SandboxMode
 from codemode.tools.upstream import load_mcp_config
 
@@ -280,10 +281,50 @@ def _count(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+_APPROVAL_ANSWERS = {
+    "y": Decision.allow(),
+    "yes": Decision.allow(),
+    "a": Decision.allow_session(),
+    "always": Decision.allow_session(),
+}
+
+
+def _terminal_approval(args: argparse.Namespace) -> ApproveCallback | None:
+    """``call``/``run`` with --approve-commands: ask the person at the terminal, one request at a
+    time (y: once, a: for the rest of the session, anything else or end of input: refuse).
+
+    Raises:
+        CodemodeError: There is no terminal to ask (stdin or stderr is not one): a flag that
+            asks with no one to ask refuses loudly, before anything runs.
+    """
+    if not args.approve_commands or args.command not in ("call", "run"):
+        return None
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise CodemodeError(
+            "--approve-commands asks at the terminal before each bash command that is not read-only, "
+            "and there is no terminal here (stdin or stderr is not one), so nothing was run; run it at a "
+            "terminal, or leave out --approve-commands and limit commands with --deny-command and "
+            "--strict-commands"
+        )
+
+    def ask(request: ApprovalRequest) -> Decision:
+        sys.stdout.flush()
+        sys.stderr.write(f"codemode: approve {request.summary}? [y]es, [a]lways this session, [N]o: ")
+        sys.stderr.flush()
+        answer = _APPROVAL_ANSWERS.get(sys.stdin.readline().strip().lower())
+        return answer or Decision.deny("refused at the terminal")
+
+    async def approve(requests: list[ApprovalRequest]) -> list[Decision]:
+        return [await anyio.to_thread.run_sync(ask, request) for request in requests]
+
+    return approve
+
+
 def _host(args: argparse.Namespace, workspace: Path | None = None) -> Host:
     mcp = args.command == "mcp"
     servers = [server for path in args.mcp_config for server in load_mcp_config(path)]
     return Host(
+        approve=_terminal_approval(args),
         mcp_servers=servers,
         connect_mcp_at_open=mcp,  # an MCP client lists the tools first: have them by then
         workspace=workspace or args.workspace,

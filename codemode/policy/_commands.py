@@ -41,6 +41,7 @@ from codemode.policy._scripts import (
 )
 from codemode.policy._shell import Command, Problem, parse
 from codemode.policy._watchers import watcher
+from codemode.sandbox import UnsafePath, read_file_beneath
 
 __all__ = ["REDACTION_MARKER", "CommandPolicy", "CommandVerdict", "Verdict"]
 
@@ -713,10 +714,9 @@ def _package_script(cwd: Path, workspace: Path, script: str) -> str | None:
     root = Path(os.path.normpath(workspace))
     while True:
         candidate = here / "package.json"
-        try:
-            with open(candidate, "rb") as handle:
-                data = json.loads(handle.read(_PACKAGE_JSON_BYTES))
-        except (OSError, ValueError):
+        try:  # a workspace file: through safe-open (a FIFO or a link there is refused, not waited on)
+            data = json.loads(read_file_beneath(root, candidate.relative_to(root), cap=_PACKAGE_JSON_BYTES))
+        except (UnsafePath, ValueError):
             data = None
         if isinstance(data, dict):
             scripts = data.get("scripts")

@@ -15,12 +15,19 @@ from tests.state.secret_fixtures import pem
 R = Redactor(environ={})
 
 
+PADDING = "ordinary output line\n" * 40  # over 512 bytes: matched through the Hyperscan pass
+
+
 def redacted_every_way(text: str) -> list[str]:
-    """``text`` redacted as text, as bytes, and as a stream in 7-byte chunks."""
+    """``text`` redacted as text, as bytes, as a stream in 7-byte chunks, and after a long
+    ordinary head (a short text is matched rule by rule, a long one through the Hyperscan
+    database: both must find the same)."""
     data = text.encode()
     stream = StreamRedactor(R)
     streamed = b"".join(stream.feed(data[i : i + 7]) for i in range(0, len(data), 7)) + stream.flush()
-    return [R.redact(text), R.redact_bytes(data).decode(), streamed.decode()]
+    long = R.redact(PADDING + text)
+    assert long.startswith(PADDING)
+    return [R.redact(text), R.redact_bytes(data).decode(), streamed.decode(), long[len(PADDING) :]]
 
 
 @pytest.mark.parametrize(

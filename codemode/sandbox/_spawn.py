@@ -102,7 +102,7 @@ def _mounts() -> tuple[str | None, str | None]:
     except OSError:
         return None, None
     for line in lines:
-        left, _, right = line.partition(" - ")
+        left, _, right = line.rstrip("\n").partition(" - ")
         fields = right.split(" ")
         if not fields or len(left.split(" ")) < 5:
             continue

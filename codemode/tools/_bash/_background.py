@@ -187,6 +187,7 @@ def start_background(
                 "helper_fd": fds["helper_fd"],
                 "ruleset_fd": fds["ruleset_fd"],
                 "seccomp_fd": fds["seccomp_fd"],
+                "shm_fd": fds.get("shm_fd"),  # the session's /dev/shm (launcher.c)
                 "cgroup_procs_fd": procs_fd,
             }
             payload = {

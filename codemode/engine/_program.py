@@ -855,6 +855,8 @@ class ProgramThread:
             return self.registry.search(str(a), limit=limit)
         if op == "describeTool":
             return self.registry.describe(str(a))
+        if op == "toolNames":  # Object.keys(tools) and for...in (the prelude's __cm_tool_names)
+            return self.registry.names()
         store = self.context.store
         if store is None:
             raise ToolError(f"{op}: this host gave the program no store", code=ErrorCode.TOOL_FAILED)

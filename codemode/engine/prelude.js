@@ -26,6 +26,7 @@
   const ArrayPrototype = Array.prototype;
   const StringCtor = String;
   const StringSlice = String.prototype.slice;
+  const StringIndexOf = String.prototype.indexOf;
   const StringIsWellFormed = String.prototype.isWellFormed;
   const StringToWellFormed = String.prototype.toWellFormed;
   const NumberIsFinite = Number.isFinite;
@@ -449,10 +450,44 @@
         defineProperty: function __cm_ns_define() { return false; },
         deleteProperty: function __cm_ns_delete() { return false; },
         setPrototypeOf: function __cm_ns_proto() { return false; },
+        ownKeys: function __cm_ns_keys() { return __cm_listed(key + "."); },
+        getOwnPropertyDescriptor: function __cm_ns_own(target, sub) {
+          return __cm_listed_descriptor(space, key + ".", sub);
+        },
       });
       ReflectApply(MapSet, namespaces, [key, space]);
     }
     return space;
+  }
+  // Object.keys(tools), for...in: the tool names and namespaces, asked of the host at the
+  // first listing (a program that never lists pays nothing).
+  let toolNames = null;
+  function __cm_tool_names() {
+    if (toolNames === null) {
+      const reply = hostCall("sync", nextCallId++, "toolNames", "[null,null]", 0);
+      toolNames = reply[0] === "j" ? JSONparse(ReflectApply(StringSlice, reply, [1])) : [];
+    }
+    return toolNames;
+  }
+  function __cm_listed(prefix) {
+    // The own keys under `prefix` ("" for tools itself, "server." in a namespace), sorted.
+    const seen = new SetCtor();
+    const keys = [];
+    for (const name of __cm_tool_names()) {
+      if (prefix !== "" && ReflectApply(StringSlice, name, [0, prefix.length]) !== prefix) continue;
+      const rest = ReflectApply(StringSlice, name, [prefix.length]);
+      const dot = prefix === "" ? ReflectApply(StringIndexOf, rest, ["."]) : -1;
+      const key = dot < 0 ? rest : ReflectApply(StringSlice, rest, [0, dot]);
+      if (!ReflectApply(SetHas, seen, [key])) {
+        ReflectApply(SetAdd, seen, [key]);
+        ReflectApply(ArrayPush, keys, [key]);
+      }
+    }
+    return keys;
+  }
+  function __cm_listed_descriptor(owner, prefix, key) {
+    if (typeof key !== "string" || !ReflectApply(SetHas, new SetCtor(__cm_listed(prefix)), [key])) return undefined;
+    return { value: owner[key], writable: false, enumerable: true, configurable: true };
   }
   const tools = new Proxy(toolsTarget, {
     get: function __cm_tools_get(target, key) {
@@ -468,6 +503,10 @@
     deleteProperty: function __cm_tools_delete() { return false; },
     setPrototypeOf: function __cm_tools_proto() { return false; },
     has: function __cm_tools_has(target, key) { return typeof key === "string"; },
+    ownKeys: function __cm_tools_keys() { return __cm_listed(""); },
+    getOwnPropertyDescriptor: function __cm_tools_own(target, key) {
+      return __cm_listed_descriptor(tools, "", key);
+    },
   });
 
   function __cm_sync(op, a, b) {

@@ -528,12 +528,15 @@ class _Walk:
     def executed_file(
         self, path: str, cwd: Path, via: tuple[str, ...], depth: int, line: int
     ) -> Iterator[_Found]:
-        """A workspace file run by path: followed when its ``#!`` line names a shell."""
+        """A workspace file run by path: followed when it is a shell script (see `shebang_shell`);
+        a program (a NUL byte in it) or another interpreter's script is not."""
         if Path(os.path.normpath(self.workspace)) not in Path(os.path.normpath(cwd / path)).parents:
             return  # an installed program
         read = read_script(path, cwd, self.workspace)
         if read.missing:
             self.scripts.append((path, line))  # it fails to start, unless this run writes it first
+            return
+        if read.binary:
             return
         if read.text is None:
             self.problems.append(

@@ -194,11 +194,13 @@ def split_string(value: str) -> list[str] | None:
 
 @dataclass(frozen=True)
 class ScriptText:
-    """A script file as read: its text, or why not (``missing``: it does not exist)."""
+    """A script file as read: its text, or why not (``missing``: it does not exist; ``binary``:
+    it holds a NUL byte, so it is a program, not a script)."""
 
     text: str | None
     why: str = ""
     missing: bool = False
+    binary: bool = False
 
 
 def read_script(path: str, cwd: Path, workspace: Path) -> ScriptText:
@@ -216,14 +218,17 @@ def read_script(path: str, cwd: Path, workspace: Path) -> ScriptText:
         reason = error.message.replace(str(target.relative_to(root)), "it", 1)
         return ScriptText(None, _cut(reason), missing=error.code is ErrorCode.NOT_FOUND)
     if b"\x00" in data:
-        return ScriptText(None, "it is not text")
+        return ScriptText(None, "it is not text", binary=True)
     return ScriptText(data.decode("utf-8", "surrogateescape"))
 
 
 def shebang_shell(text: str) -> str | None:
-    """The shell a ``#!`` line runs (``#!/bin/sh``, ``#!/usr/bin/env bash``), else None."""
+    """The shell that runs a text file started by path: the one its ``#!`` line names
+    (``#!/bin/sh``, ``#!/usr/bin/env bash``), or bash itself when it has no ``#!`` line (bash
+    runs such a file as a script when the kernel will not execute it); None for another
+    interpreter."""
     if not text.startswith("#!"):
-        return None
+        return "bash"
     words = text[2:].split("\n", 1)[0].split()
     if words and os.path.basename(words[0]) == "env":
         words = [w for w in words[1:] if not w.startswith("-") and "=" not in w]

@@ -87,7 +87,7 @@ def test_shebang_lines() -> None:
     assert shebang_shell("#!/bin/sh\necho") == "sh"
     assert shebang_shell("#!/usr/bin/env -S bash -e\n") == "bash"
     assert shebang_shell("#!/usr/bin/env python3\n") is None
-    assert shebang_shell("echo no\n") is None
+    assert shebang_shell("echo no\n") == "bash"  # bash runs a text file without #! itself
 
 
 def test_script_files_are_read_only_as_regular_files_inside_the_workspace(tmp_path: Path) -> None:
@@ -124,7 +124,10 @@ def test_script_files_are_read_only_as_regular_files_inside_the_workspace(tmp_pa
         ("sh s.sh", "deny", "deny"),
         ("sh ok.sh", "allow", "allow"),
         ("sh ok.sh arg", "allow", "allow"),
-        ("./ok.sh", "allow", "allow"),  # no #! line: not a shell script, runs as a program
+        ("./ok.sh", "allow", "allow"),  # no #! line: bash runs it as a script; it holds echo and ls
+        ("./plain", "deny", "deny"),  # no #! line and rm inside
+        ("./prog", "allow", "allow"),  # a program (NUL bytes): not followed, like other interpreters
+        ("./huge", "allow", "deny"),  # too big to see whether it is a script
         ("./run.sh", "deny", "deny"),
         ("./tool.py", "allow", "allow"),  # other interpreters are not followed
         ("python3 -c 'import os; os.system(\"rm x\")'", "allow", "allow"),
@@ -151,6 +154,9 @@ def test_script_verdicts(command: str, default: str, strict: str, tmp_path: Path
     (tmp_path / "tool.py").write_text("#!/usr/bin/env python3\nimport os\nos.system('rm x')\n")
     (tmp_path / "loop.sh").write_text("sh loop.sh\n")
     (tmp_path / "link.sh").symlink_to("ok.sh")
+    (tmp_path / "plain").write_text("rm -rf /tmp/x\n")
+    (tmp_path / "prog").write_bytes(b"\x7fELF\x02\x01\x00rm x")
+    (tmp_path / "huge").write_text("#" * SCRIPT_BYTES + "\nrm x\n")
     for policy, expected in (
         (CommandPolicy(deny=frozenset({"rm"})), default),
         (CommandPolicy(deny=frozenset({"rm"}), strict=True), strict),

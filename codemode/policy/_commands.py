@@ -1,16 +1,22 @@
 """The command policy: plain data the host sets, and the check of one bash run against it.
 
 Every command a run would start is found (`_shell.parse` for shell strings; through the common
-wrappers, ``sh -c``/``bash -c`` and ``eval`` strings, ``find -exec``, aliases, and npm/pnpm/yarn/
-bun scripts read from package.json up to 4 levels) and checked:
+wrappers and ``env -S``, ``eval`` strings, ``find -exec``, aliases, npm/pnpm/yarn/bun scripts read
+from package.json up to 4 levels, and the text fed to a shell: ``-c`` strings, here-docs,
+here-strings and pipes into a shell, script files run by a shell, ``.``/``source`` or by path,
+see `_scripts`) and checked:
 
 * a denied executable (by its bare name, whatever path or quoting spells it) is refused;
 * in the foreground, a file watcher (a command that never ends by itself) is refused before it
   starts, pointing to ``run_in_background``;
 * an argument holding a ``[REDACTED:`` marker is refused (the value was masked for the model);
-* under the strict policy, what cannot be checked (a syntax error, a computed command name, a
-  script piped into a shell, scripts nested too deep) is refused naming the construct; the
+* under the strict policy, what cannot be checked (a syntax error, a computed command name, text
+  of unknown content fed to a shell, a script file that cannot be read safely or that the same
+  line writes, ``BASH_ENV``, scripts nested too deep) is refused naming the construct; the
   default policy lets it run unchecked and lists it in the verdict's ``unchecked``.
+
+Interpreters other than shells (``python -c``, ``node -e``, ``make``) are not followed under any
+policy: only their own name is checked.
 
 Tables, not code, say what a wrapper, a watcher and a script runner are.
 """
@@ -92,8 +98,9 @@ class CommandPolicy(pydantic.BaseModel):
 
     Attributes:
         deny: Executables refused wherever they appear (bare names: ``rm``, ``curl``).
-        strict: Refuse what cannot be checked (syntax errors, computed command names, scripts
-            piped into a shell, nesting deeper than 8); the default runs it unchecked.
+        strict: Refuse what cannot be checked (syntax errors, computed command names, text of
+            unknown content fed to a shell, script files not read safely, nesting deeper than 8);
+            the default runs it unchecked.
         refuse_foreground_watchers: Refuse file watchers unless ``run_in_background``.
         protected_deletes: ``rm`` of workspace files moves them to the workspace's trash.
         refuse_redacted: Refuse arguments that hold a redaction marker.

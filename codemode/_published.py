@@ -64,20 +64,36 @@ def flat_input_schema(schema: dict[str, Any]) -> dict[str, Any]:
     # Which fields go with which tag (the union said it; one object has to say it in words).
     by_tag = []
     for branch in resolved:
-        tag = next(
-            (f"{n}={p['const']}" for n, p in branch.get("properties", {}).items() if "const" in p), None
-        )
+        tag = next((str(p["const"]) for n, p in branch.get("properties", {}).items() if "const" in p), None)
         fields = [n for n in branch.get("properties", {}) if n not in tags]
         if tag is not None:
             by_tag.append(f"{tag}: {', '.join(fields) or 'no other fields'}")
     words = [schema["description"]] if "description" in schema else []
     if by_tag:
-        words.append("Fields by " + "; ".join(by_tag) + ".")
+        words.append(f"Fields by {', '.join(tags)}: " + "; ".join(by_tag) + ".")
     if words:
         flat["description"] = " ".join(words)
-    if defs:
-        flat["$defs"] = defs
+    used = _referenced(properties, defs)
+    if used:  # only what the properties refer to: the branches themselves are said above
+        flat["$defs"] = {name: defs[name] for name in defs if name in used}
     return flat
+
+
+def _referenced(value: Any, defs: dict[str, Any]) -> set[str]:
+    """The names of the ``$defs`` that ``value`` refers to, directly or through other defs."""
+    found: set[str] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            ref = item.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[8:] not in found:
+                found.add(ref[8:])
+                stack.append(defs.get(ref[8:]))
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
 
 
 def _resolve_ref(branch: Any, defs: dict[str, Any]) -> Any:

@@ -208,6 +208,19 @@ def _add_mcp(sub: _Subparsers) -> None:
         metavar="SECONDS",
         help="end an HTTP MCP session idle this long, stopping its lifecycle=session processes (default 1800)",
     )
+    mcp.add_argument(
+        "--tools",
+        choices=("code", "default", "all"),
+        default="default",
+        help="which tools are listed: code (run_code alone), default (run_code, bash, read_file, edit_file, "
+        "write_file, read_archive), all (every tool, mounted servers' too); programs reach every tool",
+    )
+    mcp.add_argument(
+        "--output-schemas",
+        choices=("on", "off"),
+        default="off",
+        help="list each tool's output schema (its top level) too (default off: model APIs never read them)",
+    )
     _common(mcp, None)  # speaks JSON-RPC on stdout: there is no other output to format
 
 
@@ -685,7 +698,8 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         return _host(args)
 
     if args.http is None:
-        anyio.run(mcp.serve_stdio, make_host)
+        listing = {"surface": args.tools, "output_schemas": args.output_schemas == "on"}
+        anyio.run(lambda: mcp.serve_stdio(make_host, **listing))
         return 0
     bind, port = mcp.parse_bind(args.http)
     if not args.idle_timeout > 0:
@@ -709,6 +723,8 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         allowed_origins=args.allow_origin,
         allowed_hosts=args.allow_host,
         idle_timeout_seconds=args.idle_timeout,
+        surface=args.tools,
+        output_schemas=args.output_schemas == "on",
     )
     anyio.run(lambda: mcp.serve_http(make_host, options, announce=announce))
     return 0

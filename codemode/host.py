@@ -6,7 +6,6 @@ import collections
 import hashlib
 import json
 import math
-import re
 import shutil
 import tempfile
 import threading
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from codemode._description import run_code_description
 from codemode._ids import check_id
 from codemode._progress import Progress, ProgressCallback, reporting
 from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage
@@ -49,35 +49,6 @@ if TYPE_CHECKING:
 McpServers = str | Path | dict[str, Any] | list[McpServerConfig] | tuple[McpServerConfig, ...]
 """What ``Host(mcp_servers=...)`` takes: an ``mcpServers`` JSON file, its parsed object, or
 `McpServerConfig`s."""
-
-_SIGNATURES_INLINE = 40  # above this many tools the description lists names only
-
-_API_GUIDE = """\
-Run one JavaScript program (QuickJS, ES2023, top-level await and return) that calls tools and
-computes over their results. Only what the program prints comes back to you.
-
-API inside the program:
-- await tools.NAME(args)    call a tool with a JSON object; resolves with its typed result
-                            whenever the tool did its job (bash: any exit code; read exit_code);
-                            rejects with ToolError {{code, tool, message, data}} only when it
-                            could not (bad arguments, unknown tool or process, sandbox refusal,
-                            edit_file no_match, missing file). null for an optional arg = absent
-- await Promise.all([...])  run up to {concurrency} tool calls at once
-- await searchTools(query)  ranked [{{name, description}}];  await describeTool(name) -> schema
-                            and a TypeScript signature
-- await store.get(key) / store.set(key, value) / store.delete(key) / store.keys()
-                            JSON values kept per session across programs (pass handles on)
-- print(...values) / console.log(...)  objects print as JSON;  a returned value prints last
-- setTimeout / clearTimeout / await sleep(ms)
-No modules, no file system, no network from JS itself: use the tools.
-
-Optional first line: // @run_code: {{"max_output_tokens": N, "timeout_seconds": N}}
-Defaults: max_output_tokens {default_tokens} (at most {max_tokens}), timeout {timeout:g} s,
-JS CPU {cpu:g} s, memory {memory} MiB. Print only what you need: filter and summarise in code.
-Output over the budget keeps its head and tail; the line between them names an archive
-reference: read the rest with tools.read_archive({{ref, offset, limit}}).
-"""
-
 
 class Host:
     """Owns everything one agent needs for Code Mode; use as an async context manager.
@@ -458,29 +429,9 @@ class Host:
         self.registry.enable_extension(name)
 
     def run_code_description(self) -> str:
-        """The text an agent puts in the description of its ``run_code`` tool."""
-        config = self.config
-        parts = [
-            _API_GUIDE.format(
-                concurrency=config.tool_concurrency,
-                default_tokens=config.max_output_tokens,
-                max_tokens=config.max_output_tokens_limit,
-                timeout=config.timeout_seconds,
-                cpu=config.cpu_seconds,
-                memory=config.memory_mb,
-            )
-        ]
-        tools = list(self.registry)
-        if len(tools) <= _SIGNATURES_INLINE:
-            parts.append("Tools:")
-            for t in tools:
-                parts.append(f"- {self.registry.describe(t.name)['signature']}\n    {t.description}")
-        else:
-            parts.append(_tool_listing(tools))
-        for extension in self.registry.extensions:
-            if extension.guidance:
-                parts.append(extension.guidance.strip())
-        return "\n\n".join(parts) + "\n"
+        """The text an agent puts in the description of its ``run_code`` tool (the same from
+        call to call while the tools stay the same; see `codemode._description`)."""
+        return run_code_description(self.config, self.registry)
 
     # -- run_code ---------------------------------------------------------------------------
 
@@ -999,31 +950,6 @@ class _Fitted:
     refs: list[str]
     tokens: int
     printed_bytes: int
-
-
-_LISTING_CHARS = 1500  # ~400 tokens: the most the description spends naming tools
-
-
-def _tool_listing(tools: list[Tool]) -> str:
-    """Many tools for the description: their names while they fit, else their groups (an
-    extension, or the first word of the name) with counts, largest first, then how many more;
-    searchTools finds the rest."""
-    hint = "Use await searchTools(query) to find tools and await describeTool(name) for their arguments."
-    names = ", ".join(t.name for t in tools)
-    if len(names) <= _LISTING_CHARS:
-        return f"{len(tools)} tools: {names}.\n{hint}"
-    groups = collections.Counter(t.extension or re.split(r"[_.]", t.name, maxsplit=1)[0] for t in tools)
-    shown: list[str] = []
-    used = 0
-    for group, count in sorted(groups.items(), key=lambda item: (-item[1], item[0])):
-        entry = f"{group} ({count})"
-        if used + len(entry) > _LISTING_CHARS:
-            break
-        shown.append(entry)
-        used += len(entry) + 2
-    more = len(groups) - len(shown)
-    rest = f", and {more} more groups" if more else ""
-    return f"{len(tools)} tools in {len(groups)} groups: {', '.join(shown)}{rest}.\n{hint}"
 
 
 def _late_notice(name: str, value: ToolResult, when: str) -> str:

@@ -1,4 +1,7 @@
-"""``run_code`` plus the host's direct tools as plain specs and one call: what every adapter wraps."""
+"""``run_code`` plus the host's direct tools as plain specs and one call: what every adapter wraps.
+
+Which direct tools, under which names: the surface (`codemode._surface`), as ``codemode mcp``
+lists them; every name matches ``^[a-zA-Z0-9_-]{1,64}$``."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import anyio
 
 from codemode._ids import check_id
 from codemode._published import RUN_CODE_SCHEMA, flat_input_schema
+from codemode._surface import SurfaceName, check_surface, listed_tools
 from codemode.errors import UserError
 from codemode.host import Host
 
@@ -22,7 +26,8 @@ class ToolSpec:
     """One tool as a model API is told about it.
 
     Attributes:
-        name: The tool's name (``run_code``, or a registered tool's).
+        name: The tool's listed name (``run_code``, or a registered tool's, made valid for model
+            APIs: ``everything.echo`` is ``everything__echo``).
         description: What it does (``run_code``'s: the JS API plus the tools' signatures).
         input_schema: The JSON Schema of its arguments, one object at the top.
     """
@@ -53,25 +58,35 @@ class HostTools:
     Args:
         host: The open host.
         session_id: The codemode session the calls run in (default: the host's).
-        direct_tools: Also offer each registered tool by itself (default True); False offers
-            ``run_code`` only (the tools stay callable from programs).
+        surface: Which tools are offered by themselves besides ``run_code``: ``code`` (none),
+            ``default`` (bash, read_file, edit_file, write_file, read_archive) or ``all`` (every
+            registered tool); every tool stays callable from programs.
+        direct_tools: False offers ``run_code`` only, whatever ``surface`` says.
 
     Raises:
-        UserError: ``session_id`` is not a valid id.
+        UserError: ``session_id`` is not a valid id, or ``surface`` is not code, default, all.
     """
 
-    def __init__(self, host: Host, *, session_id: str | None = None, direct_tools: bool = True) -> None:
+    def __init__(
+        self,
+        host: Host,
+        *,
+        session_id: str | None = None,
+        surface: SurfaceName = "default",
+        direct_tools: bool = True,
+    ) -> None:
         self.host = host
         self.session_id = check_id(session_id, "session_id") if session_id is not None else None
-        self.direct_tools = direct_tools
+        self.surface: SurfaceName = check_surface(surface) if direct_tools else "code"
+        self.direct_tools = self.surface != "code"
 
     def specs(self) -> list[ToolSpec]:
-        """``run_code`` first, then the registered tools (when offered), as the model sees them."""
+        """``run_code`` first, then the surface's direct tools, as the model sees them."""
         specs = [ToolSpec("run_code", self.host.run_code_description(), RUN_CODE_SCHEMA)]
-        if self.direct_tools:
-            specs += [
-                ToolSpec(t.name, t.description, flat_input_schema(t.input_schema)) for t in self.host.registry
-            ]
+        for listed in listed_tools(self.host.registry, self.surface):
+            specs.append(
+                ToolSpec(listed.name, listed.tool.description, flat_input_schema(listed.tool.input_schema))
+            )
         return specs
 
     async def call(self, name: str, arguments: Mapping[str, Any] | str | None) -> ToolOutput:
@@ -98,11 +113,15 @@ class HostTools:
             )
         if name == "run_code":
             return await self._run_code(args)
-        if not self.direct_tools and self.host.registry.get(name) is not None:
+        real = next(
+            (item.tool.name for item in listed_tools(self.host.registry, self.surface) if item.name == name),
+            None,
+        )
+        if real is None and self.host.registry.get(name) is not None:
             return ToolOutput(
                 f"{name} is offered inside run_code only: call it as tools.{name}(args) there", True
             )
-        called = await self.host.call_tool(name, args, session_id=self.session_id)
+        called = await self.host.call_tool(real or name, args, session_id=self.session_id)
         return ToolOutput(called.text, called.is_error, called.structured_content)
 
     async def _run_code(self, args: dict[str, Any]) -> ToolOutput:

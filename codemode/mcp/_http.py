@@ -33,6 +33,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.routing import Route
 
+from codemode._surface import SurfaceName
 from codemode.errors import UserError
 from codemode.mcp._server import create_failed_server, create_server
 from codemode.mcp._sessions import ConnectionSessions
@@ -60,6 +61,8 @@ class HttpOptions:
             address (the names a load balancer or clients use), ``:*`` for any port.
         idle_timeout_seconds: An MCP session with no request for this long ends (its
             ``lifecycle: session`` processes are stopped); None: sessions end only on ``DELETE``.
+        surface: Which tools are listed: ``code``, ``default`` or ``all`` (`create_server`).
+        output_schemas: List output schemas too.
     """
 
     token: str
@@ -68,6 +71,8 @@ class HttpOptions:
     allowed_origins: Sequence[str] = field(default_factory=tuple)
     allowed_hosts: Sequence[str] = field(default_factory=tuple)
     idle_timeout_seconds: float | None = 30 * 60
+    surface: SurfaceName = "default"
+    output_schemas: bool = False
 
     def security(self) -> TransportSecuritySettings:
         """The SDK's DNS-rebinding settings for these options."""
@@ -153,7 +158,13 @@ async def serve_http(
             server = create_failed_server(opened)
         else:
             sessions = ConnectionSessions(opened, closing.start_soon)
-            server = create_server(opened, session_of=sessions, handshake_only=True)
+            server = create_server(
+                opened,
+                session_of=sessions,
+                handshake_only=True,
+                surface=options.surface,
+                output_schemas=options.output_schemas,
+            )
         app = create_http_app(server, options)
         config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
         http = _Uvicorn(config)

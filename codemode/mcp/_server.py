@@ -3,9 +3,12 @@
 The low-level ``Server`` is used (not ``MCPServer``) because the tools already carry their
 own JSON Schemas and MCP-shaped results; the SDK only needs to list and route them.
 
-What each tool lists: its title, its annotations (``readOnlyHint``, ``destructiveHint``), its
-input schema and, where its result type is known, an ``outputSchema`` (a result that is not a
-JSON object travels as ``{"result": ...}``, as the MCP SDK does it). ``run_code``'s structured
+Which tools it lists, under which names, is the surface (`codemode._surface`): ``code``
+(run_code alone), ``default`` (run_code plus bash and the file tools) or ``all``; a tool it
+does not list is still reachable from programs. What each lists: its title, its annotations
+(``readOnlyHint``, ``destructiveHint``), its input schema and, with ``output_schemas`` and where
+its result type is known, its output schema's top level (a result that is not a JSON object
+travels as ``{"result": ...}``, as the MCP SDK does it). ``run_code``'s structured
 content is its `RunCodeOutput`: the same text the model reads, plus how it was cut and what
 failed. A direct tool's structured content counts against the same token budget as its text:
 a tool without an output schema sends none when it does not fit; one with an output schema
@@ -35,6 +38,7 @@ from codemode._ids import check_id
 from codemode._progress import Progress, ProgressCallback
 from codemode._published import RUN_CODE_SCHEMA, flat_input_schema
 from codemode._results import RunError, Usage
+from codemode._surface import SurfaceName, check_surface, listed_tools, shallow_output_schema
 from codemode._version import __version__
 from codemode.budget import TokenCounter
 from codemode.errors import GuestErrorKind, UserError
@@ -87,6 +91,8 @@ def create_server(
     name: str = "codemode",
     session_of: SessionOf | None = None,
     handshake_only: bool = False,
+    surface: SurfaceName = "default",
+    output_schemas: bool = False,
 ) -> Server[Any]:
     """An MCP server exposing ``run_code`` and the host's tools (the host must be open).
 
@@ -98,7 +104,13 @@ def create_server(
         handshake_only: Answer ``server/discover`` with the handshake protocol versions only, so
             that clients open an MCP session (the HTTP front keys codemode sessions on them;
             protocol 2026-07-28 has none). SDK clients then fall back to ``initialize``.
+        surface: Which tools are listed: ``code``, ``default`` or ``all`` (`codemode._surface`).
+        output_schemas: List output schemas (their top level) too.
+
+    Raises:
+        UserError: ``surface`` is not one of code, default, all.
     """
+    check_surface(surface)
 
     # Without an approval callback of the host's own, the client's user decides (elicitation).
     elicitor = Elicitor(host.config.session_id) if host.approvals.callback is None else None
@@ -106,20 +118,27 @@ def create_server(
         host.approvals.callback = elicitor
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        tools = [_run_code_tool(host.run_code_description())]
-        for t in host.registry:
-            schema, _ = _output_schema(t)
+        tools = [_run_code_tool(host.run_code_description(), output_schemas=output_schemas)]
+        for listed in listed_tools(host.registry, surface):
+            t = listed.tool
+            schema = _output_schema(t)[0] if output_schemas else None
             tools.append(
                 types.Tool(
-                    name=t.name,
+                    name=listed.name,
                     title=t.title,
                     description=t.description,
                     input_schema=flat_input_schema(t.input_schema),
-                    output_schema=schema,
+                    output_schema=None if schema is None else shallow_output_schema(schema),
                     annotations=_annotations(t),
                 )
             )
         return types.ListToolsResult(tools=tools)
+
+    def real_name(name: str) -> str | None:
+        """The tool a listed name stands for; None when this surface does not list it."""
+        return next(
+            (item.tool.name for item in listed_tools(host.registry, surface) if item.name == name), None
+        )
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -145,9 +164,13 @@ def create_server(
         args = dict(params.arguments or {})
         if params.name == "run_code":
             return await run_code(args, session, on_progress)
-        called = await host.call_tool(params.name, args, session_id=session, on_progress=on_progress)
-        t = host.registry.get(params.name)
+        name = real_name(params.name)
+        if name is None:
+            return _error(_not_listed(params.name, host, surface))
+        called = await host.call_tool(name, args, session_id=session, on_progress=on_progress)
+        t = host.registry.get(name)
         schema, wrapped = _output_schema(t) if t is not None else (None, False)
+        schema = schema if output_schemas else None
         structured = called.structured_content
         if structured is not None and (wrapped or (schema is None and not isinstance(structured, dict))):
             structured = {"result": structured}
@@ -229,15 +252,28 @@ def create_failed_server(problem: str, *, name: str = "codemode") -> Server[Any]
     )
 
 
-def _run_code_tool(description: str) -> types.Tool:
+def _run_code_tool(description: str, *, output_schemas: bool = False) -> types.Tool:
     return types.Tool(
         name="run_code",
         title="Run code",
         description=description,
         input_schema=RUN_CODE_SCHEMA,
-        output_schema=RUN_CODE_OUTPUT_SCHEMA,
+        output_schema=_RUN_CODE_SHALLOW if output_schemas else None,
         annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=True),
     )
+
+
+_RUN_CODE_SHALLOW = shallow_output_schema(RUN_CODE_OUTPUT_SCHEMA)
+
+
+def _not_listed(name: str, host: Host, surface: str) -> str:
+    """Why a direct call of ``name`` cannot run, and what to do."""
+    if host.registry.get(name) is not None:
+        return (
+            f"{name} is not listed in this surface (--tools {surface}): call it inside run_code as "
+            f"tools.{name}(args), or serve --tools all"
+        )
+    return host.registry.unknown_tool_message(name)
 
 
 def _progress_callback(ctx: ServerRequestContext[Any]) -> ProgressCallback | None:

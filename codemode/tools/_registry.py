@@ -41,6 +41,11 @@ class ArgumentProblem:
     message: str
 
 
+# An extension's guidance longer than this is left out of run_code's description; describe()
+# returns it with each of the extension's tools (codemode._description inlines the rest).
+GUIDE_INLINE_CHARS = 500
+
+
 class ToolRegistry:
     """Holds the host's tools and extensions.
 
@@ -330,7 +335,8 @@ class ToolRegistry:
         ]
 
     def describe(self, name: str) -> dict[str, Any]:
-        """Name, title, description, input and output JSON Schema and a TypeScript signature.
+        """Name, title, description, input and output JSON Schema and a TypeScript signature;
+        ``guide``: its extension's guidance, when too long for run_code's description.
 
         ``output_schema`` is None where the result has no known shape.
 
@@ -348,6 +354,9 @@ class ToolRegistry:
             "output_schema": t.output_schema,
             "signature": typescript_signature(t),
         }
+        extension = self._extensions.get(t.extension) if t.extension is not None else None
+        if extension is not None and len(extension.guidance.strip()) > GUIDE_INLINE_CHARS:
+            described["guide"] = extension.guidance.strip()  # too long for run_code's description
         if t.origin is not None:  # an upstream MCP tool: its original names, where its type comes from
             described["origin"] = dict(t.origin)
             described["result_type"] = (

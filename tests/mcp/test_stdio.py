@@ -28,7 +28,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _params(tmp_path: Path) -> StdioServerParameters:
+def _params(tmp_path: Path, *options: str) -> StdioServerParameters:
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (workspace / "notes.txt").write_text("alpha\nbeta\n")
@@ -36,7 +36,7 @@ def _params(tmp_path: Path) -> StdioServerParameters:
     env["CODEMODE_HOME"] = str(tmp_path / "state")
     return StdioServerParameters(
         command=sys.executable,
-        args=["-m", "codemode", "mcp", "--workspace", str(workspace), "--session", "mcp-test"],
+        args=["-m", "codemode", "mcp", "--workspace", str(workspace), "--session", "mcp-test", *options],
         env=env,
     )
 
@@ -79,7 +79,7 @@ async def test_lists_run_code_and_tools_and_runs_a_program(tmp_path: Path) -> No
 
 
 async def test_typed_results_annotations_version_and_budgeted_structured_content(tmp_path: Path) -> None:
-    params = _params(tmp_path)
+    params = _params(tmp_path, "--output-schemas", "on")
     words = " ".join(f"w{i}x{i * 7}" for i in range(12))
     (tmp_path / "ws" / "big.txt").write_text("".join(f"{n} {words}\n" for n in range(2000)))
     with anyio.fail_after(60):
@@ -190,7 +190,7 @@ async def test_typed_bash_results_pass_the_sdk_clients_output_check(tmp_path: Pa
         host.disable_extension("bash")
         host.add_extension(Extension("typed_bash", [bash_tool(handler, None)]))
         with anyio.fail_after(60):
-            async with Client(create_server(host)) as client:
+            async with Client(create_server(host, output_schemas=True)) as client:
                 listed = {t.name: t for t in (await client.list_tools()).tools}
                 assert listed["bash"].output_schema is not None and listed["bash"].title == "Bash"
                 assert listed["bash"].annotations is not None and listed["bash"].annotations.destructive_hint
@@ -222,10 +222,9 @@ def test_a_union_input_schema_is_published_as_one_object() -> None:
     assert flat["properties"]["action"]["enum"] == ["run", "read", "write", "stop", "list", "update", "wait"]
     assert {"command", "process_id", "input", "wait_ms", "completion_mode"} <= set(flat["properties"])
     assert "required" not in flat  # nothing every action needs
-    assert (
-        "action=read: process_id" in flat["description"]
-        and "action=list: no other fields" in flat["description"]
-    )
+    assert flat["description"].startswith("Fields by action: run: command, argv,")
+    assert "; read: process_id" in flat["description"] and "; list: no other fields" in flat["description"]
+    assert set(flat["$defs"]) == {"UntilPattern"}  # what a property refers to, not the branches
     plain = {"type": "object", "properties": {"x": {"type": "integer"}}}
     assert flat_input_schema(plain) is plain
 

@@ -68,54 +68,48 @@ class BashRunArgs(_ActionArgs):
 
     action: Literal["run"] = "run"
     command: str | None = pydantic.Field(
-        default=None, min_length=1, description="the bash command line (a new shell each call)."
+        default=None, min_length=1, description="bash command line (a new shell each call)."
     )
     argv: list[str] | None = pydantic.Field(
         default=None,
         min_length=1,
-        description='the program and its arguments, run without a shell (["git", "status"]); instead of command.',
+        description='program and arguments, no shell (["git", "status"]); instead of command.',
     )
     timeout_seconds: int | None = pydantic.Field(
         default=None,
         ge=1,
         le=MAX_TIMEOUT_SECONDS,
-        description=(
-            f"stop a foreground command after this long (default {DEFAULT_TIMEOUT_SECONDS}); a background "
-            "one only when given (else it runs until it exits or is stopped)."
-        ),
+        description=f"stop it after this long (default {DEFAULT_TIMEOUT_SECONDS}; in the background: none).",
     )
     cwd: str | None = pydantic.Field(
-        default=None, description="working directory, relative to the workspace root (default)."
+        default=None, description="working directory (default: the workspace root)."
     )
     run_in_background: bool | None = pydantic.Field(
-        default=None, description="start in the background and return its process_id at once."
+        default=None, description="start in the background; returns process_id at once."
     )
     completion_mode: CompletionMode | None = pydantic.Field(
-        default=None, description="resume (default) notifies this session when it exits; detached does not."
+        default=None, description="resume (default): tell this session when it exits; detached: do not."
     )
     lifecycle: Literal["session", "managed"] | None = pydantic.Field(
-        default=None, description="session (default) stops it when the session closes; managed only by stop."
+        default=None, description="session (default): stopped with the session; managed: only by stop."
     )
-    purpose: str | None = pydantic.Field(default=None, description="why (kept in the audit record).")
+    purpose: str | None = pydantic.Field(default=None, description="why (audit record).")
     scope: Literal["targeted", "affected", "full"] | None = pydantic.Field(
-        default=None, description="how much a verification command covers (recorded only)."
+        default=None, description="what a verification command covers (recorded)."
     )
     report_on: list[Annotated[str, pydantic.Field(min_length=1, max_length=100)]] | None = pydantic.Field(
         default=None,
         max_length=MAX_REPORT_KEYWORDS,
-        description=(
-            "background only: keywords (case-insensitive) whose lines produce a report while it runs "
-            "(default: error, fail, fatal, panic, exception, traceback, ...; [] for none)."
-        ),
+        description="background: keywords whose lines are reported (default error, fail, panic, ...; [] none).",
     )
     network: bool | None = pydantic.Field(
         default=None,
-        description="this command needs the network (where the host keeps it off, asks for approval).",
+        description="needs the network (asks approval where it is off).",
     )
     write_paths: list[str] | None = pydantic.Field(
         default=None,
         max_length=16,
-        description="extra existing directories this command may write, beyond the workspace (asks for approval).",
+        description="extra directories it may write (asks approval).",
     )
 
     @pydantic.model_validator(mode="after")
@@ -140,9 +134,9 @@ class BashReadArgs(_ActionArgs):
     """Read a page of a background process's output."""
 
     action: Literal["read"]
-    process_id: str = pydantic.Field(min_length=1, description="the id run returned.")
+    process_id: str = pydantic.Field(min_length=1, description="from run.")
     offset_bytes: int | None = pydantic.Field(
-        default=None, ge=0, description="where to start (the last next_offset; default 0)."
+        default=None, ge=0, description="start here (the last next_offset; default 0)."
     )
     max_bytes: int | None = pydantic.Field(
         default=None,
@@ -154,7 +148,7 @@ class BashReadArgs(_ActionArgs):
         default=None,
         ge=0,
         le=MAX_WAIT_MS,
-        description="wait up to this long for new output or exit (default: return at once).",
+        description="wait this long for output or exit (default 0).",
     )
 
 
@@ -163,7 +157,7 @@ class BashWriteArgs(_ActionArgs):
 
     action: Literal["write"]
     process_id: str = pydantic.Field(min_length=1)
-    input: str = pydantic.Field(description="text sent to the process's stdin.")
+    input: str = pydantic.Field(description="text for its stdin.")
 
 
 class BashStopArgs(_ActionArgs):
@@ -184,29 +178,27 @@ class UntilPattern(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(extra="forbid")
 
-    pattern: str = pydantic.Field(
-        min_length=1, max_length=1000, description="a regular expression (Python re)."
-    )
+    pattern: str = pydantic.Field(min_length=1, max_length=1000, description="Python re.")
 
 
 class BashWaitArgs(_ActionArgs):
     """Wait until a background process exits, or prints a line matching a pattern."""
 
     action: Literal["wait"]
-    process_id: str = pydantic.Field(min_length=1, description="a process id (or a Monitor watcher id).")
+    process_id: str = pydantic.Field(min_length=1, description="a process or watcher id.")
     until: Literal["exit"] | UntilPattern = pydantic.Field(
-        default="exit", description='"exit" (default) or {pattern: "listening on"}.'
+        default="exit", description='"exit" (default) or {pattern: regex}.'
     )
     timeout_ms: int = pydantic.Field(
         default=DEFAULT_WAIT_MS,
         ge=0,
         le=MAX_WAIT_MS,
-        description=f"give up after this long (default {DEFAULT_WAIT_MS}).",
+        description=f"give up after (default {DEFAULT_WAIT_MS}).",
     )
     offset_bytes: int | None = pydantic.Field(
         default=None,
         ge=0,
-        description="look at lines from here (default 0: the whole output; a watcher: events after this number).",
+        description="from here (default 0; a watcher: events after this number).",
     )
 
 
@@ -314,6 +306,7 @@ class BashArgs(pydantic.RootModel[BashActionArgs]):
                         prop["anyOf"] = kept
                     if prop.get("default", 0) is None:
                         del prop["default"]
+        schema.pop("description", None)  # the tool's description says it, for the model
         return {"type": "object", **schema}
 
 

@@ -91,13 +91,10 @@ async def test_signature_says_which_fields_go_with_which_action(manager: Process
     signature = typescript_signature(manager.extension().tools[0], with_result=False)
     # run takes command or argv (the model's validator says which is missing): both are optional fields
     assert signature.startswith('tools.bash(args?: { action?: "run"; command?: string /* ')
-    assert "argv?: string[] /* the program and its arguments, run without a shell" in signature
+    assert "argv?: string[] /* program and arguments, no shell" in signature
+    assert '} | { action: "read"; process_id: string /* from run. */; offset_bytes?: number' in signature
     assert (
-        '} | { action: "read"; process_id: string /* the id run returned. */; offset_bytes?: number'
-        in signature
-    )
-    assert (
-        '} | { action: "write"; process_id: string; input: string /* text sent to the process\'s stdin. */ }'
+        '} | { action: "write"; process_id: string; input: string /* text for its stdin. */ }'
         ' | { action: "stop"; process_id: string } | { action: "list" }'
         ' | { action: "update"; process_id: string; completion_mode: "resume" | "detached" }'
     ) in signature

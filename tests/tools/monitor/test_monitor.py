@@ -213,7 +213,8 @@ async def test_a_program_finds_and_uses_the_monitor(host: Host) -> None:
 
 
 async def test_disabled_extension_removes_tools_and_guidance(host: Host) -> None:
-    assert "### monitor" in host.run_code_description()
+    assert "### monitor" in host.describe_tool("monitor_start")["guide"]
+    assert "tools.monitor_start" in host.run_code_description()
     host.disable_extension("monitor")
     assert host.search_tools("monitor") == []
     assert (

@@ -97,7 +97,8 @@ async def test_names_are_identifiers_collisions_deterministic_originals_shown(tm
         assert "my_docs.user_info" in found[:4]
         description = host.run_code_description()
         assert "MCP server my-docs (as tools.my_docs): 11 tools (upstream-test 1.2.3)" in description
-        assert "tools.my_docs.user_info(args: { login: string })" in description
+        signature = host.describe_tool("my_docs.user_info")["signature"]
+        assert signature.startswith("tools.my_docs.user_info(args: { login: string })")
     assert unique_identifiers(["b-x", "b_x", "9z", ""]) == {
         "": "tool",
         "9z": "_9z",

@@ -39,6 +39,7 @@ from codemode.policy._scripts import (
     SHELLS,
     SOURCE_BUILTINS,
     STARTUP_VARIABLES,
+    STDIN_PATHS,
     VARIABLE_SETTERS,
     read_script,
     shebang_shell,
@@ -449,7 +450,9 @@ class _Walk:
             yield from self.shell(words, feed, cwd, via, depth, line)
             return
         if name in SOURCE_BUILTINS:
-            if rest:
+            if rest and rest[0] in STDIN_PATHS:
+                yield from self.shell((name,), feed, cwd, via, depth, line)  # `. /dev/stdin <<EOF`
+            elif rest:
                 yield from self.script_file(
                     rest[0], f"a computed {name} file", cwd, (*via, f"{name} {rest[0]}"), depth, line
                 )

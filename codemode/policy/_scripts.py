@@ -30,7 +30,10 @@ from codemode.sandbox._safeopen import UnsafePath, anchor, read_bytes_at
 __all__ = [
     "SCRIPT_BYTES",
     "SHELLS",
+    "SOURCE_BUILTINS",
     "STARTUP_VARIABLES",
+    "STDIN_PATHS",
+    "VARIABLE_SETTERS",
     "ScriptText",
     "ShellInput",
     "piped_output",
@@ -52,6 +55,8 @@ VARIABLE_SETTERS = frozenset({"export", "declare", "typeset", "readonly", "local
 SCRIPT_BYTES = 256 * 1024
 """The largest script file the policy reads and checks (a bigger one is not checked)."""
 
+STDIN_PATHS = frozenset({"/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+"""Paths of a process's own stdin: a script file named so is its stdin."""
 _SHELL_VALUED = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
 _STDIN_FLAGS = frozenset({"-s", "-i"})
 
@@ -129,7 +134,7 @@ def shell_input(words: tuple[str | None, ...], feed: Command | None, *, backgrou
     if "-c" in shell_flags(words):
         return ShellInput("none")  # `sh -c` without a string fails
     operand = shell_operand(words)
-    if operand is not None and not (shell_flags(words) & _STDIN_FLAGS):
+    if operand is not None and not (shell_flags(words) & _STDIN_FLAGS) and words[operand] not in STDIN_PATHS:
         return ShellInput(
             "file", words[operand], f"a computed {name} script file", f"{name} {words[operand]}"
         )

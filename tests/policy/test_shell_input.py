@@ -137,6 +137,9 @@ def test_script_files_are_read_only_as_regular_files_inside_the_workspace(tmp_pa
         ("echo rm x > gen.sh; sh gen.sh", "allow", "deny"),
         ("tee ok.sh < s.sh; sh ok.sh", "allow", "deny"),
         ("cat ok.sh; sh ok.sh", "allow", "allow"),  # reading it writes nothing
+        ("sh /dev/stdin <<EOF\nrm x\nEOF", "deny", "deny"),
+        (". /dev/stdin <<< 'rm x'", "deny", "deny"),
+        ("source /dev/fd/0 < s.sh", "deny", "deny"),
         ("env -S 'rm x'", "deny", "deny"),
         ("env -u HOME -S'rm x'", "deny", "deny"),
         ("env -S 'ls -la'", "allow", "allow"),

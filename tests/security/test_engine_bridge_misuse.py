@@ -144,51 +144,65 @@ def test_a_context_in_use_on_one_thread_refuses_every_other_use() -> None:
     assert out.strip() == "ok"
 
 
-def test_two_threads_racing_to_run_one_context_never_share_it() -> None:
-    # Several threads call run() on one waiting program at once; the loop's side answers and
-    # interrupts meanwhile. Each run either has the context alone or raises "in use".
+def test_two_threads_racing_on_one_context_never_share_it() -> None:
+    # One thread runs a program that computes between its calls; two others call run() and
+    # eval() on the same context all the while; the loop's side answers (also unknown ids, and
+    # twice) and interrupts at the end. Each use has the context alone or raises "in use".
     out = _isolated(
         """
         ctx = prepare_context()
         ch = _qjs.Channel()
         ctx.set_limits(64 << 20, 1 << 20)
-        ctx.start(ch, "(async function __cm_main() { for (let i = 0; i < 300; i++) await tools.x({i}) })",
+        ctx.start(ch, "(async function __cm_main() { let s = []; for (let i = 0; i < 200; i++) {"
+                  " await tools.x({i}); for (let j = 0; j < 3000; j++) s.push({j}); s = []; } })",
                   1 << 20, 1000, "[]", "[]", "[]")
         refused = []
-        outcomes = []
-        go = threading.Barrier(4)
+        finished = threading.Event()
 
-        def runner():
-            go.wait()
-            for _ in range(200):
+        def owner():
+            end = time.monotonic() + 60
+            while time.monotonic() < end:
                 try:
-                    event, _ = ctx.run(time.monotonic() + 0.01, math.inf)
-                    outcomes.append(event)
+                    if ctx.run(end, math.inf)[0] != "drain":
+                        break
+                except RuntimeError as exc:  # another thread had it at that moment: again
+                    assert "in use" in str(exc)
+                    refused.append("owner")
+                except _qjs.JSError:
+                    break
+            finished.set()
+
+        def intruder(kind):
+            while not finished.is_set():
+                try:
+                    if kind == "eval":
+                        ctx.eval("[1, 2, 3].map((x) => ({x})).length")
+                    else:
+                        ctx.run(time.monotonic() + 0.001, math.inf)
                 except RuntimeError as exc:
                     assert "in use" in str(exc)
-                    refused.append(1)
+                    refused.append(kind)
                 except _qjs.JSError:
-                    outcomes.append("error")
+                    pass
 
         def loop_side():
-            go.wait()
-            answered = 0
-            deadline = time.monotonic() + 60
-            while answered < 300 and time.monotonic() < deadline:
+            while not finished.is_set():
                 for call_id, _, _, _ in ch.take_calls():
                     ch.post(call_id, True, "1", False)
                     ch.post(call_id, True, "again", True)  # answered twice: the second is ignored
                     ch.post(call_id + 100000, False, "{}", False)  # an id never used
-                    answered += 1
+                if finished.wait(0.001):
+                    break
             ch.interrupt()
 
-        threads = [threading.Thread(target=runner) for _ in range(3)] + [threading.Thread(target=loop_side)]
+        threads = [threading.Thread(target=owner), threading.Thread(target=intruder, args=("eval",)),
+                   threading.Thread(target=intruder, args=("run",)), threading.Thread(target=loop_side)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(120)
         assert not any(t.is_alive() for t in threads)
-        print("ok", len(outcomes) > 0)
+        print("ok", len(refused) > 0)
         """
     )
     assert out.strip() == "ok True"

@@ -1,136 +1,179 @@
-"""Redaction throughput, before and after, and recall / false positives on our own fixtures.
+"""Redaction: throughput, recall on high-value secrets, and false positives on ordinary files.
 
-Run: ``PYTHONPATH=. python bench/bench_redact.py [--mb 100]``
+Run: ``python bench/bench_redact.py [--mb 20] [--runs 5]``
 
-"Before" is the redactor as it was before the rule set (hand-written regex groups behind
-literal gates), loaded from git history into a temporary module; "after" is the current one.
-Both redact the same two corpora in the same run:
+Throughput (``Redactor.redact_bytes``, MB/s) on five corpora of ``--mb`` MB each, measured in
+``--runs`` rounds; each round times every corpus once, in an order rotated round by round (so a
+burst of load on the machine does not fall on one corpus only); the median is printed with
+``os.getloadavg()`` as it was after the last round (this machine is shared: read MB/s beside it):
 
-- build: ordinary command output (log lines, commit hashes, UUIDs, sha256 sums, base64 blobs,
-  test results, tracebacks: bench_archive.py's corpus);
-- near-miss: tests/state/secret_fixtures.py's false-positive corpus, repeated: builds, git logs,
-  checksums, lockfiles, minified JS, and on one line in thirteen a secret-sounding word next to
-  something that is not a secret (``secret_name: db-credentials``, ``e.password=void 0``), each
-  of which stage 2 has to look at;
-- dense: every line holds a key-like token (the fixture families' examples, repeated).
+- build: ordinary command output (log lines, hashes, UUIDs, base64 blobs, test results);
+- near-miss: tests/state/secret_fixtures.py's ordinary corpus: secret-sounding words next to
+  things that are not secrets, each of which the second stage has to look at;
+- source: the text files of the installed site-packages and vendor/quickjs-ng, concatenated;
+- secret/KB: build output with one secret line (a fixture's) after each KB;
+- secret/line: every line holds a secret.
 
-It also times stage 1 alone with Hyperscan against an RE2 set of the same patterns (the other
-multi-pattern engine we considered) and counts recall and false positives per engine.
+Recall: the share of tests/state/high_value_secrets.py's examples whose secret is gone, per kind
+and in all, and of tests/state/secret_fixtures.py's families. False positives: every text file
+of site-packages and vendor/quickjs-ng redacted whole, the share changed (and which rules changed
+them), and the lockfiles of tests/security/test_redaction_false_positives.py, lines changed.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import subprocess
+import os
+import random
+import statistics
 import sys
-import tempfile
+import sysconfig
 import time
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import re2  # noqa: E402
-
 from bench.bench_archive import mixed_output  # noqa: E402
 from codemode.state._redact import Redactor, _engine  # noqa: E402
+from tests.security.test_redaction_false_positives import LOCKFILES  # noqa: E402
+from tests.state.high_value_secrets import high_value  # noqa: E402
 from tests.state.secret_fixtures import families, ordinary_output  # noqa: E402
 
-BEFORE_COMMIT = "2c2e55a"  # main just before the rule set replaced the hand-written groups
-BEFORE_PATH = "codemode/archive/_redact.py"  # where the redactor lived then (now codemode/state/)
+ORDINARY_ROOTS = (Path(sysconfig.get_paths()["purelib"]), ROOT / "vendor" / "quickjs-ng")
 
 
-def old_module() -> ModuleType:
-    source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{BEFORE_COMMIT}:{BEFORE_PATH}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    path = Path(tempfile.mkdtemp()) / "_redact_before.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("_redact_before", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def text_files() -> Iterator[tuple[Path, bytes]]:
+    """Every regular file under ORDINARY_ROOTS that is UTF-8 text (no NUL byte)."""
+    for root in ORDINARY_ROOTS:
+        for path in sorted(root.rglob("*")):
+            if path.is_symlink() or not path.is_file():
+                continue
+            data = path.read_bytes()
+            if not data or b"\0" in data:
+                continue
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            yield path, data
 
 
-def corpus(block: str, size: int) -> bytes:
-    data = block.encode()
-    return (data * (size // len(data) + 1))[:size]
+def repeated(block: bytes, size: int) -> bytes:
+    return (block * (size // max(len(block), 1) + 1))[:size]
 
 
-def mbps(fn: Any, data: bytes, repeat: int = 2) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn(data)
-        best = min(best, time.perf_counter() - start)
-    return len(data) / 1e6 / best
+def secret_lines() -> list[str]:
+    cases = [t for c in families().values() for t, _ in c] + [t for c in high_value().values() for t, _ in c]
+    return [t for t in cases if "\n" not in t]
 
 
-def recall(redactor: Any) -> tuple[dict[str, tuple[int, int]], int, int]:
-    per_family = {}
-    for family, cases in families().items():
-        caught = sum(1 for text, secret in cases if secret not in redactor.redact(text))
-        per_family[family] = (caught, len(cases))
-    text = ordinary_output()
-    out = redactor.redact(text)
-    lines = text.splitlines()
-    fp = sum(1 for a, b in zip(lines, out.splitlines(), strict=False) if a != b)
-    return per_family, fp, len(lines)
+def one_secret_per_kb(size: int) -> bytes:
+    rng = random.Random(1)
+    secrets = secret_lines()
+    filler = mixed_output(2_000_000).decode("utf-8", "replace").splitlines()
+    out: list[str] = []
+    n = k = 0
+    while n < size:
+        block = 0
+        while block < 1000:
+            line = filler[k % len(filler)]
+            k += 1
+            out.append(line)
+            block += len(line) + 1
+        out.append(rng.choice(secrets))
+        n += block + len(out[-1]) + 1
+    return ("\n".join(out) + "\n").encode()[:size]
+
+
+def throughput(size: int, runs: int) -> None:
+    redactor = Redactor(environ={})
+    redactor.redact("warm up: load the rules")
+    _engine().matches(b"x" * 10_000)  # and compile the Hyperscan database
+    source = b"".join(data for _, data in text_files())
+    corpora = {
+        "build": mixed_output(size),
+        "near-miss": repeated(ordinary_output().encode(), size),
+        "source": repeated(source, size),
+        "secret/KB": one_secret_per_kb(size),
+        "secret/line": repeated(("\n".join(secret_lines()) + "\n").encode(), size // 4),
+    }
+    for data in corpora.values():
+        redactor.redact_bytes(data[:1_000_000])  # compile the patterns each corpus needs
+    names = list(corpora)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for run in range(runs):
+        for name in names[run % len(names) :] + names[: run % len(names)]:
+            data = corpora[name]
+            start = time.perf_counter()
+            redactor.redact_bytes(data)
+            times[name].append(len(data) / 1e6 / (time.perf_counter() - start))
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"redact_bytes MB/s, median of {runs} rotated runs ({size / 1e6:.0f} MB each; loadavg {load})")
+    for name in names:
+        runs_text = " ".join(f"{x:.0f}" for x in sorted(times[name]))
+        print(f"  {name:12s} {statistics.median(times[name]):8.1f}   (runs: {runs_text})")
+
+
+def recall() -> None:
+    redactor = Redactor(environ={})
+    print("\nrecall on high-value secrets (tests/state/high_value_secrets.py)")
+    total = caught = 0
+    for kind, cases in high_value().items():
+        hit = sum(1 for text, secret in cases if secret not in redactor.redact(text))
+        total += len(cases)
+        caught += hit
+        if hit < len(cases):
+            print(f"  {kind:32s} {hit}/{len(cases)}")
+    print(f"  all {len(high_value())} kinds: {caught}/{total} = {100 * caught / total:.1f}%")
+    total = caught = 0
+    for cases in families().values():
+        caught += sum(1 for text, secret in cases if secret not in redactor.redact(text))
+        total += len(cases)
+    print(f"  secret_fixtures.py families: {caught}/{total} = {100 * caught / total:.1f}%")
+
+
+def false_positives() -> None:
+    redactor = Redactor(environ={})
+    engine = _engine()
+    files = changed = 0
+    size = 0
+    by_rule: Counter[str] = Counter()
+    examples: list[str] = []
+    for path, data in text_files():
+        files += 1
+        size += len(data)
+        if redactor.redact_bytes(data) == data:
+            continue
+        changed += 1
+        hits = engine.matches(data)
+        rules = {marker.decode() for _, _, marker in engine.spans(data, hits)}
+        by_rule.update(rules)
+        if len(examples) < 12:
+            examples.append(f"    {path}: {', '.join(sorted(rules))}")
+    roots = " + ".join(str(r) for r in ORDINARY_ROOTS)
+    print(f"\nfalse positives: text files of {roots} ({files} files, {size / 1e6:.0f} MB)")
+    print(f"  files changed: {changed}/{files} = {100 * changed / files:.2f}%")
+    print("  by marker: " + ", ".join(f"{m} {n}" for m, n in by_rule.most_common()))
+    print("\n".join(examples))
+    for name, make in LOCKFILES.items():
+        text = make()
+        out = redactor.redact(text)
+        lines = text.splitlines()
+        diff = sum(1 for a, b in zip(lines, out.splitlines(), strict=True) if a != b)
+        print(f"  {name:18s} lines changed: {diff}/{len(lines)}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mb", type=int, default=100, help="size of each corpus in MB")
+    parser.add_argument("--mb", type=int, default=20, help="size of each corpus in MB")
+    parser.add_argument("--runs", type=int, default=5, help="timed rounds (the median is printed)")
     args = parser.parse_args()
-    size = args.mb * 1_000_000
-
-    before = old_module().Redactor(environ={})
-    after = Redactor(environ={})
-    after.redact("warm up: compile the rules")
-    build = mixed_output(size)
-    ordinary = corpus(ordinary_output(), size)
-    dense = corpus("\n".join(t for cases in families().values() for t, _ in cases) + "\n", size)
-
-    print(f"redact_bytes MB/s on {args.mb} MB each (best of 2; dense: one pass)")
-    print(f"{'corpus':10s} {'before':>9s} {'after':>9s} {'ratio':>7s}")
-    for name, data, repeat in (("build", build, 2), ("near-miss", ordinary, 2), ("dense", dense, 1)):
-        b = mbps(before.redact_bytes, data, repeat)
-        a = mbps(after.redact_bytes, data, repeat)
-        print(f"{name:10s} {b:9.1f} {a:9.1f} {a / b:6.2f}x", flush=True)
-
-    engine = _engine()
-    sample = ordinary[:20_000_000]
-    options = re2.Options()
-    options.max_mem = 1 << 31
-    rules_set = re2.Set.SearchSet(options)
-    for rule in engine.rules:
-        rules_set.Add(rule.source.encode())
-    rules_set.Compile()
-    hs = mbps(engine.matches, sample)
-    rs = mbps(rules_set.Match, sample)
-    print(
-        f"\nstage 1 only, {len(engine.rules)} patterns, 20 MB build: Hyperscan {hs:.0f} MB/s, RE2 set {rs:.0f} MB/s"
-    )
-
-    print("\nrecall on tests/state/secret_fixtures.py (examples redacted / examples)")
-    print(f"{'family':20s} {'before':>9s} {'after':>9s}")
-    rb, fpb, lines = recall(before)
-    ra, fpa, _ = recall(after)
-    for family in rb:
-        print(f"{family:20s} {rb[family][0]:4d}/{rb[family][1]:<4d} {ra[family][0]:4d}/{ra[family][1]:<4d}")
-    tb = sum(c for c, _ in rb.values())
-    ta = sum(c for c, _ in ra.values())
-    n = sum(t for _, t in rb.values())
-    print(f"{'total':20s} {tb:4d}/{n:<4d} {ta:4d}/{n:<4d}  ({100 * tb / n:.1f}% -> {100 * ta / n:.1f}%)")
-    print(f"false-positive lines in the ordinary corpus ({lines} lines): before {fpb}, after {fpa}")
+    throughput(args.mb * 1_000_000, args.runs)
+    recall()
+    false_positives()
 
 
 if __name__ == "__main__":

@@ -95,8 +95,13 @@ class _Rule:
         unnamed group) when the pattern has unnamed groups; else 0 (the whole match)."""
         if self.declared_group:
             return self.declared_group
+        return -1 if self.unnamed_groups else 0
+
+    @functools.cached_property
+    def unnamed_groups(self) -> tuple[int, ...]:
+        """The pattern's unnamed groups, in order (asked for on every match otherwise)."""
         named = set(self.pattern.groupindex.values())
-        return -1 if any(i not in named for i in range(1, self.pattern.groups + 1)) else 0
+        return tuple(i for i in range(1, self.pattern.groups + 1) if i not in named)
 
 
 def _allowlists(spec: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -351,12 +356,10 @@ def _secret_span(rule: _Rule, match: Any) -> tuple[int, int] | None:
         span: tuple[int, int] = match.span(rule.secret_group)
         return span if span[0] >= 0 and span[1] > span[0] else None
     if rule.secret_group < 0:
-        named = set(rule.pattern.groupindex.values())
-        for i in range(1, rule.pattern.groups + 1):
-            if i not in named:
-                span = match.span(i)
-                if span[0] >= 0 and span[1] > span[0]:
-                    return span
+        for i in rule.unnamed_groups:
+            span = match.span(i)
+            if span[0] >= 0 and span[1] > span[0]:
+                return span
     whole: tuple[int, int] = match.span()
     return whole if whole[1] > whole[0] else None
 

@@ -56,6 +56,10 @@ class HostConfig(pydantic.BaseModel):
         state_quota_bytes: Most bytes the state directory holds; past it, finished entries
             are evicted, the oldest finished logs first (logs still being written never are).
             At least 4 MiB.
+        tmp_quota_mb: Most a session's temp dir (its commands' ``$TMPDIR`` and ``/dev/shm``)
+            holds: a tmpfs of this size where the host can mount (a write past it fails with
+            ENOSPC), else counted before each command (a session over it gets no new command
+            until it cleans up ``$TMPDIR``).
         preload_tokenizer: Load the exact token counter's tables and compile the secret
             rules on threads of their own when the host opens (about a second and a half of
             CPU), so the first long output does not wait for them; off, they load when an
@@ -90,6 +94,7 @@ class HostConfig(pydantic.BaseModel):
     builtin_tools: bool = True
     log_cap_bytes: int = pydantic.Field(DEFAULT_LOG_CAP_BYTES, ge=MIN_LOG_CAP_BYTES)
     state_quota_bytes: int = pydantic.Field(DEFAULT_QUOTA_BYTES, ge=MIN_QUOTA_BYTES)
+    tmp_quota_mb: int = pydantic.Field(512, ge=1)
     preload_tokenizer: bool = True
     tool_permissions: dict[str, Literal["allow", "ask", "deny"]] = pydantic.Field(default_factory=dict)
 

@@ -6,8 +6,6 @@ import collections
 import hashlib
 import json
 import math
-import shutil
-import tempfile
 import threading
 import time
 import uuid
@@ -37,6 +35,7 @@ from codemode.policy import (
     approval_commands,
 )
 from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy
+from codemode.sandbox._tmpfs import make_session_tmp, remove_session_tmp, sweep_stale_tmp, tmp_mounts
 from codemode.state import Archive, ArchiveRef, State, compile_rules_soon, redact_json
 from codemode.tools import Extension, ProgramScope, Tool, ToolContext, ToolRegistry, ToolResult
 from codemode.tools._bash import Notification, ProcessManager
@@ -194,6 +193,9 @@ class Host:
             for extension in builtin_extensions(self._processes):
                 self.registry.add_extension(extension)
         state.maintain()
+        if tmp_mounts(state.archive.state_dir / "tmp"):  # session tmpfs left by a killed host
+            self.trash.file_all()  # what rm moved there, before its mount goes
+            sweep_stale_tmp(state.archive.state_dir / "tmp")
         if self._mcp_configs:
             servers = self._servers()
             for server in self._mcp_configs:
@@ -296,11 +298,11 @@ class Host:
                         if p["state"] == "running"
                     ]
                     if not running:
-                        shutil.rmtree(path, ignore_errors=True)
+                        remove_session_tmp(path)
                 await self._processes.aclose()
             else:
                 for path in self._session_tmp.values():
-                    shutil.rmtree(path, ignore_errors=True)
+                    remove_session_tmp(path)
         finally:
             self._processes = None
             self._session_tmp.clear()
@@ -385,9 +387,8 @@ class Host:
         if temp is None:
             # Inside the state directory, so other sessions' commands cannot read it (the sandbox
             # keeps the whole state directory out of reach but for a session's own temp dir).
-            parent = self.archive.state_dir / "tmp"
-            parent.mkdir(mode=0o700, exist_ok=True)
-            temp = Path(tempfile.mkdtemp(prefix="s-", dir=parent))
+            # A tmpfs of tmp_quota_mb where the host can mount, else a counted plain directory.
+            temp = make_session_tmp(self.archive.state_dir / "tmp", self.config.tmp_quota_mb * 1024 * 1024)
             self._session_tmp[session_id] = temp
         return ToolContext(
             session_id=session_id,
@@ -888,7 +889,7 @@ class Host:
         if temp is not None:
             if self._state is not None:
                 self.trash.file_all()  # before the inbox goes with the temp dir
-            shutil.rmtree(temp, ignore_errors=True)
+            remove_session_tmp(temp)
         self._sessions_noted.discard(session_id)  # a server front keeps nothing per ended session
 
     def session_exists(self, session_id: str) -> bool:

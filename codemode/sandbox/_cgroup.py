@@ -39,6 +39,8 @@ __all__ = [
     "cgroup_remove",
     "cgroup_root",
     "pids_limit_path",
+    "pids_refused",
+    "pids_refused_note",
 ]
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -63,6 +65,36 @@ def pids_limit_path(path: str) -> str | None:
     if twin is not None and os.path.exists(os.path.join(twin, "pids.max")):
         return os.path.join(twin, "pids.max")
     return None
+
+
+def pids_refused(path: str | None) -> tuple[int, str] | None:
+    """How often the kernel refused a fork in the command cgroup ``path`` because of its pids
+    limit (``max N`` of ``pids.events``, counted since the cgroup was made) and that limit;
+    None without a pids controller (or without a cgroup)."""
+    limit_file = None if path is None else pids_limit_path(path)
+    if limit_file is None:
+        return None
+    try:
+        with open(limit_file) as f:
+            limit = f.read().strip()
+        with open(os.path.join(os.path.dirname(limit_file), "pids.events")) as f:
+            events = dict(line.split(None, 1) for line in f.read().splitlines() if " " in line)
+        return int(events.get("max", "0")), limit
+    except (OSError, ValueError):
+        return None
+
+
+def pids_refused_note(path: str | None, before: int) -> str | None:
+    """One line for the result when a command's forks were refused at its pids limit (more
+    refusals in cgroup ``path`` than ``before``, the count when it started); else None."""
+    now = pids_refused(path)
+    if now is None or now[0] <= before:
+        return None
+    count, limit = now[0] - before, now[1]
+    return (
+        f"fork failed {count} time{'s' if count != 1 else ''}: the command hit its limit of {limit} "
+        "processes (and threads) at once; run fewer at a time"
+    )
 
 
 def _limit_pids(path: str) -> None:

@@ -42,6 +42,8 @@ from codemode.sandbox import (
     launch,
     prepare_confinement,
 )
+from codemode.sandbox._cgroup import pids_refused, pids_refused_note
+from codemode.sandbox._tmpfs import tmp_full_note
 from codemode.state import Archive, ArchiveRef, LogWriter, Redactor
 from codemode.tools._bash._env import (
     WorkTree,
@@ -188,6 +190,7 @@ class Running:
     started_wall: float  # time.time()
     work_tree: WorkTree | None = None  # looked up while the command starts
     scan: StreamScan | None = None  # what a verification command's whole output showed
+    forks_refused: int = 0  # pids.events "max" of its (reused) cgroup when it started
 
     def terminate(self) -> None:
         """Stop the whole tree (blocking; the root is not reaped yet, so its pgid is ours)."""
@@ -403,6 +406,7 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
             env["PWD"] = str(spec.cwd)  # what bash would have set
         started = time.monotonic()
         cgroup = CGROUPS.take(host_cgroup_owner(state_tag(archive)))
+        refused = pids_refused(cgroup)
         stdio = (_devnull(), out_write, err_write)
         try:
             proc = _launch(LaunchSpec(argv, str(spec.cwd), env, spec.policy, stdio=stdio, cgroup=cgroup))
@@ -450,7 +454,10 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
     # The work tree is looked up now, while the command starts on another core, rather than
     # after it has ended; workspace_revision re-checks what the command could have changed.
     work_tree = find_work_tree(spec.cwd)
-    return Running(spec, marker, proc, pump, stdout, stderr, log, started, time.time(), work_tree, scan)
+    forks_refused = 0 if refused is None else refused[0]
+    return Running(
+        spec, marker, proc, pump, stdout, stderr, log, started, time.time(), work_tree, scan, forks_refused
+    )
 
 
 @dataclass
@@ -554,6 +561,10 @@ def finish(
     from codemode.tools._bash._shape import build_result
 
     revision = workspace_revision(ending.tree, policy=spec.policy, skip_dirty=ending.skip_dirty)
+    notes = (
+        pids_refused_note(running.proc.cgroup, running.forks_refused),
+        tmp_full_note(spec.policy.temp_dir),
+    )
     blocks, structured = build_result(
         command=spec.command,
         cwd=spec.cwd,
@@ -576,6 +587,7 @@ def finish(
         promoted_process_id=promoted_process_id,
         next_offset=next_offset,
         cancelled=cancelled,
+        limit_notes=tuple(note for note in notes if note),
     )
     is_error = timed_out or cancelled or (promoted_process_id is None and exit_code != 0)
     return Outcome(blocks, structured, is_error)

@@ -42,6 +42,7 @@ def build_result(
     next_offset: int | None = None,
     cancelled: bool = False,
     scan: StreamScan | None = None,
+    limit_notes: tuple[str, ...] = (),
 ) -> tuple[list[str], dict[str, Any]]:
     """Shape one foreground run into the model's text and the structured envelope.
 
@@ -96,6 +97,7 @@ def build_result(
     denial = explain_denial(f"{stdout.text}\n{stderr.text}", policy, cwd, exit_code=exit_code)
     if denial:
         lines.append(denial)
+    lines.extend(limit_notes)  # a limit the command ran into (pids, a full $TMPDIR)
     blocks = shape_output(out_text, err_text)
     if lines:
         blocks.append("\n".join(lines))
@@ -132,6 +134,8 @@ def build_result(
         structured["signal"] = signal_name
     if cancelled:
         structured["cancelled"] = True
+    if limit_notes:
+        structured["limits_hit"] = list(limit_notes)
     if promoted_process_id is not None:
         structured["promoted_process_id"] = promoted_process_id
         structured["next_offset"] = next_offset

@@ -1,0 +1,270 @@
+"""Each session's temp dir (its commands' ``$TMPDIR``, and so its private ``/dev/shm``, which
+lies in ``$TMPDIR/.codemode-shm``) inside a bounded disk quota.
+
+Two forms, chosen when the temp dir is made:
+
+- **tmpfs** (the host can mount: root or ``CAP_SYS_ADMIN``): the dir is a tmpfs of a fixed size,
+  ``nosuid,nodev,mode=0700``, owned by the host's user. A write past the size fails with
+  ``ENOSPC`` in the command; nothing on the host is touched. Its use is read with one
+  ``statvfs`` (the state dir's quota counts it). The mount's *source* names the host that made
+  it (``codemode-tmp:<pid>:<start time>``), so a host starting on a state dir unmounts only the
+  stale mounts of that state dir (under ``STATE/tmp/``, found in ``/proc/self/mountinfo``)
+  whose host is gone, never those of a host still running there.
+- **counted** (no mount possible): the dir is a plain directory of the state dir, and
+  :func:`counted_use` measures it before each command with a bounded walk (no link followed,
+  ``lstat`` only, at most :data:`MAX_COUNTED_ENTRIES` entries, run off the event loop by the
+  caller). A session over its share is refused new commands until it cleans up ``$TMPDIR``.
+
+Commands run in a mount namespace of their own that is a slave of the host's, so a tmpfs is
+mounted before the session's first command starts and unmounted only when no command of the
+session runs any more (session closed, host closed without background processes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import logging
+import os
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from codemode.sandbox._safeopen import UnsafePath, open_anchor, open_dir_at
+
+__all__ = [
+    "MAX_COUNTED_ENTRIES",
+    "MOUNT_SOURCE_PREFIX",
+    "TmpUse",
+    "counted_use",
+    "make_session_tmp",
+    "remove_session_tmp",
+    "sweep_stale_tmp",
+    "tmp_form",
+    "tmp_full_note",
+    "tmp_mounts",
+    "tmpfs_use",
+]
+
+log = logging.getLogger("codemode.sandbox.tmpfs")
+
+MOUNT_SOURCE_PREFIX: Final = "codemode-tmp"
+"""The source field of a session tmpfs: ``codemode-tmp:<host pid>:<host start time>``."""
+MAX_COUNTED_ENTRIES: Final = 100_000
+"""Most entries the counting walk looks at; a dir with more counts as over its share."""
+SESSION_PREFIX: Final = "s-"
+
+_MS_NOSUID: Final = 0x2
+_MS_NODEV: Final = 0x4
+_UMOUNT_NOFOLLOW: Final = 0x8
+
+
+@dataclass(frozen=True)
+class TmpUse:
+    """What a session temp dir uses, and how that was found.
+
+    Attributes:
+        used: Bytes in use (blocks, not apparent sizes).
+        form: ``"tmpfs"`` (its own file system, read with statvfs) or ``"counted"`` (walked).
+        complete: False when the walk stopped at its entry cap (``used`` is then a floor).
+    """
+
+    used: int
+    form: str
+    complete: bool = True
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _host_identity() -> str:
+    """``<pid>:<start time>`` of this process (start time in clock ticks since boot)."""
+    return f"{os.getpid()}:{_start_time(os.getpid())}"
+
+
+def _start_time(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            tail = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return ""
+    return tail[19].decode() if len(tail) > 19 else ""
+
+
+def _owner_alive(source: str) -> bool:
+    """Whether the host named by a mount's source still runs (same pid, same start time)."""
+    parts = source.split(":")
+    if len(parts) != 3 or not parts[1].isdigit():
+        return False
+    started = _start_time(int(parts[1]))
+    return bool(started) and started == parts[2]
+
+
+def _unescape(field: str) -> str:
+    r"""A mountinfo path field with its octal escapes (``\040`` for a space) decoded."""
+    if "\\" not in field:
+        return field
+    out = bytearray()
+    raw = field.encode()
+    i = 0
+    while i < len(raw):
+        if raw[i] == 0x5C and i + 3 < len(raw) and raw[i + 1 : i + 4].isdigit():
+            out.append(int(raw[i + 1 : i + 4], 8))
+            i += 4
+        else:
+            out.append(raw[i])
+            i += 1
+    return out.decode(errors="surrogateescape")
+
+
+def tmp_mounts(parent: str | os.PathLike[str]) -> dict[str, str]:
+    """Session tmpfs mounts directly under ``parent`` (``STATE/tmp``): mount point -> source."""
+    base = os.path.realpath(os.fspath(parent))
+    found: dict[str, str] = {}
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        head, sep, tail = line.partition(" - ")
+        fields, rest = head.split(), tail.split()
+        if not sep or len(fields) < 5 or len(rest) < 2 or rest[0] != "tmpfs":
+            continue
+        point = _unescape(fields[4])
+        if os.path.dirname(point) == base and rest[1].startswith(MOUNT_SOURCE_PREFIX + ":"):
+            found[point] = rest[1]
+    return found
+
+
+def _mount(path: str, size_bytes: int) -> bool:
+    """Mount a tmpfs of ``size_bytes`` on ``path``; False when this host cannot mount."""
+    options = f"size={size_bytes},mode=0700,uid={os.getuid()},gid={os.getgid()}"
+    source = f"{MOUNT_SOURCE_PREFIX}:{_host_identity()}"
+    libc = _libc()
+    if libc.mount(source.encode(), path.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options.encode()) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code not in (errno.EPERM, errno.EACCES):
+        log.warning("cannot mount a tmpfs on %s: %s; its use is counted instead", path, os.strerror(code))
+    return False
+
+
+def _unmount(path: str) -> bool:
+    """Unmount the tmpfs on ``path`` (not lazily: a mount still in use stays). True if gone."""
+    if _libc().umount2(path.encode(), _UMOUNT_NOFOLLOW) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code != errno.EINVAL:  # EINVAL: nothing mounted there any more
+        log.warning("cannot unmount the session temp dir %s: %s", path, os.strerror(code))
+        return False
+    return True
+
+
+def make_session_tmp(parent: Path, size_bytes: int) -> Path:
+    """A fresh session temp dir under ``parent`` (``STATE/tmp``, made 0700 when missing): a
+    tmpfs of ``size_bytes`` where this host can mount, else a plain (counted) directory."""
+    parent.mkdir(mode=0o700, exist_ok=True)
+    temp = tempfile.mkdtemp(prefix=SESSION_PREFIX, dir=parent)
+    _mount(temp, size_bytes)
+    return Path(temp)
+
+
+def remove_session_tmp(path: Path) -> None:
+    """Unmount (when a tmpfs) and remove a session temp dir. A mount still in use (a command
+    of the session still runs) is left in place, and so is the dir."""
+    name = os.path.realpath(path)
+    if name in tmp_mounts(os.path.dirname(name)) and not _unmount(name):
+        return
+    shutil.rmtree(name, ignore_errors=True)
+
+
+def sweep_stale_tmp(parent: Path) -> list[str]:
+    """Unmount the session tmpfs mounts under ``parent`` whose host no longer runs (a host
+    that was killed), and remove their (then empty) dirs. Mounts of live hosts and mounts
+    still in use stay. Returns the mount points released."""
+    released: list[str] = []
+    for point, source in tmp_mounts(parent).items():
+        if _owner_alive(source) or not _unmount(point):
+            continue
+        released.append(point)
+        with contextlib.suppress(OSError):
+            os.rmdir(point)
+    return released
+
+
+def tmp_form(path: Path) -> str:
+    """``"tmpfs"`` when the session temp dir is a mounted tmpfs, else ``"counted"``."""
+    name = os.path.realpath(path)
+    return "tmpfs" if name in tmp_mounts(os.path.dirname(name)) else "counted"
+
+
+def tmpfs_use(path: Path) -> TmpUse:
+    """Bytes in use on a session tmpfs (one statvfs)."""
+    st = os.statvfs(path)
+    return TmpUse(used=(st.f_blocks - st.f_bfree) * st.f_frsize, form="tmpfs")
+
+
+def counted_use(path: Path, max_entries: int = MAX_COUNTED_ENTRIES) -> TmpUse:
+    """Bytes a plain session temp dir uses, by a bounded walk: directory fds opened without
+    following a link, ``lstat`` of each entry (a link counts as itself, a FIFO or a device as
+    nothing), at most ``max_entries`` entries. Blocking: call it off the event loop.
+
+    Raises:
+        UnsafePath: ``path`` itself is missing or not a directory.
+    """
+    root = open_anchor(path)
+    used, seen, stack = 0, 0, [root]
+    try:
+        while stack:
+            dir_fd = stack.pop()
+            try:
+                names = os.listdir(dir_fd)
+                for name in names:
+                    seen += 1
+                    if seen > max_entries:
+                        return TmpUse(used=used, form="counted", complete=False)
+                    try:
+                        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                    except OSError:
+                        continue  # gone meanwhile
+                    used += st.st_blocks * 512
+                    if stat.S_ISDIR(st.st_mode):
+                        with contextlib.suppress(UnsafePath):
+                            stack.append(open_dir_at(dir_fd, name))
+            except OSError:
+                pass  # removed or unreadable meanwhile: what was seen counts
+            finally:
+                if dir_fd != root:
+                    os.close(dir_fd)
+        return TmpUse(used=used, form="counted")
+    finally:
+        os.close(root)
+        for fd in stack:
+            os.close(fd)
+
+
+def tmp_full_note(path: Path | None) -> str | None:
+    """One line for a command's result when its session tmpfs is full (under 1% free); None
+    otherwise, and for a counted (plain) temp dir. A stat of the dir and of its parent (both
+    the host's own: commands can write only inside the dir) and one statvfs."""
+    if path is None:
+        return None
+    try:
+        if os.stat(path).st_dev == os.stat(path.parent).st_dev:
+            return None  # not a mount of its own
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    if st.f_blocks == 0 or st.f_bavail * 100 >= st.f_blocks:
+        return None
+    size_mib = st.f_blocks * st.f_frsize // (1024 * 1024)
+    return (
+        f"$TMPDIR is full (its quota is {size_mib} MiB, with /dev/shm in it): writes there fail with "
+        "'No space left on device'; remove what you no longer need from $TMPDIR"
+    )

@@ -23,6 +23,7 @@ from importlib import resources
 from typing import Any, Protocol
 
 from codemode.engine import _qjs
+from codemode.engine._typescript import TypeScriptError, strip_types
 from codemode.engine._watchdog import WATCHDOG, Watch
 from codemode.errors import ErrorCode, ToolError
 from codemode.tools import Tool, ToolContext, ToolRegistry, ToolResult, to_tool_result
@@ -674,15 +675,36 @@ class ProgramThread:
             return self._nul_in_source()
         registry = self.registry
         try:
-            ctx.start(
-                self.channel,
-                _PREFIX + self.source + _SUFFIX,
-                self.limits.tool_data_bytes,
-                self.limits.calls_in_flight,
-                registry.effectful_names_json(),
-                registry.namespaces_json(),
-                self.inline_json,
-            )
+            try:
+                ctx.start(
+                    self.channel,
+                    _PREFIX + self.source + _SUFFIX,
+                    self.limits.tool_data_bytes,
+                    self.limits.calls_in_flight,
+                    registry.effectful_names_json(),
+                    registry.namespaces_json(),
+                    self.inline_json,
+                )
+            except _qjs.JSError as exc:
+                # Not JavaScript: TypeScript, its types blanked (lines and columns kept), compiles.
+                if not str(exc).startswith("SyntaxError"):
+                    raise
+                try:
+                    stripped = strip_types(self.source)
+                except TypeScriptError as ts:
+                    return GuestError("syntax_error", "TypeScriptError", str(ts), ts.line, ts.column)
+                if stripped is None:
+                    raise
+                self.source = stripped
+                ctx.start(
+                    self.channel,
+                    _PREFIX + stripped + _SUFFIX,
+                    self.limits.tool_data_bytes,
+                    self.limits.calls_in_flight,
+                    registry.effectful_names_json(),
+                    registry.namespaces_json(),
+                    self.inline_json,
+                )
         except _qjs.JSError as exc:
             text = str(exc)
             if text.startswith("SyntaxError"):

@@ -25,6 +25,7 @@ import contextlib
 import errno
 import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Callable
 
@@ -43,6 +44,7 @@ __all__ = [
     "kept_sha256",
     "quota_step",
     "read_kept",
+    "session_tmpfs_usage",
     "state_usage",
 ]
 
@@ -342,8 +344,34 @@ def _disk_bytes(path: str) -> int:
         return 0
 
 
+def session_tmpfs_usage(state_dir: str) -> int:
+    """Bytes in use on the session temp dirs of ``state_dir`` that are a tmpfs of their own
+    (``STATE/tmp/s-*`` on another device than ``STATE/tmp``): one ``statvfs`` each, nothing
+    walked. Those dirs are the host's own (commands write only inside them); a plain,
+    counted temp dir is bounded by the refusal of new commands instead (``sandbox._tmpfs``)."""
+    parent = os.path.join(state_dir, "tmp")
+    try:
+        device = os.stat(parent, follow_symlinks=False).st_dev
+        names = [n for n in os.listdir(parent) if n.startswith("s-")]
+    except OSError:
+        return 0
+    used = 0
+    for name in names:
+        path = os.path.join(parent, name)
+        try:
+            st = os.stat(path, follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode) or st.st_dev == device:
+                continue
+            fs = os.statvfs(path)
+        except OSError:
+            continue
+        used += (fs.f_blocks - fs.f_bfree) * fs.f_frsize
+    return used
+
+
 def state_usage(conn: sqlite3.Connection, state_dir: str) -> int:
-    """Bytes the state directory uses: the database files and every archived entry.
+    """Bytes the state directory uses: the database files, every archived entry and what the
+    sessions' temp dirs hold where each is a tmpfs (`session_tmpfs_usage`).
 
     Finished entries count what the index recorded when they finished; entries still being
     written count what their file uses now.
@@ -354,6 +382,7 @@ def state_usage(conn: sqlite3.Connection, state_dir: str) -> int:
     blobs = os.path.join(state_dir, "blobs")
     live = conn.execute("SELECT file FROM archive_entries WHERE finished IS NULL").fetchall()
     used = int(finished) + sum(_disk_bytes(os.path.join(blobs, file)) for (file,) in live)
+    used += session_tmpfs_usage(state_dir)
     return used + sum(_disk_bytes(os.path.join(state_dir, name)) for name in _DB_FILES)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,6 +27,8 @@ from codemode.sandbox._tmpfs import (
     tmp_form,
     tmp_mounts,
 )
+from codemode.state import Redactor, State
+from codemode.state._capped import enforce_quota, session_tmpfs_usage, state_usage
 
 pytestmark = [
     pytest.mark.anyio,
@@ -194,3 +197,35 @@ async def test_a_command_stopped_by_its_pids_limit_is_told_so(
         # The next command in the same (reused) cgroup is not blamed for the earlier refusals.
         text, data, failed = await _bash(host, "echo fine")
         assert not failed and "fork failed" not in text and "limits_hit" not in data, text
+
+
+def test_a_session_tmpfs_counts_in_the_state_dirs_quota(mounting: Path) -> None:
+    mib = 1024 * 1024
+    state = State(mounting / "state", Redactor(environ={}), log_cap_bytes=4 * mib, quota_bytes=12 * mib)
+    temp = make_session_tmp(state.archive.state_dir / "tmp", 16 * mib)
+    try:
+        arch = state.archive
+        refs = []
+        for _ in range(3):  # 6 MiB of finished logs: under the quota on their own
+            log = arch.open_log(kind="log", session_id="s", redact=False)
+            log.write(os.urandom(2 * mib))
+            refs.append(log.close().ref)
+        before = _usage(arch.db_path, arch.state_dir)
+        (temp / "fill").write_bytes(os.urandom(8 * mib))  # what a command wrote in $TMPDIR
+        assert session_tmpfs_usage(str(arch.state_dir)) >= 8 * mib
+        assert _usage(arch.db_path, arch.state_dir) >= before + 8 * mib
+        # Now over: the oldest finished logs make room, as for any other use of the state dir.
+        assert enforce_quota(str(arch.db_path), 12 * mib) >= 1
+        assert _usage(arch.db_path, arch.state_dir) <= 12 * mib
+        assert not (arch.state_dir / "blobs" / refs[0]).exists()
+    finally:
+        remove_session_tmp(temp)
+        state.close()
+
+
+def _usage(db_path: Path, state_dir: Path) -> int:
+    conn = sqlite3.connect(db_path)
+    try:
+        return state_usage(conn, str(state_dir))
+    finally:
+        conn.close()

@@ -180,11 +180,15 @@ def _add_mcp(sub: _Subparsers) -> None:
         "127.0.0.1; one codemode session per MCP session)",
     )
     mcp.add_argument(
-        "--token",
+        "--token-file",
         default=None,
-        help="bearer token HTTP clients must send (default: $CODEMODE_MCP_TOKEN, else a fresh one printed "
-        "on stderr at start; prefer the variable: arguments show in ps)",
+        metavar="PATH",
+        help="read the bearer token HTTP clients must send from PATH (default: $CODEMODE_MCP_TOKEN, else a "
+        "fresh one printed on stderr at start); keep the file in the state directory, which commands "
+        "cannot read",
     )
+    # Refused with a pointer to the above: a command line is readable by every process here.
+    mcp.add_argument("--token", default=None, help=argparse.SUPPRESS)
     mcp.add_argument(
         "--allow-origin",
         action="append",
@@ -691,8 +695,47 @@ def _server_line(server: dict[str, Any]) -> str:
     return f"mcp server    {server['name']} ({server['transport']}{confined}: {where}): {state}"
 
 
+_TOKEN_FILE_LIMIT = 4096
+
+
+def _mcp_token(args: argparse.Namespace) -> str:
+    """The HTTP front's token: ``--token-file``, else ``$CODEMODE_MCP_TOKEN``, else "" (make one).
+
+    The variable is removed from this process's environment either way, so no process started
+    later (a command, a supervisor, an upstream server) inherits it; never on a command line.
+
+    Raises:
+        UserError: ``--token`` was given, or the file cannot be read or holds no token.
+    """
+    from codemode._host_secrets import take_host_secret
+
+    from_env = take_host_secret("CODEMODE_MCP_TOKEN") or ""
+    if args.token is not None:
+        raise UserError(
+            "--token is not accepted: a command line is readable by every process on this machine "
+            "(ps, /proc/PID/cmdline); put the token in a file and pass --token-file PATH, or set "
+            "CODEMODE_MCP_TOKEN"
+        )
+    if args.token_file is None:
+        return from_env
+    try:
+        with open(args.token_file, "rb") as f:
+            data = f.read(_TOKEN_FILE_LIMIT + 1)
+    except OSError as exc:
+        raise UserError(f"--token-file {args.token_file!r}: cannot read it ({exc.strerror or exc})") from exc
+    token = data.decode("utf-8", "replace").strip()
+    if not token or len(data) > _TOKEN_FILE_LIMIT or any(c.isspace() for c in token):
+        raise UserError(
+            f"--token-file {args.token_file!r}: expected one token (a single word of at most "
+            f"{_TOKEN_FILE_LIMIT} bytes, e.g. from `openssl rand -hex 32`)"
+        )
+    return token
+
+
 def _cmd_mcp(args: argparse.Namespace) -> int:
     from codemode import mcp
+
+    token = _mcp_token(args)  # first: also over stdio, the variable leaves the environment
 
     def make_host() -> Host:  # made inside the front, which serves its errors to the client
         return _host(args)
@@ -704,7 +747,6 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     bind, port = mcp.parse_bind(args.http)
     if not args.idle_timeout > 0:
         raise UserError(f"--idle-timeout must be a positive number of seconds, got {args.idle_timeout:g}")
-    token = args.token or os.environ.get("CODEMODE_MCP_TOKEN") or ""
     generated = not token
     if generated:
         import secrets
@@ -713,7 +755,9 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
 
     def announce(url: str) -> None:  # once listening (nothing is printed for a bind that fails)
         if generated:
-            _note(f"bearer token (generated; set CODEMODE_MCP_TOKEN to choose one): {token}")
+            _note(
+                f"bearer token (generated; set CODEMODE_MCP_TOKEN or pass --token-file to choose one): {token}"
+            )
         _note(f"serving MCP over streamable HTTP at {url}")  # last: the line that says it is ready
 
     options = mcp.HttpOptions(

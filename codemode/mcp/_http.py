@@ -14,9 +14,11 @@ from __future__ import annotations
 import contextlib
 import hmac
 import ipaddress
+import math
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +34,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from codemode._surface import SurfaceName
 from codemode.errors import UserError
@@ -44,6 +47,8 @@ __all__ = ["DEFAULT_PORT", "HttpOptions", "create_http_app", "parse_bind", "serv
 DEFAULT_PORT = 8765
 ENDPOINT = "/mcp"
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+MIN_TOKEN_CHARS = 16
+_REFUSAL_LOG_SECONDS = 10.0  # at most one line per this long about refused requests
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,15 @@ class HttpOptions:
     idle_timeout_seconds: float | None = 30 * 60
     surface: SurfaceName = "default"
     output_schemas: bool = False
+
+    def __post_init__(self) -> None:
+        # Always required, on loopback too: a confined command reaches 127.0.0.1 when its
+        # network is on, and an empty or short token is one it could guess.
+        if len(self.token) < MIN_TOKEN_CHARS:
+            raise UserError(
+                f"the HTTP front's bearer token must be at least {MIN_TOKEN_CHARS} characters (this one has "
+                f"{len(self.token)}); make one with `openssl rand -hex 32`"
+            )
 
     def security(self) -> TransportSecuritySettings:
         """The SDK's DNS-rebinding settings for these options."""
@@ -119,6 +133,42 @@ class _TokenVerifier:
         return None
 
 
+class _LogRefusals:
+    """Writes a line on stderr for a request refused for its token: who sent it and why.
+
+    A command that hammers the port cannot flood the log: after a line, refusals are counted
+    for `_REFUSAL_LOG_SECONDS` and the next line says how many there were.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+        self._last = -math.inf
+        self._unlogged = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        user = scope.get("user")
+        if scope["type"] == "http" and not (user is not None and user.is_authenticated):
+            self._note(scope)
+        await self._app(scope, receive, send)
+
+    def _note(self, scope: Scope) -> None:
+        now = time.monotonic()
+        if now - self._last < _REFUSAL_LOG_SECONDS:
+            self._unlogged += 1
+            return
+        self._last = now
+        has_header = any(name == b"authorization" for name, _ in scope.get("headers", ()))
+        why = "a wrong bearer token" if has_header else "no bearer token"
+        client = scope.get("client")
+        peer = f"{client[0]}:{client[1]}" if client else "an unknown peer"
+        more = f" ({self._unlogged} more refused since the last such line)" if self._unlogged else ""
+        self._unlogged = 0
+        sys.stderr.write(
+            f"codemode: refused an HTTP request from {peer} to {scope.get('path')}: {why}{more}\n"
+        )
+        sys.stderr.flush()
+
+
 def create_http_app(server: Server[Any], options: HttpOptions) -> Starlette:
     """The ASGI app serving ``server`` at ``/mcp`` (its lifespan runs the session manager)."""
     manager = StreamableHTTPSessionManager(
@@ -126,7 +176,7 @@ def create_http_app(server: Server[Any], options: HttpOptions) -> Starlette:
         security_settings=options.security(),
         session_idle_timeout=options.idle_timeout_seconds,
     )
-    endpoint = RequireAuthMiddleware(StreamableHTTPASGIApp(manager), required_scopes=[])
+    endpoint = _LogRefusals(RequireAuthMiddleware(StreamableHTTPASGIApp(manager), required_scopes=[]))
     return Starlette(
         routes=[Route(ENDPOINT, endpoint=endpoint)],
         middleware=[

@@ -461,16 +461,23 @@ def _cmd_call(args: argparse.Namespace) -> int:
 
 
 def _cmd_tools(args: argparse.Namespace) -> int:
+    from codemode._surface import listed_names
+
     async def body(host: Host) -> int:
         query = " ".join(args.query)
         found = host.search_tools(query, limit=50)
+        listed = listed_names(host.registry.names())  # what MCP clients and adapters list
+        for item in found:
+            if listed.get(item["name"], item["name"]) != item["name"]:
+                item["listed_as"] = listed[item["name"]]
         if args.json:
             _emit(json.dumps(found, indent=2, ensure_ascii=False))
         else:
             width = max((len(item["name"]) for item in found), default=0)
             for item in found:
                 first = item["description"].split(". ")[0]
-                _emit(f"{item['name']:<{width}}  {first}")
+                shown = f" (listed as {item['listed_as']})" if "listed_as" in item else ""
+                _emit(f"{item['name']:<{width}}  {first}{shown}")
         if not found:
             _note(f"no tools match {query!r}; `codemode tools` with no words lists them all")
             return 1

@@ -44,6 +44,7 @@ def test_mcp_config_on_run_call_tools_describe_doctor_and_logs(tmp_path: Path) -
 
     tools = _codemode(tmp_path, "tools", "user", *config)
     assert tools.stdout.splitlines()[0].startswith("up.user_info ")
+    assert tools.stdout.splitlines()[0].endswith(" (listed as up__user_info)")  # the name MCP clients see
 
     describe = _codemode(tmp_path, "describe", "up.typed_sum", *config)
     assert describe.stdout.startswith(

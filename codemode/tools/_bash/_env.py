@@ -273,7 +273,7 @@ def git_dirty(root: str, policy: SandboxPolicy) -> tuple[bool | None, str | None
 def _run_git_status(root: str, confined: SandboxPolicy, cgroup: str) -> tuple[bool | None, str | None]:
     read, write = os.pipe2(os.O_CLOEXEC)
     devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env = {k: v for k, v in without_host_secrets(os.environ).items() if not k.startswith("GIT_")}
     env.update(_GIT_ENV)
     try:
         proc = launch(

@@ -128,6 +128,8 @@ class ErrorCode(enum.StrEnum):
     """The background supervisor could not be started."""
     BACKGROUND_CAP = "background_cap"
     """The session already runs its maximum of background processes."""
+    TEMP_DIR_FULL = "temp_dir_full"
+    """The session's ``$TMPDIR`` holds more than its share of the disk quota: remove files there."""
     NO_SUCH_PROCESS = "no_such_process"
     """No process with this id in this session."""
     EXITED = "exited"

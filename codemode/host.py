@@ -184,6 +184,7 @@ class Host:
                 handoff_seconds=self.config.handoff_seconds,
                 max_background_per_session=self.config.max_background_per_session,
                 command_gate=CommandGuard(self.command_policy, self.trash),
+                tmp_share_bytes=self.config.tmp_quota_mb * 1024 * 1024,
             )
             # A reopened host replaces the built-ins of its previous opening (new manager).
             for name in ("files", "archive", "bash", "monitor"):

@@ -34,13 +34,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from codemode.errors import ErrorCode, ToolError
 from codemode.sandbox._safeopen import UnsafePath, open_anchor, open_dir_at
 
 __all__ = [
+    "DISABLE_ENV",
     "MAX_COUNTED_ENTRIES",
     "MOUNT_SOURCE_PREFIX",
     "TmpUse",
+    "check_share",
     "counted_use",
+    "is_mounted",
     "make_session_tmp",
     "remove_session_tmp",
     "sweep_stale_tmp",
@@ -57,6 +61,8 @@ MOUNT_SOURCE_PREFIX: Final = "codemode-tmp"
 MAX_COUNTED_ENTRIES: Final = 100_000
 """Most entries the counting walk looks at; a dir with more counts as over its share."""
 SESSION_PREFIX: Final = "s-"
+DISABLE_ENV: Final = "CODEMODE_NO_TMPFS"
+"""Set to ``1`` to count session temp dirs instead of mounting them (tests, users)."""
 
 _MS_NOSUID: Final = 0x2
 _MS_NODEV: Final = 0x4
@@ -144,6 +150,8 @@ def tmp_mounts(parent: str | os.PathLike[str]) -> dict[str, str]:
 
 def _mount(path: str, size_bytes: int) -> bool:
     """Mount a tmpfs of ``size_bytes`` on ``path``; False when this host cannot mount."""
+    if os.environ.get(DISABLE_ENV) == "1":
+        return False
     options = f"size={size_bytes},mode=0700,uid={os.getuid()},gid={os.getgid()}"
     source = f"{MOUNT_SOURCE_PREFIX}:{_host_identity()}"
     libc = _libc()
@@ -249,6 +257,41 @@ def counted_use(path: Path, max_entries: int = MAX_COUNTED_ENTRIES) -> TmpUse:
             os.close(fd)
 
 
+def is_mounted(path: Path) -> bool:
+    """Whether the session temp dir ``path`` is a mount of its own (its tmpfs): two stats of
+    paths that are the host's own (commands write only inside the dir), fine on the loop."""
+    try:
+        return os.stat(path).st_dev != os.stat(path.parent).st_dev
+    except OSError:
+        return False
+
+
+def check_share(path: Path, share_bytes: int) -> TmpUse:
+    """Let a command of the session start, or refuse it when its counted temp dir holds more
+    than ``share_bytes`` (or more entries than the walk looks at). A tmpfs needs no check: the
+    kernel bounds it. Blocking (a walk): call it off the event loop.
+
+    Raises:
+        ToolError: ``temp_dir_full``, saying what to clean up.
+    """
+    try:
+        if is_mounted(path):
+            return tmpfs_use(path)
+        use = counted_use(path)
+    except (OSError, UnsafePath):
+        return TmpUse(used=0, form="counted")  # gone or replaced: the command's own start says so
+    if use.used <= share_bytes and use.complete:
+        return use
+    held = f"{use.used / (1024 * 1024):.1f} MiB" if use.complete else f"over {MAX_COUNTED_ENTRIES:,} entries"
+    raise ToolError(
+        f"$TMPDIR of this session holds {held}, over its share of {share_bytes // (1024 * 1024)} MiB of the "
+        "disk quota, so no new command starts: remove what you no longer need from $TMPDIR (e.g. "
+        'rm -rf "$TMPDIR"/<dir>) with one of the session\'s commands once it fits again, or close the session',
+        {"error": ErrorCode.TEMP_DIR_FULL.value, "used_bytes": use.used, "share_bytes": share_bytes},
+        code=ErrorCode.TEMP_DIR_FULL,
+    )
+
+
 def tmp_full_note(path: Path | None) -> str | None:
     """One line for a command's result when its session tmpfs is full (under 1% free); None
     otherwise, and for a counted (plain) temp dir. A stat of the dir and of its parent (both
@@ -256,8 +299,8 @@ def tmp_full_note(path: Path | None) -> str | None:
     if path is None:
         return None
     try:
-        if os.stat(path).st_dev == os.stat(path.parent).st_dev:
-            return None  # not a mount of its own
+        if not is_mounted(path):
+            return None
         st = os.statvfs(path)
     except OSError:
         return None

@@ -15,12 +15,15 @@ from typing import Any
 
 import pytest
 
+from codemode.errors import ErrorCode
 from codemode.sandbox import cgroup_root
 from codemode.sandbox._cgroup import PIDS_MAX_ENV
 from codemode.sandbox._landlock import landlock_status
 from codemode.sandbox._tmpfs import (
+    DISABLE_ENV,
     MOUNT_SOURCE_PREFIX,
     counted_use,
+    is_mounted,
     make_session_tmp,
     remove_session_tmp,
     sweep_stale_tmp,
@@ -229,3 +232,24 @@ def _usage(db_path: Path, state_dir: Path) -> int:
         return state_usage(conn, str(state_dir))
     finally:
         conn.close()
+
+
+async def test_where_the_host_cannot_mount_a_session_over_its_share_gets_no_new_command(
+    no_mount_left: Path, make_host: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DISABLE_ENV, "1")
+    async with make_host(tmp_quota_mb=2, handoff_seconds=None) as (host, _probe):
+        text, _data, failed = await _bash(host, 'head -c 3000000 /dev/urandom > "$TMPDIR/big"; echo wrote')
+        assert not failed and "wrote" in text, text  # counted, not bounded, while it runs
+        temp = host._session_tmp[host.config.session_id]
+        assert tmp_form(temp) == "counted" and not is_mounted(temp)
+        result = await host.call_tool("bash", {"command": "echo never"})
+        assert result.is_error and "never" not in result.text, result.text
+        assert "over its share of 2 MiB" in result.text and "remove what you no longer need" in result.text
+        assert (result.structured_content or {})["error"] == ErrorCode.TEMP_DIR_FULL.value, (
+            result.structured_content
+        )
+        # Cleaned up (by the host here: the session's own commands are what is refused).
+        (temp / "big").unlink()
+        text, _data, failed = await _bash(host, "echo again")
+        assert not failed and "again" in text, text

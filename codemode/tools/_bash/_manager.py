@@ -40,6 +40,7 @@ import anyio.to_thread
 
 from codemode.errors import ErrorCode, ProcessNotFound, ToolError, UserError
 from codemode.sandbox import SandboxPolicy, cgroup_kill, cgroup_remove, check_policy
+from codemode.sandbox._tmpfs import check_share, is_mounted
 from codemode.state import Archive, ProcessRecord, Redactor
 from codemode.state import process_records as _records
 from codemode.tools._bash._background import PTY_VIEW, adopt, start_background
@@ -249,6 +250,8 @@ class ProcessManager:
         redactor: Redacts text before it is returned (default: the archive's redactor).
         environ: The environment commands start from (default ``os.environ``).
         command_gate: Checks every run first (the host's command policy); None checks nothing.
+        tmp_share_bytes: A session whose counted (not tmpfs) ``$TMPDIR`` holds more is refused
+            new runs (`codemode.sandbox._tmpfs.check_share`); None checks nothing.
 
     Raises:
         StateDirError: The records cannot be opened (from the archive).
@@ -264,8 +267,10 @@ class ProcessManager:
         redactor: Redactor | None = None,
         environ: Mapping[str, str] | None = None,
         command_gate: CommandGate | None = None,
+        tmp_share_bytes: int | None = None,
     ) -> None:
         self._gate = command_gate
+        self._tmp_share = tmp_share_bytes
         self._archive = archive
         self._handoff = handoff_seconds
         self._max_background = max_background_per_session
@@ -543,6 +548,9 @@ class ProcessManager:
 
     async def _run(self, args: BashRunArgs, ctx: ToolContext) -> ToolResult:
         spec = self._spec(args, ctx)
+        temp = spec.policy.temp_dir
+        if self._tmp_share is not None and temp is not None and not is_mounted(temp):
+            await anyio.to_thread.run_sync(check_share, temp, self._tmp_share)
         if args.run_in_background:
             # Shielded: once started, the process runs whatever happens to this call, so the
             # call finishes and says which process it started (also when its program ended

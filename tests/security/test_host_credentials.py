@@ -29,12 +29,14 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from codemode import Host
 from codemode._host_secrets import is_host_secret, without_host_secrets
 from codemode.errors import UserError
 from codemode.mcp import HttpOptions
 
 pytestmark = pytest.mark.anyio
 
+_ENV_SERVER = Path(__file__).resolve().parent / "_env_server.py"
 _URL_LINE = re.compile(r"serving MCP over streamable HTTP at (\S+)")
 
 
@@ -229,3 +231,25 @@ async def test_a_session_never_answers_another_sessions_approval(tmp_path: Path)
             result = await owner.call_tool("run_code", {"code": program})
     assert asked == {"owner": 1, "other": 0}
     assert "written" not in _text(result) and not (server.workspace / "a.txt").exists()
+
+
+async def test_an_upstream_server_gets_only_the_environment_its_configuration_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CODEMODE_MCP_TOKEN", secrets.token_hex(32))
+    monkeypatch.setenv("CODEMODE_DATABASE_URL", "postgres://codemode:hunter2hunter2@db/codemode")
+    monkeypatch.setenv("SOME_HOST_VARIABLE", "the host's, not the server's")
+    entry = {"command": sys.executable, "args": [str(_ENV_SERVER)], "env": {"CONFIGURED": "1"}}
+    servers = {"plain": entry, "boxed": {**entry, "sandbox": "read-only"}}
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    program = "print(await tools.plain.names({})); print(await tools.boxed.names({}))"
+    host = Host(workspace=workspace, state_dir=tmp_path / "state", mcp_servers={"mcpServers": servers})
+    async with host:
+        with anyio.fail_after(60):
+            result = await host.run_code(program)
+    assert result.ok, result.text
+    plain, boxed = (set(line.split()) for line in result.text.strip().splitlines())
+    for seen in (plain, boxed):
+        assert {"CONFIGURED", "PATH", "HOME"} <= seen  # what it was given, and the SDK's safe few
+        assert not seen & {"CODEMODE_MCP_TOKEN", "CODEMODE_DATABASE_URL", "SOME_HOST_VARIABLE"}, seen

@@ -175,6 +175,9 @@ class Connection:
             return _with_client(client, streamable_http_client(config.url, http_client=client))
         assert config.command is not None
         cwd = str(Path(config.cwd).expanduser()) if config.cwd else str(self._workspace)
+        # An upstream server gets only the MCP SDK's few safe variables (HOME, PATH, SHELL,
+        # TERM, USER, LOGNAME) and what its configuration names; never the host's environment,
+        # which may hold its own secrets (tests/security/test_host_credentials.py).
         if config.sandbox is None:
             params = StdioServerParameters(
                 command=config.command, args=list(config.args), env=config.env, cwd=cwd

@@ -233,9 +233,18 @@ def load_rules(rules_dir: Path = RULES_DIR) -> list[_Rule]:
     ]
 
 
+_C_LOG2 = [c * math.log2(c) if c else 0.0 for c in range(1025)]  # c * log2(c), looked up
+
+
 def _entropy(data: bytes) -> float:
+    """Shannon entropy in bits per byte: log2(n) - sum(c * log2(c)) / n over byte counts c."""
     n = len(data)
-    return -sum(c / n * math.log2(c / n) for c in Counter(data).values()) if n else 0.0
+    if not n:
+        return 0.0
+    counts = Counter(data).values()
+    if n < len(_C_LOG2):
+        return math.log2(n) - sum(map(_C_LOG2.__getitem__, counts)) / n
+    return math.log2(n) - sum(c * math.log2(c) for c in counts) / n
 
 
 def _private_key_b64(secret: bytes) -> bool:
@@ -602,12 +611,13 @@ def _occurrences(data: bytes, markers: dict[bytes, bytes]) -> list[tuple[int, in
         expressions=values,
         ids=list(range(len(values))),
         elements=len(values),
-        flags=[hyperscan.HS_FLAG_SOM_LEFTMOST] * len(values),
+        flags=[0] * len(values),  # a literal's start is its end less its length: no SOM to track
         literal=True,
     )
 
     def on_match(index: int, start: int, end: int, flags: int, context: object) -> None:
-        found.append((start, end, markers[values[index]]))
+        value = values[index]
+        found.append((end - len(value), end, markers[value]))
 
     database.scan(data, match_event_handler=on_match)
     return found

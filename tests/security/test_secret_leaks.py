@@ -103,3 +103,14 @@ def test_a_short_value_is_not_searched_for_elsewhere() -> None:
     # A value of a few characters is everywhere in ordinary text: only its own place is redacted.
     out = R.redact("password = 'ab12'\nlabel ab12 stays")
     assert out == "password = '[REDACTED:secret]'\nlabel ab12 stays"
+
+
+def test_many_found_values_are_each_redacted_everywhere() -> None:
+    # Past a few values, the other occurrences are found in one literal pass instead of one by one.
+    values = [f"Zq{i}x!Wm{i * 7}pT{i}" for i in range(12)]
+    defined = "".join(f"password_{i} = '{v}'\n" for i, v in enumerate(values))
+    used = "".join(f"login user{i} {v} ok\n" for i, v in enumerate(reversed(values)))
+    for out in redacted_every_way(defined + used):
+        assert not any(v in out for v in values), out
+        assert out.count("[REDACTED:secret]") == 2 * len(values)
+        assert "login user0 [REDACTED:secret] ok\n" in out

@@ -38,12 +38,14 @@ from codemode.errors import ErrorCode, ToolError
 from codemode.sandbox._safeopen import UnsafePath, open_anchor, open_dir_at
 
 __all__ = [
+    "CLEANUP_COMMANDS",
     "DISABLE_ENV",
     "MAX_COUNTED_ENTRIES",
     "MOUNT_SOURCE_PREFIX",
     "TmpUse",
     "check_share",
     "counted_use",
+    "is_cleanup",
     "is_mounted",
     "make_session_tmp",
     "remove_session_tmp",
@@ -63,6 +65,11 @@ MAX_COUNTED_ENTRIES: Final = 100_000
 SESSION_PREFIX: Final = "s-"
 DISABLE_ENV: Final = "CODEMODE_NO_TMPFS"
 """Set to ``1`` to count session temp dirs instead of mounting them (tests, users)."""
+
+CLEANUP_COMMANDS: Final = frozenset({"rm", "rmdir", "du", "ls"})
+"""Commands a session over its share may still run, alone (no ``; & | < > ` $(``): to see
+what fills ``$TMPDIR`` and to remove it."""
+_SHELL_OPERATORS: Final = (";", "&", "|", "<", ">", "`", "$(", "\n")
 
 _MS_NOSUID: Final = 0x2
 _MS_NODEV: Final = 0x4
@@ -266,10 +273,17 @@ def is_mounted(path: Path) -> bool:
         return False
 
 
-def check_share(path: Path, share_bytes: int) -> TmpUse:
+def is_cleanup(command: str) -> bool:
+    """Whether ``command`` is one of `CLEANUP_COMMANDS`, alone."""
+    words = command.split()
+    return bool(words) and words[0] in CLEANUP_COMMANDS and not any(op in command for op in _SHELL_OPERATORS)
+
+
+def check_share(path: Path, share_bytes: int, command: str = "") -> TmpUse:
     """Let a command of the session start, or refuse it when its counted temp dir holds more
-    than ``share_bytes`` (or more entries than the walk looks at). A tmpfs needs no check: the
-    kernel bounds it. Blocking (a walk): call it off the event loop.
+    than ``share_bytes`` (or more entries than the walk looks at) and the command is not a
+    clean-up (`is_cleanup`). A tmpfs needs no check: the kernel bounds it. Blocking (a walk):
+    call it off the event loop.
 
     Raises:
         ToolError: ``temp_dir_full``, saying what to clean up.
@@ -280,13 +294,13 @@ def check_share(path: Path, share_bytes: int) -> TmpUse:
         use = counted_use(path)
     except (OSError, UnsafePath):
         return TmpUse(used=0, form="counted")  # gone or replaced: the command's own start says so
-    if use.used <= share_bytes and use.complete:
+    if (use.used <= share_bytes and use.complete) or is_cleanup(command):
         return use
     held = f"{use.used / (1024 * 1024):.1f} MiB" if use.complete else f"over {MAX_COUNTED_ENTRIES:,} entries"
     raise ToolError(
         f"$TMPDIR of this session holds {held}, over its share of {share_bytes // (1024 * 1024)} MiB of the "
-        "disk quota, so no new command starts: remove what you no longer need from $TMPDIR (e.g. "
-        'rm -rf "$TMPDIR"/<dir>) with one of the session\'s commands once it fits again, or close the session',
+        "disk quota, so no other command starts until it fits: remove what you no longer need with "
+        'a command of rm, rmdir, du or ls alone (e.g. du -sh "$TMPDIR"/*, then rm -rf "$TMPDIR"/<dir>)',
         {"error": ErrorCode.TEMP_DIR_FULL.value, "used_bytes": use.used, "share_bytes": share_bytes},
         code=ErrorCode.TEMP_DIR_FULL,
     )

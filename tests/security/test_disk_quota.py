@@ -249,7 +249,12 @@ async def test_where_the_host_cannot_mount_a_session_over_its_share_gets_no_new_
         assert (result.structured_content or {})["error"] == ErrorCode.TEMP_DIR_FULL.value, (
             result.structured_content
         )
-        # Cleaned up (by the host here: the session's own commands are what is refused).
-        (temp / "big").unlink()
+        # Only a clean-up runs: what fills $TMPDIR is seen and removed.
+        result = await host.call_tool("bash", {"command": 'du -sh "$TMPDIR"/big; echo x > "$TMPDIR/y"'})
+        assert result.is_error and not (temp / "y").exists(), result.text
+        text, _data, failed = await _bash(host, 'du -k "$TMPDIR"/big')
+        assert not failed and "big" in text, text
+        text, _data, failed = await _bash(host, 'rm -f "$TMPDIR"/big')
+        assert not failed and not (temp / "big").exists(), text
         text, _data, failed = await _bash(host, "echo again")
         assert not failed and "again" in text, text

@@ -550,7 +550,7 @@ class ProcessManager:
         spec = self._spec(args, ctx)
         temp = spec.policy.temp_dir
         if self._tmp_share is not None and temp is not None and not is_mounted(temp):
-            await anyio.to_thread.run_sync(check_share, temp, self._tmp_share)
+            await anyio.to_thread.run_sync(check_share, temp, self._tmp_share, spec.command)
         if args.run_in_background:
             # Shielded: once started, the process runs whatever happens to this call, so the
             # call finishes and says which process it started (also when its program ended

@@ -674,6 +674,8 @@ def _print_findings(findings: list[dict[str, str]], facts: dict[str, Any] | None
             ),
             f"state dir     {state['path']} "
             + (f"(mode {state['mode']})" if state["exists"] else "(not created yet)"),
+            f"temp dirs     {facts['temp_dirs']['quota_mb']} MiB each, {facts['temp_dirs']['form']}: "
+            f"{facts['temp_dirs']['detail']}",
             f"sandbox       {box['mode']}, network {'on' if box['network'] else 'off'}, "
             f"writable: {', '.join(box['writable_roots'])}",
             *box["summary"],

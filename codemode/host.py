@@ -35,7 +35,13 @@ from codemode.policy import (
     approval_commands,
 )
 from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy
-from codemode.sandbox._tmpfs import make_session_tmp, remove_session_tmp, sweep_stale_tmp, tmp_mounts
+from codemode.sandbox._tmpfs import (
+    make_session_tmp,
+    quota_report,
+    remove_session_tmp,
+    sweep_stale_tmp,
+    tmp_mounts,
+)
 from codemode.state import Archive, ArchiveRef, State, compile_rules_soon, redact_json
 from codemode.tools import Extension, ProgramScope, Tool, ToolContext, ToolRegistry, ToolResult
 from codemode.tools._bash import Notification, ProcessManager
@@ -929,6 +935,11 @@ class Host:
                 "exists": state.is_dir(),
                 "mode": oct(state.stat().st_mode & 0o777) if state.is_dir() else None,
             },
+            "temp_dirs": (
+                quota_report(self.archive.state_dir / "tmp", self.config.tmp_quota_mb * 1024 * 1024)
+                if self._state is not None
+                else {"form": "unknown", "quota_mb": self.config.tmp_quota_mb, "detail": "state dir not open"}
+            ),
             "sandbox": {
                 "mode": self._policy.mode.value,
                 "network": self._policy.network,

@@ -48,6 +48,7 @@ __all__ = [
     "is_cleanup",
     "is_mounted",
     "make_session_tmp",
+    "quota_report",
     "remove_session_tmp",
     "sweep_stale_tmp",
     "tmp_form",
@@ -325,3 +326,23 @@ def tmp_full_note(path: Path | None) -> str | None:
         f"$TMPDIR is full (its quota is {size_mib} MiB, with /dev/shm in it): writes there fail with "
         "'No space left on device'; remove what you no longer need from $TMPDIR"
     )
+
+
+def quota_report(parent: Path, share_bytes: int) -> dict[str, object]:
+    """For ``codemode doctor``: which form bounds the session temp dirs here, found by making
+    (and removing) one probe temp dir under ``parent`` (``STATE/tmp``) when it can be made."""
+    try:
+        probe = make_session_tmp(parent, 1024 * 1024)
+    except OSError as exc:
+        return {"form": "unknown", "quota_mb": share_bytes // (1024 * 1024), "detail": f"cannot probe: {exc}"}
+    try:
+        form = "tmpfs" if is_mounted(probe) else "counted"
+    finally:
+        remove_session_tmp(probe)
+    detail = (
+        "each session's $TMPDIR is a tmpfs of this size: a write past it fails with ENOSPC"
+        if form == "tmpfs"
+        else "cannot mount here: each session's $TMPDIR is counted before its commands; over its share, "
+        "only rm, rmdir, du and ls run"
+    )
+    return {"form": form, "quota_mb": share_bytes // (1024 * 1024), "detail": detail}

@@ -738,6 +738,13 @@ def _mcp_token(args: argparse.Namespace) -> str:
             f"--token-file {args.token_file!r}: expected one token (a single word of at most "
             f"{_TOKEN_FILE_LIMIT} bytes, e.g. from `openssl rand -hex 32`)"
         )
+    state = os.path.realpath((args.state_dir or default_state_dir()).expanduser())
+    if os.path.commonpath([state, os.path.realpath(args.token_file)]) != state:
+        # Commands run as this user and read everything but the state directory.
+        _note(
+            f"--token-file {args.token_file!r} is outside the state directory {state}: confined commands "
+            "can read it (and with it, use this server); move it into the state directory"
+        )
     return token
 
 

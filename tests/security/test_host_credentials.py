@@ -253,3 +253,11 @@ async def test_an_upstream_server_gets_only_the_environment_its_configuration_na
     for seen in (plain, boxed):
         assert {"CONFIGURED", "PATH", "HOME"} <= seen  # what it was given, and the SDK's safe few
         assert not seen & {"CODEMODE_MCP_TOKEN", "CODEMODE_DATABASE_URL", "SOME_HOST_VARIABLE"}, seen
+
+
+def test_a_token_file_commands_can_read_is_pointed_out(tmp_path: Path) -> None:
+    outside = tmp_path / "token"
+    outside.write_text(secrets.token_hex(32))
+    env = {**os.environ, "CODEMODE_HOME": str(tmp_path / "state")}
+    with _http_server(tmp_path, "--token-file", str(outside), env=env) as server:
+        assert "is outside the state directory" in server.stderr.read_text()

@@ -44,6 +44,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 
+from codemode._host_secrets import without_host_secrets
 from codemode.errors import SandboxUnavailable, UserError
 from codemode.sandbox._cgroup import cgroup_root
 from codemode.sandbox._denial import ENFORCEMENT_FAILED_MARKER, explain_denial
@@ -201,7 +202,7 @@ def launch(spec: LaunchSpec) -> Process:
         OSError: The process could not be started.
     """
     with prepare_confinement(spec.policy) as conf:
-        env = {**spec.env, **conf.env}
+        env = {**without_host_secrets(spec.env), **conf.env}  # the one launch path: never the host's secrets
         program = _program_path(spec.argv[0], env.get("PATH", os.defpath))
         procs_fd = None
         if spec.cgroup is not None:

@@ -23,6 +23,7 @@ from importlib import resources
 from typing import Any, Protocol
 
 from codemode.engine import _qjs
+from codemode.engine._output import PrintedOutput
 from codemode.engine._typescript import TypeScriptError, strip_types
 from codemode.engine._watchdog import WATCHDOG, Watch
 from codemode.errors import ErrorCode, ToolError
@@ -50,8 +51,11 @@ class EngineLimits:
             arguments of its calls that are queued or running plus the result being handed
             to it, counted in characters of JSON text (default 64 MiB). A call that would
             go beyond it fails with an error that says so.
-        output_bytes_in_memory: Printed text kept in memory; beyond it the engine stops
-            collecting and says so (default 256 MiB).
+        output_bytes_in_memory: Printed text the host holds for one program, in characters
+            (default 8 MiB): its first half and its last half are kept, what lies between is
+            dropped and a line in the output says how much (a program printing in a loop grew
+            the host past 1.4 GiB when this was 256 MiB: the text is copied several times on
+            its way to the model and the archive).
         calls_in_flight: Calls of one program the host holds at once, running or waiting to
             run (default 10,000): one more fails with ``tool_data_limit``. (A program that
             starts calls in a loop without awaiting them cannot make the host hold millions.)
@@ -62,7 +66,7 @@ class EngineLimits:
     cpu_seconds: float = 30.0
     tool_concurrency: int = 32
     tool_data_bytes: int = 64 * _MIB
-    output_bytes_in_memory: int = 256 * _MIB
+    output_bytes_in_memory: int = 8 * _MIB
     calls_in_flight: int = 10_000
 
 
@@ -506,9 +510,7 @@ class ProgramThread:
     def __post_init__(self) -> None:
         # Lone surrogates (non-UTF-8 input) cannot be compiled: they become U+FFFD.
         self.source = _js_text(self.source)
-        self._output: list[str] = []
-        self._output_bytes = 0
-        self._output_dropped = 0
+        self._output = PrintedOutput(self.limits.output_bytes_in_memory)
         self._done: tuple[bool, str, str] | None = None
         self._timers: list[tuple[float, int]] = []
         self._live_timers: set[int] = set()
@@ -522,7 +524,7 @@ class ProgramThread:
         """Characters the program has printed so far, as collected when it last handed text
         to the host (before it waits for anything, and at 1 MiB); read from any thread, for
         progress reports."""
-        return self._output_bytes + self._output_dropped
+        return self._output.chars
 
     @property
     def tool_calls(self) -> int:
@@ -624,13 +626,13 @@ class ProgramThread:
             self._ctx = None
         assert error is not _WAITING
         return ProgramOutcome(
-            output="".join(self._output),
+            output=self._output.text(),
             error=error if isinstance(error, GuestError) else None,
             tool_calls=self.calls.tool_calls,
             cancelled=list(pending.values()),
             pending_calls=pending,
             cpu_seconds=time.thread_time() - cpu_start,
-            output_dropped_bytes=self._output_dropped,
+            output_dropped_bytes=self._output.dropped,
             dropped_timers=len(self._live_timers),
             unawaited=unawaited,
             unawaited_more=unawaited_more,
@@ -789,11 +791,6 @@ class ProgramThread:
                 self._done = (bool(message[1]), str(message[2]), str(message[3]))
 
     def _append_output(self, text: str) -> None:
-        size = len(text)
-        if self._output_bytes + size > self.limits.output_bytes_in_memory:
-            self._output_dropped += size
-            return
-        self._output_bytes += size
         self._output.append(text)
 
     def _collect_rest(self) -> None:

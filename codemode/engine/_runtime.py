@@ -67,6 +67,7 @@ class _Calls:
         self._pending: dict[int, tuple[str, int]] = {}  # posted and not answered: tool name, argument size
         self._running = 0
         self._waiting: collections.deque[_Admitted] = collections.deque()
+        self._starting = False  # _ran is starting waiting calls (a call it starts may end at once)
         # What the posted results were, as the handlers returned them, until the program has
         # read them (in the order posted: `channel.unread` says how many are left). What is
         # left when it ends is reported as what those calls did (`Engine._settle_pending`).
@@ -148,10 +149,22 @@ class _Calls:
         self.spawner.run_now(job, self._ran)  # refused: the program has ended (reported as cancelled)
 
     def _ran(self) -> None:
-        """A running call finished (or was refused): start the next one waiting."""
+        """A running call finished (or was refused): start the next ones waiting.
+
+        A call started here may end (or be refused, once the program has ended) before
+        `_run` returns, calling this again: that inner call only counts it, and the loop below
+        goes on. Started one inside the other, 10,000 waiting calls refused at the end of a
+        program recursed 10,000 frames deep (RecursionError in the host).
+        """
         self._running -= 1
-        if self._waiting:
-            self._run(*self._waiting.popleft())
+        if self._starting:
+            return
+        self._starting = True
+        try:
+            while self._waiting and self._running < self.limits.tool_concurrency:
+                self._run(*self._waiting.popleft())
+        finally:
+            self._starting = False
 
     def _deliver(self, call_id: int, tool: Tool, value: Any) -> None:
         entry = self._pending.pop(call_id, None)

@@ -21,7 +21,7 @@ from codemode.tools._model import (
     make_tool,
     to_tool_result,
 )
-from codemode.tools._search import SearchIndex, words
+from codemode.tools._search import MAX_NAME_CHARS, SearchIndex, check_name, check_query, words
 from codemode.tools._signature import typescript_signature
 
 logger = logging.getLogger("codemode.tools")
@@ -297,12 +297,20 @@ class ToolRegistry:
             return len(self._tools) + len(self._lazy_names)
 
     def suggestions(self, name: str) -> list[str]:
-        """Up to three tool names a mistyped ``name`` may have meant (spelling, then search)."""
+        """Up to three tool names a mistyped ``name`` may have meant (spelling, then search); none
+        for a name longer than any tool's (`MAX_NAME_CHARS`: comparing it would cost the host)."""
+        if len(name) > MAX_NAME_CHARS:
+            return []
         close = difflib.get_close_matches(name, self.names(), n=3, cutoff=0.5)
         return close or [r["name"] for r in self.search(name, limit=3)]
 
     def unknown_tool_message(self, name: str) -> str:
         """A model-facing message for a tool name that does not exist."""
+        if len(name) > MAX_NAME_CHARS:
+            try:
+                check_name(name)
+            except ToolError as exc:
+                return exc.message
         close = self.suggestions(name)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
         space = name.split(".", 1)[0] if "." in name else None
@@ -321,7 +329,11 @@ class ToolRegistry:
         Returns:
             Up to ``limit`` ``{name, description}`` dicts, best first; all tools (sorted)
             for an empty query.
+
+        Raises:
+            ToolError: The query is longer than `MAX_QUERY_CHARS` (code ``invalid_arguments``).
         """
+        check_query(query)
         if not words(query):
             return [{"name": t.name, "description": t.description} for t in self][:limit]
         self._load_all()
@@ -345,6 +357,7 @@ class ToolRegistry:
         """
         t = self.get(name)
         if t is None:
+            check_name(name)
             raise ToolError(self.unknown_tool_message(name), code=ErrorCode.UNKNOWN_TOOL)
         described: dict[str, Any] = {
             "name": t.name,

@@ -6,6 +6,10 @@ snake_case split). A query term scores, weighted by its rarity (idf): the tool's
 (2), a word of the description (1.5) or one starting with it (0.75). Scoring walks only the
 postings of the query's terms (and of the words they prefix), so a query over 5,000 tools
 costs well under a millisecond instead of scanning every tool (85-95 ms before).
+
+What a program passes is bounded (`check_query`, `check_name`): a query of 1 MB once took the
+host 120 s of CPU (every prefix of a long word was sliced and looked up). Prefixes are now
+looked up only as long as the longest word of a name, so the cost is linear in the query.
 """
 
 from __future__ import annotations
@@ -17,9 +21,24 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from codemode.errors import ErrorCode, ToolError
 from codemode.tools._model import Tool
 
-__all__ = ["SearchIndex", "argument_names", "words"]
+__all__ = [
+    "MAX_NAME_CHARS",
+    "MAX_QUERY_CHARS",
+    "SearchIndex",
+    "argument_names",
+    "check_name",
+    "check_query",
+    "words",
+]
+
+MAX_QUERY_CHARS = 1_000
+"""Longest ``searchTools`` query accepted (a few words are what ranks well)."""
+MAX_NAME_CHARS = 256
+"""Longest tool name ``describeTool`` looks up or suggests close names for (MCP names are at
+most 128 characters; a namespace adds its own)."""
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -42,6 +61,35 @@ def argument_names(schema: dict[str, Any]) -> list[str]:
         if isinstance(option, dict):
             names.update(dict.fromkeys(option.get("properties", {})))
     return list(names)
+
+
+def check_query(query: str) -> None:
+    """Refuse a ``searchTools`` query longer than `MAX_QUERY_CHARS`.
+
+    Raises:
+        ToolError: Too long (code ``invalid_arguments``), saying the limit and what to pass.
+    """
+    if len(query) > MAX_QUERY_CHARS:
+        raise ToolError(
+            f"searchTools: the query has {len(query):,} characters; at most {MAX_QUERY_CHARS:,} are "
+            'accepted. Search with a few words, e.g. searchTools("read file").',
+            code=ErrorCode.INVALID_ARGUMENTS,
+        )
+
+
+def check_name(name: str) -> None:
+    """Refuse a tool name longer than `MAX_NAME_CHARS` (no tool has one).
+
+    Raises:
+        ToolError: Too long (code ``unknown_tool``), saying the limit and what to do.
+    """
+    if len(name) > MAX_NAME_CHARS:
+        raise ToolError(
+            f"Unknown tool {name[:40]!r}... ({len(name):,} characters): tool names are at most "
+            f'{MAX_NAME_CHARS} characters. Use searchTools("<what you need>") to find tools and '
+            "describeTool(name) with a name it returned.",
+            code=ErrorCode.UNKNOWN_TOOL,
+        )
 
 
 def _add(index: dict[str, set[str]], word: str, name: str) -> None:
@@ -74,6 +122,7 @@ class SearchIndex:
                 self._freq[w] = self._freq.get(w, 0) + 1
         self._count = max(count, 1)
         self._name_vocab = sorted(self._name)
+        self._longest_name_word = max(map(len, self._name), default=0)
         self._desc_vocab = sorted(self._desc)
 
     @staticmethod
@@ -99,7 +148,8 @@ class SearchIndex:
             add(exact, 5 * idf)
             # A name word that starts with the term, or that the term starts with (words of 3+).
             near = {w for w in self._starting_with(self._name_vocab, term) if len(w) > 2}
-            near.update(term[:i] for i in range(3, len(term)) if term[:i] in self._name)
+            longest = min(len(term), self._longest_name_word + 1)  # (no longer prefix can be a name word)
+            near.update(term[:i] for i in range(3, longest) if term[:i] in self._name)
             near.discard(term)
             add({n for w in near for n in self._name[w]} - exact, 3 * idf)
             add(self._params.get(term, ()), 2 * idf)

@@ -114,3 +114,16 @@ def test_many_found_values_are_each_redacted_everywhere() -> None:
         assert not any(v in out for v in values), out
         assert out.count("[REDACTED:secret]") == 2 * len(values)
         assert "login user0 [REDACTED:secret] ok\n" in out
+
+
+@pytest.mark.parametrize(
+    ("text", "tail"),
+    [
+        ('app --password "ab\\"cd9ef" --verbose', 'cd9ef"'),
+        ("sshpass -p 'it\\'s9secret' ssh host", "s9secret"),
+        ('deploy --token "x\'y9zzzz" now', "y9zzzz"),
+    ],
+)
+def test_a_quoted_command_line_secret_is_taken_whole(text: str, tail: str) -> None:
+    for out in redacted_every_way(text):
+        assert tail not in out and out.count("[REDACTED:secret]") == 1, out

@@ -36,6 +36,7 @@ from codemode.errors import ErrorCode, ToolError
 from codemode.sandbox import (
     UnsafePath,
     anchor,
+    copy_tree_at,
     is_dir_at,
     listdir_at,
     make_dir_at,
@@ -117,6 +118,33 @@ def install_rm_shim(temp_dir: Path) -> Path:
         finally:
             os.close(folder_fd)
     return temp_dir / _SHIM_DIR
+
+
+def _move_entry(inbox_fd: int, name: str, root_fd: int) -> None:
+    """Move the inbox entry ``name`` into the trash root: a rename, or where the session's
+    ``$TMPDIR`` is a file system of its own (a tmpfs), a safe copy (`copy_tree_at`: no link
+    followed, no FIFO opened) under a dot name, renamed complete, then the entry removed.
+
+    Raises:
+        OSError: It could not be moved (a partial copy is removed).
+        UnsafePath: The entry is over the copy's bounds.
+    """
+    try:
+        rename_at(inbox_fd, name, root_fd, name)
+        return
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    partial = f".{name}.filing"
+    remove_at(root_fd, partial)
+    try:
+        copy_tree_at(inbox_fd, name, root_fd, partial)
+        rename_at(root_fd, partial, root_fd, name)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            remove_at(root_fd, partial)
+        raise
+    remove_at(inbox_fd, name)
 
 
 def _key(workspace: Path) -> str:
@@ -215,9 +243,9 @@ class Trash:
                     self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
                     root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
                 try:
-                    rename_at(inbox_fd, name, root_fd, name)
-                except OSError as exc:
-                    log.warning("could not file trash entry %s/%s: %s", shown, name, exc.strerror or exc)
+                    _move_entry(inbox_fd, name, root_fd)
+                except (OSError, UnsafePath) as exc:
+                    log.warning("could not file trash entry %s/%s: %s", shown, name, exc)
                     continue
                 entry = self._entry_at(root_fd, name)
                 if entry is not None:
@@ -244,7 +272,9 @@ class Trash:
         """The trash, oldest first."""
         try:
             with anchor(self.root) as root_fd:
-                names = sorted(n for n in listdir_at(root_fd) if is_dir_at(root_fd, n))
+                names = sorted(
+                    n for n in listdir_at(root_fd) if not n.startswith(".") and is_dir_at(root_fd, n)
+                )
                 found = [self._entry_at(root_fd, name) for name in names]
         except UnsafePath:
             return []
@@ -293,8 +323,8 @@ class Trash:
                             if exc.errno != errno.EXDEV:
                                 raise
                             # Another file system: copied (links as links) into the directory
-                            # walked above, named through its fd.
-                            shutil.move(f"/proc/self/fd/{entry_fd}/item", f"/proc/self/fd/{parent_fd}/{name}")
+                            # walked above, by fds.
+                            copy_tree_at(entry_fd, "item", parent_fd, name)
                     finally:
                         os.close(entry_fd)
                     remove_at(root_fd, entry_id)

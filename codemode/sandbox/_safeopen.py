@@ -39,6 +39,7 @@ __all__ = [
     "UnsafePath",
     "anchor",
     "aread_text",
+    "copy_tree_at",
     "is_dir_at",
     "listdir_at",
     "make_dir_at",
@@ -433,6 +434,118 @@ def remove_at(dir_fd: int, name: str) -> None:
         shutil.rmtree(name, dir_fd=dir_fd)
     else:
         os.unlink(name, dir_fd=dir_fd)
+
+
+class _CopyBudget:
+    """What one `copy_tree_at` may still copy."""
+
+    def __init__(self, entries: int, total: int) -> None:
+        self.entries = entries
+        self.bytes = total
+
+    def take(self, path: str, size: int = 0) -> None:
+        self.entries -= 1
+        self.bytes -= size
+        if self.entries < 0 or self.bytes < 0:
+            raise _refuse(
+                f"{path}: more than the copy may hold (entries or bytes)", path, ErrorCode.TOO_LARGE
+            )
+
+
+def copy_tree_at(
+    src_dir_fd: int,
+    src: str,
+    dst_dir_fd: int,
+    dst: str,
+    *,
+    max_entries: int = 100_000,
+    max_bytes: int = 8 << 30,
+    max_depth: int = 128,
+) -> list[str]:
+    """Copy the entry ``src`` of one directory fd to the new name ``dst`` of another (across
+    file systems, where a rename cannot go): directories by fd, regular files read through
+    `read`-only safe opens and written fresh (``O_EXCL``), symlinks copied as links (never
+    followed); FIFOs, devices and sockets are skipped. Modes and times are kept.
+
+    Returns:
+        The paths (relative to ``src``) skipped as not regular files, directories or links.
+
+    Raises:
+        UnsafePath: ``dst`` exists, ``src`` is missing, or the tree is over a bound.
+        OSError: A copy failed (the partial copy is left for the caller to remove).
+    """
+    skipped: list[str] = []
+    _copy_entry(
+        src_dir_fd,
+        _name(src),
+        dst_dir_fd,
+        _name(dst),
+        src,
+        _CopyBudget(max_entries, max_bytes),
+        max_depth,
+        skipped,
+    )
+    return skipped
+
+
+def _copy_entry(
+    src_fd: int,
+    src: str,
+    dst_fd: int,
+    dst: str,
+    shown: str,
+    budget: _CopyBudget,
+    depth: int,
+    skipped: list[str],
+) -> None:
+    try:
+        st = os.stat(src, dir_fd=src_fd, follow_symlinks=False)
+    except OSError as exc:
+        raise _from_os_error(exc, shown) from exc
+    budget.take(shown, st.st_size if stat.S_ISREG(st.st_mode) else 0)
+    if stat.S_ISLNK(st.st_mode):
+        os.symlink(os.readlink(src, dir_fd=src_fd), dst, dir_fd=dst_fd)
+    elif stat.S_ISDIR(st.st_mode):
+        if depth <= 0:
+            raise _refuse(f"{shown} is nested deeper than the copy goes", shown, ErrorCode.TOO_LARGE)
+        os.mkdir(dst, 0o700, dir_fd=dst_fd)
+        inner_src = open_dir_at(src_fd, src)
+        try:
+            inner_dst = open_dir_at(dst_fd, dst)
+            try:
+                for name in sorted(os.listdir(inner_src)):
+                    _copy_entry(
+                        inner_src, name, inner_dst, name, f"{shown}/{name}", budget, depth - 1, skipped
+                    )
+                os.fchmod(inner_dst, stat.S_IMODE(st.st_mode))
+                os.utime(inner_dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+            finally:
+                os.close(inner_dst)
+        finally:
+            os.close(inner_src)
+    elif stat.S_ISREG(st.st_mode):
+        reader = _open_regular(src_fd, src)
+        try:
+            writer = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _ALWAYS, 0o600, dir_fd=dst_fd)
+            try:
+                left = st.st_size + 1  # a file growing while copied stops at its size checked above
+                while left > 0:
+                    chunk = os.read(reader, min(left, 1 << 20))
+                    if not chunk:
+                        break
+                    left -= len(chunk)
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(writer, view) :]
+                os.fchmod(writer, stat.S_IMODE(st.st_mode))
+                os.utime(writer, ns=(st.st_atime_ns, st.st_mtime_ns))
+            finally:
+                os.close(writer)
+        finally:
+            os.close(reader)
+    else:
+        log.warning("safe-open copy skipped %s: not a regular file, directory or link", shown)
+        skipped.append(shown)
 
 
 def is_dir_at(dir_fd: int, name: str) -> bool:

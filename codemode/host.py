@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.to_thread
 
 from codemode._description import run_code_description
 from codemode._ids import check_id
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 McpServers = str | Path | dict[str, Any] | list[McpServerConfig] | tuple[McpServerConfig, ...]
 """What ``Host(mcp_servers=...)`` takes: an ``mcpServers`` JSON file, its parsed object, or
 `McpServerConfig`s."""
+
 
 class Host:
     """Owns everything one agent needs for Code Mode; use as an async context manager.
@@ -201,7 +203,7 @@ class Host:
                 self.registry.add_extension(extension)
         state.maintain()
         if tmp_mounts(state.archive.state_dir / "tmp"):  # session tmpfs left by a killed host
-            self.trash.file_all()  # what rm moved there, before its mount goes
+            await anyio.to_thread.run_sync(self.trash.file_all)  # what rm moved there, before its mount goes
             sweep_stale_tmp(state.archive.state_dir / "tmp")
         if self._mcp_configs:
             servers = self._servers()
@@ -297,7 +299,7 @@ class Host:
                 await self._spawner.aclose(5.0)
                 self._spawner = None
             if self._processes is not None:
-                self.trash.file_all()  # what rm moved during background runs
+                await anyio.to_thread.run_sync(self.trash.file_all)  # what rm moved during background runs
                 for session, path in list(self._session_tmp.items()):
                     running = [
                         p
@@ -895,7 +897,7 @@ class Host:
         temp = self._session_tmp.pop(session_id, None)
         if temp is not None:
             if self._state is not None:
-                self.trash.file_all()  # before the inbox goes with the temp dir
+                await anyio.to_thread.run_sync(self.trash.file_all)  # before the inbox goes with the temp dir
             remove_session_tmp(temp)
         self._sessions_noted.discard(session_id)  # a server front keeps nothing per ended session
 

@@ -581,7 +581,8 @@ class ProcessManager:
         )
         # One content block per part, so that a budget cut keeps each stream's head and tail.
         content = [TextContent(text=block) for block in outcome.blocks]
-        after = self._gate.finished(ctx) if self._gate is not None else None
+        # Filing the trash reads (and may copy) what the command wrote: off the event loop.
+        after = await anyio.to_thread.run_sync(self._gate.finished, ctx) if self._gate is not None else None
         if after is not None:
             content.append(TextContent(text=after.text))
             outcome.structured.update(after.data)

@@ -331,11 +331,18 @@ class _Engine:
                 self._database = database
             return self._database
 
-    def spans(self, data: bytes, hits: list[tuple[int, int]]) -> list[tuple[int, int, bytes]]:
+    def spans(
+        self, data: bytes, hits: list[tuple[int, int]], contextual: dict[bytes, bytes] | None = None
+    ) -> list[tuple[int, int, bytes]]:
         """(start, end, marker) of every secret the rules find where stage 1 saw them (stage 2):
-        on the line of each hit, or on the whole text for a rule whose matches span lines."""
+        on the line of each hit, or on the whole text for a rule whose matches span lines.
+
+        ``contextual``, when given, receives each secret value found (and its marker) that its
+        rule would not find standing alone (a password after ``password =``, unlike a ``ghp_``
+        token): its other occurrences in the text are found only by searching for it."""
         found: list[tuple[int, int, bytes]] = []
         done_to: dict[int, int] = {}
+        alone: set[bytes] = set()
         for index, end in sorted(hits):
             if end <= done_to.get(index, -1):
                 continue
@@ -352,6 +359,13 @@ class _Engine:
                 span = _secret_span(rule, match)
                 if span is not None and _keep(rule, region, match, span):
                     found.append((start + span[0], start + span[1], rule.marker))
+                    if contextual is not None and _MIN_REPEAT <= span[1] - span[0] <= _MAX_REPEAT:
+                        secret = region[span[0] : span[1]]
+                        if secret not in contextual and secret not in alone:
+                            if _found_alone(rule, secret):
+                                alone.add(secret)
+                            else:
+                                contextual[secret] = rule.marker
         return found
 
 
@@ -371,6 +385,18 @@ def _secret_span(rule: _Rule, match: Any) -> tuple[int, int] | None:
                 return span
     whole: tuple[int, int] = match.span()
     return whole if whole[1] > whole[0] else None
+
+
+def _found_alone(rule: _Rule, secret: bytes) -> bool:
+    """Whether ``rule`` finds ``secret`` as a text of its own, whole: then it finds it wherever
+    else it is written (no rule that judges by context, its line or its match, passes here)."""
+    if any(allow.target != "secret" for allow in rule.allowlists):
+        return False
+    whole = (0, len(secret))
+    return any(
+        _secret_span(rule, match) == whole and _keep(rule, secret, match, whole)
+        for match in rule.pattern.finditer(secret)
+    )
 
 
 def _line(data: bytes, start: int, end: int) -> bytes:
@@ -567,16 +593,16 @@ class Redactor:
 def _redact_rules(data: bytes, known: dict[bytes, bytes] | None = None) -> bytes:
     """``data`` with what the rules find replaced, and every other occurrence of each value
     they find (or of a value in ``known``, secrets found earlier in the same stream); ``data``
-    itself when there is nothing to replace. Values the rules find are added to ``known``."""
+    itself when there is nothing to replace. Values the rules find are added to ``known``.
+
+    A value its rule finds standing alone (a ``ghp_`` token) is not searched for: the rule finds
+    it wherever it is; only the others (a password found by its ``password =``) are."""
     engine = _engine()
     hits = engine.matches(data)
-    spans = engine.spans(data, hits) if hits else []
+    markers: dict[bytes, bytes] = {}  # the values to search for: see `_Engine.spans`
+    spans = engine.spans(data, hits, markers) if hits else []
     if not spans and not known:
         return data
-    markers: dict[bytes, bytes] = {}
-    for start, end, marker in spans:
-        if _MIN_REPEAT <= end - start <= _MAX_REPEAT:
-            markers.setdefault(data[start:end], marker)
     if known is not None:
         for value, marker in known.items():
             markers.setdefault(value, marker)

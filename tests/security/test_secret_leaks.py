@@ -127,3 +127,11 @@ def test_many_found_values_are_each_redacted_everywhere() -> None:
 def test_a_quoted_command_line_secret_is_taken_whole(text: str, tail: str) -> None:
     for out in redacted_every_way(text):
         assert tail not in out and out.count("[REDACTED:secret]") == 1, out
+
+
+def test_a_token_its_rule_finds_anywhere_is_redacted_at_every_occurrence() -> None:
+    # Such a value is not searched for (its rule finds each copy): every copy must still go.
+    token = "ghp_" + "Zx9Qw2" * 6
+    text = f"GITHUB_TOKEN={token}\ncurl -H 'token {token}' x\n{token}:x-oauth-basic\n"
+    for out in redacted_every_way(text):
+        assert "Zx9Qw2" not in out and out.count("[REDACTED:github-token]") == 3, out

@@ -40,6 +40,7 @@ from codemode.sandbox import (
     is_dir_at,
     listdir_at,
     make_dir_at,
+    open_anchor,
     open_dir_at,
     read_text_at,
     remove_at,
@@ -241,7 +242,7 @@ class Trash:
                     continue  # another workspace's (a later host of it files it) or not an rm entry
                 if root_fd is None:
                     self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-                    root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                    root_fd = open_anchor(self.root)
                 try:
                     _move_entry(inbox_fd, name, root_fd)
                 except (OSError, UnsafePath) as exc:

@@ -20,12 +20,12 @@ from codemode.tools._registry import GUIDE_INLINE_CHARS
 
 if TYPE_CHECKING:
     from codemode._results import HostConfig
-    from codemode.tools import Tool, ToolRegistry
+    from codemode.tools import Extension, Tool, ToolRegistry
 
 __all__ = ["FEW_TOOLS", "NOTE_CHARS", "run_code_description"]
 
-FEW_TOOLS = 30  # above this many of codemode's own tools, groups and counts only
-SIGNATURE_CHARS = 600  # ~150 tokens of inlined signatures, in registry order, while they fit
+FEW_TOOLS = 40  # "a few dozen": above, groups and counts only (mounted servers: namespaces)
+SIGNATURE_CHARS = 400  # ~100 tokens of inlined signatures, in registry order, while they fit
 NOTE_CHARS = GUIDE_INLINE_CHARS  # guidance up to this long is inlined; longer, describeTool has it
 NOTES_CHARS = 1500  # all inlined guidance together (mounted servers' lines included)
 LINE_CHARS = 110  # a tool's line: the first sentence of its description, cut to this
@@ -49,6 +49,26 @@ Output over the budget keeps head and tail around a line naming an archive ref: 
 tools.read_archive({{ref, offset, limit}}) reads the rest."""
 
 
+# Codemode's most used tools in one line each: the arguments and result fields a program needs
+# most (describeTool has the rest). Applied only to codemode's own tools of these names.
+SHORT_FORMS = {
+    "bash": "tools.bash({command, cwd?, timeout_seconds?, run_in_background?}) -> {exit_code, stdout: "
+    "{excerpt}, stderr: {excerpt}, log: {ref}}: a new shell each call; any exit code resolves",
+    "read_file": "tools.read_file({path, offset?, limit?}) -> {content, next_offset, total_lines}",
+    "edit_file": "tools.edit_file({path, old_text, new_text, replace_all?}) -> {replacements, diff}: "
+    "old_text must occur exactly once",
+    "write_file": "tools.write_file({path, content}): creates parent directories",
+    "read_archive": "tools.read_archive({ref, offset?, limit?}) -> {text, next_offset, eof}",
+}
+_SHORT_EXTENSIONS = {
+    "bash": "bash",
+    "read_file": "files",
+    "edit_file": "files",
+    "write_file": "files",
+    "read_archive": "archive",
+}
+
+
 def run_code_description(config: HostConfig, registry: ToolRegistry) -> str:
     """The text of ``run_code``'s description for ``registry``'s tools under ``config``."""
     parts = [
@@ -61,13 +81,40 @@ def run_code_description(config: HostConfig, registry: ToolRegistry) -> str:
             memory=config.memory_mb,
         )
     ]
-    own = [t for t in registry if t.origin is None]
+    tools = list(registry)
+    own = [t for t in tools if t.origin is None]
     if own:
         parts.append(_own_tools(own, registry) if len(own) <= FEW_TOOLS else _groups(own))
-    notes = _notes([e.guidance for e in registry.extensions if e.guidance])
+    extensions = registry.extensions
+    if len(tools) > FEW_TOOLS:  # mounted servers by namespace and count; their notes only when down
+        servers = [e for e in extensions if e.namespace is not None and e.tools]
+        if servers:
+            parts.append(_servers(servers))
+        extensions = [e for e in extensions if not (e.namespace is not None and e.tools)]
+    notes = _notes([e.guidance for e in extensions if e.guidance])
     if notes:
         parts.append(notes)
     return "\n\n".join(parts) + "\n"
+
+
+def _servers(servers: list[Extension]) -> str:
+    """Mounted servers as ``namespace (count)``, largest first, while they fit `GROUP_CHARS`."""
+    shown: list[str] = []
+    used = 0
+    ordered = sorted(servers, key=lambda e: (-len(e.tools), str(e.namespace)))
+    for extension in ordered:
+        entry = f"{extension.namespace} ({len(extension.tools)})"
+        if used + len(entry) > GROUP_CHARS:
+            break
+        shown.append(entry)
+        used += len(entry) + 2
+    more = len(ordered) - len(shown)
+    rest = f", and {more} more" if more else ""
+    count = sum(len(e.tools) for e in servers)
+    return (
+        f"Mounted MCP servers, {count} tools as tools.SERVER.TOOL(args): {', '.join(shown)}{rest}. "
+        'searchTools("<server> <what you need>") finds them.'
+    )
 
 
 def one_line(description: str) -> str:
@@ -82,6 +129,9 @@ def _own_tools(tools: list[Tool], registry: ToolRegistry) -> str:
     lines = ["Tools (describeTool(name) for arguments and result):"]
     left = SIGNATURE_CHARS
     for t in tools:
+        if t.name in SHORT_FORMS and t.extension == _SHORT_EXTENSIONS[t.name]:
+            lines.append(f"- {SHORT_FORMS[t.name]}")
+            continue
         signature = str(registry.describe(t.name)["signature"])
         if len(signature) <= left:
             left -= len(signature)

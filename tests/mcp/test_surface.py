@@ -211,3 +211,42 @@ async def test_tools_all_lists_mounted_tools_under_valid_names_and_calls_them(tm
             assert all(NAME_PATTERN.match(name) for name in names)
             echoed = await session.call_tool("up__echo", {"text": "direct"})
             assert not echoed.is_error and _text(echoed) == "direct"
+
+
+SYNTHETIC_SERVER = """
+import sys, anyio
+import mcp.types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+prefix, count = sys.argv[1], int(sys.argv[2])
+tools = [types.Tool(name=f"op_{i}", description=f"Operation {i}.", input_schema={"type": "object"})
+         for i in range(count)]
+async def list_tools(ctx, params):
+    return types.ListToolsResult(tools=tools)
+async def call_tool(ctx, params):
+    return types.CallToolResult(content=[types.TextContent(type="text", text=prefix + " " + params.name)])
+server = Server(prefix, on_list_tools=list_tools, on_call_tool=call_tool)
+async def main():
+    async with stdio_server() as (r, w):
+        await server.run(r, w, server.create_initialization_options())
+anyio.run(main)
+"""
+
+
+async def test_many_mounted_tools_are_listed_by_server_and_count(tmp_path: Path) -> None:
+    script = tmp_path / "synthetic.py"
+    script.write_text(SYNTHETIC_SERVER)
+    servers = {
+        name: {"command": sys.executable, "args": [str(script), name, str(count)]}
+        for name, count in (("big", 60), ("small", 3))
+    }
+    (tmp_path / "ws").mkdir()
+    async with Host(
+        workspace=tmp_path / "ws", state_dir=tmp_path / "state", mcp_servers=servers, connect_mcp_at_open=True
+    ) as host:
+        code = await _list(host, surface="code")
+        description = code.tools[0].description or ""
+        assert "Mounted MCP servers, 63 tools as tools.SERVER.TOOL(args): big (60), small (3)." in description
+        assert "op_59" not in description and "- tools.read_file(" in description  # its own tools stay
+        result = await host.run_code("print(await tools.big.op_59({}))")
+        assert result.text.strip() == "big op_59"

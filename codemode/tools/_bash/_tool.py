@@ -348,9 +348,8 @@ def description(handoff_seconds: float | None) -> str:
     return (
         "Run a bash command (a new non-interactive shell each call: cd and exports do not carry over; "
         "stdin is closed). Returns what a terminal shows: stdout then stderr, long output cut to head "
-        f"and tail with the full log in the archive. {_handoff_words(handoff_seconds)} Background "
-        "processes (run_in_background): action read (wait_ms waits for output), wait (until exit or a "
-        "line matching a pattern), write, stop, list, update."
+        f"and tail with the full log in the archive. {_handoff_words(handoff_seconds)} Started with "
+        "run_in_background, a process takes the other actions by its process_id."
     )
 
 

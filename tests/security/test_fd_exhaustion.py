@@ -70,8 +70,8 @@ async def test_background_start_and_git_probe_past_1023_fds(tmp_path: Path, many
         assert started.structured_content is not None, started.text
         done = await _read_until_exit(host, started.structured_content["process_id"])
         assert "bg-done" in done["output"]
-        # Touching the index makes the host run its dirty check (git status, confined).
-        probed = await host.call_tool("bash", {"command": "touch .git/index && echo probed"})
+        # A command of over 100 ms gets the dirty check after it (git status, confined).
+        probed = await host.call_tool("bash", {"command": "sleep 0.2 && echo probed"})
         assert probed.structured_content is not None
         revision = probed.structured_content["workspace_revision"]
         assert revision is not None and revision["dirty_reason"] is None, revision

@@ -67,11 +67,9 @@ def test_clean_filter_and_fsmonitor_never_run_on_the_host(tmp_path: Path) -> Non
         path.mkdir()
     tag = f"31{secrets.randbelow(10**6):06d}"  # a sleep length no other process has
     _hostile_repo(workspace, outside, tag)
-    # The command changes a tracked file and the index: the host's probe runs git status,
-    # which would run the clean filter on the changed file.
-    answers = run_host(
-        workspace, state, [{"command": "echo two >> tracked.txt && touch .git/index && echo ok"}]
-    )
+    # The command changes a tracked file and runs past 100 ms, so the host's probe runs git
+    # status after it, which would run the clean filter on the changed file.
+    answers = run_host(workspace, state, [{"command": "echo two >> tracked.txt && sleep 0.2 && echo ok"}])
     assert "ok" in answers[0]["text"]
     revision = answers[0]["data"]["workspace_revision"]
     assert revision is not None and len(revision["head"]) == 40

@@ -236,41 +236,42 @@ _GIT_ENV = {
 _GIT_TIMEOUT_SECONDS = 5.0
 
 
-def _git_cgroup() -> tuple[str | None, str | None]:
-    """A fresh cgroup for one dirty check: (path, None), or (None, why there is none)."""
+def _git_cgroup() -> str | None:
+    """A fresh cgroup for one dirty check, or None where cgroups are unavailable."""
     root = cgroup_root()
     if root.path is None:
-        return None, f"no cgroup to hold git and what the repository's filters start ({root.reason})"
+        return None
     try:
-        return root.make("git-probe", f"g{os.getpid()}_{time.monotonic_ns()}"), None
-    except OSError as exc:
-        return None, f"the cgroup for git status could not be made ({exc.strerror or exc})"
+        return root.make("git-probe", f"g{os.getpid()}_{time.monotonic_ns()}")
+    except OSError:
+        return None
 
 
 def git_dirty(root: str, policy: SandboxPolicy) -> tuple[bool | None, str | None]:
     """Whether tracked files in the work tree at ``root`` differ from HEAD, asked of git confined.
 
     The repository is hostile: its configuration can name programs git runs (clean filters,
-    whatever their names). So git never runs on the host: it runs through the sandbox's one
-    launch path, read-only with the network off, in a cgroup of its own that is killed when
-    git ends or after 5 s, whatever it started; its output is read to 4 KiB at most.
+    whatever their names), so no flag can turn them all off. git therefore never runs on the
+    host: it runs through the sandbox's one launch path, read-only with the network off, in a
+    cgroup of its own that is killed when git ends or after 5 s, with whatever it started (where
+    cgroups are unavailable, like every command there, it is stopped by its process group);
+    its output is read to 4 KiB at most.
 
     Returns:
         ``(dirty, None)``, or ``(None, why)`` when it cannot be known: git missing, failing,
-        slower than 5 s, or no confinement or cgroup available here (then git is not run at all).
+        slower than 5 s, or no confinement available here (then git is not run at all).
     """
     confined = replace(policy, mode=SandboxMode.READ_ONLY, network=False)
-    cgroup, why = _git_cgroup()
-    if cgroup is None:
-        return None, why
+    cgroup = _git_cgroup()
     try:
         return _run_git_status(root, confined, cgroup)
     finally:
-        cgroup_kill(cgroup)
-        cgroup_remove(cgroup)
+        if cgroup is not None:
+            cgroup_kill(cgroup)
+            cgroup_remove(cgroup)
 
 
-def _run_git_status(root: str, confined: SandboxPolicy, cgroup: str) -> tuple[bool | None, str | None]:
+def _run_git_status(root: str, confined: SandboxPolicy, cgroup: str | None) -> tuple[bool | None, str | None]:
     read, write = os.pipe2(os.O_CLOEXEC)
     devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     env = {k: v for k, v in without_host_secrets(os.environ).items() if not k.startswith("GIT_")}
@@ -306,7 +307,8 @@ def _run_git_status(root: str, confined: SandboxPolicy, cgroup: str) -> tuple[bo
     if timed_out:
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-        cgroup_kill(cgroup)
+        if cgroup is not None:
+            cgroup_kill(cgroup)
         proc.wait()
         return None, f"git status took over {_GIT_TIMEOUT_SECONDS:.0f} s and was stopped"
     code = proc.wait()

@@ -35,7 +35,8 @@ async def main(spec):
     await host.open()
     try:
         for call in spec["calls"]:
-            result = await host.call_tool("bash", call)
+            tool, arguments = (call["tool"], call["arguments"]) if "tool" in call else ("bash", call)
+            result = await host.call_tool(tool, arguments)
             answers.append({"text": result.text, "data": result.structured_content, "error": result.is_error})
             print(json.dumps({"answered": len(answers)}), file=sys.stderr, flush=True)
     finally:
@@ -58,8 +59,8 @@ def run_host(
     sandbox: str = "workspace-write",
     network: bool = True,
 ) -> list[dict[str, Any]]:
-    """Start a Host on ``workspace`` and ``state_dir``, make each bash call in turn, close it;
-    each call's ``{text, data, error}``.
+    """Start a Host on ``workspace`` and ``state_dir``, make each call in turn (bash arguments,
+    or ``{"tool": name, "arguments": {...}}``), close it; each call's ``{text, data, error}``.
 
     Raises:
         HostFroze: It had not answered every call and closed within `BOUND_SECONDS`.

@@ -78,6 +78,20 @@ def test_fifo_as_git_head_does_not_freeze_a_read_only_host(tmp_path: Path) -> No
     assert second["data"]["workspace_revision"] is None  # HEAD unreadable: no revision, no wait
 
 
+def test_read_file_of_a_fifo_is_refused_and_the_host_answers(tmp_path: Path) -> None:
+    """The file tools resolve race-free (``sandbox._fs``) and open non-blocking: a FIFO the
+    model asks to read is refused as not a file, whatever writes to it or not."""
+    workspace, state = _places(tmp_path)
+    os.mkfifo(workspace / "pipe")
+    first, second = run_host(
+        workspace,
+        state,
+        [{"tool": "read_file", "arguments": {"path": "pipe"}}, {"command": "echo still-answering"}],
+    )
+    assert first["error"] and "FIFO" in first["text"], first["text"]
+    assert "still-answering" in second["text"]
+
+
 def test_safe_open_refuses_fifos_devices_links_and_oversized_files(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
     os.symlink("/dev/zero", tmp_path / "zero")

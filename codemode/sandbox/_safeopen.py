@@ -475,16 +475,23 @@ def copy_tree_at(
         OSError: A copy failed (the partial copy is left for the caller to remove).
     """
     skipped: list[str] = []
-    _copy_entry(
-        src_dir_fd,
-        _name(src),
-        dst_dir_fd,
-        _name(dst),
-        src,
-        _CopyBudget(max_entries, max_bytes),
-        max_depth,
-        skipped,
-    )
+    try:
+        _copy_entry(
+            src_dir_fd,
+            _name(src),
+            dst_dir_fd,
+            _name(dst),
+            src,
+            _CopyBudget(max_entries, max_bytes),
+            max_depth,
+            skipped,
+        )
+    except FileExistsError as exc:
+        raise _refuse(
+            f"{dst} (or a name in it) exists already; the copy writes fresh names only",
+            dst,
+            ErrorCode.ALREADY_EXISTS,
+        ) from exc
     return skipped
 
 

@@ -176,3 +176,41 @@ def test_a_sample_of_real_source_files_is_almost_all_unchanged() -> None:
         if R.redact_bytes(data) != data:
             changed.append(path.relative_to(SITE))
     assert len(changed) <= 0.02 * len(sources), changed
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '__author__ = "Caleb P. Burns"',
+        '"author": "Jukka Lehtosalo",',
+        '        "input_token": "NextToken",',
+        '        "input_token": "next_token",',
+        '                "AWS_SECRET_ACCESS_KEY": "role-secret-key",',
+        "                token = Name.Builtin.Pseudo",
+        "    def detach(self, token: Token[Context]) -> None:",
+        "            return BasicAuth(username=auth[0], password=auth[1])",
+        "                key_password=self.key_password,",
+        "    pass_fds: Sequence[int] = (),",
+        "AS_PATTERN: Final[Tag] = 217",
+        "XAUTH = bytes([41]) # XAUTH",
+        'OLDSTYLE_AUTH = re.compile(r"auth=(.*)", re.I)',
+        '            token_range = "%d,%d-%d,%d:" % (token.start + token.end)',
+        '            auth = f"{auth}:{password}"',
+        '        print(f"password={password!r}")',
+        '        password = ":****"',
+        "    key_id = 'AKIAIOSFODNN7EXAMPLE'",
+        '            "SecretAccessKey": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", ',
+        '    "AWS::ApiGateway::ApiKey": "48205d4ffd7feba3",',
+        '        "ARN": "arn:aws:secretsmanager:us-west-2:123456789012:secret:MyTestSecret-a1b2c3",',
+        '        "NextToken": "[Pagination token]",',
+        '          "PurchaseToken": "eyJ2IjoiMSIsInMiOjEsImMiOi...",',
+        "            proxy_auth=self._proxy_auth,",
+        "        user=user, password=password, netloc=netloc",
+        "    private_key: Ed25519PrivateKey | Ed448PrivateKey",
+    ],
+)
+def test_code_names_and_documented_examples_are_not_secrets(line: str) -> None:
+    # Each of these lines, from installed packages, was redacted.
+    assert R.redact(line) == line
+    padded = "ordinary line\n" * 40 + line  # through the Hyperscan pass too
+    assert R.redact(padded) == padded

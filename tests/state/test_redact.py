@@ -13,7 +13,7 @@ from codemode.state import Redactor, StreamRedactor
 
 R = Redactor(environ={})
 
-AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ3rT9vKEY"
 JWT = (
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4ifQ"
     ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
@@ -26,7 +26,7 @@ PEM = (
 )
 
 POSITIVES = [
-    ("id AKIAIOSFODNN7EXAMPLE in use", "AKIAIOSFODNN7EXAMPLE", "aws-access-key-id"),
+    ("id AKIAIOSFODNN7QWERTY2 in use", "AKIAIOSFODNN7QWERTY2", "aws-access-key-id"),
     ("ASIAY34FZKBOKMUTVV7A,", "ASIAY34FZKBOKMUTVV7A", "aws-access-key-id"),
     (f"aws_secret_access_key = {AWS_SECRET}", AWS_SECRET, "aws-secret-key"),
     (f'AWS_SECRET_ACCESS_KEY="{AWS_SECRET}"', AWS_SECRET, "aws-secret-key"),
@@ -79,7 +79,7 @@ def test_url_password_keeps_user_and_host() -> None:
 
 
 def test_surrounding_text_kept() -> None:
-    out = R.redact("before AKIAIOSFODNN7EXAMPLE after")
+    out = R.redact("before AKIAIOSFODNN7QWERTY2 after")
     assert out == "before [REDACTED:aws-access-key-id] after"
 
 
@@ -142,7 +142,7 @@ def test_redaction_is_idempotent() -> None:
 
 
 def test_non_utf8_bytes_survive() -> None:
-    data = b"\xff\xfe binary \x00 AKIAIOSFODNN7EXAMPLE \x80"
+    data = b"\xff\xfe binary \x00 AKIAIOSFODNN7QWERTY2 \x80"
     assert R.redact_bytes(data) == b"\xff\xfe binary \x00 [REDACTED:aws-access-key-id] \x80"
 
 
@@ -159,7 +159,7 @@ def test_one_line_redacts_the_whole_text_before_cutting_and_shows_controls_as_te
     command = (
         "deploy --label "
         + "a" * 30
-        + " AKIAIOSFODNN7EXAMPLE\n\t--color \x1b[31m\x1b]0;title\x07 \x9b2J \u202eevil"
+        + " AKIAIOSFODNN7QWERTY2\n\t--color \x1b[31m\x1b]0;title\x07 \x9b2J \u202eevil"
     )
     # Cut first, the key's head would survive: the whole text is redacted first.
     assert R.one_line(command, 50) == "deploy --label " + "a" * 30 + " [..."

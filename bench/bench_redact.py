@@ -17,7 +17,8 @@ burst of load on the machine does not fall on one corpus only); the median is pr
 Recall: the share of tests/state/high_value_secrets.py's examples whose secret is gone, per kind
 and in all, and of tests/state/secret_fixtures.py's families. False positives: every text file
 of site-packages and vendor/quickjs-ng redacted whole, the share changed (and which rules changed
-them), and the lockfiles of tests/security/test_redaction_false_positives.py, lines changed.
+them), and the lockfiles of tests/security/test_redaction_false_positives.py, lines changed;
+with ``--wide``, also every text file of the Python install (its stdlib and site-packages).
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ from tests.state.secret_fixtures import families, ordinary_output  # noqa: E402
 ORDINARY_ROOTS = (Path(sysconfig.get_paths()["purelib"]), ROOT / "vendor" / "quickjs-ng")
 
 
-def text_files() -> Iterator[tuple[Path, bytes]]:
-    """Every regular file under ORDINARY_ROOTS that is UTF-8 text (no NUL byte)."""
-    for root in ORDINARY_ROOTS:
+def text_files(roots: tuple[Path, ...] = ORDINARY_ROOTS) -> Iterator[tuple[Path, bytes]]:
+    """Every regular file under ``roots`` that is UTF-8 text (no NUL byte)."""
+    for root in roots:
         for path in sorted(root.rglob("*")):
             if path.is_symlink() or not path.is_file():
                 continue
@@ -135,14 +136,14 @@ def recall() -> None:
     print(f"  secret_fixtures.py families: {caught}/{total} = {100 * caught / total:.1f}%")
 
 
-def false_positives() -> None:
+def false_positives(roots: tuple[Path, ...], lockfiles: bool = True) -> None:
     redactor = Redactor(environ={})
     engine = _engine()
     files = changed = 0
     size = 0
     by_rule: Counter[str] = Counter()
     examples: list[str] = []
-    for path, data in text_files():
+    for path, data in text_files(roots):
         files += 1
         size += len(data)
         if redactor.redact_bytes(data) == data:
@@ -153,11 +154,13 @@ def false_positives() -> None:
         by_rule.update(rules)
         if len(examples) < 12:
             examples.append(f"    {path}: {', '.join(sorted(rules))}")
-    roots = " + ".join(str(r) for r in ORDINARY_ROOTS)
-    print(f"\nfalse positives: text files of {roots} ({files} files, {size / 1e6:.0f} MB)")
+    names = " + ".join(str(r) for r in roots)
+    print(f"\nfalse positives: text files of {names} ({files} files, {size / 1e6:.0f} MB)")
     print(f"  files changed: {changed}/{files} = {100 * changed / files:.2f}%")
     print("  by marker: " + ", ".join(f"{m} {n}" for m, n in by_rule.most_common()))
     print("\n".join(examples))
+    if not lockfiles:
+        return
     for name, make in LOCKFILES.items():
         text = make()
         out = redactor.redact(text)
@@ -170,10 +173,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mb", type=int, default=20, help="size of each corpus in MB")
     parser.add_argument("--runs", type=int, default=5, help="timed rounds (the median is printed)")
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="also every text file of the Python install (stdlib and its site-packages)",
+    )
     args = parser.parse_args()
     throughput(args.mb * 1_000_000, args.runs)
     recall()
-    false_positives()
+    false_positives(ORDINARY_ROOTS)
+    if args.wide:
+        false_positives((Path(sysconfig.get_paths()["stdlib"]),), lockfiles=False)
 
 
 if __name__ == "__main__":

@@ -198,7 +198,6 @@ def test_a_sample_of_real_source_files_is_almost_all_unchanged() -> None:
         '            auth = f"{auth}:{password}"',
         '        print(f"password={password!r}")',
         '        password = ":****"',
-        "    key_id = 'AKIAIOSFODNN7EXAMPLE'",
         '            "SecretAccessKey": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", ',
         '    "AWS::ApiGateway::ApiKey": "48205d4ffd7feba3",',
         '        "ARN": "arn:aws:secretsmanager:us-west-2:123456789012:secret:MyTestSecret-a1b2c3",',

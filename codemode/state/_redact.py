@@ -12,8 +12,14 @@ relabelled). Every byte of command output passes through here, so matching is in
    secret has the rule's entropy, no allowlist names it, and its format check (code, for a
    format that needs it: base64 of a PEM key) passes.
 
-Ordinary output (commit hashes, UUIDs, sha256 sums, base64 blobs, paths) matches no rule and
-comes back as it was, without a copy.
+Once a value is a secret somewhere in a text, it is one everywhere in it: a value found by its
+context (``password = 'X'``), which its rule would not find standing alone, is then searched for
+(one Hyperscan literal pass) and every other occurrence replaced too (``echo X``); a
+`StreamRedactor` remembers such values for its later chunks. A self-identifying token (``ghp_...``)
+needs no search: its rule finds it wherever it is.
+
+Ordinary output (commit hashes, UUIDs, sha256 sums, base64 blobs, paths, lockfiles) matches no
+rule and comes back as it was, without a copy.
 
 A replacement looks like ``[REDACTED:github-token]``; values of secret-named environment
 variables become ``[REDACTED:env:NAME]`` (the name is not secret, the value is). Redacting

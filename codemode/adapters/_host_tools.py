@@ -15,7 +15,7 @@ import anyio
 from codemode._ids import check_id
 from codemode._published import RUN_CODE_SCHEMA, flat_input_schema
 from codemode._surface import SurfaceName, check_surface, listed_tools
-from codemode.errors import UserError
+from codemode.errors import ErrorCode, UserError
 from codemode.host import Host
 
 __all__ = ["HostTools", "ToolOutput", "ToolSpec"]
@@ -119,7 +119,9 @@ class HostTools:
         )
         if real is None and self.host.registry.get(name) is not None:
             return ToolOutput(
-                f"{name} is offered inside run_code only: call it as tools.{name}(args) there", True
+                f"{name} is offered inside run_code only: call it as tools.{name}(args) there",
+                True,
+                {"error": ErrorCode.UNKNOWN_TOOL.value, "name": name},
             )
         called = await self.host.call_tool(real or name, args, session_id=self.session_id)
         return ToolOutput(called.text, called.is_error, called.structured_content)

@@ -41,7 +41,7 @@ from codemode._results import RunError, Usage
 from codemode._surface import SurfaceName, check_surface, listed_tools, shallow_output_schema
 from codemode._version import __version__
 from codemode.budget import TokenCounter
-from codemode.errors import GuestErrorKind, UserError
+from codemode.errors import ErrorCode, GuestErrorKind, UserError
 from codemode.host import Host
 from codemode.mcp._approval import Elicitor
 from codemode.mcp._sessions import NoSession, SessionOf
@@ -165,8 +165,10 @@ def create_server(
         if params.name == "run_code":
             return await run_code(args, session, on_progress)
         name = real_name(params.name)
-        if name is None:
-            return _error(_not_listed(params.name, host, surface))
+        if name is None:  # coded as the host codes an unknown tool
+            refused = _error(_not_listed(params.name, host, surface))
+            refused.structured_content = {"error": ErrorCode.UNKNOWN_TOOL.value, "name": params.name}
+            return refused
         called = await host.call_tool(name, args, session_id=session, on_progress=on_progress)
         t = host.registry.get(name)
         schema, wrapped = _output_schema(t) if t is not None else (None, False)

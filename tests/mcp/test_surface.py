@@ -252,3 +252,6 @@ async def test_many_mounted_tools_are_listed_by_server_and_count(tmp_path: Path)
         assert "op_59" not in description and "- tools.read_file(" in description  # its own tools stay
         result = await host.run_code("print(await tools.big.op_59({}))")
         assert result.text.strip() == "big op_59"
+        every = HostTools(host, surface="all")  # adapters list and call them by listed name
+        assert "big__op_59" in [spec.name for spec in every.specs()]
+        assert (await every.call("big__op_59", {})).text == "big op_59"

@@ -135,3 +135,17 @@ def test_a_token_its_rule_finds_anywhere_is_redacted_at_every_occurrence() -> No
     text = f"GITHUB_TOKEN={token}\ncurl -H 'token {token}' x\n{token}:x-oauth-basic\n"
     for out in redacted_every_way(text):
         assert "Zx9Qw2" not in out and out.count("[REDACTED:github-token]") == 3, out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "GOOGLE_CREDENTIALS=" + "ewogICJ0eXBlIjogInNlcnZpY2VfYWNjb3VudCIs" + "Qk9Yc2VjcmV0" * 100,
+        "password = '" + "x9Y!" * 120 + "'",
+        "db.password: " + "Ab9" * 150,
+    ],
+)
+def test_a_long_value_is_redacted_whole(text: str) -> None:
+    # A value longer than a few hundred characters was cut at the limit and its tail printed.
+    for out in redacted_every_way(text):
+        assert out.endswith(("[REDACTED:secret]", "[REDACTED:secret]'")), out[-80:]

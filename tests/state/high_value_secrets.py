@@ -88,6 +88,12 @@ def high_value() -> dict[str, list[tuple[str, str]]]:
     body_line = key.splitlines()[3]
     add("gcp-service-account", body_line, [json.dumps(account), json.dumps(account, indent=2)])
     add("gcp-service-account", key_id, [json.dumps(account, indent=2)])
+    encoded = base64.b64encode(json.dumps(account, indent=2).encode()).decode()
+    add(
+        "gcp-service-account-b64",
+        encoded[200:260],
+        [f"GOOGLE_CREDENTIALS={encoded}", f"GCP_SA_KEY: {encoded}"],
+    )
     token("gcp-api-key", "AIza" + r(URLSAFE, 35))
     token("gcp-oauth-client-secret", "GOCSPX-" + r(URLSAFE, 28))
     token("gcp-oauth-token", "ya29." + r(URLSAFE, 150))
@@ -135,6 +141,15 @@ def high_value() -> dict[str, list[tuple[str, str]]]:
         [
             f"AccountEndpoint=https://db1.documents.azure.com:443/;AccountKey={s};",
             f"COSMOS_KEY={s}",
+        ],
+    )
+    s = r(URLSAFE, 54) + "=="
+    add(
+        "azure-function-key",
+        s,
+        [
+            f"curl https://fn-app.azurewebsites.net/api/HttpTrigger1?code={s}",
+            f"POST https://fn-app.azurewebsites.net/api/orders?clientId=web&code={s} 200",
         ],
     )
     token("azure-devops-pat", r(ALNUM, 52) + "JQQJ99" + r(ALNUM, 18) + "AZDO" + r(ALNUM, 4))

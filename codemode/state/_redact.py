@@ -630,7 +630,7 @@ def _occurrences(data: bytes, markers: dict[bytes, bytes]) -> list[tuple[int, in
     """(start, end, marker) of every occurrence in ``data`` of each value of ``markers``: once a
     value is a secret somewhere in a text, it is one everywhere in it (``password = 'X' | 'X'``)."""
     found: list[tuple[int, int, bytes]] = []
-    values = [v for v in markers if len(v) <= len(data)]
+    values = list(markers)  # the same set chunk after chunk: its database is kept
     if len(values) <= _FEW_VALUES:
         for value in values:
             at = data.find(value)
@@ -638,21 +638,44 @@ def _occurrences(data: bytes, markers: dict[bytes, bytes]) -> list[tuple[int, in
                 found.append((at, at + len(value), markers[value]))
                 at = data.find(value, at + 1)
         return found
-    database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-    database.compile(
-        expressions=values,
-        ids=list(range(len(values))),
-        elements=len(values),
-        flags=[0] * len(values),  # a literal's start is its end less its length: no SOM to track
-        literal=True,
-    )
+    values.sort()
+    database, scratch = _literal_database(tuple(values))
 
     def on_match(index: int, start: int, end: int, flags: int, context: object) -> None:
         value = values[index]
         found.append((end - len(value), end, markers[value]))
 
-    database.scan(data, match_event_handler=on_match)
+    database.scan(data, match_event_handler=on_match, scratch=scratch)
     return found
+
+
+_LITERALS = threading.local()  # per thread: the last literal databases made, and their scratch
+_LITERAL_CACHE = 8
+
+
+def _literal_database(values: tuple[bytes, ...]) -> tuple[hyperscan.Database, hyperscan.Scratch]:
+    """A Hyperscan database of ``values`` as literals, and a scratch for it, kept for the next
+    call with the same values: a stream that knows a few secrets looks for the same ones in
+    every chunk (compiling them each time cost 40 times the scan)."""
+    cache: dict[tuple[bytes, ...], tuple[hyperscan.Database, hyperscan.Scratch]] | None
+    cache = getattr(_LITERALS, "cache", None)
+    if cache is None:
+        cache = _LITERALS.cache = {}
+    made = cache.get(values)
+    if made is None:
+        database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        database.compile(
+            expressions=list(values),
+            ids=list(range(len(values))),
+            elements=len(values),
+            flags=[0] * len(values),  # a literal's start is its end less its length: no SOM to track
+            literal=True,
+        )
+        made = (database, hyperscan.Scratch(database))
+        if len(cache) >= _LITERAL_CACHE:
+            del cache[next(iter(cache))]
+        cache[values] = made
+    return made
 
 
 class StreamRedactor:

@@ -204,3 +204,18 @@ def test_many_short_texts_start_the_compile_on_a_thread_of_its_own() -> None:
     assert engine._database is not None
     assert engine.spans(line, engine.matches(line)) == first  # the database finds the same
     assert first
+
+
+def test_a_stream_that_knows_many_values_builds_their_search_once() -> None:
+    # Compiling the known values' literal database for every chunk cost 40 times the scan.
+    from codemode.state import _redact
+
+    stream = StreamRedactor(R)
+    values = [f"Zq{i}x!Wm{i * 7}pT{i}" for i in range(20)]
+    first = stream.feed("".join(f"password_{i} = '{v}'\n" for i, v in enumerate(values)).encode())
+    assert not any(v.encode() in first for v in values)
+    made = dict(_redact._LITERALS.cache)
+    for i in range(50):
+        out = stream.feed(f"line {i} uses {values[i % 20]} again\n".encode())
+        assert out == f"line {i} uses [REDACTED:secret] again\n".encode()
+    assert dict(_redact._LITERALS.cache) == made  # the same database, not one per chunk

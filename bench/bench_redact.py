@@ -2,7 +2,7 @@
 
 Run: ``python bench/bench_redact.py [--mb 20] [--runs 5]``
 
-Throughput (``Redactor.redact_bytes``, MB/s) on five corpora of ``--mb`` MB each, measured in
+Throughput (``Redactor.redact_bytes``, MB/s) on six corpora of ``--mb`` MB each, measured in
 ``--runs`` rounds; each round times every corpus once, in an order rotated round by round (so a
 burst of load on the machine does not fall on one corpus only); the median is printed with
 ``os.getloadavg()`` as it was after the last round (this machine is shared: read MB/s beside it):
@@ -12,7 +12,8 @@ burst of load on the machine does not fall on one corpus only); the median is pr
   things that are not secrets, each of which the second stage has to look at;
 - source: the text files of the installed site-packages and vendor/quickjs-ng, concatenated;
 - secret/KB: build output with one secret line (a fixture's) after each KB;
-- secret/line: every line holds a secret.
+- secret/line: every line holds a secret;
+- stream: build output through a `StreamRedactor` in 64 KiB chunks, after 20 passwords.
 
 Recall: the share of tests/state/high_value_secrets.py's examples whose secret is gone, per kind
 and in all, and of tests/state/secret_fixtures.py's families. False positives: every text file
@@ -31,14 +32,14 @@ import sys
 import sysconfig
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_archive import mixed_output  # noqa: E402
-from codemode.state._redact import Redactor, _engine  # noqa: E402
+from codemode.state._redact import Redactor, StreamRedactor, _engine  # noqa: E402
 from tests.security.test_redaction_false_positives import LOCKFILES  # noqa: E402
 from tests.state.high_value_secrets import high_value  # noqa: E402
 from tests.state.secret_fixtures import families, ordinary_output  # noqa: E402
@@ -89,6 +90,17 @@ def one_secret_per_kb(size: int) -> bytes:
     return ("\n".join(out) + "\n").encode()[:size]
 
 
+def streamed(redactor: Redactor) -> Callable[[bytes], bytes]:
+    """Redaction of a stream that has already met 20 passwords, fed in 64 KiB chunks."""
+    stream = StreamRedactor(redactor)
+    stream.feed("".join(f"password_{i} = 'Zq{i}x!Wm{i * 7}pT{i}'\n" for i in range(20)).encode())
+
+    def redact(data: bytes) -> bytes:
+        return b"".join(stream.feed(data[i : i + 65536]) for i in range(0, len(data), 65536))
+
+    return redact
+
+
 def throughput(size: int, runs: int) -> None:
     redactor = Redactor(environ={})
     redactor.redact("warm up: load the rules")
@@ -103,13 +115,15 @@ def throughput(size: int, runs: int) -> None:
     }
     for data in corpora.values():
         redactor.redact_bytes(data[:1_000_000])  # compile the patterns each corpus needs
+    corpora["stream"] = corpora["build"]
     names = list(corpora)
     times: dict[str, list[float]] = {name: [] for name in names}
     for run in range(runs):
         for name in names[run % len(names) :] + names[: run % len(names)]:
             data = corpora[name]
+            redact = streamed(redactor) if name == "stream" else redactor.redact_bytes
             start = time.perf_counter()
-            redactor.redact_bytes(data)
+            redact(data)
             times[name].append(len(data) / 1e6 / (time.perf_counter() - start))
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"redact_bytes MB/s, median of {runs} rotated runs ({size / 1e6:.0f} MB each; loadavg {load})")

@@ -34,6 +34,12 @@ class Channel:
 class Context:
     """A fresh QuickJS runtime and context, used by one thread at a time.
 
+    Enforced: a method that uses the engine while another thread (or the host function, calling
+    back from inside its JS) is using it raises RuntimeError ("in use"); after `free` every such
+    method raises RuntimeError ("freed"). `disarm`, `outstanding`, `slice_end` and the channel's
+    `post`/`interrupt` are safe from any thread at any time. JS's stack limit is fitted to the
+    stack of the thread each call runs on.
+
     Args:
         prelude: Load the prelude `set_prelude` gave (else a bare context, for eval only).
 

@@ -95,6 +95,6 @@ def test_the_probe_leaves_nothing_the_filter_started(tmp_path: Path) -> None:
     _hostile_repo(workspace, outside, tag)
     (workspace / "tracked.txt").write_text("changed\n")
     policy = SandboxPolicy(mode=SandboxMode.WORKSPACE_WRITE, writable_roots=(workspace,))
-    assert git_dirty(str(workspace), policy) == (True, None)
+    assert git_dirty(str(workspace), policy, cgroup_owner=f"h_hostilegit_{os.getpid()}x0") == (True, None)
     assert _daemons(tag) == []  # the cgroup was killed before git_dirty returned
     assert sorted(p.name for p in outside.iterdir()) == []

@@ -236,18 +236,20 @@ _GIT_ENV = {
 _GIT_TIMEOUT_SECONDS = 5.0
 
 
-def _git_cgroup() -> str | None:
-    """A fresh cgroup for one dirty check, or None where cgroups are unavailable."""
+def _git_cgroup(owner: str) -> str | None:
+    """A fresh cgroup for one dirty check under ``owner`` (the host's cgroup owner, so a probe
+    a killed host left behind is swept like its commands), or None where cgroups are
+    unavailable."""
     root = cgroup_root()
     if root.path is None:
         return None
     try:
-        return root.make("git-probe", f"g{os.getpid()}_{time.monotonic_ns()}")
+        return root.make(owner, f"g{os.getpid()}_{time.monotonic_ns()}")
     except OSError:
         return None
 
 
-def git_dirty(root: str, policy: SandboxPolicy) -> tuple[bool | None, str | None]:
+def git_dirty(root: str, policy: SandboxPolicy, *, cgroup_owner: str) -> tuple[bool | None, str | None]:
     """Whether tracked files in the work tree at ``root`` differ from HEAD, asked of git confined.
 
     The repository is hostile: its configuration can name programs git runs (clean filters,
@@ -257,12 +259,19 @@ def git_dirty(root: str, policy: SandboxPolicy) -> tuple[bool | None, str | None
     cgroups are unavailable, like every command there, it is stopped by its process group);
     its output is read to 4 KiB at most.
 
+    Args:
+        root: The work tree.
+        policy: The session's sandbox policy (made read-only, network off, for git).
+        cgroup_owner: The host's cgroup owner on its state directory (``h_<tag>_<host>``, see
+            ``_foreground.host_cgroup_owner``): the probe's cgroup goes under it, where the
+            next host on that state directory finds it if this host is killed meanwhile.
+
     Returns:
         ``(dirty, None)``, or ``(None, why)`` when it cannot be known: git missing, failing,
         slower than 5 s, or no confinement available here (then git is not run at all).
     """
     confined = replace(policy, mode=SandboxMode.READ_ONLY, network=False)
-    cgroup = _git_cgroup()
+    cgroup = _git_cgroup(cgroup_owner)
     try:
         return _run_git_status(root, confined, cgroup)
     finally:
@@ -353,7 +362,7 @@ def git_changed_since(tree: WorkTree, since: float) -> bool:
 
 
 def workspace_revision(
-    tree: WorkTree | None, *, policy: SandboxPolicy, skip_dirty: str | None = None
+    tree: WorkTree | None, *, policy: SandboxPolicy, cgroup_owner: str, skip_dirty: str | None = None
 ) -> dict[str, Any] | None:
     """Git HEAD and a dirty marker of the work tree ``tree`` (see `find_work_tree`).
 
@@ -364,6 +373,7 @@ def workspace_revision(
     Args:
         tree: The work tree, or None (outside one: no revision).
         policy: The session's sandbox policy (its roots and protected dirs confine the check).
+        cgroup_owner: Where the check's cgroup goes (see `git_dirty`).
         skip_dirty: Why the dirty check is skipped, or None to run it.
 
     Returns:
@@ -385,5 +395,7 @@ def workspace_revision(
             ref = None  # not a ref name git writes: nothing of it is shown
     else:
         commit = head if _OBJECT_ID.fullmatch(head) else None
-    dirty, reason = (None, skip_dirty) if skip_dirty is not None else git_dirty(root, policy)
+    dirty, reason = (
+        (None, skip_dirty) if skip_dirty is not None else git_dirty(root, policy, cgroup_owner=cgroup_owner)
+    )
     return {"root": root, "head": commit, "ref": ref, "dirty": dirty, "dirty_reason": reason}

@@ -191,6 +191,8 @@ class Running:
     work_tree: WorkTree | None = None  # looked up while the command starts
     scan: StreamScan | None = None  # what a verification command's whole output showed
     forks_refused: int = 0  # pids.events "max" of its (reused) cgroup when it started
+    # The host's cgroup owner on its state dir (``h_<tag>_<host>``): the git probe's goes there.
+    cgroup_owner: str = "h_unknown"
 
     def terminate(self) -> None:
         """Stop the whole tree (blocking; the root is not reaped yet, so its pgid is ours)."""
@@ -405,7 +407,8 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
         if spec.direct is not None:
             env["PWD"] = str(spec.cwd)  # what bash would have set
         started = time.monotonic()
-        cgroup = CGROUPS.take(host_cgroup_owner(state_tag(archive)))
+        owner = host_cgroup_owner(state_tag(archive))
+        cgroup = CGROUPS.take(owner)
         refused = pids_refused(cgroup)
         stdio = (_devnull(), out_write, err_write)
         try:
@@ -455,9 +458,11 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
     # after it has ended; workspace_revision re-checks what the command could have changed.
     work_tree = find_work_tree(spec.cwd)
     forks_refused = 0 if refused is None else refused[0]
-    return Running(
+    running = Running(
         spec, marker, proc, pump, stdout, stderr, log, started, time.time(), work_tree, scan, forks_refused
     )
+    running.cgroup_owner = owner
+    return running
 
 
 @dataclass
@@ -560,7 +565,9 @@ def finish(
         log_name = writer.ref
     from codemode.tools._bash._shape import build_result
 
-    revision = workspace_revision(ending.tree, policy=spec.policy, skip_dirty=ending.skip_dirty)
+    revision = workspace_revision(
+        ending.tree, policy=spec.policy, cgroup_owner=running.cgroup_owner, skip_dirty=ending.skip_dirty
+    )
     notes = (
         pids_refused_note(running.proc.cgroup, running.forks_refused),
         tmp_full_note(spec.policy.temp_dir),

@@ -18,6 +18,9 @@ from codemode.tools._bash._env import (
     workspace_revision,
 )
 
+# The probe's cgroup owner: a host's is h_<state tag>_<host>; these tests run without a host.
+_OWNER = f"h_testenv_{os.getpid()}x0"
+
 _GIT_ENV = {
     **os.environ,
     "GIT_AUTHOR_NAME": "t",
@@ -41,7 +44,9 @@ def test_revision_of_a_linked_worktree_with_packed_refs(tmp_path: Path) -> None:
     _git(repo, "pack-refs", "--all")
     (tmp_path / "wt" / "sub").mkdir()
     rev = workspace_revision(
-        find_work_tree(tmp_path / "wt" / "sub"), policy=SandboxPolicy(writable_roots=(tmp_path,))
+        find_work_tree(tmp_path / "wt" / "sub"),
+        policy=SandboxPolicy(writable_roots=(tmp_path,)),
+        cgroup_owner=_OWNER,
     )
     assert rev is not None
     assert rev["head"] == _git(tmp_path / "wt", "rev-parse", "HEAD")
@@ -53,7 +58,9 @@ def test_revision_of_a_detached_head(tmp_path: Path) -> None:
     _git(tmp_path, "commit", "-q", "--allow-empty", "-m", "one")
     head = _git(tmp_path, "rev-parse", "HEAD")
     _git(tmp_path, "checkout", "-q", "--detach")
-    rev = workspace_revision(find_work_tree(tmp_path), policy=SandboxPolicy(), skip_dirty="not asked")
+    rev = workspace_revision(
+        find_work_tree(tmp_path), policy=SandboxPolicy(), cgroup_owner=_OWNER, skip_dirty="not asked"
+    )
     assert rev is not None and (rev["head"], rev["ref"], rev["dirty"]) == (head, None, None)
     assert rev["dirty_reason"] == "not asked"
 
@@ -111,7 +118,7 @@ def test_a_hostile_repository_makes_the_host_run_nothing(tmp_path: Path, mode: S
     marker = outside / "ran"
     _hostile_repo(repo, marker)
     policy = SandboxPolicy(mode=mode, writable_roots=(repo,), network=False)
-    rev = workspace_revision(find_work_tree(repo), policy=policy)
+    rev = workspace_revision(find_work_tree(repo), policy=policy, cgroup_owner=_OWNER)
     assert rev is not None and rev["root"] == str(repo)
     # The long-running filter process dies confined, so git fails and the answer is "unknown"
     # rather than a wrong "clean"; nothing of the repository's ran outside the sandbox.
@@ -131,7 +138,9 @@ def test_the_filter_git_still_runs_is_confined(tmp_path: Path) -> None:
     _git(repo, "commit", "-q", "-m", "one")
     _git(repo, "config", "filter.evil.clean", f"sh -c 'touch {repo}/wrote; cat'")
     (repo / "a.txt").write_text("two\n")
-    rev = workspace_revision(find_work_tree(repo), policy=SandboxPolicy(writable_roots=(repo,)))
+    rev = workspace_revision(
+        find_work_tree(repo), policy=SandboxPolicy(writable_roots=(repo,)), cgroup_owner=_OWNER
+    )
     assert rev is not None and rev["dirty"] is True
     assert not (repo / "wrote").exists()
 

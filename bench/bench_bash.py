@@ -28,6 +28,7 @@ from typing import Any
 import anyio
 import psutil
 
+from codemode.policy import CommandGuard, CommandPolicy, Trash
 from codemode.sandbox import SandboxMode, SandboxPolicy
 from codemode.state import Archive, State
 from codemode.state._redact import Redactor, StreamRedactor
@@ -64,9 +65,14 @@ async def bench_true(root: Path, archive: Archive, n: int) -> None:
             archive,
         ),
     )
+    # The host's default gate: the command policy checked, the rm shim and its inbox set up.
+    guard = CommandGuard(CommandPolicy(), Trash(root / "state", ws))
+    guarded_manager = ProcessManager(archive, handoff_seconds=10, command_gate=guard)
+    guarded = Bash(guarded_manager, confined.ctx)
     for _ in range(10):  # warm up
         await full(command="true")
         await confined(command="true")
+        await guarded(command="true")
         subprocess.run(["bash", "-c", "true"])
     repo = ws / "repo"
     repo.mkdir()
@@ -78,6 +84,7 @@ async def bench_true(root: Path, archive: Archive, n: int) -> None:
     tool_full: list[float] = []
     tool_confined: list[float] = []
     in_git: list[float] = []
+    tool_guarded: list[float] = []
 
     async def run_base() -> None:
         subprocess.run(["bash", "-c", "true"])
@@ -91,11 +98,21 @@ async def bench_true(root: Path, archive: Archive, n: int) -> None:
     async def run_in_git() -> None:
         await confined(command="true", cwd="repo")
 
-    kinds = [(run_base, base), (run_full, tool_full), (run_confined, tool_confined), (run_in_git, in_git)]
+    async def run_guarded() -> None:
+        await guarded(command="true")
+
+    kinds = [
+        (run_base, base),
+        (run_full, tool_full),
+        (run_confined, tool_confined),
+        (run_in_git, in_git),
+        (run_guarded, tool_guarded),
+    ]
+    load = os.getloadavg()[0]
     for i in range(n):
         # Interleaved, so load changes hit all alike, and in turn first, second, ...: whatever
         # runs right after another kind (caches, the allocator) does not favour one of them.
-        for run, samples in kinds[i % 4 :] + kinds[: i % 4]:
+        for run, samples in kinds[i % len(kinds) :] + kinds[: i % len(kinds)]:
             t = time.perf_counter()
             await run()
             samples.append(time.perf_counter() - t)
@@ -112,7 +129,13 @@ async def bench_true(root: Path, archive: Archive, n: int) -> None:
         f"[true] bash tool, workspace-write, cwd in a git work tree (HEAD read from files): "
         f"{_median_ms(in_git):.2f} ms  ratio {_median_ms(in_git) / b:.2f}x"
     )
+    print(
+        f"[true] bash tool, workspace-write, the host's command gate (policy, rm shim, trash filing): "
+        f"{_median_ms(tool_guarded):.2f} ms  ratio {_median_ms(tool_guarded) / b:.2f}x"
+    )
+    print(f"[true] load average (1 min) before / after: {load:.2f} / {os.getloadavg()[0]:.2f}")
     await manager.aclose()
+    await guarded_manager.aclose()
 
 
 class _RssSampler:

@@ -494,11 +494,6 @@ class _Ending:
     tree: WorkTree | None
     skip_dirty: str | None  # why the dirty check is skipped; None runs it (when there is a tree)
 
-    @property
-    def runs_git(self) -> bool:
-        """Whether shaping runs ``git status`` (a process: not for the event loop)."""
-        return self.tree is not None and self.skip_dirty is None
-
 
 def _ending(running: Running, *, promoted: bool) -> _Ending:
     """Settle how long ``running`` took and whether its dirty check runs.
@@ -532,10 +527,9 @@ def finish(
     timed_out: bool = False,
     cancelled: bool = False,
     promoted_process_id: str | None = None,
-    ending: _Ending | None = None,
 ) -> Outcome:
-    """Reap (unless promoted), close the log and shape the result (blocking; call in a thread
-    unless ``ending`` says no git runs and the log is in memory).
+    """Reap (unless promoted), close the log and shape the result (blocking, and it reads what
+    the command could write: call it in a worker thread).
 
     Args:
         running: The command.
@@ -543,11 +537,9 @@ def finish(
         timed_out: It was stopped at its timeout.
         cancelled: It was stopped because the caller went away.
         promoted_process_id: It was moved to the background as this process.
-        ending: `_ending` of the run when the caller settled it already.
     """
     spec = running.spec
-    if ending is None:
-        ending = _ending(running, promoted=promoted_process_id is not None)
+    ending = _ending(running, promoted=promoted_process_id is not None)
     exit_code: int | None = None
     signal_name: str | None = None
     log_ref: ArchiveRef | None = None
@@ -703,12 +695,10 @@ async def _wait(pump: Pump, deadline: float) -> PumpStatus:
 
 
 async def _finish(running: Running, redactor: Redactor) -> Outcome:
-    """Shape a finished run: on the loop when that is cheap, else in a worker thread."""
-    ending = _ending(running, promoted=False)
-    if running.log.in_memory and not ending.runs_git:
-        # No `git status`, at most one small archive write: cheaper than a thread hop.
-        return finish(running, redactor=redactor, ending=ending)
-    return await anyio.to_thread.run_sync(lambda: finish(running, redactor=redactor, ending=ending))
+    """Shape a finished run in a worker thread: settling it stats the work tree's ``.git`` and
+    the revision reads HEAD and refs, all of which the command could write (a FIFO, a link), so
+    none of it runs on the event loop (one hop for all of it)."""
+    return await anyio.to_thread.run_sync(lambda: finish(running, redactor=redactor))
 
 
 def _stop_and_finish(

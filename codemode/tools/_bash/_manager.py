@@ -546,11 +546,22 @@ class ProcessManager:
             call_id=ctx.call_id,
         )
 
-    async def _run(self, args: BashRunArgs, ctx: ToolContext) -> ToolResult:
+    def _prepare(self, args: BashRunArgs, ctx: ToolContext) -> RunSpec:
+        """The run's spec, checked (blocking: the command policy may read script files in the
+        workspace, the gate sets up the rm shim and its inbox, the share check walks a counted
+        ``$TMPDIR``; all of it command-writable, so never on the event loop).
+
+        Raises:
+            ToolError: The spec is invalid, the policy refuses it or ``$TMPDIR`` is over its share.
+        """
         spec = self._spec(args, ctx)
         temp = spec.policy.temp_dir
         if self._tmp_share is not None and temp is not None and not is_mounted(temp):
-            await anyio.to_thread.run_sync(check_share, temp, self._tmp_share, spec.command)
+            check_share(temp, self._tmp_share, spec.command)
+        return spec
+
+    async def _run(self, args: BashRunArgs, ctx: ToolContext) -> ToolResult:
+        spec = await anyio.to_thread.run_sync(self._prepare, args, ctx)
         if args.run_in_background:
             # Shielded: once started, the process runs whatever happens to this call, so the
             # call finishes and says which process it started (also when its program ended

@@ -40,6 +40,7 @@ from codemode.sandbox._tmpfs import (
     make_session_tmp,
     quota_report,
     remove_session_tmp,
+    session_inbox,
     sweep_stale_tmp,
     tmp_mounts,
 )
@@ -402,7 +403,7 @@ class Host:
         return ToolContext(
             session_id=session_id,
             workspace=self.workspace,
-            policy=replace(self._policy, temp_dir=temp),
+            policy=replace(self._policy, temp_dir=temp, trash_inbox=session_inbox(temp)),
             archive=self.archive,
             call_id=call_id,
             store=self.state.values.for_session(session_id),

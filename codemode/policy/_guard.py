@@ -85,9 +85,8 @@ class CommandGuard:
         temp = ctx.policy.temp_dir
         if self.trash is None or temp is None:
             return CommandPlan(direct=direct)
-        return CommandPlan(
-            direct=direct, env=self.trash.env(temp), path_prepend=(str(install_rm_shim(temp)),)
-        )
+        env = self.trash.env(temp, ctx.policy.trash_inbox)
+        return CommandPlan(direct=direct, env=env, path_prepend=(str(install_rm_shim(temp)),))
 
     def check_input(self, text: str) -> None:
         """Refuse input that holds a redaction marker.
@@ -107,7 +106,7 @@ class CommandGuard:
         temp = ctx.policy.temp_dir
         if self.trash is None or temp is None:
             return None
-        filed = self.trash.file(temp)
+        filed = self.trash.file(temp, ctx.policy.trash_inbox)
         if not filed:
             return None
         filed.sort(key=lambda e: (e.deleted_at, e.id))

@@ -8,8 +8,12 @@ command. Restoring writes only inside the trash's own workspace, never over an e
 never through a symlink that leads out of it: an inbox entry is written by a confined command,
 so its claimed path is not trusted further than the workspace it could write anyway.
 
-The inbox and the shim's directory lie in a session's temp dir, which its commands can write:
-the host touches them only through `codemode.sandbox` safe-open (directory fds, no symlink
+A session's inbox is ``STATE/tmp/s-<id>.trash``, beside its temp dir on the state dir's disk
+(not in the temp dir's tmpfs: the shim's move there is a rename wherever the workspace and the
+state dir share a file system, whatever its size, and filing it into ``STATE/trash`` is a rename
+too); a policy without one (``SandboxPolicy.trash_inbox``) keeps it in the temp dir. The inbox
+and the shim's directory (in the temp dir) are writable by the session's commands: the host
+touches them only through `codemode.sandbox` safe-open (directory fds, no symlink
 followed, regular files only, capped, never blocking). A planted link there is removed, never
 followed; the shim is written fresh (``O_EXCL``) and renamed into place inside the directory's
 fd. Filing walks only the host's own ``STATE/tmp/s-*`` session dirs, never through a link.
@@ -47,6 +51,7 @@ from codemode.sandbox import (
     rename_at,
     write_fresh_at,
 )
+from codemode.sandbox._tmpfs import INBOX_SUFFIX
 
 __all__ = ["TRASH_INBOX", "Trash", "TrashEntry", "install_rm_shim"]
 
@@ -165,11 +170,18 @@ class Trash:
         self.workspace = Path(os.path.realpath(workspace))
         self.root = state_dir / "trash" / _key(self.workspace)
 
-    def env(self, temp_dir: Path) -> dict[str, str]:
-        """What the shim needs in a command's environment (its inbox, the workspace, itself)."""
+    def env(self, temp_dir: Path, inbox_dir: Path | None = None) -> dict[str, str]:
+        """What the shim needs in a command's environment (its inbox, the workspace, itself).
+
+        Args:
+            temp_dir: The session's temp dir (the shim's directory is in it).
+            inbox_dir: The session's inbox on the state dir's disk (``SandboxPolicy.trash_inbox``,
+                made by the host); None uses one inside ``temp_dir``.
+        """
+        inbox = inbox_dir if inbox_dir is not None else self.inbox(temp_dir)
         return {
             "CODEMODE_TRASH_ROOT": str(self.workspace),
-            "CODEMODE_TRASH_INBOX": str(self.inbox(temp_dir)),
+            "CODEMODE_TRASH_INBOX": str(inbox),
             "CODEMODE_SHIM_DIR": str(temp_dir / _SHIM_DIR),
         }
 
@@ -179,21 +191,27 @@ class Trash:
             os.close(_own_dir(temp_fd, TRASH_INBOX))
         return temp_dir / TRASH_INBOX
 
-    def file(self, temp_dir: Path) -> list[TrashEntry]:
+    def file(self, temp_dir: Path, inbox_dir: Path | None = None) -> list[TrashEntry]:
         """File the complete entries of one session's inbox into the trash; the entries filed.
 
         Args:
-            temp_dir: The session's temp dir (made by the host; its inbox is ``TRASH_INBOX``).
+            temp_dir: The session's temp dir (made by the host).
+            inbox_dir: Its inbox on the state dir's disk, or None for one inside ``temp_dir``
+                (``TRASH_INBOX``).
         """
         try:
+            if inbox_dir is not None:
+                with anchor(inbox_dir) as inbox_fd:
+                    return self._file_inbox(inbox_fd, str(inbox_dir))
             with anchor(temp_dir) as temp_fd:
                 return self._file_session(temp_fd, str(temp_dir))
         except UnsafePath:
             return []
 
     def file_all(self) -> None:
-        """File the inbox entries of every session temp dir of this state dir (``STATE/tmp/s-*``,
-        no link followed) that belong to this workspace."""
+        """File the inbox entries of every session of this state dir (``STATE/tmp/s-*.trash``,
+        and ``TRASH_INBOX`` inside ``STATE/tmp/s-*``; no link followed) that belong to this
+        workspace."""
         try:
             with anchor(self.state_dir / "tmp") as tmp_fd:
                 for name in sorted(listdir_at(tmp_fd)):
@@ -203,8 +221,12 @@ class Trash:
                         session_fd = open_dir_at(tmp_fd, name)
                     except UnsafePath:
                         continue
+                    shown = str(self.state_dir / "tmp" / name)
                     try:
-                        self._file_session(session_fd, str(self.state_dir / "tmp" / name))
+                        if name.endswith(INBOX_SUFFIX):
+                            self._file_inbox(session_fd, shown)
+                        else:
+                            self._file_session(session_fd, shown)
                     finally:
                         os.close(session_fd)
         except UnsafePath:

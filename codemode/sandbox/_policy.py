@@ -32,6 +32,9 @@ class SandboxPolicy:
         temp_dir: The private per-session temp dir (``TMPDIR``), writable in
             ``workspace-write``; ``None`` until the host creates it.
         protected: Directories never writable from inside the sandbox (the state dir).
+        trash_inbox: The session's ``rm`` inbox, writable like ``temp_dir`` but on the state
+            dir's disk, not in the temp dir's tmpfs: the ``rm`` shim renames what it removes
+            there (no copy into the tmpfs's quota); ``None`` keeps it inside ``temp_dir``.
     """
 
     mode: SandboxMode = SandboxMode.WORKSPACE_WRITE
@@ -39,6 +42,7 @@ class SandboxPolicy:
     network: bool = True
     temp_dir: Path | None = None
     protected: tuple[Path, ...] = field(default=())
+    trash_inbox: Path | None = None
 
     @property
     def confined(self) -> bool:
@@ -63,6 +67,8 @@ class SandboxPolicy:
         roots = list(self.writable_roots)
         if self.temp_dir is not None:
             roots.append(self.temp_dir)
+        if self.trash_inbox is not None:
+            roots.append(self.trash_inbox)
         return tuple(roots)
 
     @property

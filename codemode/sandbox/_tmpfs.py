@@ -50,6 +50,7 @@ __all__ = [
     "make_session_tmp",
     "quota_report",
     "remove_session_tmp",
+    "session_inbox",
     "sweep_stale_tmp",
     "tmp_form",
     "tmp_full_note",
@@ -64,6 +65,8 @@ MOUNT_SOURCE_PREFIX: Final = "codemode-tmp"
 MAX_COUNTED_ENTRIES: Final = 100_000
 """Most entries the counting walk looks at; a dir with more counts as over its share."""
 SESSION_PREFIX: Final = "s-"
+INBOX_SUFFIX: Final = ".trash"
+"""A session's ``rm`` inbox is ``STATE/tmp/s-<id>.trash``, beside its temp dir (`session_inbox`)."""
 DISABLE_ENV: Final = "CODEMODE_NO_TMPFS"
 """Set to ``1`` to count session temp dirs instead of mounting them (tests, users)."""
 
@@ -182,22 +185,39 @@ def _unmount(path: str) -> bool:
     return True
 
 
+def session_inbox(temp: Path) -> Path:
+    """The ``rm`` inbox of the session whose temp dir is ``temp``: its sibling
+    ``STATE/tmp/s-<id>.trash``, a plain directory on the state dir's disk (never in the tmpfs),
+    so that the shim's move of a workspace path there is a rename wherever the workspace and
+    the state dir share a file system, and a big ``rm -rf`` is never a copy into the quota."""
+    return temp.with_name(temp.name + INBOX_SUFFIX)
+
+
 def make_session_tmp(parent: Path, size_bytes: int) -> Path:
     """A fresh session temp dir under ``parent`` (``STATE/tmp``, made 0700 when missing): a
-    tmpfs of ``size_bytes`` where this host can mount, else a plain (counted) directory."""
+    tmpfs of ``size_bytes`` where this host can mount, else a plain (counted) directory; and
+    beside it, on disk, its ``rm`` inbox (`session_inbox`)."""
     parent.mkdir(mode=0o700, exist_ok=True)
-    temp = tempfile.mkdtemp(prefix=SESSION_PREFIX, dir=parent)
+    while True:
+        temp = tempfile.mkdtemp(prefix=SESSION_PREFIX, dir=parent)
+        try:
+            os.mkdir(session_inbox(Path(temp)), 0o700)
+            break
+        except FileExistsError:  # a killed host's inbox, not filed yet: leave it, take another name
+            os.rmdir(temp)
     _mount(temp, size_bytes)
     return Path(temp)
 
 
 def remove_session_tmp(path: Path) -> None:
-    """Unmount (when a tmpfs) and remove a session temp dir. A mount still in use (a command
-    of the session still runs) is left in place, and so is the dir."""
+    """Unmount (when a tmpfs) and remove a session temp dir and its inbox (file the inbox
+    first). A mount still in use (a command of the session still runs) is left in place, and
+    so are both dirs."""
     name = os.path.realpath(path)
     if name in tmp_mounts(os.path.dirname(name)) and not _unmount(name):
         return
     shutil.rmtree(name, ignore_errors=True)
+    shutil.rmtree(session_inbox(Path(name)), ignore_errors=True)  # rmtree never follows a link
 
 
 def sweep_stale_tmp(parent: Path) -> list[str]:
@@ -211,6 +231,8 @@ def sweep_stale_tmp(parent: Path) -> list[str]:
         released.append(point)
         with contextlib.suppress(OSError):
             os.rmdir(point)
+        with contextlib.suppress(OSError):
+            os.rmdir(session_inbox(Path(point)))  # filed before (Trash.file_all): empty unless a link
     return released
 
 

@@ -130,6 +130,12 @@ def _add_run(sub: _Subparsers) -> None:
     run.add_argument("--max-output-tokens", type=int, default=None, help="budget of the printed output")
     run.add_argument("--timeout", type=float, default=None, help="wall-clock limit in seconds")
     run.add_argument("--call-id", default=None, help="record under this id; a recorded id replays")
+    run.add_argument(
+        "--stream",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show printed lines on stderr as they come, redacted (default: when stderr is a terminal)",
+    )
     _common(run)
 
 
@@ -424,12 +430,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     source = _read_source(args.file)
 
     async def body(host: Host) -> int:
+        from codemode._stream import PrintStream
+
+        streaming = args.stream if args.stream is not None else sys.stderr.isatty()
+        stream = PrintStream(host.archive.redactor, sys.stderr) if streaming else None
         result = await host.run_code(
             source,
             call_id=args.call_id,
             max_output_tokens=args.max_output_tokens,
             timeout_seconds=args.timeout,
+            on_output=stream.feed if stream is not None else None,
         )
+        if stream is not None:
+            stream.close()
         _emit(dumps_result(result) if args.json else result.text)
         if not args.json:
             _print_cut_hint(result.refs)

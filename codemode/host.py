@@ -455,6 +455,7 @@ class Host:
         max_output_tokens: int | None = None,
         timeout_seconds: float | None = None,
         on_progress: ProgressCallback | None = None,
+        on_output: Callable[[str], object] | None = None,
     ) -> RunResult:
         """Run one program. Guest failures are in the result, never raised.
 
@@ -465,6 +466,9 @@ class Host:
             max_output_tokens: Budget when the header gives none (clamped to the limit).
             timeout_seconds: Wall-clock limit when the header gives none (clamped).
             on_progress: Awaited with a `Progress` about once a second while the program runs.
+            on_output: Called on the event loop's thread with each piece of text the program
+                prints, as the host collects it (raw: redact it before showing it; a replayed
+                result calls it never). The program never waits for it.
 
         Raises:
             UserError: The host is not open, or not running on asyncio; or ``session_id`` or
@@ -490,7 +494,7 @@ class Host:
         done = self._in_flight[record_key] = anyio.Event()
         try:
             result = await self._run_code(
-                source, session, call, max_output_tokens, timeout_seconds, on_progress
+                source, session, call, max_output_tokens, timeout_seconds, on_progress, on_output
             )
             if call_id is not None:  # only a caller's id can ever replay: a fresh one is not kept
                 runs.record(session, call, result.model_dump_json(), digest)
@@ -535,6 +539,7 @@ class Host:
         max_output_tokens: int | None,
         timeout_seconds: float | None,
         on_progress: ProgressCallback | None = None,
+        on_output: Callable[[str], object] | None = None,
     ) -> RunResult:
         started = time.perf_counter()
         config = self.config
@@ -584,7 +589,7 @@ class Host:
 
         async with reporting(on_progress, sample):
             outcome = await self.engine.run(
-                source, context, timeout_seconds=timeout, gate=self._gate, view=view
+                source, context, timeout_seconds=timeout, gate=self._gate, view=view, on_output=on_output
             )
         if scope.promoted and outcome.error is not None:
             outcome.error = _name_promoted(outcome.error, scope.promoted)

@@ -395,3 +395,92 @@ def test_output_larger_than_a_pipe_buffer_arrives_whole_before_the_quick_exit(
     )
     failed = codemode(tmp_path, workspace, "run", "-", stdin="throw new Error('boom')")
     assert failed.returncode == 1 and "boom" in failed.stdout + failed.stderr
+
+
+def test_run_stream_shows_lines_on_stderr_before_the_program_ends(tmp_path: Path, workspace: Path) -> None:
+    token = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
+    gate = workspace / "go"
+    program = (
+        "print('first line');\n"
+        f"print('token {token}');\n"
+        "print('-----BEGIN RSA PRIVATE KEY-----');\n"
+        "await sleep(1);\n"  # the key's body comes in a later piece of printed text
+        "print('MIIEowIBAAKCAQEAkeybody');\n"
+        "print('-----END RSA PRIVATE KEY-----');\n"
+        "await tools.bash({command: 'while [ ! -e go ]; do sleep 0.02; done'});\n"
+        "print('last line');\n"
+    )
+    (tmp_path / "prog.js").write_text(program)
+    env = dict(os.environ, CODEMODE_HOME=str(tmp_path / "state"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "codemode", "run", str(tmp_path / "prog.js"), "--stream"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=workspace,
+        env=env,
+    )
+    try:
+        assert proc.stderr is not None and proc.stdout is not None
+        first = proc.stderr.readline()
+        assert first == "first line\n"
+        assert not gate.exists()  # the line came while the program was still waiting for it
+        gate.write_text("")
+        # (not communicate(): it would skip what readline buffered; stdout is a few lines)
+        err = proc.stderr.read()
+        out = proc.stdout.read()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    streamed = first + err
+    assert "token [REDACTED:github-token]" in streamed and token not in streamed
+    assert "keybody" not in streamed and "[REDACTED:private-key]" in streamed
+    assert streamed.index("first line") < streamed.index("last line")
+    # Standard output is the budgeted result, as without --stream.
+    assert out == "first line\ntoken [REDACTED:github-token]\n[REDACTED:private-key]\nlast line\n"
+    assert streamed == out
+
+
+def _run_with_terminal_stderr(tmp_path: Path, workspace: Path, *flags: str) -> tuple[str, str]:
+    """Run a program that prints with standard error on a pseudo-terminal: (stdout, stderr)."""
+    import pty
+
+    (tmp_path / "p.js").write_text("print('the line')")
+    env = dict(os.environ, CODEMODE_HOME=str(tmp_path / "state"))
+    master, slave = pty.openpty()
+    with subprocess.Popen(
+        [sys.executable, "-m", "codemode", "run", str(tmp_path / "p.js"), *flags],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        cwd=workspace,
+        env=env,
+    ) as proc:
+        os.close(slave)
+        err = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the terminal's last writer is gone
+                break
+            if not chunk:
+                break
+            err += chunk
+        out = proc.stdout.read() if proc.stdout is not None else b""
+        proc.wait(timeout=120)
+    os.close(master)
+    assert proc.returncode == 0, err
+    return out.decode(), err.decode().replace("\r\n", "\n")
+
+
+def test_run_streams_on_a_terminal_unless_no_stream(tmp_path: Path, workspace: Path) -> None:
+    out, err = _run_with_terminal_stderr(tmp_path, workspace)
+    assert out == "the line\n" and "the line\n" in err
+    out, err = _run_with_terminal_stderr(tmp_path, workspace, "--no-stream")
+    assert out == "the line\n" and "the line" not in err
+    done = codemode(tmp_path, workspace, "run", "-", stdin="print('the line')")  # stderr not a terminal
+    assert done.stdout == "the line\n" and "the line" not in done.stderr

@@ -17,7 +17,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Protocol
@@ -506,6 +506,9 @@ class ProgramThread:
     inline_json: str = "[]"
     gate: CallGate | None = None
     cancelled: threading.Event = field(default_factory=threading.Event)
+    on_output: Callable[[str], None] | None = None
+    """Given each piece of printed text as the host collects it; must be thread-safe and
+    must not block (the engine hands it to the event loop: `Engine.run`)."""
 
     def __post_init__(self) -> None:
         # Lone surrogates (non-UTF-8 input) cannot be compiled: they become U+FFFD.
@@ -518,6 +521,9 @@ class ProgramThread:
         self._slice_cpu = 0.0  # CPU seconds its first stretch took on the loop's thread
         self._ctx: _qjs.Context | None = None
         self._watch: Watch | None = None  # the watchdog's view of this run, set in run()
+        # Printed text held back while the first stretch runs: a stretch that starts over
+        # was never seen, so its text must not be streamed.
+        self._held: list[str] | None = None
 
     @property
     def printed_chars(self) -> int:
@@ -574,6 +580,7 @@ class ProgramThread:
         if not ctx.set_slice(_SLICE_SECONDS, self.limits.stack_bytes):  # this thread's stack is too small
             self._ctx = None
             return START_OVER
+        self._held = []
         error: GuestError | str | None
         try:
             error = self._start(ctx)
@@ -585,11 +592,17 @@ class ProgramThread:
             cut_short = ctx.slice_end is not None
             ctx.set_slice(0)
         self._slice_cpu = time.thread_time() - cpu_start
-        if error is _WAITING and not cut_short:
-            return WAITING
-        if cut_short or (isinstance(error, GuestError) and error.kind not in _OWN_ENDINGS):
+        held, self._held = self._held, None
+        if cut_short or (
+            error is not _WAITING and isinstance(error, GuestError) and error.kind not in _OWN_ENDINGS
+        ):
             self._ctx = None
             return START_OVER
+        if self.on_output is not None:
+            for text in held:
+                self.on_output(text)
+        if error is _WAITING:
+            return WAITING
         return self._outcome(ctx, error, cpu_start)
 
     def resume(self, ctx: _qjs.Context) -> ProgramOutcome:
@@ -792,6 +805,11 @@ class ProgramThread:
 
     def _append_output(self, text: str) -> None:
         self._output.append(text)
+        if self.on_output is not None and text:
+            if self._held is not None:
+                self._held.append(text)
+            else:
+                self.on_output(text)
 
     def _collect_rest(self) -> None:
         """Collect what the program printed and had not handed over, after it stopped (out of

@@ -9,7 +9,7 @@ the GIL.
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio.lowlevel
@@ -212,6 +212,19 @@ def _ran_out_of_memory(outcome: Any) -> bool:
     return error is not None and error.kind == "out_of_memory"
 
 
+def _streamer(spawner: LoopSpawner, hook: Callable[[str], object]) -> Callable[[str], None]:
+    """``hook`` called on the loop's thread for each piece of printed text, from any thread,
+    without waiting for it (a hook that raises is ignored: printing never fails for it)."""
+
+    def call(text: str) -> None:
+        try:
+            hook(text)
+        except Exception:  # the caller's display must not break the run
+            pass
+
+    return lambda text: spawner.call_soon(lambda: call(text))
+
+
 # How long calls the program left running get to stop (or finish) once it has ended.
 _LATE_SECONDS = 5.0
 
@@ -244,6 +257,7 @@ class Engine:
         timeout_seconds: float,
         gate: CallGate | None = None,
         view: RunView | None = None,
+        on_output: Callable[[str], object] | None = None,
     ) -> ProgramOutcome:
         """Run one program to its end; guest failures come back in the outcome, never raised.
 
@@ -253,12 +267,16 @@ class Engine:
             timeout_seconds: Its wall-clock limit.
             gate: The host's approvals: decides, in batches, which calls may run.
             view: Filled in with a live view of the program while it runs (progress reports).
+            on_output: Called on the event loop's thread with each piece of printed text as
+                the host collects it (when the program waits for something, and every 1 MiB),
+                in order; what it raises is ignored. The program never waits for it.
 
         Raises:
             UserError: Not running on the asyncio backend.
         """
         spawner = LoopSpawner()
-        program, calls = self._program(source, context, timeout_seconds, gate, spawner, view)
+        stream = _streamer(spawner, on_output) if on_output is not None else None
+        program, calls = self._program(source, context, timeout_seconds, gate, spawner, view, stream)
         # Its first stretch runs here, on a context made ahead: one that ends there (a program
         # that calls nothing) needs no worker thread (ProgramThread.first_stretch).
         ready = _qjs.take_ready()
@@ -272,7 +290,7 @@ class Engine:
         if first == WAITING:
             resumed = ready
         elif ready is not None:  # it starts over: what its first stretch did goes with its channel
-            program, calls = self._program(source, context, timeout_seconds, gate, spawner, view)
+            program, calls = self._program(source, context, timeout_seconds, gate, spawner, view, stream)
         del ready
         fd = calls.channel.fileno()
         spawner.watch_readable(fd, calls.on_posted)
@@ -298,6 +316,7 @@ class Engine:
         gate: CallGate | None,
         spawner: LoopSpawner,
         view: RunView | None,
+        stream: Callable[[str], None] | None = None,
     ) -> tuple[ProgramThread, _Calls]:
         """A program and the loop's side of its calls, joined by a channel of their own."""
         # When someone is asked about calls, the program wakes the loop only when it waits: the
@@ -316,6 +335,7 @@ class Engine:
             # With batched decisions every call goes to the loop, where they are asked about.
             inline_json="[]" if gate is not None and gate.batches else self.registry.inline_names_json(),
             gate=gate,
+            on_output=stream,
         )
         if view is not None:
             view._program = program

@@ -6,7 +6,7 @@ budget (the rest archived behind a recovery reference).
 """
 
 from codemode._progress import Progress
-from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage
+from codemode._results import CallResult, HostConfig, RunError, RunImage, RunResult, Usage
 from codemode._version import __version__
 from codemode.errors import (
     CodemodeError,
@@ -41,6 +41,7 @@ __all__ = [
     "ProcessNotFound",
     "Progress",
     "RunError",
+    "RunImage",
     "RunResult",
     "SandboxDenied",
     "SandboxMode",

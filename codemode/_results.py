@@ -126,6 +126,20 @@ class Usage(pydantic.BaseModel):
     wall_ms: float
 
 
+class RunImage(pydantic.BaseModel):
+    """An image the program showed the model (``image(data, mimeType)``).
+
+    Attributes:
+        mime_type: image/png, image/jpeg, image/gif or image/webp (its magic bytes checked).
+        data: The image, base64.
+        tokens: What it counts in the run's budget (see `codemode._images`).
+    """
+
+    mime_type: str
+    data: str
+    tokens: int
+
+
 class RunResult(pydantic.BaseModel):
     """The result of one `run_code` call.
 
@@ -140,6 +154,8 @@ class RunResult(pydantic.BaseModel):
         cancelled_calls: Tool calls still pending when the program ended.
         notices: Host notes (a clamped budget or timeout, ...), also part of ``text``.
         usage: Tokens, bytes, calls and time.
+        images: Images the program showed, within the budget (an image that did not fit is
+            archived and a notice names its reference).
     """
 
     call_id: str
@@ -152,6 +168,7 @@ class RunResult(pydantic.BaseModel):
     cancelled_calls: list[str] = pydantic.Field(default_factory=list)
     notices: list[str] = pydantic.Field(default_factory=list)
     usage: Usage
+    images: list[RunImage] = pydantic.Field(default_factory=list)
 
 
 class CallResult(pydantic.BaseModel):

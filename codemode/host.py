@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import collections
 import hashlib
 import json
@@ -20,8 +21,9 @@ import anyio.to_thread
 
 from codemode._description import run_code_description
 from codemode._ids import check_id
+from codemode._images import image_tokens
 from codemode._progress import Progress, ProgressCallback, reporting
-from codemode._results import CallResult, HostConfig, RunError, RunResult, Usage
+from codemode._results import CallResult, HostConfig, RunError, RunImage, RunResult, Usage
 from codemode.budget import MIN_BUDGET, TokenCounter, fit_to_budget
 from codemode.engine import Engine, EngineLimits, GuestError, HeaderError, LoopSpawner, RunView, parse_header
 from codemode.errors import ErrorCode, ToolError, UserError
@@ -616,6 +618,7 @@ class Host:
             )
         for name, value in outcome.late:
             notices.append(_late_notice(name, value, "after the program ended"))
+        images = self._images(outcome.images, budget, session, notices)
         await self._count_ready()
         return self._result(
             call,
@@ -629,7 +632,28 @@ class Host:
             outcome.cpu_seconds * 1000,
             started,
             guest_error=outcome.error,
+            images=images,
         )
+
+    def _images(
+        self, shown: list[tuple[str, str]], budget: int, session: str, notices: list[str]
+    ) -> list[RunImage]:
+        """The images a program showed that fit half the budget (its text keeps the rest); each
+        other one is archived and a notice names its reference, never dropped silently."""
+        kept: list[RunImage] = []
+        room = budget // 2
+        for number, (mime_type, data) in enumerate(shown, 1):
+            tokens = image_tokens(mime_type, data)
+            if tokens <= room:
+                kept.append(RunImage(mime_type=mime_type, data=data, tokens=tokens))
+                room -= tokens
+                continue
+            ref = self.archive.put(base64.b64decode(data), kind="image", session_id=session).ref
+            notices.append(
+                f"image {number} ({mime_type}, {tokens} tokens) did not fit half of max_output_tokens "
+                f"({budget}) and was archived as {ref}; raise max_output_tokens or show fewer, smaller images"
+            )
+        return kept
 
     def _result(
         self,
@@ -644,7 +668,10 @@ class Host:
         cpu_ms: float,
         started: float,
         guest_error: GuestError | None = None,
+        images: list[RunImage] | None = None,
     ) -> RunResult:
+        images = images or []
+        image_cost = sum(image.tokens for image in images)
         trailer_lines: list[str] = []
         if cancelled:
             counts = collections.Counter(cancelled)
@@ -660,7 +687,7 @@ class Host:
             trailer_lines.append(description)
         trailer_lines.extend(f"[note: {n}]" for n in notices)
         trailer_lines.extend(self._take_notifications(session))
-        fitted = self._fit([output], "\n".join(trailer_lines), budget, session)
+        fitted = self._fit([output], "\n".join(trailer_lines), max(MIN_BUDGET, budget - image_cost), session)
         return RunResult(
             call_id=call,
             session_id=session,
@@ -671,8 +698,9 @@ class Host:
             error=error,
             cancelled_calls=cancelled,
             notices=notices,
+            images=images,
             usage=Usage(
-                output_tokens=fitted.tokens,
+                output_tokens=fitted.tokens + image_cost,
                 max_output_tokens=budget,
                 printed_bytes=fitted.printed_bytes,
                 tool_calls=tool_calls,

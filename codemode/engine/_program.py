@@ -145,6 +145,9 @@ class ProgramOutcome:
     what each did."""
     unawaited_more: int = 0
     """How many more such calls there were than `unawaited` lists."""
+    images: list[tuple[str, str]] = field(default_factory=list)
+    """The images the program showed (``image(data, mimeType)``), in order: (mime type, base64),
+    checked by the prelude (type table, magic bytes, size and count caps)."""
 
 
 def _finite(value: Any) -> Any:
@@ -524,6 +527,7 @@ class ProgramThread:
         # Printed text held back while the first stretch runs: a stretch that starts over
         # was never seen, so its text must not be streamed.
         self._held: list[str] | None = None
+        self._images: list[tuple[str, str]] = []
 
     @property
     def printed_chars(self) -> int:
@@ -649,6 +653,7 @@ class ProgramThread:
             dropped_timers=len(self._live_timers),
             unawaited=unawaited,
             unawaited_more=unawaited_more,
+            images=self._images,
         )
 
     def _report(self, ctx: _qjs.Context) -> tuple[dict[int, str], list[tuple[str, ToolResult]], int]:
@@ -802,6 +807,8 @@ class ProgramThread:
                 self._live_timers.discard(message[1])
             elif kind == "done":
                 self._done = (bool(message[1]), str(message[2]), str(message[3]))
+            elif kind == "image":
+                self._images.append((str(message[1]), str(message[2])))
 
     def _append_output(self, text: str) -> None:
         self._output.append(text)

@@ -579,12 +579,120 @@
     }
   }
 
+
+  // ---- images: image(data, mimeType) shows the model an image (base64 text or bytes) ----
+  // The mime types taken and the magic bytes each must start with (offset, bytes).
+  const IMAGE_MAGIC = new MapCtor([
+    ["image/png", [[0, [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]]]],
+    ["image/jpeg", [[0, [0xff, 0xd8, 0xff]]]],
+    ["image/gif", [[0, [0x47, 0x49, 0x46, 0x38]]]],
+    ["image/webp", [[0, [0x52, 0x49, 0x46, 0x46]], [8, [0x57, 0x45, 0x42, 0x50]]]],
+  ]);
+  const IMAGE_TYPES = "image/png, image/jpeg, image/gif, image/webp";
+  const IMAGE_MAX_BYTES = 5 * 1024 * 1024;
+  const IMAGE_MAX_COUNT = 8;
+  const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const B64_RE = /^[A-Za-z0-9+/]*={0,2}$/;
+  const Uint8ArrayCtor = Uint8Array;
+  const ArrayBufferCtor = ArrayBuffer;
+  const ArrayBufferIsView = ArrayBuffer.isView;
+  const RegExpTest = RegExp.prototype.test;
+  const StringFromCharCode = String.fromCharCode;
+  const StringCharCodeAt = String.prototype.charCodeAt;
+  const StringReplace = String.prototype.replace;
+  let imageCount = 0;
+
+  function __cm_image_error(message, code) {
+    return new ToolError("image", `image: ${message}`, null, code);
+  }
+
+  function __cm_b64_encode(bytes) {
+    const parts = [];
+    const n = bytes.length;
+    for (let start = 0; start < n; start += 49152) {
+      const end = start + 49152 < n ? start + 49152 : n;
+      const codes = [];
+      let i = start;
+      for (; i + 2 < end; i += 3) {
+        const v = (bytes[i] << 16) | (bytes[i + 1] << 8) | bytes[i + 2];
+        ReflectApply(ArrayPush, codes, [
+          ReflectApply(StringCharCodeAt, B64, [v >> 18]), ReflectApply(StringCharCodeAt, B64, [(v >> 12) & 63]),
+          ReflectApply(StringCharCodeAt, B64, [(v >> 6) & 63]), ReflectApply(StringCharCodeAt, B64, [v & 63]),
+        ]);
+      }
+      let text = ReflectApply(StringFromCharCode, null, codes);
+      if (i < end) {  // the last 1 or 2 bytes (only in the last chunk: 49152 is a multiple of 3)
+        const v = (bytes[i] << 16) | ((i + 1 < end ? bytes[i + 1] : 0) << 8);
+        text += B64[v >> 18] + B64[(v >> 12) & 63] + (i + 1 < end ? B64[(v >> 6) & 63] : "=") + "=";
+      }
+      ReflectApply(ArrayPush, parts, [text]);
+    }
+    return ReflectApply(ArrayJoin, parts, [""]);
+  }
+
+  function __cm_b64_head(text, count) {
+    // The first `count` bytes of base64 text (enough to check the magic).
+    const head = [];
+    for (let i = 0; i + 3 < text.length && head.length < count; i += 4) {
+      let v = 0;
+      for (let j = 0; j < 4; j++) {
+        const k = ReflectApply(StringIndexOf, B64, [text[i + j]]);
+        v = (v << 6) | (k < 0 ? 0 : k);
+      }
+      ReflectApply(ArrayPush, head, [(v >> 16) & 255, (v >> 8) & 255, v & 255]);
+    }
+    return head;
+  }
+
+  function __cm_image(data, mimeType) {
+    const magic = typeof mimeType === "string" ? ReflectApply(MapGet, IMAGE_MAGIC, [mimeType]) : undefined;
+    if (magic === undefined) {
+      throw __cm_image_error(`mimeType must be one of ${IMAGE_TYPES}, got ${__cm_format(mimeType)}`, "invalid_arguments");
+    }
+    if (imageCount >= IMAGE_MAX_COUNT) {
+      throw __cm_image_error(`a program may show at most ${IMAGE_MAX_COUNT} images; show fewer (e.g. one combined image)`, "too_large");
+    }
+    let b64;
+    let head;
+    let size;
+    if (typeof data === "string") {
+      b64 = ReflectApply(StringReplace, data, [/\s+/g, ""]);
+      if (b64.length % 4 !== 0 || !ReflectApply(RegExpTest, B64_RE, [b64])) {
+        throw __cm_image_error("data is not base64 text (A-Z a-z 0-9 + /, = padding, length a multiple of 4); pass base64 or a Uint8Array", "invalid_arguments");
+      }
+      size = b64.length / 4 * 3 - (b64.length && b64[b64.length - 1] === "=" ? (b64[b64.length - 2] === "=" ? 2 : 1) : 0);
+      head = __cm_b64_head(b64, 12);
+    } else if (data instanceof Uint8ArrayCtor || data instanceof ArrayBufferCtor || ArrayBufferIsView(data)) {
+      const bytes = data instanceof ArrayBufferCtor ? new Uint8ArrayCtor(data)
+        : new Uint8ArrayCtor(data.buffer, data.byteOffset, data.byteLength);
+      size = bytes.length;
+      head = bytes;
+      if (size <= IMAGE_MAX_BYTES) b64 = __cm_b64_encode(bytes);
+    } else {
+      throw __cm_image_error(`data must be base64 text, a Uint8Array or an ArrayBuffer, got ${data === null ? "null" : typeof data}`, "invalid_arguments");
+    }
+    if (size > IMAGE_MAX_BYTES) {
+      throw __cm_image_error(`the image is ${__cm_size_text(size)}, over the ${__cm_size_text(IMAGE_MAX_BYTES)} cap of one image; make it smaller`, "too_large");
+    }
+    for (let m = 0; m < magic.length; m++) {
+      const offset = magic[m][0];
+      const expected = magic[m][1];
+      for (let i = 0; i < expected.length; i++) {
+        if (head[offset + i] !== expected[i]) {
+          throw __cm_image_error(`the bytes are not a ${mimeType} image (its magic bytes do not match); give the image's real type`, "invalid_arguments");
+        }
+      }
+    }
+    imageCount++;
+    __cm_post(`["image",${JSONstringify(mimeType)},"${b64}"]`);
+  }
+
   const consoleObj = ObjectFreeze({
     log: __cm_print, info: __cm_print, debug: __cm_print, warn: __cm_print, error: __cm_print,
   });
 
   const api = {
-    tools, store, print: __cm_print, console: consoleObj, ToolError,
+    tools, store, print: __cm_print, console: consoleObj, ToolError, image: __cm_image,
     searchTools: __cm_search_tools, describeTool: __cm_describe_tool,
     setTimeout: __cm_set_timeout, clearTimeout: __cm_clear_timeout,
     sleep: function __cm_sleep(ms) {

@@ -208,11 +208,12 @@ def create_server(
             "error": None if result.error is None else result.error.model_dump(mode="json"),
             "usage": result.usage.model_dump(mode="json"),
         }
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=result.text)],
-            structured_content=output,
-            is_error=not result.ok,
-        )
+        content: list[types.ContentBlock] = [types.TextContent(type="text", text=result.text)]
+        content += [
+            types.ImageContent(type="image", data=image.data, mime_type=image.mime_type)
+            for image in result.images
+        ]
+        return types.CallToolResult(content=content, structured_content=output, is_error=not result.ok)
 
     server: Server[Any] = Server(
         name,

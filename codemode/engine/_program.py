@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Protocol
 
+from codemode._images import archived_image
 from codemode.engine import _qjs
 from codemode.engine._output import PrintedOutput
 from codemode.engine._typescript import TypeScriptError, strip_types
@@ -901,6 +902,8 @@ class ProgramThread:
             return self.registry.describe(str(a))
         if op == "toolNames":  # Object.keys(tools) and for...in (the prelude's __cm_tool_names)
             return self.registry.names()
+        if op == "image.ref":  # image(descriptor): an image a tool returned, archived (the prelude checks it)
+            return archived_image(self.context.archive, str(a), self.context.session_id)
         store = self.context.store
         if store is None:
             raise ToolError(f"{op}: this host gave the program no store", code=ErrorCode.TOOL_FAILED)

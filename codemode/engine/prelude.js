@@ -644,7 +644,23 @@
     return head;
   }
 
+  function __cm_image_block(block) {
+    // An image a tool returned ({type: "image", mimeType, bytes, ref}): its archived bytes,
+    // base64, read by ref (the session's own); the checks below then apply as to base64 text.
+    const reply = hostCall("sync", nextCallId++, "image.ref", `[${JSONstringify(block.ref)},null]`, 0);
+    const payload = ReflectApply(StringSlice, reply, [1]);
+    if (reply[0] !== "e") return JSONparse(payload);
+    const err = JSONparse(payload);
+    throw new ToolError("image", err.message, err.data === undefined ? null : err.data, err.code);
+  }
+
   function __cm_image(data, mimeType) {
+    const block = data !== null && typeof data === "object" && !ArrayIsArray(data) && data.type === "image"
+      && typeof data.ref === "string";
+    if (block && mimeType === undefined) mimeType = data.mimeType;
+    if (ArrayIsArray(data)) {
+      throw __cm_image_error("data is an array: pass one image block of it (r.find(b => b.type === \"image\"))", "invalid_arguments");
+    }
     const magic = typeof mimeType === "string" ? ReflectApply(MapGet, IMAGE_MAGIC, [mimeType]) : undefined;
     if (magic === undefined) {
       throw __cm_image_error(`mimeType must be one of ${IMAGE_TYPES}, got ${__cm_format(mimeType)}`, "invalid_arguments");
@@ -655,6 +671,7 @@
     let b64;
     let head;
     let size;
+    if (block) data = __cm_image_block(data);
     if (typeof data === "string") {
       b64 = ReflectApply(StringReplace, data, [/\s+/g, ""]);
       if (b64.length % 4 !== 0 || !ReflectApply(RegExpTest, B64_RE, [b64])) {
@@ -669,7 +686,7 @@
       head = bytes;
       if (size <= IMAGE_MAX_BYTES) b64 = __cm_b64_encode(bytes);
     } else {
-      throw __cm_image_error(`data must be base64 text, a Uint8Array or an ArrayBuffer, got ${data === null ? "null" : typeof data}`, "invalid_arguments");
+      throw __cm_image_error(`data must be base64 text, a Uint8Array, an ArrayBuffer or an image block a tool returned, got ${data === null ? "null" : typeof data}`, "invalid_arguments");
     }
     if (size > IMAGE_MAX_BYTES) {
       throw __cm_image_error(`the image is ${__cm_size_text(size)}, over the ${__cm_size_text(IMAGE_MAX_BYTES)} cap of one image; make it smaller`, "too_large");

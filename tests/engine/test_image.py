@@ -76,3 +76,44 @@ async def test_an_image_over_the_budget_is_archived_and_named(host: Host) -> Non
     (notice,) = [n for n in result.notices if "image 1" in n]
     ref = notice.split("archived as ")[1].split(";")[0]
     assert host.archive.read(ref, limit=1 << 20, session_id=result.session_id).data == big
+
+
+async def test_an_image_block_a_tool_returned_is_shown_by_its_ref(host: Host) -> None:
+    png = _png(30, 25)
+    ref = host.archive.put(png, kind="mcp-image", session_id=host.config.session_id).ref
+    block = f"{{type: 'image', mimeType: 'image/png', bytes: {len(png)}, ref: '{ref}'}}"
+    result = await host.run_code(f"image({block}); print('shown')")
+    assert result.ok, result.text
+    assert [(i.mime_type, i.data, i.tokens) for i in result.images] == [
+        ("image/png", base64.b64encode(png).decode(), 1)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("owner", "stored", "mime", "code", "words"),
+    [
+        ("other", _png(4, 4), "image/png", "unknown_ref", "no archived text"),
+        ("mine", b"plain text, not an image", "image/png", "invalid_arguments", "not a image/png image"),
+        ("mine", _png(4, 4), "image/bmp", "invalid_arguments", "mimeType must be one of"),
+        ("mine", _png(4, 4) + bytes(5 * 1024 * 1024), "image/png", "too_large", "5 MiB"),
+    ],
+)
+async def test_an_image_block_that_cannot_be_shown_is_a_coded_error(
+    host: Host, owner: str, stored: bytes, mime: str, code: str, words: str
+) -> None:
+    session = host.config.session_id if owner == "mine" else "someone-else"
+    ref = host.archive.put(stored, kind="mcp-image", session_id=session).ref
+    result = await host.run_code(
+        f"try {{ image({{type: 'image', mimeType: '{mime}', ref: '{ref}'}}) }}"
+        " catch (e) { print(e.code, e.message) }"
+    )
+    assert result.ok, result.text
+    assert result.text.startswith(code) and words in result.text, result.text
+    assert result.images == []
+
+
+async def test_a_list_of_blocks_is_refused_with_a_hint(host: Host) -> None:
+    result = await host.run_code(
+        "try { image([{type: 'image', ref: 'ar_x'}]) } catch (e) { print(e.code, e.message) }"
+    )
+    assert "invalid_arguments" in result.text and "pass one image block" in result.text, result.text

@@ -814,12 +814,16 @@ class Host:
             tool.parse(arguments)
         except ToolError:
             return None  # the call itself reports its invalid arguments; nothing to approve
-        needs = self._gate.requests(tool, arguments, session)
+        gate = self._gate
+        if gate.reads_files(tool, arguments):  # the command policy may read a script a command wrote
+            needs = await anyio.to_thread.run_sync(lambda: gate.requests(tool, arguments, session))
+        else:
+            needs = gate.requests(tool, arguments, session)
         if isinstance(needs, str):
             return f"{name}: {needs}"
         if not needs:
             return None
-        refusal = self._gate.refusal(needs, await self._gate.decide(needs))
+        refusal = gate.refusal(needs, await gate.decide(needs))
         return None if refusal is None else f"{name}: {refusal}"
 
     def _audit_approval(self, request: ApprovalRequest, decision: Decision) -> None:

@@ -437,14 +437,20 @@ class CallGate(Protocol):
     """What a call must pass before it runs (the host's approvals, ``codemode.policy``).
 
     ``requests`` is asked for each call as the program makes it (on the program's thread for
-    an inline tool, else on the event loop); calls that need a decision are held and go to
-    ``decide`` in batches. When `batches` is true, the program hands its calls to the loop
+    an inline tool, else on the event loop; in a worker thread when `reads_files` says it may
+    read a file a command wrote, which nothing does on the loop); calls that need a decision
+    are held and go to ``decide`` in batches. When `batches` is true, the program hands its calls to the loop
     only when it waits, so those it started together (``Promise.all``) are one batch.
     """
 
     @property
     def batches(self) -> bool:
         """Whether someone is asked (an approval callback), who should see calls made together at once."""
+        ...
+
+    def reads_files(self, tool: Tool, arguments: Mapping[str, Any]) -> bool:
+        """Whether `requests` for this call may read files (the command policy reading a
+        script): then it is not called on the event loop. Cheap, reads nothing."""
         ...
 
     def requests(self, tool: Tool, arguments: Mapping[str, Any], session_id: str) -> Sequence[Any] | str:
@@ -863,6 +869,9 @@ class ProgramThread:
         except ToolError as exc:
             return "e" + error_json(exc.code, exc.message, exc.data)
         if self.gate is not None:
+            if self.gate.reads_files(tool, arguments):
+                # This thread may be the loop's (the first stretch): the loop has it checked off it.
+                return "q"
             need = self.gate.requests(tool, arguments, self.context.session_id)
             if isinstance(need, str):
                 return "e" + error_json(ErrorCode.DENIED, f"{tool.name}: {need}", None)

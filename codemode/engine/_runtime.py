@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio.lowlevel
+import anyio.to_thread
 
 from codemode.engine import _qjs
 from codemode.engine._loop import LoopSpawner
@@ -76,13 +77,15 @@ class _Calls:
     def on_posted(self) -> None:
         """The program posted calls: check and start each (the channel's reader callback).
 
-        The gate is asked here, on the loop: in the common case it is a permission lookup; with
-        ``approve_commands`` it checks a bash run's script against the command policy, as the
-        bash tool does again when it runs. Calls needing a decision are held, and those of one
-        take go to ``decide`` as one batch.
+        The gate is asked here, on the loop, when that is a permission lookup (the common case).
+        A call for which it runs the command policy (``approve_commands``: a bash run's script,
+        which may be a file a command wrote) is asked about in one worker-thread hop with the
+        others of this take. Calls needing a decision are held, and those of one take go to
+        ``decide`` as one batch.
         """
         gate = self.gate
         asked: list[tuple[_Admitted, Sequence[Any]]] = []
+        checked: list[tuple[_Admitted, Any]] = []  # calls whose check reads files: off the loop
         for call_id, name, payload_json, size in self.channel.take_calls():
             try:
                 arguments = _from_js_json(payload_json)
@@ -97,15 +100,43 @@ class _Calls:
                 self._reject(call_id, exc.code, exc.message, exc.data)
                 continue
             self.shared.loop_calls += 1
+            if gate is not None and gate.reads_files(tool, arguments):
+                checked.append(((call_id, tool, args), arguments))
+                continue
             need = gate.requests(tool, arguments, self.context.session_id) if gate is not None else ()
-            if isinstance(need, str):
-                self._reject(call_id, ErrorCode.DENIED, f"{tool.name}: {need}", None)
-            elif need:
-                asked.append(((call_id, tool, args), need))
-            else:
-                self._run(call_id, tool, args)
-        if asked:
+            self._admit((call_id, tool, args), need, asked)
+        if checked:
+            self.spawner.spawn(lambda: self._check_then_decide(checked, asked), lambda: None)
+        elif asked:
             self.spawner.spawn(lambda: self._decide(asked), lambda: None)
+
+    def _admit(
+        self, call: _Admitted, need: Sequence[Any] | str, asked: list[tuple[_Admitted, Sequence[Any]]]
+    ) -> None:
+        """Act on the gate's answer about a call: refuse it, hold it for a decision, or run it."""
+        call_id, tool, args = call
+        if isinstance(need, str):
+            self._reject(call_id, ErrorCode.DENIED, f"{tool.name}: {need}", None)
+        elif need:
+            asked.append((call, need))
+        else:
+            self._run(call_id, tool, args)
+
+    async def _check_then_decide(
+        self, checked: list[tuple[_Admitted, Any]], asked: list[tuple[_Admitted, Sequence[Any]]]
+    ) -> None:
+        """Ask the gate about calls whose check reads files, in one worker-thread hop, then
+        decide about them with the take's other held calls, as one batch."""
+        gate = self.gate
+        assert gate is not None
+        session_id = self.context.session_id
+        needs = await anyio.to_thread.run_sync(
+            lambda: [gate.requests(call[1], arguments, session_id) for call, arguments in checked]
+        )
+        for (call, _), need in zip(checked, needs, strict=True):
+            self._admit(call, need, asked)
+        if asked:
+            await self._decide(asked)
 
     async def _decide(self, asked: list[tuple[_Admitted, Sequence[Any]]]) -> None:
         """Have the gate decide about held calls, as one batch; run the allowed, reject the rest."""

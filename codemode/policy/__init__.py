@@ -7,15 +7,17 @@ from codemode.policy._approval import (
     ApprovalRequest,
     Approvals,
     ApproveCallback,
+    CommandsHook,
     Decision,
     ToolPermission,
 )
 from codemode.policy._commands import REDACTION_MARKER, CommandPolicy, CommandVerdict, Verdict
-from codemode.policy._guard import CommandGuard, approval_commands, plain_argv
+from codemode.policy._guard import ApprovalCommands, CommandGuard, approval_commands, plain_argv
 from codemode.policy._trash import Trash, TrashEntry
 
 __all__ = [
     "REDACTION_MARKER",
+    "ApprovalCommands",
     "ApprovalKind",
     "ApprovalRequest",
     "Approvals",
@@ -23,6 +25,7 @@ __all__ = [
     "CommandGuard",
     "CommandPolicy",
     "CommandVerdict",
+    "CommandsHook",
     "Decision",
     "ToolPermission",
     "Trash",

@@ -19,7 +19,7 @@ import json
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import pydantic
 
@@ -30,6 +30,7 @@ __all__ = [
     "ApprovalRequest",
     "Approvals",
     "ApproveCallback",
+    "CommandsHook",
     "Decision",
     "ToolPermission",
 ]
@@ -118,6 +119,19 @@ def _short(value: Any, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+class CommandsHook(Protocol):
+    """Names a call's commands that need a decision (the command policy's ``ask``).
+
+    Calling it may read files a command wrote (script files): never on the event loop.
+    """
+
+    def applies(self, tool: Tool, arguments: Mapping[str, Any]) -> bool:
+        """Whether calling the hook for this call has work to do; cheap, reads nothing."""
+        ...
+
+    def __call__(self, tool: Tool, arguments: Mapping[str, Any]) -> Sequence[str]: ...
+
+
 @dataclass
 class _Session:
     rules: set[tuple[str, str]] = field(default_factory=set)  # (kind, rule) allowed for the session
@@ -134,7 +148,9 @@ class Approvals:
             ``network: true`` is a capability request.
         redact: Redacts arguments and summaries before a request leaves the host.
         audit: Called with each request and its decision (the host keeps them in the state dir).
-        commands: The commands of a call that need approval (the command policy's verdicts).
+        commands: The commands of a call that need approval (the command policy's verdicts);
+            `requests` calls it, so a call for which `reads_files` says so is asked about off
+            the event loop.
     """
 
     def __init__(
@@ -145,7 +161,7 @@ class Approvals:
         network_default: bool = True,
         redact: Callable[[str], str] = lambda text: text,
         audit: Callable[[ApprovalRequest, Decision], None] | None = None,
-        commands: Callable[[Tool, Mapping[str, Any]], Sequence[str]] | None = None,
+        commands: CommandsHook | None = None,
     ) -> None:
         self._commands = commands
         self.callback = callback
@@ -171,6 +187,12 @@ class Approvals:
         if tool.read_only or tool.destructive is not True or tool.name == "bash":
             return ToolPermission.ALLOW
         return ToolPermission.ASK
+
+    def reads_files(self, tool: Tool, arguments: Mapping[str, Any]) -> bool:
+        """Whether `requests` for this call runs the command policy, which may read files a
+        command wrote: then it is called in a worker thread, never on the event loop.
+        Cheap, reads nothing."""
+        return self._commands is not None and self._commands.applies(tool, arguments)
 
     def requests(
         self, tool: Tool, arguments: Mapping[str, Any], session_id: str

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ from codemode.policy._trash import Trash, install_rm_shim
 from codemode.tools import Tool, ToolContext
 from codemode.tools._bash import AfterRun, CommandPlan
 
-__all__ = ["CommandGuard", "approval_commands", "plain_argv"]
+__all__ = ["ApprovalCommands", "CommandGuard", "approval_commands", "plain_argv"]
 
 # A command line whose words hold none of these characters means the same to bash as its words
 # split on spaces: it runs without a shell (see `plain_argv`).
@@ -124,24 +124,35 @@ class CommandGuard:
         return AfterRun(text=text, data=data)
 
 
-def approval_commands(
-    policy: CommandPolicy, workspace: Path
-) -> Callable[[Tool, Mapping[str, Any]], Sequence[str]]:
+class ApprovalCommands:
     """The `Approvals` hook that names the commands of a bash run needing a decision: the run's
-    command line (or argv) when the policy says ``ask`` (``approve_commands``), else nothing."""
+    command line (or argv) when the policy says ``ask`` (``approve_commands``), else nothing.
 
-    def commands(tool: Tool, arguments: Mapping[str, Any]) -> Sequence[str]:
-        if (
-            not policy.approve_commands
-            or tool.name != "bash"
-            or arguments.get("action", "run") not in (None, "run")
-        ):
-            return ()
-        command, argv = arguments.get("command"), arguments.get("argv")
-        if not isinstance(command, str) and not isinstance(argv, list):
+    Calling it runs the command policy, which may read script files a command wrote: call it
+    off the event loop. `applies` (cheap, reads nothing) says whether a call would run it.
+    """
+
+    def __init__(self, policy: CommandPolicy, workspace: Path) -> None:
+        self.policy = policy
+        self.workspace = workspace
+
+    def applies(self, tool: Tool, arguments: Mapping[str, Any]) -> bool:
+        """Whether calling the hook for this call runs the command policy (a bash run's valid
+        command or argv while ``approve_commands`` is on); reads nothing."""
+        return (
+            self.policy.approve_commands
+            and tool.name == "bash"
+            and arguments.get("action", "run") in (None, "run")
+            and (isinstance(arguments.get("command"), str) or isinstance(arguments.get("argv"), list))
+        )
+
+    def __call__(self, tool: Tool, arguments: Mapping[str, Any]) -> Sequence[str]:
+        if not self.applies(tool, arguments):
             return ()  # invalid arguments: the tool reports them
+        command, argv = arguments.get("command"), arguments.get("argv")
         cwd = arguments.get("cwd")
-        verdict = policy.check(
+        workspace = self.workspace
+        verdict = self.policy.check(
             command=command if isinstance(command, str) else None,
             argv=[str(a) for a in argv] if isinstance(argv, list) else None,
             cwd=workspace / cwd if isinstance(cwd, str) else workspace,
@@ -152,4 +163,7 @@ def approval_commands(
             return ()
         return [command if isinstance(command, str) else shlex.join(str(a) for a in argv or ())]
 
-    return commands
+
+def approval_commands(policy: CommandPolicy, workspace: Path) -> ApprovalCommands:
+    """The `Approvals` hook for this policy and workspace (see `ApprovalCommands`)."""
+    return ApprovalCommands(policy, workspace)

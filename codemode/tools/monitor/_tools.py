@@ -186,7 +186,10 @@ class _Monitor:
         self.manager = manager
 
     async def start(self, args: MonitorStartArgs, ctx: ToolContext) -> ToolResult:
-        spec = self.manager.run_spec(args.command, args.cwd, ctx, completion_mode="detached")
+        # The gate (command policy, rm shim, share check) may read files a command wrote: off the loop.
+        spec = await anyio.to_thread.run_sync(
+            lambda: self.manager.run_spec(args.command, args.cwd, ctx, completion_mode="detached")
+        )
         options = args.model_dump(exclude={"command", "cwd"})
         with anyio.CancelScope(shield=True):  # once started, it runs: say which one
             info = await anyio.to_thread.run_sync(self.manager.start_watcher, spec, options)

@@ -181,6 +181,8 @@ class CallResult(pydantic.BaseModel):
         is_error: Whether the call failed.
         truncated: Whether ``text`` was cut to fit the budget.
         refs: Archive references holding cut text.
+        images: Images a mounted server's tool returned, within the budget (the text names
+            each by its archive ref, as a program receives it).
     """
 
     tool: str
@@ -189,3 +191,4 @@ class CallResult(pydantic.BaseModel):
     is_error: bool = False
     truncated: bool = False
     refs: list[str] = pydantic.Field(default_factory=list)
+    images: list[RunImage] = pydantic.Field(default_factory=list)

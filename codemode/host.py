@@ -21,7 +21,7 @@ import anyio.to_thread
 
 from codemode._description import run_code_description
 from codemode._ids import check_id
-from codemode._images import image_tokens
+from codemode._images import IMAGE_MAX_COUNT, archived_image, image_descriptors, image_tokens, is_image
 from codemode._progress import Progress, ProgressCallback, reporting
 from codemode._results import CallResult, HostConfig, RunError, RunImage, RunResult, Usage
 from codemode.budget import MIN_BUDGET, TokenCounter, fit_to_budget
@@ -794,8 +794,10 @@ class Host:
                 result = await self.registry.call(name, arguments, context)
         trailer = "\n".join(self._take_notifications(session))
         blocks = [block.text for block in result.content]
+        images = await self._tool_images(name, result, budget, session)
         await self._count_ready()
-        fitted = self._fit(blocks, trailer, budget, session)
+        image_cost = sum(image.tokens for image in images)
+        fitted = self._fit(blocks, trailer, max(MIN_BUDGET, budget - image_cost), session)
         return CallResult(
             tool=name,
             text=fitted.text,
@@ -803,7 +805,33 @@ class Host:
             is_error=result.is_error,
             truncated=fitted.truncated,
             refs=fitted.refs,
+            images=images,
         )
+
+    async def _tool_images(self, name: str, result: ToolResult, budget: int, session: str) -> list[RunImage]:
+        """The images a mounted server's tool returned (archived; its data names each by ref), for
+        a direct call's client: up to 8 that are what they say and fit half the budget, as a
+        program's (the others stay named by ref in the text)."""
+        tool = self.registry.get(name)
+        found = image_descriptors(result.structured_content) if tool and tool.origin else []
+        if result.error is not None or not found:
+            return []
+
+        def read() -> list[RunImage]:
+            shown: list[RunImage] = []
+            room = budget // 2
+            for mime_type, ref in found[:IMAGE_MAX_COUNT]:
+                try:
+                    data = archived_image(self.archive, ref, session)
+                except ToolError:
+                    continue  # over 5 MiB: its ref stays in the text
+                tokens = image_tokens(mime_type, data)
+                if tokens <= room and is_image(mime_type, base64.b64decode(data[:24])):
+                    shown.append(RunImage(mime_type=mime_type, data=data, tokens=tokens))
+                    room -= tokens
+            return shown
+
+        return await anyio.to_thread.run_sync(read)
 
     async def _approve_direct(self, name: str, arguments: dict[str, Any], session: str) -> str | None:
         """Ask the approvals about one direct call (a batch of one); the refusal, or None."""

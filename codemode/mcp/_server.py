@@ -37,7 +37,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from codemode._ids import check_id
 from codemode._progress import Progress, ProgressCallback
 from codemode._published import RUN_CODE_SCHEMA, flat_input_schema
-from codemode._results import RunError, Usage
+from codemode._results import RunError, RunImage, Usage
 from codemode._surface import SurfaceName, check_surface, listed_tools, shallow_output_schema
 from codemode._version import __version__
 from codemode.budget import TokenCounter
@@ -180,11 +180,9 @@ def create_server(
             budget = host.config.max_output_tokens
             where = f"; full text: read_archive({{ref: {json.dumps(called.refs[0])}}})" if called.refs else ""
             structured = _fit_structured(structured, budget, host.counter, where, cut=schema is not None)
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=called.text)],
-            structured_content=structured,
-            is_error=called.is_error,
-        )
+        content: list[types.ContentBlock] = [types.TextContent(type="text", text=called.text)]
+        content += _image_blocks(called.images)
+        return types.CallToolResult(content=content, structured_content=structured, is_error=called.is_error)
 
     async def run_code(
         args: dict[str, Any], session: str | None, on_progress: ProgressCallback | None
@@ -209,10 +207,7 @@ def create_server(
             "usage": result.usage.model_dump(mode="json"),
         }
         content: list[types.ContentBlock] = [types.TextContent(type="text", text=result.text)]
-        content += [
-            types.ImageContent(type="image", data=image.data, mime_type=image.mime_type)
-            for image in result.images
-        ]
+        content += _image_blocks(result.images)
         return types.CallToolResult(content=content, structured_content=output, is_error=not result.ok)
 
     server: Server[Any] = Server(
@@ -233,6 +228,11 @@ def create_server(
 
         server.add_request_handler("server/discover", types.RequestParams, discover)
     return server
+
+
+def _image_blocks(images: list[RunImage]) -> list[types.ContentBlock]:
+    """The images a result shows, as MCP image content (after its text)."""
+    return [types.ImageContent(type="image", data=i.data, mime_type=i.mime_type) for i in images]
 
 
 _INSTRUCTIONS = "Use run_code to call several tools in one JavaScript program; print only what you need."

@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
 from codemode._ids import check_id
 from codemode._published import RUN_CODE_SCHEMA, flat_input_schema
+from codemode._results import RunImage
 from codemode._surface import SurfaceName, check_surface, listed_tools
 from codemode.errors import ErrorCode, UserError
 from codemode.host import Host
 
-__all__ = ["HostTools", "ToolOutput", "ToolSpec"]
+__all__ = ["HostTools", "ToolOutput", "ToolSpec", "data_url"]
 
 
 @dataclass(frozen=True)
@@ -44,12 +45,22 @@ class ToolOutput:
     Attributes:
         text: The text the model reads (cut to the token budget; a cut names its archive ref).
         is_error: Whether the call failed (the text says how and what to do).
-        structured: The structured result (``run_code``: its `RunResult` as JSON), if any.
+        structured: The structured result (``run_code``: its `RunResult` as JSON, each image's
+            type and tokens without its data), if any.
+        images: The images the model sees after the text: those a program showed
+            (``image()``) or a mounted server's tool returned, within the budget. Each
+            adapter gives them in its API's own form.
     """
 
     text: str
     is_error: bool
     structured: Any = None
+    images: list[RunImage] = field(default_factory=list)
+
+
+def data_url(image: RunImage) -> str:
+    """The image as a ``data:`` URL (what OpenAI's image parts take)."""
+    return f"data:{image.mime_type};base64,{image.data}"
 
 
 class HostTools:
@@ -124,7 +135,7 @@ class HostTools:
                 {"error": ErrorCode.UNKNOWN_TOOL.value, "name": name},
             )
         called = await self.host.call_tool(real or name, args, session_id=self.session_id)
-        return ToolOutput(called.text, called.is_error, called.structured_content)
+        return ToolOutput(called.text, called.is_error, called.structured_content, called.images)
 
     async def _run_code(self, args: dict[str, Any]) -> ToolOutput:
         code, call_id = args.get("code"), args.get("call_id")
@@ -136,7 +147,8 @@ class HostTools:
             except UserError as exc:
                 return ToolOutput(f"run_code: {exc}; nothing ran", True)
         result = await self.host.run_code(code, session_id=self.session_id, call_id=call_id)
-        return ToolOutput(result.text, not result.ok, result.model_dump(mode="json"))
+        structured = result.model_dump(mode="json", exclude={"images": {"__all__": {"data"}}})
+        return ToolOutput(result.text, not result.ok, structured, result.images)
 
     async def call_all(self, calls: Sequence[tuple[str, Mapping[str, Any] | str | None]]) -> list[ToolOutput]:
         """Run the calls of one model reply concurrently; the outputs keep their order.

@@ -11,7 +11,8 @@ Example:
     ```
 
 The tools are async (``ainvoke``; the Host is). A failed call gives a ``ToolMessage`` with
-``status="error"`` and codemode's text.
+``status="error"`` and codemode's text. A call that shows images gives a ``ToolMessage`` whose
+content is a list: a text block, then a standard ``image`` block (base64, mime_type) each.
 """
 
 from __future__ import annotations
@@ -32,12 +33,17 @@ def codemode_tools(tools: HostTools) -> list[BaseTool]:
 
 
 def _tool(tools: HostTools, spec: ToolSpec) -> BaseTool:
-    def calling(name: str) -> Callable[..., Awaitable[str]]:
-        async def call(**arguments: Any) -> str:
+    def calling(name: str) -> Callable[..., Awaitable[str | list[dict[str, Any]]]]:
+        async def call(**arguments: Any) -> str | list[dict[str, Any]]:
             output = await tools.call(name, arguments)
             if output.is_error:
                 raise ToolException(output.text)
-            return output.text
+            if not output.images:
+                return output.text
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": output.text}] if output.text else []
+            return blocks + [
+                {"type": "image", "base64": i.data, "mime_type": i.mime_type} for i in output.images
+            ]
 
         return call
 

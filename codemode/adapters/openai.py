@@ -11,6 +11,11 @@ Example:
 
 The calls of one reply run concurrently (a model asks for several at once); the results keep
 the order of the calls. Items and calls may be dicts or the ``openai`` SDK's objects.
+
+Images (``image()`` in a program, or a mounted server's tool that returned one): a Responses
+``function_call_output`` then has a list output, ``input_text`` and an ``input_image`` (data
+URL) each. A Chat Completions tool message takes text only, so the images come in one ``user``
+message after the tool messages, its text naming the call each came from.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from codemode.adapters._fields import field
-from codemode.adapters._host_tools import HostTools
+from codemode.adapters._host_tools import HostTools, ToolOutput, data_url
 
 __all__ = ["chat_tool_messages", "chat_tools", "response_outputs", "response_tools"]
 
@@ -51,16 +56,25 @@ def response_tools(tools: HostTools) -> list[dict[str, Any]]:
 
 async def chat_tool_messages(tools: HostTools, tool_calls: Sequence[Any]) -> list[dict[str, Any]]:
     """One ``{"role": "tool", "tool_call_id", "content"}`` message per call of an assistant
-    message's ``tool_calls``, to append after it."""
+    message's ``tool_calls``, to append after it; then one ``user`` message holding the calls'
+    images, if any showed some."""
     calls = [
         (field(c, "id"), field(field(c, "function"), "name"), field(field(c, "function"), "arguments"))
         for c in tool_calls
     ]
     outputs = await tools.call_all([(str(name), args) for _, name, args in calls])
-    return [
+    messages: list[dict[str, Any]] = [
         {"role": "tool", "tool_call_id": ident, "content": out.text}
         for (ident, _, _), out in zip(calls, outputs, strict=True)
     ]
+    parts: list[dict[str, Any]] = []
+    for (ident, _, _), out in zip(calls, outputs, strict=True):
+        if out.images:
+            parts.append({"type": "text", "text": f"images from tool call {ident}:"})
+            parts += [{"type": "image_url", "image_url": {"url": data_url(i)}} for i in out.images]
+    if parts:
+        messages.append({"role": "user", "content": parts})
+    return messages
 
 
 async def response_outputs(tools: HostTools, output: Sequence[Any]) -> list[dict[str, Any]]:
@@ -69,6 +83,13 @@ async def response_outputs(tools: HostTools, output: Sequence[Any]) -> list[dict
     calls = [item for item in output if field(item, "type") == "function_call"]
     outputs = await tools.call_all([(str(field(c, "name")), field(c, "arguments")) for c in calls])
     return [
-        {"type": "function_call_output", "call_id": field(c, "call_id"), "output": out.text}
+        {"type": "function_call_output", "call_id": field(c, "call_id"), "output": _output(out)}
         for c, out in zip(calls, outputs, strict=True)
     ]
+
+
+def _output(out: ToolOutput) -> str | list[dict[str, Any]]:
+    if not out.images:
+        return out.text
+    items: list[dict[str, Any]] = [{"type": "input_text", "text": out.text}] if out.text else []
+    return items + [{"type": "input_image", "image_url": data_url(i)} for i in out.images]

@@ -8,16 +8,19 @@ Example:
     ```
 
 A failed call (a program that threw, a tool that refused) reaches the model as a failed tool
-result with codemode's text (`ToolFailed`: the model adapts; no retry budget is spent).
+result with codemode's text (`ToolFailed`: the model adapts; no retry budget is spent). A call
+that shows images returns a ``ToolReturn``: the text, and a ``BinaryContent`` each.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic_ai import FunctionToolset, Tool
 from pydantic_ai.exceptions import ToolFailed
+from pydantic_ai.messages import BinaryContent, ToolReturn
 
 from codemode.adapters._host_tools import HostTools, ToolSpec
 
@@ -30,12 +33,17 @@ def codemode_toolset(tools: HostTools) -> FunctionToolset[Any]:
 
 
 def _tool(tools: HostTools, spec: ToolSpec) -> Tool[Any]:
-    def calling(name: str) -> Callable[..., Awaitable[str]]:
-        async def call(**arguments: Any) -> str:
+    def calling(name: str) -> Callable[..., Awaitable[str | ToolReturn]]:
+        async def call(**arguments: Any) -> str | ToolReturn:
             output = await tools.call(name, arguments)
             if output.is_error:
                 raise ToolFailed(output.text)
-            return output.text
+            if not output.images:
+                return output.text
+            images = [
+                BinaryContent(data=base64.b64decode(i.data), media_type=i.mime_type) for i in output.images
+            ]
+            return ToolReturn(return_value=output.text, content=images)
 
         return call
 

@@ -7,6 +7,7 @@ SDKs give) for OpenAI's second reply.
 
 from __future__ import annotations
 
+import base64
 import json
 from types import SimpleNamespace
 from typing import Any
@@ -146,3 +147,67 @@ async def test_run_code_only_and_a_session_of_its_own(host_tools: HostTools) -> 
     theirs = await only.call("run_code", {"code": 'print(await store.get("k"))'})
     assert (mine.text.strip(), theirs.text.strip()) == ("null", "two")
     assert theirs.structured is not None and theirs.structured["session_id"] == "agent-2"
+
+
+# A GIF89a's header, 3x2 pixels: what image() checks and sizes.
+_GIF = base64.b64encode(b"GIF89a\x03\x00\x02\x00\x00\x00\x00;").decode()
+_SHOW = f"image('{_GIF}', 'image/gif'); print('a chart')"
+
+
+async def test_run_code_images_are_anthropic_image_blocks(host_tools: HostTools) -> None:
+    uses = [
+        {"type": "tool_use", "id": "u1", "name": "run_code", "input": {"code": _SHOW}},
+        {
+            "type": "tool_use",
+            "id": "u2",
+            "name": "run_code",
+            "input": {"code": f"image('{_GIF}', 'image/gif')"},
+        },
+        {"type": "tool_use", "id": "u3", "name": "run_code", "input": {"code": "print('no image')"}},
+    ]
+    shown, bare, plain = await anthropic_adapter.tool_results(host_tools, uses)
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/gif", "data": _GIF}}
+    assert shown["content"] == [{"type": "text", "text": "a chart\n"}, image]
+    assert bare["content"] == [image]  # the API refuses an empty text block
+    assert plain["content"] == "no image\n"
+
+
+async def test_run_code_images_are_openai_input_images_and_a_chat_user_message(host_tools: HostTools) -> None:
+    (item,) = await openai_adapter.response_outputs(
+        host_tools,
+        [
+            {
+                "type": "function_call",
+                "call_id": "f1",
+                "name": "run_code",
+                "arguments": json.dumps({"code": _SHOW}),
+            }
+        ],
+    )
+    assert item["output"] == [
+        {"type": "input_text", "text": "a chart\n"},
+        {"type": "input_image", "image_url": f"data:image/gif;base64,{_GIF}"},
+    ]
+    calls = [
+        {
+            "id": c,
+            "type": "function",
+            "function": {"name": "run_code", "arguments": json.dumps({"code": code})},
+        }
+        for c, code in [("c1", "print(1)"), ("c2", _SHOW)]
+    ]
+    first, second, images = await openai_adapter.chat_tool_messages(host_tools, calls)
+    assert (first["tool_call_id"], second["tool_call_id"], second["content"]) == ("c1", "c2", "a chart\n")
+    assert images == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "images from tool call c2:"},
+            {"type": "image_url", "image_url": {"url": f"data:image/gif;base64,{_GIF}"}},
+        ],
+    }
+
+
+async def test_the_structured_result_names_images_without_their_data(host_tools: HostTools) -> None:
+    output = await host_tools.call("run_code", {"code": _SHOW})
+    assert [i.data for i in output.images] == [_GIF]
+    assert output.structured["images"] == [{"mime_type": "image/gif", "tokens": 1}]

@@ -42,7 +42,7 @@ ranked [{{name, description}}].
 - await Promise.all([...]): up to {concurrency} calls at once.
 - await store.get(key) / set(key, value) / delete(key) / keys(): JSON kept per session across programs.
 - print(...) / console.log: objects print as JSON; a returned value prints last. setTimeout, await sleep(ms).
-- image(base64 or bytes, mimeType) shows the model a png/jpeg/gif/webp.
+- image(base64|bytes|tool image block, mimeType) shows the model a png/jpeg/gif/webp.
 - No modules, file system or network in JS itself: use the tools.
 First line, optional: // @run_code: {{"max_output_tokens": N, "timeout_seconds": N}}. Defaults: \
 {default_tokens} tokens (at most {max_tokens}), {timeout:g} s, JS CPU {cpu:g} s, {memory} MiB. \

@@ -3,6 +3,7 @@ scripted model (pydantic-ai's FunctionModel; LangChain's fake chat model)."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import adapters_support
@@ -92,3 +93,66 @@ async def test_langchain_tools_answer_tool_calls_with_tool_messages(host_tools: 
     assert results["l1"].content.strip() == "3 lines" and results["l1"].status == "success"
     assert results["l2"].status == "error" and "missing.txt" in str(results["l2"].content)
     assert messages[-1].content == "notes.txt has 3 lines"
+
+
+# A GIF89a's header, 3x2 pixels: what image() checks and sizes.
+_GIF = b"GIF89a\x03\x00\x02\x00\x00\x00\x00;"
+_SHOW = f"image('{base64.b64encode(_GIF).decode()}', 'image/gif'); print('a chart')"
+
+
+async def test_pydantic_ai_gets_the_images_as_binary_content(host_tools: HostTools) -> None:
+    pytest.importorskip(
+        "pydantic_ai", reason="pydantic-ai is not installed (pip install 'codemode[pydantic-ai]')"
+    )
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import (
+        BinaryContent,
+        ModelMessage,
+        ModelRequest,
+        ModelResponse,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from codemode.adapters.pydantic_ai import codemode_toolset
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("run_code", {"code": _SHOW}, tool_call_id="t1")])
+        return ModelResponse(parts=[TextPart("seen")])
+
+    agent = Agent(FunctionModel(model), toolsets=[codemode_toolset(host_tools)])
+    result = await agent.run("Draw the chart")
+    parts = [p for m in result.all_messages() if isinstance(m, ModelRequest) for p in m.parts]
+    (returned,) = [p for p in parts if isinstance(p, ToolReturnPart)]
+    assert returned.content == "a chart\n"
+    shown = [
+        c
+        for p in parts
+        if isinstance(p, UserPromptPart) and not isinstance(p.content, str)
+        for c in p.content
+        if isinstance(c, BinaryContent)
+    ]
+    assert [(c.media_type, c.data) for c in shown] == [("image/gif", _GIF)]
+
+
+async def test_langchain_tool_message_holds_an_image_block(host_tools: HostTools) -> None:
+    pytest.importorskip(
+        "langchain_core", reason="langchain-core is not installed (pip install 'codemode[langchain]')"
+    )
+    from langchain_core.messages import ToolMessage
+
+    from codemode.adapters.langchain import codemode_tools
+
+    (run_code,) = [t for t in codemode_tools(host_tools) if t.name == "run_code"]
+    message = await run_code.ainvoke(
+        {"name": "run_code", "args": {"code": _SHOW}, "id": "l1", "type": "tool_call"}
+    )
+    assert isinstance(message, ToolMessage) and message.status == "success"
+    assert message.content == [
+        {"type": "text", "text": "a chart\n"},
+        {"type": "image", "base64": base64.b64encode(_GIF).decode(), "mime_type": "image/gif"},
+    ]

@@ -47,7 +47,7 @@ import re
 import threading
 import tomllib
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -550,16 +550,36 @@ class Redactor:
         """Names of the environment variables whose values are redacted."""
         return sorted({marker[len("[REDACTED:env:") : -1] for _, marker in self._env_s})
 
-    def redact(self, text: str) -> str:
-        """Return ``text`` with every recognised secret replaced by a marker."""
+    def redact(self, text: str, known: dict[bytes, bytes] | None = None) -> str:
+        """Return ``text`` with every recognised secret replaced by a marker.
+
+        ``known``: secret values found earlier in the same result (another of its blocks) and
+        their markers, replaced here too wherever they occur; the values found here are added
+        to it (as `redact_bytes`). To redact blocks of one result, use `redact_together`."""
         if not text:
             return text
         for value, marker in self._env_s:
             if value in text:
                 text = text.replace(value, marker)
         data = text.encode("utf-8", "surrogatepass")
-        redacted = _redact_rules(data)
+        redacted = _redact_rules(data, known)
         return text if redacted is data else redacted.decode("utf-8", "surrogatepass")
+
+    def redact_together(self, texts: Sequence[str], known: dict[bytes, bytes] | None = None) -> list[str]:
+        """The blocks of one result (stdout and stderr, an output's head and tail), each
+        redacted, a secret value found by its context in one (``password = 'X'``) cut in every
+        other too, before or after it.
+
+        ``known``: the values found, added to it (to redact more of the same result with)."""
+        known = {} if known is None else known
+        done: list[tuple[str, int]] = []  # each block redacted, and how many values were known after it
+        for text in texts:
+            done.append((self.redact(text, known), len(known)))
+        # A block done before a later one found a value is done again, knowing it.
+        return [
+            redacted if seen == len(known) else self.redact(text, dict(known))
+            for text, (redacted, seen) in zip(texts, done, strict=True)
+        ]
 
     def one_line(self, text: str, limit: int | None = None) -> str:
         """``text`` as one line of an operator's or a model's view (a command in a listing).

@@ -7,8 +7,14 @@ Every case is checked on the text (`Redactor.redact`), on bytes (`redact_bytes`)
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
 import pytest
 
+from codemode import Host
 from codemode.state import Redactor, StreamRedactor
 from tests.state.secret_fixtures import pem
 
@@ -149,3 +155,78 @@ def test_a_long_value_is_redacted_whole(text: str) -> None:
     # A value longer than a few hundred characters was cut at the limit and its tail printed.
     for out in redacted_every_way(text):
         assert out.endswith(("[REDACTED:secret]", "[REDACTED:secret]'")), out[-80:]
+
+
+# ---- one result, several blocks: a value found in one is cut in all --------------------------
+
+
+@pytest.mark.parametrize("order", ["assigned first", "assigned last"])
+def test_a_value_found_in_one_block_is_redacted_in_the_others(order: str) -> None:
+    blocks = ["config: password = 'Qz7!pLm2vX'\n", "login failed for Qz7!pLm2vX\n", "exit 1"]
+    if order == "assigned last":
+        blocks.reverse()
+    shown = R.redact_together(blocks)
+    assert len(shown) == 3 and all("Qz7" not in block for block in shown), shown
+    assert shown[blocks.index("exit 1")] == "exit 1"
+    known: dict[bytes, bytes] = {}
+    R.redact(blocks[0] if order == "assigned first" else blocks[2], known)
+    assert "Qz7" not in R.redact("retrying with Qz7!pLm2vX", known)
+    assert R.redact("retrying with Qz7!pLm2vX") == "retrying with Qz7!pLm2vX"  # alone it is no secret
+
+
+LEAKY_SCRIPT = """\
+echo "db_password = 'Qz7!pLm2vX'"
+echo "ERROR: login failed for Qz7!pLm2vX" >&2
+"""
+
+
+def _texts(result: Any) -> str:
+    return result.text + json.dumps(result.structured_content)
+
+
+@pytest.mark.anyio
+async def test_a_value_assigned_in_stdout_is_redacted_in_stderr_and_a_long_tail(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "leak.sh").write_text(LEAKY_SCRIPT)
+    (ws / "swapped.sh").write_text("echo 'Qz7!pLm2vX rejected'\necho \"password: 'Qz7!pLm2vX'\" >&2\n")
+    # The head shows the assignment; 40,000 lines later the tail shows the bare value.
+    (ws / "long.sh").write_text(
+        "echo \"password = 'Qz7!pLm2vX'\"\nseq 1 40000\necho 'connected as Qz7!pLm2vX'\n"
+    )
+    async with Host(workspace=ws, state_dir=tmp_path / "state") as host:
+        with anyio.fail_after(120):
+            for script in ("leak.sh", "swapped.sh", "long.sh"):
+                result = await host.call_tool("bash", {"command": f"sh {script}"})
+                assert not result.is_error, result.text
+                assert "[REDACTED:" in result.text, result.text
+                assert "Qz7" not in _texts(result), (script, result.text)
+            long = await host.call_tool("bash", {"command": "sh long.sh"})
+            assert "40000" in long.text  # the tail is shown: the bare value was there to leak
+
+
+@pytest.mark.anyio
+async def test_a_report_and_the_read_action_redact_across_their_texts(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "leak.sh").write_text(LEAKY_SCRIPT + "while [ ! -e done ]; do sleep 0.05; done\n")
+    async with Host(workspace=ws, state_dir=tmp_path / "state") as host:
+        with anyio.fail_after(120):
+            started = await host.call_tool("bash", {"command": "sh leak.sh", "run_in_background": True})
+            assert not started.is_error, started.text
+            pid = started.structured_content["process_id"]
+            # The ERROR line is reported (its line, the output before it) on a later result.
+            results = []
+            while not any("still running" in r.text for r in results):
+                results.append(await host.call_tool("bash", {"command": "true"}))
+            results.append(await host.call_tool("bash", {"action": "read", "process_id": pid}))
+            (ws / "done").touch()
+            results.append(
+                await host.call_tool(
+                    "bash", {"action": "wait", "process_id": pid, "until": "exit", "timeout_ms": 60_000}
+                )
+            )
+            results.append(await host.call_tool("bash", {"command": "true"}))
+    shown = "".join(_texts(r) for r in results)
+    assert "login failed for" in shown and "[REDACTED:" in shown
+    assert "Qz7" not in shown, shown[max(shown.find("Qz7") - 300, 0) :][:600]

@@ -189,6 +189,23 @@ def _summary(verification: Verification) -> str | None:
     return None
 
 
+def _redact_note(
+    text: str, data: dict[str, Any] | None, redactor: Redactor
+) -> tuple[str, dict[str, Any] | None]:
+    """A notification's text and data, redacted as one result: a value found by its context in
+    one of its texts (``password = 'X'`` in a report's output) is cut in the others (its line)."""
+    if data is None:
+        return redactor.redact(text), None
+    keys = [k for k, v in data.items() if isinstance(v, str)]
+    texts = [
+        clean_terminal_text(data[k].encode()) if k in ("output", "output_tail") else data[k] for k in keys
+    ]
+    shown = redactor.redact_together([text, *texts])
+    return shown[0], {
+        k: shown[1 + keys.index(k)] if k in keys else _redact_data(v, redactor) for k, v in data.items()
+    }
+
+
 def _redact_data(value: Any, redactor: Redactor) -> Any:
     """Redact the strings of notification data (output is cleaned as a terminal shows it)."""
     if isinstance(value, str):
@@ -1375,8 +1392,7 @@ class ProcessManager:
 
     def _notification(self, row: sqlite3.Row) -> Notification:
         data: dict[str, Any] | None = json.loads(row["data"]) if row["data"] else None
-        if data is not None:
-            data = _redact_data(data, self._redactor)
+        text, data = _redact_note(row["text"], data, self._redactor)
         if row["kind"] == "completion":
             with self._db() as conn:
                 record = _records.get(conn, row["process_id"])
@@ -1390,7 +1406,7 @@ class ProcessManager:
             row["process_id"],
             row["command"],
             row["exit_code"],
-            self._redactor.redact(row["text"]),
+            text,
             row["kind"],
             row["seq"],
             data,

@@ -53,8 +53,9 @@ def build_result(
     Returns:
         ``(text blocks, structured_content)``.
     """
-    out_text = redactor.redact(stdout.text)
-    err_text = redactor.redact(stderr.text)
+    # One result: a value found by its context in one block is cut in the others too.
+    known: dict[bytes, bytes] = {}
+    out_text, err_text = redactor.redact_together([stdout.text, stderr.text], known)
     cut = stdout.truncated or stderr.truncated
     lines: list[str] = []
 
@@ -85,7 +86,7 @@ def build_result(
         if verification is not None:
             summary = failure_summary(verification)
             if summary:
-                lines.append(redactor.redact(summary))
+                lines.append(redactor.redact(summary, known))
         if log is not None and log.dropped is not None:
             start, end = log.dropped
             lines.append(

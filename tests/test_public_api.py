@@ -22,6 +22,7 @@ PUBLIC = {
     "ProcessNotFound",
     "Progress",
     "RunError",
+    "RunImage",
     "RunResult",
     "SandboxDenied",
     "SandboxMode",

@@ -3,8 +3,10 @@
 Producer data (what ``await tools.server.tool()`` resolves with): ``structuredContent``; else
 one text block that parses as JSON, parsed; else the text. Images, audio and embedded resources
 become descriptors (``{type, mimeType, bytes, ref}``) whose bytes are archived, never printed;
-a result with any of them resolves with the list of its blocks. ``isError`` raises a
-`ToolError` carrying the server's text.
+a result with any of them resolves with the list of its blocks. A program shows such an image
+to the model with ``image(block)``; a direct call's result carries it as image content (both
+read it back by ref, `codemode._images.archived_image`). ``isError`` raises a `ToolError`
+carrying the server's text.
 """
 
 from __future__ import annotations

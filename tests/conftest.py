@@ -74,3 +74,46 @@ def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     elif not _fs.openat2_available():
         pytest.skip("this kernel has no openat2")
     yield request.param
+
+
+# ---- mounts a test leaves behind -------------------------------------------------------------
+
+
+def _mounts_under(root: Path) -> list[str]:
+    """Mount points at or beneath ``root`` (from /proc/self/mountinfo), deepest first."""
+    base = os.path.realpath(root)
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    points = []
+    for line in lines:
+        fields = line.split(" - ")[0].split()
+        if len(fields) < 5:
+            continue
+        point = fields[4].encode().decode("unicode_escape")  # mountinfo escapes space as \040
+        if point == base or point.startswith(base + "/"):
+            points.append(point)
+    return sorted(points, key=len, reverse=True)
+
+
+def _detach(points: list[str]) -> None:
+    """Lazily unmount each point (a test's leftovers: nothing of the test uses them any more)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for point in points:
+        libc.umount2(point.encode(), 2)  # MNT_DETACH
+
+
+@pytest.fixture(autouse=True)
+def _no_mount_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that made a tmp_path leaves no mount under it (a session tmpfs kept for a
+    background process that outlived its Host, or of a host process the test killed): each is
+    lazily unmounted here, so pytest can remove the directory ("Device or resource busy").
+    Only this test's own tmp_path: other pytest runs share /tmp/pytest-of-root."""
+    yield
+    tmp = request.node.funcargs.get("tmp_path")
+    if isinstance(tmp, Path):
+        _detach(_mounts_under(tmp))

@@ -16,7 +16,7 @@ import collections
 import re
 from typing import TYPE_CHECKING
 
-from codemode.tools._registry import GUIDE_INLINE_CHARS
+from codemode.tools import GUIDE_INLINE_CHARS
 
 if TYPE_CHECKING:
     from codemode._results import HostConfig

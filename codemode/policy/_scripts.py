@@ -25,7 +25,7 @@ from pathlib import Path
 
 from codemode.errors import ErrorCode
 from codemode.policy._shell import Command
-from codemode.sandbox._safeopen import UnsafePath, anchor, read_bytes_at
+from codemode.sandbox import UnsafePath, anchor, read_bytes_at
 
 __all__ = [
     "SCRIPT_BYTES",

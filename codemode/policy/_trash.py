@@ -38,6 +38,7 @@ import pydantic
 
 from codemode.errors import ErrorCode, ToolError
 from codemode.sandbox import (
+    INBOX_SUFFIX,
     UnsafePath,
     anchor,
     copy_tree_at,
@@ -51,7 +52,6 @@ from codemode.sandbox import (
     rename_at,
     write_fresh_at,
 )
-from codemode.sandbox._tmpfs import INBOX_SUFFIX
 
 __all__ = ["TRASH_INBOX", "Trash", "TrashEntry", "install_rm_shim"]
 

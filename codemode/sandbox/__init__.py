@@ -7,6 +7,8 @@ from codemode.sandbox._cgroup import (
     cgroup_members,
     cgroup_remove,
     cgroup_root,
+    pids_refused,
+    pids_refused_note,
 )
 from codemode.sandbox._enforce import (
     ENFORCEMENT_FAILED_EXIT,
@@ -22,6 +24,8 @@ from codemode.sandbox._enforce import (
     prepare_confinement,
     sandbox_report,
 )
+from codemode.sandbox._fs import Changed, Walk, open_at, pseudo_fs, rename_into, reopen
+from codemode.sandbox._paths import locate_readable, locate_writable
 from codemode.sandbox._policy import SandboxMode, SandboxPolicy
 from codemode.sandbox._policy_json import policy_from_json, policy_to_json
 from codemode.sandbox._safeopen import (
@@ -43,11 +47,25 @@ from codemode.sandbox._safeopen import (
     write_fresh_at,
 )
 from codemode.sandbox._spawn import Process
+from codemode.sandbox._tmpfs import (
+    INBOX_SUFFIX,
+    check_share,
+    is_mounted,
+    make_session_tmp,
+    quota_report,
+    remove_session_tmp,
+    session_inbox,
+    sweep_stale_tmp,
+    tmp_full_note,
+    tmp_mounts,
+)
 
 __all__ = [
     "ENFORCEMENT_FAILED_EXIT",
     "ENFORCEMENT_FAILED_MARKER",
+    "INBOX_SUFFIX",
     "CgroupRoot",
+    "Changed",
     "Confinement",
     "LandlockStatus",
     "LaunchSpec",
@@ -56,6 +74,7 @@ __all__ = [
     "SandboxMode",
     "SandboxPolicy",
     "UnsafePath",
+    "Walk",
     "anchor",
     "aread_text",
     "cgroup_empty",
@@ -64,24 +83,41 @@ __all__ = [
     "cgroup_remove",
     "cgroup_root",
     "check_policy",
+    "check_share",
     "copy_tree_at",
     "explain_denial",
     "is_dir_at",
+    "is_mounted",
     "landlock_status",
     "launch",
     "listdir_at",
+    "locate_readable",
+    "locate_writable",
     "make_dir_at",
+    "make_session_tmp",
     "open_anchor",
+    "open_at",
     "open_dir_at",
+    "pids_refused",
+    "pids_refused_note",
     "policy_from_json",
     "policy_to_json",
     "prepare_confinement",
+    "pseudo_fs",
+    "quota_report",
     "read_bytes_at",
     "read_file_beneath",
     "read_text",
     "read_text_at",
     "remove_at",
+    "remove_session_tmp",
     "rename_at",
+    "rename_into",
+    "reopen",
     "sandbox_report",
+    "session_inbox",
+    "sweep_stale_tmp",
+    "tmp_full_note",
+    "tmp_mounts",
     "write_fresh_at",
 ]

@@ -1,5 +1,6 @@
 """Tools: the registry, the tool contract, and the built-in tools."""
 
+from codemode.tools._builtin import builtin_extensions
 from codemode.tools._model import (
     Extension,
     LazyExtension,
@@ -12,10 +13,11 @@ from codemode.tools._model import (
     to_tool_result,
     tool,
 )
-from codemode.tools._registry import ArgumentProblem, ToolRegistry
+from codemode.tools._registry import GUIDE_INLINE_CHARS, ArgumentProblem, ToolRegistry
 from codemode.tools._signature import schema_to_ts, typescript_signature
 
 __all__ = [
+    "GUIDE_INLINE_CHARS",
     "ArgumentProblem",
     "Extension",
     "LazyExtension",
@@ -25,6 +27,7 @@ __all__ = [
     "ToolContext",
     "ToolRegistry",
     "ToolResult",
+    "builtin_extensions",
     "make_tool",
     "schema_to_ts",
     "to_tool_result",

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from codemode.errors import ErrorCode, ToolError
-from codemode.sandbox._fs import Walk
-from codemode.sandbox._paths import locate_writable
+from codemode.sandbox import Walk, locate_writable
 from codemode.tools._model import ToolContext, ToolResult
 from codemode.tools.files import _limits as limits
 from codemode.tools.files._diff import diff_for_text, unified_diff

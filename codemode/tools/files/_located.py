@@ -17,7 +17,7 @@ import stat
 from pathlib import Path
 
 from codemode.errors import ErrorCode, ToolError
-from codemode.sandbox._fs import Changed, Walk, open_at, pseudo_fs, rename_into, reopen
+from codemode.sandbox import Changed, Walk, open_at, pseudo_fs, rename_into, reopen
 from codemode.tools.files._messages import fmt_bytes, os_error
 
 

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from codemode.errors import ErrorCode, ToolError
-from codemode.sandbox._fs import Walk
-from codemode.sandbox._paths import locate_readable
+from codemode.sandbox import Walk, locate_readable
 from codemode.tools._model import ToolContext, ToolResult
 from codemode.tools.files import _limits as limits
 from codemode.tools.files._located import _open_located, regular_file

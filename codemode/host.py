@@ -37,8 +37,10 @@ from codemode.policy import (
     Trash,
     approval_commands,
 )
-from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy
-from codemode.sandbox._tmpfs import (
+from codemode.sandbox import (
+    SandboxMode,
+    SandboxPolicy,
+    check_policy,
     make_session_tmp,
     quota_report,
     remove_session_tmp,
@@ -47,9 +49,16 @@ from codemode.sandbox._tmpfs import (
     tmp_mounts,
 )
 from codemode.state import Archive, ArchiveRef, State, compile_rules_soon, redact_json
-from codemode.tools import Extension, ProgramScope, Tool, ToolContext, ToolRegistry, ToolResult
+from codemode.tools import (
+    Extension,
+    ProgramScope,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    ToolResult,
+    builtin_extensions,
+)
 from codemode.tools._bash import Notification, ProcessManager
-from codemode.tools._builtin import builtin_extensions
 from codemode.tools.upstream import McpServerConfig, load_mcp_config, parse_mcp_config
 
 if TYPE_CHECKING:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
 
-from codemode.sandbox import SandboxMode
+from codemode.errors import UserError
+from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy
 from codemode.state import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES, MIN_LOG_CAP_BYTES, MIN_QUOTA_BYTES
 
 
@@ -97,6 +99,40 @@ class HostConfig(pydantic.BaseModel):
     tmp_quota_mb: int = pydantic.Field(512, ge=1)
     preload_tokenizer: bool = True
     tool_permissions: dict[str, Literal["allow", "ask", "deny"]] = pydantic.Field(default_factory=dict)
+
+
+def host_config(config: HostConfig | None, options: dict[str, Any]) -> HostConfig:
+    """The configuration ``Host(config)`` or ``Host(**options)`` names, checked.
+
+    Raises:
+        UserError: Both given, a field invalid, or the budget above its limit.
+    """
+    if config is not None and options:
+        raise UserError("pass either a HostConfig or keyword options, not both")
+    try:
+        checked = config if config is not None else HostConfig(**options)
+    except Exception as exc:
+        raise UserError(f"invalid Host configuration: {exc}") from exc
+    if checked.max_output_tokens > checked.max_output_tokens_limit:
+        raise UserError("max_output_tokens must not exceed max_output_tokens_limit")
+    return checked
+
+
+def sandbox_policy(config: HostConfig, workspace: Path) -> SandboxPolicy:
+    """The sandbox policy a configuration asks for: the workspace and the writable roots
+    writable, the state directory protected (checked).
+
+    Raises:
+        UserError: The policy would expose the state directory.
+    """
+    policy = SandboxPolicy(
+        mode=config.sandbox,
+        writable_roots=(workspace, *(Path(r).expanduser().resolve() for r in config.writable_roots)),
+        network=config.network,
+        protected=(config.state_dir.expanduser().resolve(),),
+    )
+    check_policy(policy)
+    return policy
 
 
 class RunError(pydantic.BaseModel):
@@ -192,3 +228,8 @@ class CallResult(pydantic.BaseModel):
     truncated: bool = False
     refs: list[str] = pydantic.Field(default_factory=list)
     images: list[RunImage] = pydantic.Field(default_factory=list)
+
+
+def dumps_result(result: RunResult | CallResult) -> str:
+    """The result as indented JSON (what ``--json`` prints)."""
+    return json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False)

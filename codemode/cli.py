@@ -27,10 +27,10 @@ from typing import Any, NoReturn, TypeVar
 import anyio
 import anyio.to_thread
 
-from codemode._results import default_state_dir
+from codemode._results import default_state_dir, dumps_result
 from codemode._version import __version__
 from codemode.errors import CodemodeError, ToolError, UserError
-from codemode.host import Host, dumps_result
+from codemode.host import Host
 from codemode.policy import ApprovalRequest, ApproveCallback, CommandPolicy, Decision, Trash
 from codemode.sandbox import SandboxMode
 from codemode.tools.upstream import load_mcp_config

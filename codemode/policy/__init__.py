@@ -10,6 +10,7 @@ from codemode.policy._approval import (
     CommandsHook,
     Decision,
     ToolPermission,
+    record_approval,
 )
 from codemode.policy._commands import REDACTION_MARKER, CommandPolicy, CommandVerdict, Verdict
 from codemode.policy._guard import ApprovalCommands, CommandGuard, approval_commands, plain_argv
@@ -33,4 +34,5 @@ __all__ = [
     "Verdict",
     "approval_commands",
     "plain_argv",
+    "record_approval",
 ]

@@ -21,8 +21,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import anyio.to_thread
 import pydantic
 
+from codemode.state import ApprovalLog
 from codemode.tools import Tool
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "CommandsHook",
     "Decision",
     "ToolPermission",
+    "record_approval",
 ]
 
 
@@ -304,6 +307,35 @@ class Approvals:
                 return f"{what} was denied: {decision.reason or 'denied'}; do something else or ask the user"
         return None
 
+    async def approve_call(self, tool: Tool, arguments: Mapping[str, Any], session_id: str) -> str | None:
+        """Ask about one direct call (a batch of one), its arguments valid for the tool: why it
+        is refused, or None when it may run. The command check runs in a worker thread when
+        `reads_files` says it may read a file a command wrote."""
+        if self.reads_files(tool, arguments):
+            needs = await anyio.to_thread.run_sync(lambda: self.requests(tool, arguments, session_id))
+        else:
+            needs = self.requests(tool, arguments, session_id)
+        if isinstance(needs, str):
+            return needs
+        if not needs:
+            return None
+        return self.refusal(needs, await self.decide(needs))
+
     def forget_session(self, session_id: str) -> None:
         """Drop a session's standing decisions (its end)."""
         self._sessions.pop(session_id, None)
+
+
+def record_approval(log: ApprovalLog, request: ApprovalRequest, decision: Decision) -> None:
+    """Keep an approval request and its decision in the state dir (the audit records)."""
+    log.record(
+        request_id=request.id,
+        session_id=request.session_id,
+        kind=request.kind.value,
+        tool=request.tool,
+        summary=request.summary,
+        arguments_json=json.dumps(request.arguments, ensure_ascii=False),
+        rule=request.rule,
+        verdict=decision.verdict,
+        reason=decision.reason,
+    )

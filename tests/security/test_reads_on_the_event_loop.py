@@ -71,6 +71,8 @@ READERS = frozenset({"requests", "run_spec", "_prepare", "check"})
 #: The modules whose code runs on the event loop and calls them.
 LOOP_MODULES = (
     "codemode/host.py",
+    "codemode/runner/_runner.py",
+    "codemode/policy/_approval.py",
     "codemode/engine/_runtime.py",
     "codemode/engine/_program.py",
     "codemode/tools/monitor/_tools.py",
@@ -79,7 +81,7 @@ LOOP_MODULES = (
 )
 #: (module, function, call) -> why that call does not read on the loop.
 ALLOWED = {
-    ("codemode/host.py", "Host._approve_direct", "gate.requests"): (
+    ("codemode/policy/_approval.py", "Approvals.approve_call", "self.requests"): (
         "only when gate.reads_files says the call runs no command check (else in a thread)"
     ),
     ("codemode/engine/_runtime.py", "_Calls.on_posted", "gate.requests"): (

@@ -1,0 +1,58 @@
+"""The facts ``codemode doctor`` prints about a Host: engine, tokenizer, state dir, temp dirs
+and the sandbox layers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from codemode._results import HostConfig
+from codemode.budget import TokenCounter
+from codemode.sandbox import SandboxPolicy
+from codemode.sandbox._tmpfs import quota_report
+
+__all__ = ["doctor_report"]
+
+
+def doctor_report(
+    config: HostConfig, counter: TokenCounter, policy: SandboxPolicy, state_dir: Path | None
+) -> dict[str, Any]:
+    """`Host.doctor`'s facts; ``state_dir`` is the open state directory, or None."""
+    from codemode._version import __version__
+    from codemode.engine import ENGINE_VERSION
+    from codemode.sandbox import landlock_status, sandbox_report
+
+    state = config.state_dir.expanduser()
+    status = landlock_status()
+    counter.count("x" * 4096)  # force the encoding to load (or fall back) now
+    return {
+        "engine": {"quickjs-ng": ENGINE_VERSION, "codemode": __version__},
+        "tokenizer": {
+            "encoding": counter.encoding_name,
+            "exact": counter.exact,
+            "fallback": counter.fallback_reason,
+        },
+        "state_dir": {
+            "path": str(state),
+            "exists": state.is_dir(),
+            "mode": oct(state.stat().st_mode & 0o777) if state.is_dir() else None,
+        },
+        "temp_dirs": (
+            quota_report(state_dir / "tmp", config.tmp_quota_mb * 1024 * 1024)
+            if state_dir is not None
+            else {"form": "unknown", "quota_mb": config.tmp_quota_mb, "detail": "state dir not open"}
+        ),
+        "sandbox": {
+            "mode": policy.mode.value,
+            "network": policy.network,
+            "writable_roots": [str(r) for r in policy.writable_roots],
+            "landlock_abi": status.abi,
+            "fs_rights": list(status.fs_rights),
+            "network_rules": status.network_rules,
+            "net_rights": list(status.net_rights),
+            "scopes": list(status.scopes),
+            "reason": status.reason,
+            "summary": status.describe(),
+            "layers": [vars(layer) for layer in sandbox_report(policy)],
+        },
+    }

@@ -1,0 +1,145 @@
+"""What a Host keeps per session beside the state directory: the session's temp dir (its
+commands' ``TMPDIR``, made at its first call), the `ToolContext` of each call, and delivery
+of the session's notifications (completions, keyword reports, Monitor events)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+
+from codemode._ids import check_id
+from codemode.sandbox import SandboxPolicy, make_session_tmp, remove_session_tmp, session_inbox
+from codemode.state import State
+from codemode.tools import ToolContext
+from codemode.tools._bash import Notification, ProcessManager
+
+__all__ = ["Sessions"]
+
+
+class Sessions:
+    """One host's sessions.
+
+    Args:
+        default: The session a call that names none runs in.
+        workspace: The host's workspace.
+        tmp_quota_bytes: Each session temp dir's share (a tmpfs where the host can mount).
+        policy: The sandbox policy in force.
+        state: The open state directory (raises `UserError` when the host is not open).
+        processes: The process manager, or None (not open, or no built-in tools).
+        notify_in_results: Whether results carry the session's pending notifications.
+    """
+
+    def __init__(
+        self,
+        default: str,
+        workspace: Path,
+        tmp_quota_bytes: int,
+        *,
+        policy: Callable[[], SandboxPolicy],
+        state: Callable[[], State],
+        processes: Callable[[], ProcessManager | None],
+        notify_in_results: bool,
+    ) -> None:
+        self._default = default
+        self._workspace = workspace
+        self._tmp_quota_bytes = tmp_quota_bytes
+        self._policy = policy
+        self._state = state
+        self._processes = processes
+        self._notify_in_results = notify_in_results
+        self.temp_dirs: dict[str, Path] = {}
+
+    def check(self, session_id: str | None) -> str:
+        """The session a call names (checked), or the default one.
+
+        Raises:
+            UserError: The id is empty, too long or holds control characters.
+        """
+        return self._default if session_id is None else check_id(session_id, "session_id")
+
+    def context(self, session_id: str, call_id: str | None) -> ToolContext:
+        """A call's context: the session's temp dir (made now if it has none), the policy in
+        force with it, the archive, the session's store."""
+        state = self._state()
+        temp = self.temp_dirs.get(session_id)
+        if temp is None:
+            # Inside the state directory, so other sessions' commands cannot read it (the sandbox
+            # keeps the whole state directory out of reach but for a session's own temp dir).
+            # A tmpfs of tmp_quota_mb where the host can mount, else a counted plain directory.
+            temp = make_session_tmp(state.archive.state_dir / "tmp", self._tmp_quota_bytes)
+            self.temp_dirs[session_id] = temp
+        return ToolContext(
+            session_id=session_id,
+            workspace=self._workspace,
+            policy=replace(self._policy(), temp_dir=temp, trash_inbox=session_inbox(temp)),
+            archive=state.archive,
+            call_id=call_id,
+            store=state.values.for_session(session_id),
+        )
+
+    def remove_idle_temp_dirs(self) -> None:
+        """At the host's close: remove each session's temp dir unless the session still has
+        running background processes, which keep using it."""
+        processes = self._processes()
+        for session, path in list(self.temp_dirs.items()):
+            running = (
+                [p for p in processes.list_processes(session, watchers=True) if p["state"] == "running"]
+                if processes is not None
+                else []
+            )
+            if not running:
+                remove_session_tmp(path)
+
+    async def drop(self, session_id: str, file_trash: Callable[[], object] | None) -> None:
+        """Remove the session's temp dir (its end), after ``file_trash`` (run in a worker
+        thread) filed what its commands moved to the trash inbox inside it."""
+        temp = self.temp_dirs.pop(session_id, None)
+        if temp is not None:
+            if file_trash is not None:
+                await anyio.to_thread.run_sync(file_trash)  # before the inbox goes with the temp dir
+            remove_session_tmp(temp)
+
+    def pending(self, session_id: str) -> list[Notification]:
+        """The session's notifications not yet acknowledged."""
+        processes = self._processes()
+        return [] if processes is None else processes.pending_notifications(session_id)
+
+    def ack(self, session_id: str, ids: list[int]) -> list[int]:
+        """Mark notifications delivered; the ids this call marked."""
+        processes = self._processes()
+        return [] if processes is None else processes.ack(session_id, ids)
+
+    def take_notifications(self, session_id: str) -> list[str]:
+        """The session's pending notifications, claimed for one result (when results carry them)."""
+        processes = self._processes()
+        if not self._notify_in_results or processes is None:
+            return []
+        notes = processes.pending_notifications(session_id)
+        if not notes:
+            return []
+        claimed = set(processes.ack(session_id, [n.id for n in notes]))
+        return [n.text for n in notes if n.id in claimed]
+
+    async def follow(self, session: str, poll_seconds: float) -> AsyncIterator[Notification]:
+        """`Host.notifications`: each notification as it arrives, acknowledged as it is yielded."""
+        version: int | None = None
+        reconciled = 0.0
+        while True:
+            processes = self._processes()
+            if processes is not None:
+                now = time.monotonic()
+                changed = processes.pending_changed()
+                if changed != version or now - reconciled >= 1.0:
+                    version = changed
+                    reconcile = now - reconciled >= 1.0
+                    if reconcile:
+                        reconciled = now
+                    for note in processes.pending_notifications(session, reconcile=reconcile):
+                        if processes.ack(session, [note.id]):
+                            yield note
+            await anyio.sleep(poll_seconds)

@@ -1,0 +1,46 @@
+"""``codemode.run_code``: one program run synchronously on a temporary `Host`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from codemode._results import RunResult
+from codemode.errors import UserError
+
+__all__ = ["run_code"]
+
+
+def run_code(source: str, **options: Any) -> RunResult:
+    """Run one program synchronously on a temporary `Host` (for scripts and REPLs).
+
+    Args:
+        source: The program.
+        **options: `HostConfig` fields, plus ``session_id``/``call_id``/``max_output_tokens``/
+            ``timeout_seconds`` for the run.
+
+    Raises:
+        UserError: Called inside a running event loop (use ``await host.run_code`` there).
+    """
+    from codemode.host import Host  # the Host imports this module (it re-exports run_code)
+
+    try:
+        import asyncio
+
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise UserError(
+            "codemode.run_code() cannot run inside a running event loop; "
+            "use `async with Host(...) as host: await host.run_code(...)`"
+        )
+    run_keys = ("session_id", "call_id", "max_output_tokens", "timeout_seconds")
+    run_options = {k: options.pop(k) for k in run_keys if k in options}
+
+    async def main() -> RunResult:
+        async with Host(**options) as host:
+            return await host.run_code(source, **run_options)
+
+    return anyio.run(main)

@@ -121,7 +121,8 @@ def test_survey_example_runs(tmp_path: Path, workspace: Path) -> None:
 
 
 def test_mcp_servers_get_their_own_session_and_other_commands_cli(tmp_path: Path) -> None:
-    from codemode.cli import _host, build_parser
+    from codemode._cli._common import cli_host as _host
+    from codemode.cli import build_parser
 
     parser = build_parser()
     common = ["--state-dir", str(tmp_path / "state")]

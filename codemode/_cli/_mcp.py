@@ -1,0 +1,163 @@
+"""``mcp``: serve run_code and the tools over MCP (stdio or streamable HTTP), and the HTTP
+front's bearer token."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import anyio
+
+from codemode._cli._common import (
+    Subparsers,
+    cli_host,
+    common,
+    stderr_note,
+)
+from codemode._results import default_state_dir
+from codemode.errors import UserError
+from codemode.host import Host
+
+
+def add_mcp(sub: Subparsers) -> None:
+    mcp = sub.add_parser("mcp", help="serve run_code and the tools over MCP (stdio, or streamable HTTP)")
+    mcp.add_argument(
+        "--http",
+        metavar="[HOST:]PORT",
+        default=None,
+        help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (HOST defaults to "
+        "127.0.0.1; one codemode session per MCP session)",
+    )
+    mcp.add_argument(
+        "--token-file",
+        default=None,
+        metavar="PATH",
+        help="read the bearer token HTTP clients must send from PATH (default: $CODEMODE_MCP_TOKEN, else a "
+        "fresh one printed on stderr at start); keep the file in the state directory, which commands "
+        "cannot read",
+    )
+    # Refused with a pointer to the above: a command line is readable by every process here.
+    mcp.add_argument("--token", default=None, help=argparse.SUPPRESS)
+    mcp.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let browsers from this Origin in (repeatable; e.g. https://app.example.com; :* for any port); "
+        "loopback origins are always let in",
+    )
+    mcp.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="accept this Host header (repeatable; the name a load balancer or clients use; :* for any "
+        "port); loopback names and the bound address are always accepted",
+    )
+    mcp.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=1800.0,
+        metavar="SECONDS",
+        help="end an HTTP MCP session idle this long, stopping its lifecycle=session processes (default 1800)",
+    )
+    mcp.add_argument(
+        "--tools",
+        choices=("code", "default", "all"),
+        default="default",
+        help="which tools are listed: code (run_code alone), default (run_code, bash, read_file, edit_file, "
+        "write_file, read_archive), all (every tool, mounted servers' too); programs reach every tool",
+    )
+    mcp.add_argument(
+        "--output-schemas",
+        choices=("on", "off"),
+        default="off",
+        help="list each tool's output schema (its top level) too (default off: model APIs never read them)",
+    )
+    common(mcp, None)  # speaks JSON-RPC on stdout: there is no other output to format
+
+
+_TOKEN_FILE_LIMIT = 4096
+
+
+def _mcp_token(args: argparse.Namespace) -> str:
+    """The HTTP front's token: ``--token-file``, else ``$CODEMODE_MCP_TOKEN``, else "" (make one).
+
+    The variable is removed from this process's environment either way, so no process started
+    later (a command, a supervisor, an upstream server) inherits it; never on a command line.
+
+    Raises:
+        UserError: ``--token`` was given, or the file cannot be read or holds no token.
+    """
+    from codemode._host_secrets import take_host_secret
+
+    from_env = take_host_secret("CODEMODE_MCP_TOKEN") or ""
+    if args.token is not None:
+        raise UserError(
+            "--token is not accepted: a command line is readable by every process on this machine "
+            "(ps, /proc/PID/cmdline); put the token in a file and pass --token-file PATH, or set "
+            "CODEMODE_MCP_TOKEN"
+        )
+    if args.token_file is None:
+        return from_env
+    try:
+        with open(args.token_file, "rb") as f:
+            data = f.read(_TOKEN_FILE_LIMIT + 1)
+    except OSError as exc:
+        raise UserError(f"--token-file {args.token_file!r}: cannot read it ({exc.strerror or exc})") from exc
+    token = data.decode("utf-8", "replace").strip()
+    if not token or len(data) > _TOKEN_FILE_LIMIT or any(c.isspace() for c in token):
+        raise UserError(
+            f"--token-file {args.token_file!r}: expected one token (a single word of at most "
+            f"{_TOKEN_FILE_LIMIT} bytes, e.g. from `openssl rand -hex 32`)"
+        )
+    state = os.path.realpath((args.state_dir or default_state_dir()).expanduser())
+    if os.path.commonpath([state, os.path.realpath(args.token_file)]) != state:
+        # Commands run as this user and read everything but the state directory.
+        stderr_note(
+            f"--token-file {args.token_file!r} is outside the state directory {state}: confined commands "
+            "can read it (and with it, use this server); move it into the state directory"
+        )
+    return token
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from codemode import mcp
+
+    token = _mcp_token(args)  # first: also over stdio, the variable leaves the environment
+
+    def make_host() -> Host:  # made inside the front, which serves its errors to the client
+        return cli_host(args)
+
+    if args.http is None:
+        listing = {"surface": args.tools, "output_schemas": args.output_schemas == "on"}
+        anyio.run(lambda: mcp.serve_stdio(make_host, **listing))
+        return 0
+    bind, port = mcp.parse_bind(args.http)
+    if not args.idle_timeout > 0:
+        raise UserError(f"--idle-timeout must be a positive number of seconds, got {args.idle_timeout:g}")
+    generated = not token
+    if generated:
+        import secrets
+
+        token = secrets.token_urlsafe(32)
+
+    def announce(url: str) -> None:  # once listening (nothing is printed for a bind that fails)
+        if generated:
+            stderr_note(
+                f"bearer token (generated; set CODEMODE_MCP_TOKEN or pass --token-file to choose one): {token}"
+            )
+        stderr_note(f"serving MCP over streamable HTTP at {url}")  # last: the line that says it is ready
+
+    options = mcp.HttpOptions(
+        token=token,
+        host=bind,
+        port=port,
+        allowed_origins=args.allow_origin,
+        allowed_hosts=args.allow_host,
+        idle_timeout_seconds=args.idle_timeout,
+        surface=args.tools,
+        output_schemas=args.output_schemas == "on",
+    )
+    anyio.run(lambda: mcp.serve_http(make_host, options, announce=announce))
+    return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -110,10 +111,32 @@ def _detach(points: list[str]) -> None:
 @pytest.fixture(autouse=True)
 def _no_mount_left(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test that made a tmp_path leaves no mount under it (a session tmpfs kept for a
-    background process that outlived its Host, or of a host process the test killed): each is
-    lazily unmounted here, so pytest can remove the directory ("Device or resource busy").
+    background process that outlived its Host, or of a host process the test killed): the test
+    fails, and each is lazily unmounted here, so pytest can still remove the directory.
     Only this test's own tmp_path: other pytest runs share /tmp/pytest-of-root."""
     yield
     tmp = request.node.funcargs.get("tmp_path")
-    if isinstance(tmp, Path):
-        _detach(_mounts_under(tmp))
+    left = _mounts_under(tmp) if isinstance(tmp, Path) else []
+    if left:
+        _detach(left)
+        pytest.fail(f"the test left {len(left)} mount(s) under its tmp_path: {left}", pytrace=False)
+
+
+# ---- tests that take too long ----------------------------------------------------------------
+
+_MAX_SECONDS = float(os.environ.get("CODEMODE_TEST_MAX_SECONDS") or 0)
+"""CI sets it (10): a test not marked ``slow`` whose call runs longer fails. 0 or unset: no check."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    started = time.monotonic()
+    result = yield
+    took = time.monotonic() - started
+    if _MAX_SECONDS and took > _MAX_SECONDS and item.get_closest_marker("slow") is None:
+        pytest.fail(
+            f"the test took {took:.1f} s, over CODEMODE_TEST_MAX_SECONDS={_MAX_SECONDS:g}: make it faster "
+            "or mark it slow (the slow stage runs it)",
+            pytrace=False,
+        )
+    return result

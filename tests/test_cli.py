@@ -371,6 +371,18 @@ async def test_logs_mark_the_dropped_middle_of_a_capped_log(tmp_path: Path, work
     as_json = _json(codemode(tmp_path, workspace, "logs", process_id, "--json"))
     assert as_json["notes"] == [note.removeprefix("codemode: [").removesuffix("]")]
     assert as_json["exit_code"] == 0 and as_json["output"].splitlines()[-1] == "400000"
+    _release_kept_tmpfs(tmp_path / "state")
+
+
+def _release_kept_tmpfs(state: Path) -> None:
+    """Unmount the session tmpfs a host kept at its close for a background process that has
+    ended since. A later host sweeps it only when the one that made it is gone, and here that
+    is this test's own process, which lives on."""
+    from codemode.sandbox import remove_session_tmp, tmp_mounts
+
+    for point in tmp_mounts(state / "tmp"):
+        remove_session_tmp(Path(point))
+    assert tmp_mounts(state / "tmp") == {}
 
 
 def test_output_larger_than_a_pipe_buffer_arrives_whole_before_the_quick_exit(
@@ -436,6 +448,8 @@ def test_run_stream_shows_lines_on_stderr_before_the_program_ends(tmp_path: Path
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]
+        proc.stderr.close()  # type: ignore[union-attr]
     assert proc.returncode == 0, err
     streamed = first + err
     assert "token [REDACTED:github-token]" in streamed and token not in streamed

@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from codemode import Host
+from codemode.sandbox import remove_session_tmp, tmp_mounts
 
 pytestmark = pytest.mark.anyio
 
@@ -127,6 +128,11 @@ async def test_an_event_survives_a_host_restart_and_is_delivered_once(tmp_path: 
     async with Host(workspace=workspace, state_dir=state) as third:
         assert third.pending_notifications() == []
         assert "after" not in (await third.run_code('print("x")')).text
+    # The first host kept its session tmpfs for the watcher that outlived it; the watcher has
+    # ended, but its host's process (this test's) lives on, so no later host sweeps it: release it.
+    for point in tmp_mounts(state / "tmp"):
+        remove_session_tmp(Path(point))
+    assert tmp_mounts(state / "tmp") == {}
 
 
 async def test_the_rate_limit_suppresses_and_counts(host: Host, tmp_path: Path) -> None:

@@ -205,6 +205,7 @@ def _cli(state: Path, workspace: Path, *args: str) -> subprocess.CompletedProces
     )
 
 
+@pytest.mark.slow  # the CLI's call waits out the default handoff (10 s) before it promotes the command
 def test_a_command_promoted_under_codemode_call_outlives_the_cli(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()

@@ -2,7 +2,7 @@
 
 from codemode.engine._header import HeaderError, HeaderOptions, parse_header
 from codemode.engine._loop import LoopSpawner
-from codemode.engine._program import CallGate, EngineLimits, GuestError, ProgramOutcome
+from codemode.engine._outcome import CallGate, EngineLimits, GuestError, ProgramOutcome
 from codemode.engine._qjs import ENGINE_VERSION
 from codemode.engine._runtime import Engine, RunView
 

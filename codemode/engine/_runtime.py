@@ -16,22 +16,10 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from codemode.engine import _qjs
+from codemode.engine._bridge import _from_js_json, error_json, parse_call, prepare_context, result_payload
 from codemode.engine._loop import LoopSpawner
-from codemode.engine._program import (
-    START_OVER,
-    WAITING,
-    CallGate,
-    EngineLimits,
-    ProgramCalls,
-    ProgramOutcome,
-    ProgramThread,
-    _from_js_json,
-    as_result,
-    error_json,
-    parse_call,
-    prepare_context,
-    result_payload,
-)
+from codemode.engine._outcome import CallGate, EngineLimits, ProgramCalls, ProgramOutcome, as_result
+from codemode.engine._program import START_OVER, WAITING, ProgramThread
 from codemode.engine._workers import WorkerPool
 from codemode.errors import ErrorCode, ToolError
 from codemode.tools import Tool, ToolContext, ToolRegistry, ToolResult

@@ -14,7 +14,7 @@ import pytest
 
 from codemode import Host, RunResult
 from codemode.engine import _qjs
-from codemode.engine._program import prepare_context
+from codemode.engine._bridge import prepare_context
 
 pytestmark = pytest.mark.anyio
 

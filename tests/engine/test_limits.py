@@ -22,7 +22,9 @@ from host_support import assert_healthy
 
 from codemode import Host, ToolContext
 from codemode.engine import EngineLimits, _qjs
-from codemode.engine._program import ProgramCalls, ProgramOutcome, ProgramThread, prepare_context
+from codemode.engine._bridge import prepare_context
+from codemode.engine._outcome import ProgramCalls, ProgramOutcome
+from codemode.engine._program import ProgramThread
 
 pytestmark = pytest.mark.anyio
 

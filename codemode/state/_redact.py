@@ -465,23 +465,45 @@ def _engine() -> _Engine:
 def _replace(data: bytes, spans: list[tuple[int, int, bytes]]) -> bytes:
     """``data`` with each span replaced by its marker; overlapping spans merge (the first
     one's marker names them); a span that touches an existing marker is left alone."""
+    merged = _merge(data, spans)
+    return _cut_out(data, merged, 0, len(data)) if merged else data
+
+
+def _merge(data: bytes, spans: list[tuple[int, int, bytes]]) -> list[tuple[int, int, bytes]]:
+    """``spans`` sorted, overlapping ones merged (the first one's marker names them), less
+    those touching a marker already in ``data``."""
     if b"[REDACTED:" in data:
         markers = [m.span() for m in _MARKER.finditer(data)]
         spans = [s for s in spans if not any(s[0] < m_end and m_start < s[1] for m_start, m_end in markers)]
     if not spans:
-        return data
+        return []
     spans.sort(key=lambda s: (s[0], -s[1]))
-    out: list[bytes] = []
-    pos = 0
+    merged: list[tuple[int, int, bytes]] = []
     cur_start, cur_end, cur_marker = spans[0]
     for start, end, marker in spans[1:]:
         if start < cur_end:
             cur_end = max(cur_end, end)
             continue
-        out += (data[pos:cur_start], cur_marker)
-        pos = cur_end
+        merged.append((cur_start, cur_end, cur_marker))
         cur_start, cur_end, cur_marker = start, end, marker
-    out += (data[pos:cur_start], cur_marker, data[cur_end:])
+    merged.append((cur_start, cur_end, cur_marker))
+    return merged
+
+
+def _cut_out(data: bytes, merged: list[tuple[int, int, bytes]], begin: int, end: int) -> bytes:
+    """``data[begin:end]`` with each of the ``merged`` spans replaced by its marker; a span
+    that crosses ``begin`` or ``end`` shows as its marker too (its part inside is never bare)."""
+    out: list[bytes] = []
+    pos = begin
+    for start, stop, marker in merged:
+        if stop <= pos:
+            continue
+        if start >= end:
+            break
+        out += (data[pos:start] if start > pos else b"", marker)
+        pos = stop
+    if pos < end:
+        out.append(data[pos:end])
     return b"".join(out)
 
 
@@ -615,6 +637,27 @@ class Redactor:
                 data = data.replace(value, marker)
         return _redact_rules(data, known)
 
+    def redact_range(
+        self, data: bytes, begin: int, end: int, known: dict[bytes, bytes] | None = None
+    ) -> bytes:
+        """``data[begin:end]`` redacted with all of ``data`` as its context: a secret found by
+        what precedes ``begin`` (``password = '`` before a page's start) or crossing ``begin``
+        or ``end`` shows as its marker, never in part. ``known`` as for `redact_bytes`."""
+        return _cut_out(data, self.secret_spans(data, known), begin, end)
+
+    def secret_spans(
+        self, data: bytes, known: dict[bytes, bytes] | None = None
+    ) -> list[tuple[int, int, bytes]]:
+        """(start, end, marker) of every secret in ``data``, sorted, overlaps merged (what
+        `redact_bytes` replaces); the values found are added to ``known``."""
+        spans = _rule_spans(data, known)
+        for value, marker in self._env_b:
+            at = data.find(value)
+            while at >= 0:
+                spans.append((at, at + len(value), marker))
+                at = data.find(value, at + 1)
+        return _merge(data, spans)
+
 
 def _redact_rules(data: bytes, known: dict[bytes, bytes] | None = None) -> bytes:
     """``data`` with what the rules find replaced, and every other occurrence of each value
@@ -623,12 +666,18 @@ def _redact_rules(data: bytes, known: dict[bytes, bytes] | None = None) -> bytes
 
     A value its rule finds standing alone (a ``ghp_`` token) is not searched for: the rule finds
     it wherever it is; only the others (a password found by its ``password =``) are."""
+    spans = _rule_spans(data, known)
+    return _replace(data, spans) if spans else data
+
+
+def _rule_spans(data: bytes, known: dict[bytes, bytes] | None = None) -> list[tuple[int, int, bytes]]:
+    """(start, end, marker) of what `_redact_rules` replaces in ``data`` (unmerged)."""
     engine = _engine()
     hits = engine.matches(data)
     markers: dict[bytes, bytes] = {}  # the values to search for: see `_Engine.spans`
     spans = engine.spans(data, hits, markers) if hits else []
     if not spans and not known:
-        return data
+        return spans
     if known is not None:
         for value, marker in known.items():
             markers.setdefault(value, marker)
@@ -637,7 +686,19 @@ def _redact_rules(data: bytes, known: dict[bytes, bytes] | None = None) -> bytes
                 break
             known.setdefault(value, marker)
     spans += _occurrences(data, markers)
-    return _replace(data, spans) if spans else data
+    return spans
+
+
+def context_start(before: bytes) -> int:
+    """Where, in the bytes ``before`` a piece of text, redacting that piece must start for
+    every secret in it to be seen whole: the start of the line the piece begins in, or the
+    start of a private key block still open at the piece (a page starting inside the key)."""
+    begin = before.rfind(b"-----BEGIN")
+    if begin >= 0 and b"PRIVATE KEY" in before[begin:]:
+        opened = [m.start() for m in _PEM_BEGIN.finditer(before, begin)]
+        if opened and _PEM_END.search(before, opened[-1]) is None:
+            return max(before.rfind(b"\n", 0, opened[-1]), before.rfind(b"\r", 0, opened[-1])) + 1
+    return max(before.rfind(b"\n"), before.rfind(b"\r")) + 1
 
 
 _MIN_REPEAT = 6  # bytes: a shorter secret value is not searched for elsewhere in the text
@@ -698,13 +759,19 @@ def _literal_database(values: tuple[bytes, ...]) -> tuple[hyperscan.Database, hy
     return made
 
 
+_HOLD = 4096  # bytes of a long line held back at a cut: a value they start is seen whole
+_OVERLAP = 4096  # bytes released before a cut kept as context (``password = `` before it)
+
+
 class StreamRedactor:
     """Redacts a byte stream that arrives in arbitrary chunks.
 
     Bytes are released up to the last line end (``\\n`` or ``\\r``), so a secret split across
-    two chunks is still seen whole. A line longer than ``max_pending`` is released anyway, cut
-    at a space where one is near the end. A private key block that spans chunks is suppressed
-    up to its END line.
+    two chunks is still seen whole. A line longer than ``max_pending`` is released anyway, less
+    its last 4 KiB (at a space where one is near), never in the middle of a secret found; the 4
+    KiB released before the cut stay as context for the rest, so a value whose name came before
+    the cut (``password = `` | ``'X'``) is still found, and one started before it is cut whole.
+    A private key block that spans chunks is suppressed up to its END line.
 
     Args:
         redactor: The rules to apply.
@@ -713,45 +780,65 @@ class StreamRedactor:
 
     def __init__(self, redactor: Redactor, max_pending: int = 64 * 1024) -> None:
         self._redactor = redactor
-        self._max_pending = max_pending
+        self._max_pending = max(max_pending, 2 * _HOLD)
         self._pending = b""
+        self._released = 0  # bytes at the start of _pending already released: context only
         self._in_private_key = False
         self._known: dict[bytes, bytes] = {}  # secret values seen: redacted in later chunks too
+
+    @property
+    def known(self) -> dict[bytes, bytes]:
+        """The secret values found so far (and their markers): redacted in later chunks too."""
+        return self._known
 
     def feed(self, data: bytes) -> bytes:
         """Take the next chunk; return the redacted bytes that are ready."""
         buf = self._pending + data if self._pending else data
-        newline = buf.rfind(b"\n")
-        cut = max(newline, buf.rfind(b"\r", newline + 1)) + 1
+        skip = self._released
+        newline = buf.rfind(b"\n", skip)
+        cut = max(newline, buf.rfind(b"\r", max(newline + 1, skip))) + 1
         if cut == 0:
-            if len(buf) <= self._max_pending:
+            if len(buf) - skip <= self._max_pending:
                 self._pending = buf
                 return b""
-            space = buf.rfind(b" ", len(buf) - 4096)
-            cut = space + 1 if space > 0 else len(buf)
-        if cut == len(buf):
-            self._pending = b""
-            return self._redact(buf)
-        self._pending = buf[cut:]
-        return self._redact(buf[:cut])
+            return self._release_long(buf, skip)
+        self._pending, self._released = buf[cut:], 0
+        return self._release(buf, skip, cut)
 
     def flush(self) -> bytes:
         """Release everything held back (at the end of the stream), redacted."""
-        buf, self._pending = self._pending, b""
-        return self._redact(buf) if buf else b""
+        buf, skip = self._pending, self._released
+        self._pending, self._released = b"", 0
+        return self._release(buf, skip, len(buf)) if len(buf) > skip else b""
 
-    def _redact(self, chunk: bytes) -> bytes:
+    def _release_long(self, buf: bytes, skip: int) -> bytes:
+        """Release most of a line too long to hold: up to a cut that splits no secret."""
+        cut = len(buf) - _HOLD
+        space = buf.rfind(b" ", max(skip, cut - _HOLD), cut)
+        cut = space + 1 if space > skip else cut
+        for start, end, _marker in self._redactor.secret_spans(buf, dict(self._known)):
+            if start < cut < end:
+                # Cut before the secret; one that began in what was released goes out whole.
+                cut = start if start > skip else end
+        keep = max(cut - _OVERLAP, 0)
+        self._pending, self._released = buf[keep:], cut - keep
+        return self._release(buf, skip, cut)
+
+    def _release(self, buf: bytes, skip: int, cut: int) -> bytes:
+        """``buf[skip:cut]`` redacted, with ``buf[:skip]`` (released before) as its context."""
         if self._in_private_key:
-            end = _PEM_END.search(chunk)
+            end = _PEM_END.search(buf, skip, cut)
             if end is None:
                 return b""
             self._in_private_key = False
-            chunk = chunk[end.end() :]
-        if b"PRIVATE KEY" in chunk:
-            begins = list(_PEM_BEGIN.finditer(chunk))
-            if begins and _PEM_END.search(chunk, begins[-1].end()) is None:
+            skip = end.end()
+        if buf.find(b"PRIVATE KEY", skip, cut) >= 0:
+            begins = list(_PEM_BEGIN.finditer(buf, skip, cut))
+            if begins and _PEM_END.search(buf, begins[-1].end(), cut) is None:
                 self._in_private_key = True
-        return self._redactor.redact_bytes(chunk, self._known)
+        if skip == 0 and cut == len(buf):
+            return self._redactor.redact_bytes(buf, self._known)
+        return self._redactor.redact_range(buf[:cut], skip, cut, self._known)
 
 
 def redact_json(value: Any, redact: Callable[[str], str]) -> Any:

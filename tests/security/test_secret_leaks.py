@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from codemode import Host
-from codemode.state import Redactor, StreamRedactor
+from codemode.state import Redactor, State, StreamRedactor
 from tests.state.secret_fixtures import pem
 
 R = Redactor(environ={})
@@ -230,3 +230,91 @@ async def test_a_report_and_the_read_action_redact_across_their_texts(tmp_path: 
     shown = "".join(_texts(r) for r in results)
     assert "login failed for" in shown and "[REDACTED:" in shown
     assert "Qz7" not in shown, shown[max(shown.find("Qz7") - 300, 0) :][:600]
+
+
+# -- secrets that leak at a cut: a page or a released piece that starts or ends inside one --
+
+SECRET = "Kd3Lm8ZpWx7Tr2Yh4"
+
+
+def _raw_log(tmp_path: Path, text: bytes) -> tuple[State, str]:
+    state = State(tmp_path / "state", Redactor(environ={}))
+    log = state.archive.open_log(kind="log", session_id="s", redact=False)
+    log.write(text)
+    log.close()
+    return state, log.ref
+
+
+@pytest.mark.parametrize("offset", range(0, 40))
+def test_a_log_page_starting_inside_a_secret_shows_none_of_it(tmp_path: Path, offset: int) -> None:
+    state, ref = _raw_log(tmp_path, f"db password = '{SECRET}'\nnext line\n".encode())
+    with state:
+        page = state.archive.read(ref, offset, session_id="s").data
+    assert not any(SECRET[i : i + 4].encode() in page for i in range(len(SECRET) - 3)), page
+
+
+@pytest.mark.parametrize("at", [60, 400, 800, 1200])
+def test_a_log_page_starting_inside_a_private_key_shows_none_of_it(tmp_path: Path, at: int) -> None:
+    key = pem(lines=20)
+    state, ref = _raw_log(tmp_path, f"config follows\n{key}\ndone\n".encode())
+    body = key.splitlines()[3]
+    with state:
+        page = state.archive.read(ref, at, session_id="s").data
+    assert body[:20].encode() not in page and body[-20:].encode() not in page, page
+
+
+@pytest.mark.parametrize("limit", [20, 30, 40])
+def test_a_log_page_ending_inside_a_secret_shows_none_of_it(tmp_path: Path, limit: int) -> None:
+    # One long line: the page cannot end at a line end.
+    state, ref = _raw_log(tmp_path, f"{'x' * 10} password = '{SECRET}' {'y' * 100}".encode())
+    with state:
+        page = state.archive.read(ref, 0, limit, session_id="s").data
+    assert not any(SECRET[i : i + 4].encode() in page for i in range(len(SECRET) - 3)), page
+
+
+def test_a_value_assigned_before_a_page_is_redacted_bare_in_it(tmp_path: Path) -> None:
+    filler = "".join(f"line {n}\n" for n in range(20000))
+    text = f"password = '{SECRET}'\n{filler}connected as {SECRET}\n".encode()
+    state, ref = _raw_log(tmp_path, text)
+    tail = text.rindex(b"connected")
+    with state:
+        page = state.archive.read(ref, tail - 100, session_id="s").data
+    assert b"connected as [REDACTED:" in page, page
+    assert SECRET.encode() not in page
+
+
+def test_the_read_action_redacts_from_the_start_of_the_line(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+
+    async def main() -> str:
+        async with Host(workspace=tmp_path / "ws", state_dir=tmp_path / "home") as host:
+            with anyio.fail_after(60):
+                started = await host.call_tool(
+                    "bash", {"command": f"echo \"db password = '{SECRET}'\"", "run_in_background": True}
+                )
+                pid = started.structured_content["process_id"]
+                await host.call_tool(
+                    "bash", {"action": "wait", "process_id": pid, "until": "exit", "timeout_ms": 30_000}
+                )
+                read = await host.call_tool("bash", {"action": "read", "process_id": pid, "offset_bytes": 16})
+                return _texts(read)
+
+    shown = anyio.run(main)
+    assert "[REDACTED:" in shown and SECRET[4:] not in shown, shown
+
+
+@pytest.mark.parametrize(
+    ("head", "tail"),
+    [
+        (" password = ", f"'{SECRET}QQQQ'\n"),  # the name released before the cut, the value after
+        (f" password = 'Kd3Lm8Zp {SECRET[8:]}", " QQQQ'\n"),  # a quoted value with a space, cut in it
+        (f" password = '{SECRET}", "QQQQ'\n"),  # a value cut in the middle
+    ],
+)
+def test_a_long_line_cut_by_the_stream_never_releases_part_of_a_secret(head: str, tail: str) -> None:
+    stream = StreamRedactor(Redactor(environ={}))
+    out = stream.feed(("y" * 66000 + head).encode()) + stream.feed(tail.encode()) + stream.flush()
+    assert b"[REDACTED:" in out, out[-200:]
+    for piece in ("Kd3L", "Wx7T", "Yh4", "QQQQ"):
+        assert piece.encode() not in out, (piece, out[-200:])
+    assert out.count(b"y") == 66000  # nothing but the secret was held back or lost

@@ -8,8 +8,7 @@ from typing import Any
 
 from codemode._results import HostConfig
 from codemode.budget import TokenCounter
-from codemode.sandbox import SandboxPolicy
-from codemode.sandbox._tmpfs import quota_report
+from codemode.sandbox import SandboxPolicy, quota_report
 
 __all__ = ["doctor_report"]
 

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import pydantic
 
 from codemode.errors import UserError
-from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy
+from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy, with_state_dirs
 from codemode.state import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES, MIN_LOG_CAP_BYTES, MIN_QUOTA_BYTES
 
 
@@ -125,11 +125,13 @@ def sandbox_policy(config: HostConfig, workspace: Path) -> SandboxPolicy:
     Raises:
         UserError: The policy would expose the state directory.
     """
-    policy = SandboxPolicy(
-        mode=config.sandbox,
-        writable_roots=(workspace, *(Path(r).expanduser().resolve() for r in config.writable_roots)),
-        network=config.network,
-        protected=(config.state_dir.expanduser().resolve(),),
+    policy = with_state_dirs(  # the file tools read no codemode state dir of this user either
+        SandboxPolicy(
+            mode=config.sandbox,
+            writable_roots=(workspace, *(Path(r).expanduser().resolve() for r in config.writable_roots)),
+            network=config.network,
+            protected=(config.state_dir.expanduser().resolve(),),
+        )
     )
     check_policy(policy)
     return policy

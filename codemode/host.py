@@ -33,7 +33,14 @@ from codemode.policy import (
     record_approval,
 )
 from codemode.runner import Runner
-from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy, sweep_stale_tmp, tmp_mounts
+from codemode.sandbox import (
+    SandboxMode,
+    SandboxPolicy,
+    check_policy,
+    register_state_dir,
+    sweep_stale_tmp,
+    tmp_mounts,
+)
 from codemode.state import Archive, State, compile_rules_soon
 from codemode.tools import Extension, Tool, ToolRegistry, builtin_extensions
 from codemode.tools._bash import Notification, ProcessManager
@@ -185,6 +192,8 @@ class Host:
             for extension in builtin_extensions(self._processes):
                 self.registry.add_extension(extension)
         state.maintain()
+        # Listed for every host of this user: their commands never read this state dir.
+        register_state_dir(state.archive.state_dir)
         if tmp_mounts(state.archive.state_dir / "tmp"):  # session tmpfs left by a killed host
             await anyio.to_thread.run_sync(self.trash.file_all)  # what rm moved there, before its mount goes
             sweep_stale_tmp(state.archive.state_dir / "tmp")

@@ -86,7 +86,7 @@ class CommandGuard:
         if self.trash is None or temp is None:
             return CommandPlan(direct=direct)
         env = self.trash.env(temp, ctx.policy.trash_inbox)
-        return CommandPlan(direct=direct, env=env, path_prepend=(str(install_rm_shim(temp)),))
+        return CommandPlan(direct=direct, env=env, path_prepend=(str(install_rm_shim(self.trash.state_dir)),))
 
     def check_input(self, text: str) -> None:
         """Refuse input that holds a redaction marker.

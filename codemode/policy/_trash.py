@@ -12,11 +12,11 @@ A session's inbox is ``STATE/tmp/s-<id>.trash``, beside its temp dir on the stat
 (not in the temp dir's tmpfs: the shim's move there is a rename wherever the workspace and the
 state dir share a file system, whatever its size, and filing it into ``STATE/trash`` is a rename
 too); a policy without one (``SandboxPolicy.trash_inbox``) keeps it in the temp dir. The inbox
-and the shim's directory (in the temp dir) are writable by the session's commands: the host
+is writable by the session's commands (the shim's directory is not: it is ``STATE/bin``,
+readable and executable only, `install_rm_shim`): the host
 touches them only through `codemode.sandbox` safe-open (directory fds, no symlink
 followed, regular files only, capped, never blocking). A planted link there is removed, never
-followed; the shim is written fresh (``O_EXCL``) and renamed into place inside the directory's
-fd. Filing walks only the host's own ``STATE/tmp/s-*`` session dirs, never through a link.
+followed. Filing walks only the host's own ``STATE/tmp/s-*`` session dirs, never through a link.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import os
 import secrets
 import shlex
 import shutil
-import stat
 import sys
 from pathlib import Path
 
@@ -39,6 +38,7 @@ import pydantic
 from codemode.errors import ErrorCode, ToolError
 from codemode.sandbox import (
     INBOX_SUFFIX,
+    SHIM_DIR_NAME,
     UnsafePath,
     anchor,
     copy_tree_at,
@@ -57,7 +57,6 @@ __all__ = ["TRASH_INBOX", "Trash", "TrashEntry", "install_rm_shim"]
 
 TRASH_INBOX = ".codemode-trash"
 """The inbox's name inside a session's temp dir."""
-_SHIM_DIR = ".codemode-bin"
 _SHIM_SOURCE = Path(__file__).with_name("_rm.py")
 #: The session temp dirs the host makes (``tempfile.mkdtemp(prefix="s-")`` in ``STATE/tmp``).
 _SESSION_PREFIX = "s-"
@@ -96,34 +95,33 @@ def _own_dir(parent_fd: int, name: str) -> int:
         return make_dir_at(parent_fd, name)
 
 
-def install_rm_shim(temp_dir: Path) -> Path:
-    """The directory holding the ``rm`` shim for a session's commands.
+def install_rm_shim(state_dir: Path) -> Path:
+    """The directory holding the ``rm`` shim for the host's commands: ``STATE/bin``.
 
-    The session's commands can write ``temp_dir``: the shim's directory is opened without
-    following a link (a planted one is replaced), and the shim is written as a fresh file and
-    renamed into place inside that directory's fd, so nothing is ever written through a link.
+    Commands read and execute it but never write it (it is beneath the protected state dir;
+    the sandbox grants it read and execute only, `SandboxPolicy.shim_dir`), so no command can
+    put a program of its own first on PATH. The shim is written fresh (``O_EXCL``) and renamed
+    into place unless the one there already has the same text.
 
     Returns:
         The directory to put first on the commands' PATH.
 
     Raises:
-        UnsafePath: The session temp dir itself is missing or not a directory.
+        UnsafePath: The state dir is missing or not a directory.
     """
-    with anchor(temp_dir) as temp_fd:
-        folder_fd = _own_dir(temp_fd, _SHIM_DIR)
+    text = f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -I -S {shlex.quote(str(_SHIM_SOURCE))} "$@"\n'
+    with anchor(state_dir) as state_fd:
+        folder_fd = _own_dir(state_fd, SHIM_DIR_NAME)
         try:
-            with contextlib.suppress(OSError):
-                if stat.S_ISREG(os.stat("rm", dir_fd=folder_fd, follow_symlinks=False).st_mode):
-                    return temp_dir / _SHIM_DIR
-            text = (
-                f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -I -S {shlex.quote(str(_SHIM_SOURCE))} "$@"\n'
-            )
+            with contextlib.suppress(UnsafePath):
+                if read_text_at(folder_fd, "rm", cap=4096) == text:
+                    return state_dir / SHIM_DIR_NAME
             partial = f".rm.{secrets.token_hex(6)}"
             write_fresh_at(folder_fd, partial, text.encode(), 0o755)
             rename_at(folder_fd, partial, folder_fd, "rm")
         finally:
             os.close(folder_fd)
-    return temp_dir / _SHIM_DIR
+    return state_dir / SHIM_DIR_NAME
 
 
 def _move_entry(inbox_fd: int, name: str, root_fd: int) -> None:
@@ -182,7 +180,7 @@ class Trash:
         return {
             "CODEMODE_TRASH_ROOT": str(self.workspace),
             "CODEMODE_TRASH_INBOX": str(inbox),
-            "CODEMODE_SHIM_DIR": str(temp_dir / _SHIM_DIR),
+            "CODEMODE_SHIM_DIR": str(self.state_dir / SHIM_DIR_NAME),
         }
 
     def inbox(self, temp_dir: Path) -> Path:

@@ -26,7 +26,7 @@ from codemode.sandbox._enforce import (
 )
 from codemode.sandbox._fs import Changed, Walk, open_at, pseudo_fs, rename_into, reopen
 from codemode.sandbox._paths import locate_readable, locate_writable
-from codemode.sandbox._policy import SandboxMode, SandboxPolicy
+from codemode.sandbox._policy import SHIM_DIR_NAME, SandboxMode, SandboxPolicy
 from codemode.sandbox._policy_json import policy_from_json, policy_to_json
 from codemode.sandbox._safeopen import (
     UnsafePath,
@@ -47,6 +47,7 @@ from codemode.sandbox._safeopen import (
     write_fresh_at,
 )
 from codemode.sandbox._spawn import Process
+from codemode.sandbox._state_dirs import register_state_dir, with_state_dirs
 from codemode.sandbox._tmpfs import (
     INBOX_SUFFIX,
     check_share,
@@ -64,6 +65,7 @@ __all__ = [
     "ENFORCEMENT_FAILED_EXIT",
     "ENFORCEMENT_FAILED_MARKER",
     "INBOX_SUFFIX",
+    "SHIM_DIR_NAME",
     "CgroupRoot",
     "Changed",
     "Confinement",
@@ -109,6 +111,7 @@ __all__ = [
     "read_file_beneath",
     "read_text",
     "read_text_at",
+    "register_state_dir",
     "remove_at",
     "remove_session_tmp",
     "rename_at",
@@ -119,5 +122,6 @@ __all__ = [
     "sweep_stale_tmp",
     "tmp_full_note",
     "tmp_mounts",
+    "with_state_dirs",
     "write_fresh_at",
 ]

@@ -76,6 +76,7 @@ from codemode.sandbox._policy import (
 )
 from codemode.sandbox._seccomp import filter_fd
 from codemode.sandbox._spawn import Layers, Process, spawn_helper
+from codemode.sandbox._state_dirs import with_state_dirs
 
 __all__ = [
     "ENFORCEMENT_FAILED_EXIT",
@@ -350,6 +351,7 @@ def prepare_confinement(policy: SandboxPolicy) -> Confinement:
             f"Landlock ABI {status.abi}; the command was not run. Use a newer kernel, or turn the network "
             "on (network=True / --network on)."
         )
+    policy = with_state_dirs(policy)  # no command reads any codemode state dir of this user
     if platform.machine() not in _SECCOMP_MACHINES:
         raise SandboxUnavailable(
             f"The seccomp filter's syscall table exists for x86_64 only, and this machine is "
@@ -410,7 +412,7 @@ def _open_shm_dir(policy: SandboxPolicy) -> int | None:
 # The directories around the state dir were granted entry by entry: an entry made in one of
 # them later gets its own rule added to the cached ruleset (rules only ever add access; a child
 # already confined keeps the rules it got), so a busy /tmp beside the state dir costs one
-# listing, not a new ruleset. Key: (policy, ABI).
+# listing, not a new ruleset. Key: (policy, ABI, whether the shim dir exists).
 _Identity = tuple[tuple[str, int, int], ...]
 
 
@@ -425,7 +427,7 @@ class _Cached:
     seen: dict[str, set[tuple[str, int]]]  # each split directory -> (name, inode) of its entries
 
 
-_cache: OrderedDict[tuple[SandboxPolicy, int], _Cached] = OrderedDict()
+_cache: OrderedDict[tuple[SandboxPolicy, int, bool], _Cached] = OrderedDict()
 _cache_lock = threading.Lock()
 _CACHE_SIZE = 16
 
@@ -516,7 +518,9 @@ def read_grants(protected: Sequence[str]) -> tuple[list[str], dict[str, set[tupl
 
 def _cached_ruleset(policy: SandboxPolicy, abi: int) -> int:
     """A private O_CLOEXEC fd of a ruleset for ``policy`` (the caller owns and closes it)."""
-    key = (policy, abi)
+    # Whether the shim dir exists is part of the key: one made after a ruleset was built needs
+    # its rule.
+    key = (policy, abi, policy.shim_dir is not None and policy.shim_dir.is_dir())
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None:
@@ -528,7 +532,8 @@ def _cached_ruleset(policy: SandboxPolicy, abi: int) -> int:
     check_policy(policy)
     protected = [os.path.realpath(p) for p in policy.protected]
     shm = [str(policy.shm_dir)] if policy.shm_dir is not None else []
-    fixed_paths = [str(p) for p in policy.all_writable()] + protected + shm
+    shim = [str(policy.shim_dir)] if key[2] else []
+    fixed_paths = [str(p) for p in policy.all_writable()] + protected + shm + shim
     before = _identity(fixed_paths)
     # Modification times before listing: an entry made while the ruleset is built is granted
     # at the next refresh.
@@ -582,6 +587,9 @@ def _build_ruleset(policy: SandboxPolicy, abi: int, read_paths: Sequence[str]) -
         for path in (*WRITABLE_DEVICES, *extra_writable(policy)):
             if os.path.exists(path):
                 add_path_rule(fd, path, (_DEVICE_RIGHTS if path != "/dev/shm" else writable) & fs_all)
+        if policy.shim_dir is not None and os.path.isdir(policy.shim_dir):
+            # Beneath the protected state dir: the host's shims, readable and executable only.
+            add_path_rule(fd, str(policy.shim_dir), _READ | FS_READ_DIR, follow=False)
         if policy.shm_dir is not None:
             # Seen as /dev/shm, the bind mount's root is this directory: its own rule applies
             # (the walk up from a file stops there, not at the temp dir's rule).

@@ -77,9 +77,18 @@ class SandboxPolicy:
         launcher bind-mounts it on ``/dev/shm`` in a mount namespace of the command's own."""
         return None if self.temp_dir is None else self.temp_dir / SHM_DIR_NAME
 
+    @property
+    def shim_dir(self) -> Path | None:
+        """The host's ``rm`` shim directory: ``bin`` in its own state dir (the first protected
+        directory). Commands may read and execute it, never write it (nor anything else of the
+        state dir), so no command can rebind a name on its PATH."""
+        return self.protected[0] / SHIM_DIR_NAME if self.protected else None
+
 
 #: The directory in a session's temp dir that its confined commands see as ``/dev/shm``.
 SHM_DIR_NAME = ".codemode-shm"
+#: The directory in the host's state dir holding the shims first on every command's PATH.
+SHIM_DIR_NAME = "bin"
 #: Devices every confined command may open for writing (and ioctl). ``/dev/tty`` is the
 #: command's own controlling terminal; other terminals (``/dev/pts/N``) are out of reach: a
 #: command's terminal and pipes are its fds 0-2, opened before it was confined.

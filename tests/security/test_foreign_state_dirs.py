@@ -151,3 +151,41 @@ async def test_a_host_on_another_state_dir_leaves_a_dead_hosts_runs_alone(
 
 def _state(manager: ProcessManager, process_id: str) -> str:
     return next(p["state"] for p in manager.list_processes("s1") if p["process_id"] == process_id)
+
+
+# -- reading another host's state dir -----------------------------------------------------------
+# Landlock kept only a host's own state dir unreadable: a command could read every other codemode
+# state dir of the same user (the default one, a test's, and a `--token-file` kept in one).
+
+
+def test_a_command_reads_no_other_hosts_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from codemode.sandbox._landlock import landlock_status
+    from security._host_driver import run_host
+
+    if landlock_status().abi < 3:
+        pytest.skip("confined commands need Landlock ABI >= 3")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("CODEMODE_HOME", raising=False)
+    ws_a, ws_b = tmp_path / "ws-a", tmp_path / "ws-b"
+    ws_a.mkdir()
+    ws_b.mkdir()
+    state_a, state_b = tmp_path / "state-a", tmp_path / "state-b"
+    run_host(ws_b, state_b, [{"command": "true"}])  # host B opens (and closes) on its own state dir
+    (state_b / "token").write_text("s3cr3t-of-b\n")
+    default = tmp_path / "xdg" / "codemode"  # the default state dir of this user
+    default.mkdir(parents=True, exist_ok=True)
+    (default / "token").write_text("s3cr3t-of-default\n")
+
+    for sandbox in ("read-only", "workspace-write"):
+        answers = run_host(
+            ws_a,
+            state_a,
+            [
+                {"command": f"cat {state_b}/token {default}/token; ls {state_b}; echo ran"},
+                {"tool": "read_file", "arguments": {"path": str(state_b / "token")}},
+            ],
+            sandbox=sandbox,
+        )
+        assert "ran" in answers[0]["text"]
+        assert "s3cr3t" not in answers[0]["text"], answers[0]["text"]
+        assert "s3cr3t" not in answers[1]["text"], answers[1]["text"]

@@ -32,9 +32,9 @@ from codemode.policy import CommandGuard, CommandPolicy, Trash
 from codemode.sandbox import SandboxMode, SandboxPolicy
 from codemode.state import Archive, State
 from codemode.state._redact import Redactor, StreamRedactor
-from codemode.tools._bash import ProcessManager
-from codemode.tools._bash._manager import QUIET_SECONDS
 from codemode.tools._model import ToolContext, ToolResult
+from codemode.tools.bash import ProcessManager
+from codemode.tools.bash._manager import QUIET_SECONDS
 
 
 class Bash:

@@ -43,7 +43,7 @@ from codemode import Host  # noqa: E402
 from codemode._published import flat_input_schema  # noqa: E402
 from codemode.budget import TokenCounter  # noqa: E402
 from codemode.mcp import create_server  # noqa: E402
-from codemode.tools._bash._tool import BashArgs, BashRunArgs  # noqa: E402
+from codemode.tools.bash._tool import BashArgs, BashRunArgs  # noqa: E402
 
 UPSTREAM = REPO / "tests" / "tools" / "upstream" / "upstream_server.py"
 PYTHON = sys.executable  # with pytest installed

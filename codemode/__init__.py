@@ -23,7 +23,7 @@ from codemode.host import Host, run_code
 from codemode.policy import ApprovalRequest, CommandPolicy, Decision
 from codemode.sandbox import SandboxMode, SandboxPolicy
 from codemode.tools import Extension, TextContent, Tool, ToolContext, ToolResult, make_tool, tool
-from codemode.tools._bash import Notification
+from codemode.tools.bash import Notification
 from codemode.tools.upstream import McpServerConfig, load_mcp_config
 
 __all__ = [

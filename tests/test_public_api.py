@@ -86,7 +86,7 @@ def test_importing_codemode_leaves_what_only_commands_need_unloaded() -> None:
     probe = (
         "import sys, codemode, codemode.cli; "
         "print(sorted(m for m in sys.modules if m.startswith(('codemode.tools._verification', "
-        "'codemode.tools._bash._shape', 'codemode.tools._bash._tool', 'codemode.tools._bash._results', "
+        "'codemode.tools.bash._shape', 'codemode.tools.bash._tool', 'codemode.tools.bash._results', "
         "'codemode.tools.files', 'codemode.tools.monitor', 'codemode.tools._read_archive', 'psutil'))))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout

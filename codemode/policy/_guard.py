@@ -12,7 +12,7 @@ from codemode.errors import ErrorCode, ToolError
 from codemode.policy._commands import REDACTION_MARKER, CommandPolicy, Verdict
 from codemode.policy._trash import Trash, install_rm_shim
 from codemode.tools import Tool, ToolContext
-from codemode.tools._bash import AfterRun, CommandPlan
+from codemode.tools.bash import AfterRun, CommandPlan
 
 __all__ = ["ApprovalCommands", "CommandGuard", "approval_commands", "plain_argv"]
 

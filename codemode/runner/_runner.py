@@ -38,7 +38,7 @@ from codemode.runner._shape import (
 )
 from codemode.state import State, redact_json
 from codemode.tools import ProgramScope, ToolRegistry, ToolResult
-from codemode.tools._bash import ProcessManager
+from codemode.tools.bash import ProcessManager
 
 __all__ = ["Runner"]
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from codemode.tools._model import Extension, LazyExtension
 
 if TYPE_CHECKING:
-    from codemode.tools._bash import ProcessManager
+    from codemode.tools.bash import ProcessManager
 
 
 def _files() -> Extension:

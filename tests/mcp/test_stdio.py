@@ -18,7 +18,7 @@ from mcp.client.stdio import stdio_client
 import codemode
 from codemode.budget import TokenCounter
 from codemode.mcp._server import _fit_structured, _output_schema
-from codemode.tools._bash._tool import bash_tool
+from codemode.tools.bash._tool import bash_tool
 
 pytestmark = pytest.mark.anyio
 
@@ -213,7 +213,7 @@ async def test_typed_bash_results_pass_the_sdk_clients_output_check(tmp_path: Pa
 def test_a_union_input_schema_is_published_as_one_object() -> None:
     # Several model APIs refuse oneOf/anyOf at the top of a tool's input schema.
     from codemode.mcp import flat_input_schema
-    from codemode.tools._bash._tool import BashArgs
+    from codemode.tools.bash._tool import BashArgs
 
     schema = BashArgs.model_json_schema()
     assert "oneOf" in schema or "anyOf" in schema

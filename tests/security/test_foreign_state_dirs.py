@@ -25,7 +25,7 @@ import psutil
 import pytest
 
 from codemode.state import State
-from codemode.tools._bash import ProcessManager
+from codemode.tools.bash import ProcessManager
 
 pytestmark = pytest.mark.anyio
 
@@ -39,7 +39,7 @@ _HOST_A = textwrap.dedent(
     from pathlib import Path
     from codemode.state import State
     from codemode.sandbox import SandboxPolicy
-    from codemode.tools._bash import ProcessManager
+    from codemode.tools.bash import ProcessManager
     from codemode.tools._model import ToolContext
 
     async def main():

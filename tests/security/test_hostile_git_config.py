@@ -86,7 +86,7 @@ def test_the_probe_leaves_nothing_the_filter_started(tmp_path: Path) -> None:
     """The probe alone (no session temp dir): what a clean filter detaches (setsid) goes with
     the probe's cgroup, not only with git's process group."""
     from codemode.sandbox import SandboxMode, SandboxPolicy
-    from codemode.tools._bash._env import git_dirty
+    from codemode.tools.bash._env import git_dirty
 
     workspace, outside = tmp_path / "ws", tmp_path / "outside"
     for path in (workspace, outside):

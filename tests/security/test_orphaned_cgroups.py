@@ -20,10 +20,10 @@ from codemode.sandbox import SandboxPolicy, cgroup_root
 from codemode.sandbox._cgroup import cgroup_members
 from codemode.sandbox._landlock import landlock_status
 from codemode.state import State
-from codemode.tools._bash import ProcessManager
-from codemode.tools._bash._env import git_dirty
-from codemode.tools._bash._foreground import host_cgroup_owner, state_tag
 from codemode.tools._model import ToolContext
+from codemode.tools.bash import ProcessManager
+from codemode.tools.bash._env import git_dirty
+from codemode.tools.bash._foreground import host_cgroup_owner, state_tag
 
 pytestmark = [
     pytest.mark.anyio,

@@ -76,8 +76,8 @@ LOOP_MODULES = (
     "codemode/engine/_runtime.py",
     "codemode/engine/_program.py",
     "codemode/tools/monitor/_tools.py",
-    "codemode/tools/_bash/_manager.py",
-    "codemode/tools/_bash/_tool.py",
+    "codemode/tools/bash/_manager.py",
+    "codemode/tools/bash/_tool.py",
 )
 #: (module, function, call) -> why that call does not read on the loop.
 ALLOWED = {
@@ -90,7 +90,7 @@ ALLOWED = {
     ("codemode/engine/_program.py", "ProgramThread._inline", "self.gate.requests"): (
         "only when gate.reads_files is false (else the call goes to the loop, which checks it off it)"
     ),
-    ("codemode/tools/_bash/_manager.py", "ProcessManager._spec", "self.run_spec"): (
+    ("codemode/tools/bash/_manager.py", "ProcessManager._spec", "self.run_spec"): (
         "_spec is called only by _prepare, which runs in a worker thread (to_thread.run_sync(self._prepare, ...))"
     ),
 }

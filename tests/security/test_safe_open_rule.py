@@ -20,32 +20,32 @@ MODULES = {
     "codemode/policy/_guard.py": "files the session's inbox and installs the shim around every run",
     "codemode/policy/_commands.py": "reads the workspace's package.json for `npm run` scripts",
     "codemode/policy/_scripts.py": "reads script files of the workspace that a command line runs",
-    "codemode/tools/_bash/_env.py": "reads the workspace's .git (a .git file, HEAD, refs, packed-refs)",
-    "codemode/tools/_bash/_foreground.py": "runs commands in the workspace and looks up its work tree",
-    "codemode/tools/_bash/_background.py": "starts commands in the workspace",
-    "codemode/tools/_bash/_manager.py": "resolves cwds in the workspace and files the trash after a run",
+    "codemode/tools/bash/_env.py": "reads the workspace's .git (a .git file, HEAD, refs, packed-refs)",
+    "codemode/tools/bash/_foreground.py": "runs commands in the workspace and looks up its work tree",
+    "codemode/tools/bash/_background.py": "starts commands in the workspace",
+    "codemode/tools/bash/_manager.py": "resolves cwds in the workspace and files the trash after a run",
     "codemode/sandbox/_tmpfs.py": "walks a session's $TMPDIR to count what it holds",
     "codemode/state/_capped.py": "looks at the STATE/tmp/s-* session temp dirs",
 }
 
 #: (module, function, call) -> why it is not a command-writable path.
 ALLOWED = {
-    ("codemode/tools/_bash/_background.py", "_stderr_tail", "err_path.read_text"): (
+    ("codemode/tools/bash/_background.py", "_stderr_tail", "err_path.read_text"): (
         "the supervisor's error file, made by the host in STATE/bash (commands cannot reach the state dir)"
     ),
     (
-        "codemode/tools/_bash/_background.py",
+        "codemode/tools/bash/_background.py",
         "start_background",
         "open",
     ): "the same error file, created by the host",
-    ("codemode/tools/_bash/_background.py", "adopt", "open"): "the same error file, created by the host",
-    ("codemode/tools/_bash/_background.py", "start_background", "os.open"): "cgroup.procs in cgroupfs",
-    ("codemode/tools/_bash/_env.py", "_real_directory", "os.open"): (
+    ("codemode/tools/bash/_background.py", "adopt", "open"): "the same error file, created by the host",
+    ("codemode/tools/bash/_background.py", "start_background", "os.open"): "cgroup.procs in cgroupfs",
+    ("codemode/tools/bash/_env.py", "_real_directory", "os.open"): (
         "an O_PATH fd of a command's cwd: nothing is read and it never blocks; a cwd may be a link "
         "by design, and what it names is confined like the command"
     ),
-    ("codemode/tools/_bash/_env.py", "_run_git_status", "os.open"): "/dev/null",
-    ("codemode/tools/_bash/_foreground.py", "_devnull", "os.open"): "/dev/null",
+    ("codemode/tools/bash/_env.py", "_run_git_status", "os.open"): "/dev/null",
+    ("codemode/tools/bash/_foreground.py", "_devnull", "os.open"): "/dev/null",
     ("codemode/sandbox/_tmpfs.py", "_start_time", "open"): "/proc/<pid>/stat",
     ("codemode/sandbox/_tmpfs.py", "tmp_mounts", "open"): "/proc/self/mountinfo",
     (

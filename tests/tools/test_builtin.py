@@ -52,7 +52,7 @@ def test_a_cold_run_of_print_loads_no_builtin_tool_module(tmp_path: Path) -> Non
             async with Host(workspace={str(tmp_path / "ws")!r}, state_dir={str(tmp_path / "st")!r}) as host:
                 print((await host.run_code("print(1)")).text.strip())
         anyio.run(main)
-        heavy = ("codemode.tools._bash._tool", "codemode.tools._bash._results", "codemode.tools.files",
+        heavy = ("codemode.tools.bash._tool", "codemode.tools.bash._results", "codemode.tools.files",
                  "codemode.tools.monitor", "codemode.tools._read_archive")
         print(sorted(m for m in sys.modules if m.startswith(heavy)))
         """

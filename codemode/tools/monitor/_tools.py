@@ -8,12 +8,12 @@ import anyio
 import anyio.to_thread
 import pydantic
 
-from codemode.tools._bash import ProcessManager
-from codemode.tools._bash._limits import DEFAULT_WAIT_MS, MAX_WAIT_MS
-from codemode.tools._bash._manager import MAX_EVENTS_PER_READ, wait_text
-from codemode.tools._bash._results import State
-from codemode.tools._bash._tool import UntilPattern
 from codemode.tools._model import Extension, Tool, ToolContext, ToolResult, make_tool
+from codemode.tools.bash import ProcessManager
+from codemode.tools.bash._limits import DEFAULT_WAIT_MS, MAX_WAIT_MS
+from codemode.tools.bash._manager import MAX_EVENTS_PER_READ, wait_text
+from codemode.tools.bash._results import State
+from codemode.tools.bash._tool import UntilPattern
 
 DEFAULT_TIMEOUT_SECONDS = 30 * 60
 MAX_TIMEOUT_SECONDS = 24 * 3600

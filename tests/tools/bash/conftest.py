@@ -10,8 +10,8 @@ import pytest
 
 from codemode.sandbox import SandboxMode, SandboxPolicy
 from codemode.state import Archive, State
-from codemode.tools._bash import ProcessManager
 from codemode.tools._model import ToolContext, ToolResult
+from codemode.tools.bash import ProcessManager
 
 
 @pytest.fixture

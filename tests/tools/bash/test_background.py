@@ -1,4 +1,4 @@
-"""`start_background` (codemode/tools/_bash/_background.py): records, then starts, one
+"""`start_background` (codemode/tools/bash/_background.py): records, then starts, one
 background process under a new supervisor, and fails cleanly when it cannot."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from codemode.errors import ToolError
 from codemode.sandbox import SandboxPolicy
 from codemode.state import Archive
 from codemode.state import process_records as _records
-from codemode.tools._bash import _background
-from codemode.tools._bash._background import runtime_dir, start_background
-from codemode.tools._bash._foreground import RunSpec
+from codemode.tools.bash import _background
+from codemode.tools.bash._background import runtime_dir, start_background
+from codemode.tools.bash._foreground import RunSpec
 
 from .test_supervisor import _ended, _log, _poll
 

@@ -10,7 +10,7 @@ import pytest
 
 from codemode.errors import ToolError
 from codemode.sandbox import SandboxMode, SandboxPolicy
-from codemode.tools._bash._env import (
+from codemode.tools.bash._env import (
     command_env,
     find_work_tree,
     git_changed_since,

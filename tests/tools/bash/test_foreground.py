@@ -13,10 +13,10 @@ import pytest
 
 from codemode.budget import TokenCounter, fit_to_budget
 from codemode.errors import ToolError
-from codemode.tools._bash import ProcessManager
-from codemode.tools._bash._foreground import RunSpec, run_foreground
-from codemode.tools._bash._proctree import MARKER_VAR
 from codemode.tools._model import ToolContext
+from codemode.tools.bash import ProcessManager
+from codemode.tools.bash._foreground import RunSpec, run_foreground
+from codemode.tools.bash._proctree import MARKER_VAR
 
 from .conftest import Caller
 
@@ -478,7 +478,7 @@ async def test_a_workspace_that_has_gone_is_a_clear_error(archive: Any, tmp_path
 async def test_a_command_whose_pump_cannot_be_set_up_is_ended(
     bash: Caller, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from codemode.tools._bash import _foreground
+    from codemode.tools.bash import _foreground
 
     token = f"29.{int.from_bytes(os.urandom(3), 'big')}"  # a sleep length no other process uses
 

@@ -16,9 +16,9 @@ import pytest
 from codemode.errors import ToolError
 from codemode.sandbox import SandboxPolicy
 from codemode.state import Archive
-from codemode.tools._bash import Notification, ProcessManager
-from codemode.tools._bash._results import BashRead, BashWaited
 from codemode.tools._model import ToolContext
+from codemode.tools.bash import Notification, ProcessManager
+from codemode.tools.bash._results import BashRead, BashWaited
 
 from .conftest import Caller
 

@@ -8,7 +8,7 @@ import time
 
 import psutil
 
-from codemode.tools._bash._proctree import MARKER_VAR, find_members, is_same_process, terminate_tree
+from codemode.tools.bash._proctree import MARKER_VAR, find_members, is_same_process, terminate_tree
 
 
 def _spawn(marker: str, script: str) -> subprocess.Popen[bytes]:

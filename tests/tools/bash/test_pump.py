@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from codemode.tools._bash._pump import Pump
 from codemode.tools._capture import StreamCapture
+from codemode.tools.bash._pump import Pump
 
 
 class _Log:

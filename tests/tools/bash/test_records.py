@@ -11,8 +11,8 @@ import pytest
 
 from codemode.sandbox import SandboxPolicy
 from codemode.state import Archive, State
-from codemode.tools._bash import ProcessManager
 from codemode.tools._model import ToolContext
+from codemode.tools.bash import ProcessManager
 
 from .conftest import Caller
 

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from codemode.state import State
-from codemode.tools._bash import ProcessManager
+from codemode.tools.bash import ProcessManager
 
 from .test_foreground import _survivors
 
@@ -27,7 +27,7 @@ _HOST = textwrap.dedent(
     from pathlib import Path
     from codemode.state import State
     from codemode.sandbox import SandboxPolicy
-    from codemode.tools._bash import ProcessManager
+    from codemode.tools.bash import ProcessManager
     from codemode.tools._model import ToolContext
 
     async def main():

@@ -9,8 +9,9 @@ import pydantic
 import pytest
 
 from codemode.tools import typescript_signature
-from codemode.tools._bash import ProcessManager
-from codemode.tools._bash._results import (
+from codemode.tools._model import ToolResult
+from codemode.tools.bash import ProcessManager
+from codemode.tools.bash._results import (
     BashList,
     BashRead,
     BashRun,
@@ -19,8 +20,7 @@ from codemode.tools._bash._results import (
     BashUpdated,
     BashWritten,
 )
-from codemode.tools._bash._tool import bash_tool
-from codemode.tools._model import ToolResult
+from codemode.tools.bash._tool import bash_tool
 
 from .conftest import Caller
 from .test_manager import _read_until, _start, _wait_exited

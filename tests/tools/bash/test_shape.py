@@ -10,8 +10,8 @@ import pytest
 
 from codemode.sandbox import SandboxMode, SandboxPolicy
 from codemode.state import ArchiveRef, Redactor
-from codemode.tools._bash._shape import build_result
 from codemode.tools._capture import Excerpt, StreamCapture
+from codemode.tools.bash._shape import build_result
 
 
 def _excerpt(data: bytes, *, head: int = 16384, tail: int = 16384) -> Excerpt:

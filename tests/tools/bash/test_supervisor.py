@@ -1,4 +1,4 @@
-"""The supervisor of one background process (codemode/tools/_bash/_supervisor.py), started for
+"""The supervisor of one background process (codemode/tools/bash/_supervisor.py), started for
 real through `start_background`: it records its command's end, outlives the host, takes input
 only with the record's token, and cleans up the command's cgroup."""
 
@@ -23,8 +23,8 @@ import pytest
 from codemode.sandbox import SandboxPolicy
 from codemode.state import Archive, ProcessRecord
 from codemode.state import process_records as _records
-from codemode.tools._bash._background import start_background
-from codemode.tools._bash._foreground import RunSpec
+from codemode.tools.bash._background import start_background
+from codemode.tools.bash._foreground import RunSpec
 
 Start = Callable[..., tuple[str, dict[str, Any]]]
 
@@ -147,8 +147,8 @@ from pathlib import Path
 from codemode.state import State
 from codemode.sandbox import SandboxMode, SandboxPolicy
 from codemode.state import process_records as _records
-from codemode.tools._bash._background import start_background
-from codemode.tools._bash._foreground import RunSpec
+from codemode.tools.bash._background import start_background
+from codemode.tools.bash._foreground import RunSpec
 
 state, ws, tmp, session, process_id, command = sys.argv[1:]
 archive_state = State(Path(state))

@@ -12,9 +12,9 @@ import pytest
 
 from codemode.sandbox import SandboxPolicy
 from codemode.state import Archive
-from codemode.tools._bash import ProcessManager
-from codemode.tools._bash._background import PTY_VIEW
 from codemode.tools._model import ToolContext
+from codemode.tools.bash import ProcessManager
+from codemode.tools.bash._background import PTY_VIEW
 
 from .conftest import Caller
 

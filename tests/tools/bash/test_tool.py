@@ -8,8 +8,8 @@ import pytest
 
 from codemode.errors import ToolError
 from codemode.tools import typescript_signature
-from codemode.tools._bash import ProcessManager
-from codemode.tools._bash._tool import (
+from codemode.tools.bash import ProcessManager
+from codemode.tools.bash._tool import (
     BashArgs,
     BashListArgs,
     BashReadArgs,

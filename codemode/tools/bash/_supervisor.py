@@ -8,7 +8,7 @@ promoted run (``adopt``: the host passes the pipes of a foreground command it st
 supervisor traces the command, which is not its child, to learn its exit status).
 
 Started by the host as ``python -I -S <this file> SITE_DIRS...`` (or ``python -m
-codemode.tools._bash._supervisor``) in a new session, with the JSON spec on stdin. It forks
+codemode.tools.bash._supervisor``) in a new session, with the JSON spec on stdin. It forks
 once so the host can reap the first process at once; the second lives on without the host
 (init adopts it). It imports only the standard library and psutil (the redactor for its
 notification line adds hyperscan and re2) — not the ``codemode`` package — so a hundred of

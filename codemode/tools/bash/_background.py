@@ -21,9 +21,9 @@ from codemode.errors import ToolError
 from codemode.sandbox import cgroup_kill, cgroup_remove
 from codemode.state import Archive
 from codemode.state import process_records as _records
-from codemode.tools._bash._env import command_env
-from codemode.tools._bash._foreground import RunSpec, command_cgroup, confine
 from codemode.tools._terminal import TerminalView
+from codemode.tools.bash._env import command_env
+from codemode.tools.bash._foreground import RunSpec, command_cgroup, confine
 
 SUPERVISOR = Path(__file__).with_name("_supervisor.py")
 # Where the supervisor (started without site processing) finds its one dependency.

@@ -29,7 +29,7 @@ from codemode.sandbox import (
     read_text,
     read_text_at,
 )
-from codemode.tools._bash._proctree import MARKER_VAR
+from codemode.tools.bash._proctree import MARKER_VAR
 
 # Nothing may wait for a person: no pager, no credential prompt, no editor.
 _NON_INTERACTIVE = {

@@ -9,7 +9,8 @@ from typing import Annotated, Any, Literal, get_args
 import pydantic
 import pydantic_core
 
-from codemode.tools._bash._limits import (
+from codemode.tools._model import Handler, Tool, ToolContext, ToolResult, make_tool
+from codemode.tools.bash._limits import (
     DEFAULT_READ_BYTES,
     DEFAULT_TIMEOUT_SECONDS,
     DEFAULT_WAIT_MS,
@@ -18,8 +19,7 @@ from codemode.tools._bash._limits import (
     MAX_TIMEOUT_SECONDS,
     MAX_WAIT_MS,
 )
-from codemode.tools._bash._results import BashResult
-from codemode.tools._model import Handler, Tool, ToolContext, ToolResult, make_tool
+from codemode.tools.bash._results import BashResult
 
 Action = Literal["run", "read", "write", "stop", "list", "update", "wait"]
 CompletionMode = Literal["resume", "detached"]

@@ -43,9 +43,11 @@ from codemode.sandbox import SandboxPolicy, cgroup_kill, cgroup_remove, check_po
 from codemode.sandbox._tmpfs import check_share, is_mounted
 from codemode.state import Archive, ProcessRecord, Redactor
 from codemode.state import process_records as _records
-from codemode.tools._bash._background import PTY_VIEW, adopt, start_background
-from codemode.tools._bash._env import resolve_cwd
-from codemode.tools._bash._foreground import (
+from codemode.tools._model import Extension, TextContent, ToolContext, ToolResult
+from codemode.tools._terminal import clean_terminal_text, terminal_view
+from codemode.tools.bash._background import PTY_VIEW, adopt, start_background
+from codemode.tools.bash._env import resolve_cwd
+from codemode.tools.bash._foreground import (
     CGROUPS,
     TERM_GRACE_SECONDS,
     Running,
@@ -57,15 +59,13 @@ from codemode.tools._bash._foreground import (
     run_foreground,
     state_tag,
 )
-from codemode.tools._bash._gate import CommandGate
-from codemode.tools._bash._limits import DEFAULT_READ_BYTES, DEFAULT_TIMEOUT_SECONDS, DEFAULT_WAIT_MS
-from codemode.tools._bash._proctree import create_time, is_same_process, own_create_time, terminate_tree
-from codemode.tools._model import Extension, TextContent, ToolContext, ToolResult
-from codemode.tools._terminal import clean_terminal_text, terminal_view
+from codemode.tools.bash._gate import CommandGate
+from codemode.tools.bash._limits import DEFAULT_READ_BYTES, DEFAULT_TIMEOUT_SECONDS, DEFAULT_WAIT_MS
+from codemode.tools.bash._proctree import create_time, is_same_process, own_create_time, terminate_tree
 
 if TYPE_CHECKING:
-    from codemode.tools._bash._tool import BashArgs, BashRunArgs
     from codemode.tools._verification import Verification
+    from codemode.tools.bash._tool import BashArgs, BashRunArgs
 
 _EXPIRE_SECONDS = 30 * 24 * 3600
 
@@ -445,14 +445,14 @@ class ProcessManager:
 
     def extension(self) -> Extension:
         """The ``bash`` tool and its guidance for the run_code description."""
-        from codemode.tools._bash._tool import bash_tool, guidance
+        from codemode.tools.bash._tool import bash_tool, guidance
 
         return Extension(
             name="bash", tools=[bash_tool(self._handle, self._handoff)], guidance=guidance(self._handoff)
         )
 
     async def _handle(self, args: BashArgs, ctx: ToolContext) -> ToolResult:
-        from codemode.tools._bash._tool import (
+        from codemode.tools.bash._tool import (
             BashListArgs,
             BashReadArgs,
             BashRunArgs,

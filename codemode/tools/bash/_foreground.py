@@ -45,7 +45,9 @@ from codemode.sandbox import (
 from codemode.sandbox._cgroup import pids_refused, pids_refused_note
 from codemode.sandbox._tmpfs import tmp_full_note
 from codemode.state import Archive, ArchiveRef, LogWriter, Redactor
-from codemode.tools._bash._env import (
+from codemode.tools._capture import StreamCapture
+from codemode.tools._terminal import terminal_view
+from codemode.tools.bash._env import (
     WorkTree,
     command_env,
     current_work_tree,
@@ -53,10 +55,8 @@ from codemode.tools._bash._env import (
     git_changed_since,
     workspace_revision,
 )
-from codemode.tools._bash._proctree import create_time, markers_with_prefix, own_create_time, terminate_tree
-from codemode.tools._bash._pump import Pump, PumpStatus
-from codemode.tools._capture import StreamCapture
-from codemode.tools._terminal import terminal_view
+from codemode.tools.bash._proctree import create_time, markers_with_prefix, own_create_time, terminate_tree
+from codemode.tools.bash._pump import Pump, PumpStatus
 
 if TYPE_CHECKING:
     from codemode.tools._model import ProgramScope
@@ -555,7 +555,7 @@ def finish(
         # Offsets are into the log as stored (raw); reads of it are redacted page by page.
         next_offset = writer.bytes_written
         log_name = writer.ref
-    from codemode.tools._bash._shape import build_result
+    from codemode.tools.bash._shape import build_result
 
     revision = workspace_revision(
         ending.tree, policy=spec.policy, cgroup_owner=running.cgroup_owner, skip_dirty=ending.skip_dirty

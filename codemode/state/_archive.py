@@ -569,8 +569,8 @@ class Archive:
         after = b""
         if end < run_end and data[-1:] not in (b"\n", b"\r"):  # a line longer than the page
             after = os.pread(fd, min(_PAGE_CONTEXT, run_end - end), end - retained_from)
-            line_end = re.search(rb"[\r\n]", after)
-            after = after[: line_end.end()] if line_end else after
+            after_end = re.search(rb"[\r\n]", after)
+            after = after[: after_end.end()] if after_end else after
         known = self._known_before(ref, fd, retained_from, start - len(before))
         if not before and not after:
             return self._redactor.redact_bytes(data, known), end

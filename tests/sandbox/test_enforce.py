@@ -422,15 +422,19 @@ def test_command_cannot_signal_the_host_but_can_signal_its_children(dirs: Dirs) 
 
 
 def test_an_entry_made_beside_the_state_dir_later_is_readable_and_the_state_dir_is_not(
-    dirs: Dirs,
+    dirs: Dirs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The directories around the state dir are granted entry by entry; the cached ruleset
     # must pick up what appears there later, and nothing that leads into the state dir.
     from codemode.sandbox import _enforce
 
+    # No other codemode state dir to protect (a registry of its own): the launch's policy is this one.
+    monkeypatch.setenv("XDG_STATE_HOME", str(dirs.state.parent / "xdg"))
+    monkeypatch.delenv("CODEMODE_HOME", raising=False)
+
     policy = dirs.policy()
     assert bash(policy, "true").returncode == 0  # built and cached
-    cached_fd = next(c.fd for (p, _), c in _enforce._cache.items() if p == policy)
+    cached_fd = next(c.fd for (p, *_), c in _enforce._cache.items() if p == policy)
     parent = dirs.state.parent
     (parent / "late-file").write_text("late\n")
     (parent / "late-dir").mkdir()
@@ -443,4 +447,4 @@ def test_an_entry_made_beside_the_state_dir_later_is_readable_and_the_state_dir_
     )
     assert result.stdout.splitlines() == ["late", "inner"], result
     assert result.stderr.count("Permission denied") == 2, result.stderr
-    assert next(c.fd for (p, _), c in _enforce._cache.items() if p == policy) == cached_fd  # not rebuilt
+    assert next(c.fd for (p, *_), c in _enforce._cache.items() if p == policy) == cached_fd  # not rebuilt

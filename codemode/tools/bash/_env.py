@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import select
 import signal
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,8 @@ _NON_INTERACTIVE = {
     "PIP_NO_INPUT": "1",
 }
 _REMOVED = ("GOROOT",)
+
+log = logging.getLogger("codemode.tools.bash.env")
 
 
 def command_env(
@@ -163,10 +166,17 @@ def _dot_git(directory: str) -> tuple[int, str | None] | None:
         return None
 
 
-def find_work_tree(cwd: Path) -> WorkTree | None:
+def _inside(path: str, root: str | os.PathLike[str]) -> bool:
+    base = os.path.realpath(root)
+    return path == base or path.startswith(base.rstrip("/") + "/")
+
+
+def find_work_tree(cwd: Path, within: Sequence[str | os.PathLike[str]] = ()) -> WorkTree | None:
     """(work tree root, git dir, linked work tree) containing ``cwd``, or None.
 
-    ``.git`` is taken as a directory or a ``gitdir:`` file, never through a symlink.
+    ``.git`` is taken as a directory or a ``gitdir:`` file, never through a symlink. A command
+    can write the ``.git`` file: the git dir it names is taken only inside the work tree or one
+    of ``within`` (the workspace and the other writable roots), never elsewhere on the host.
     """
     directory = str(cwd)
     while True:
@@ -177,8 +187,11 @@ def find_work_tree(cwd: Path) -> WorkTree | None:
                 return directory, os.path.join(directory, ".git"), False
             if not stat.S_ISREG(mode) or text is None or not text.startswith("gitdir:"):
                 return None
-            git_dir = os.path.join(directory, text[len("gitdir:") :].strip())
-            return directory, os.path.realpath(git_dir), True
+            git_dir = os.path.realpath(os.path.join(directory, text[len("gitdir:") :].strip()))
+            if not any(_inside(git_dir, root) for root in (directory, *within)):
+                log.warning("ignoring %s/.git: its gitdir %s is outside the workspace", directory, git_dir)
+                return None
+            return directory, git_dir, True
         parent = os.path.dirname(directory)
         if parent == directory:
             return None
@@ -193,6 +206,8 @@ def _read_ref(git_dir: str, ref: str, linked: bool) -> str | None:
         relative = _read_git_file(git_dir, "commondir")
         if relative:
             common = os.path.realpath(os.path.join(git_dir, relative))
+            if not _inside(os.path.realpath(git_dir), common):
+                common = git_dir  # git's common dir holds its linked work trees' dirs; no other
     for base in (git_dir, common) if common != git_dir else (git_dir,):
         value = _read_git_file(base, ref)
         if value and _OBJECT_ID.fullmatch(value):

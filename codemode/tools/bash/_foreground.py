@@ -456,7 +456,7 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
         raise
     # The work tree is looked up now, while the command starts on another core, rather than
     # after it has ended; workspace_revision re-checks what the command could have changed.
-    work_tree = find_work_tree(spec.cwd)
+    work_tree = find_work_tree(spec.cwd, spec.policy.writable_roots)
     forks_refused = 0 if refused is None else refused[0]
     running = Running(
         spec, marker, proc, pump, stdout, stderr, log, started, time.time(), work_tree, scan, forks_refused

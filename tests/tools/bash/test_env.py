@@ -44,7 +44,7 @@ def test_revision_of_a_linked_worktree_with_packed_refs(tmp_path: Path) -> None:
     _git(repo, "pack-refs", "--all")
     (tmp_path / "wt" / "sub").mkdir()
     rev = workspace_revision(
-        find_work_tree(tmp_path / "wt" / "sub"),
+        find_work_tree(tmp_path / "wt" / "sub", (tmp_path,)),
         policy=SandboxPolicy(writable_roots=(tmp_path,)),
         cgroup_owner=_OWNER,
     )

@@ -4,6 +4,7 @@ of the session's notifications (completions, keyword reports, Monitor events).""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -19,6 +20,16 @@ from codemode.tools import ToolContext
 from codemode.tools.bash import Notification, ProcessManager
 
 __all__ = ["Sessions"]
+
+log = logging.getLogger("codemode.sessions")
+
+
+async def _remove_tmp(session_id: str, temp: Path) -> None:
+    """Remove a session's temp dir and inbox off the event loop; a failure is logged."""
+    try:
+        await anyio.to_thread.run_sync(remove_session_tmp, temp)
+    except Exception:
+        log.exception("could not remove the temp dir of session %s (%s)", session_id, temp)
 
 
 class Sessions:
@@ -71,7 +82,7 @@ class Sessions:
             # Inside the state directory, so other sessions' commands cannot read it (the sandbox
             # keeps the whole state directory out of reach but for a session's own temp dir).
             # A tmpfs of tmp_quota_mb where the host can mount, else a counted plain directory.
-            temp = make_session_tmp(state.archive.state_dir / "tmp", self._tmp_quota_bytes)
+            temp = make_session_tmp(state.archive.state_dir / "tmp", self._tmp_quota_bytes, self._workspace)
             self.temp_dirs[session_id] = temp
         return ToolContext(
             session_id=session_id,
@@ -82,9 +93,11 @@ class Sessions:
             store=state.values.for_session(session_id),
         )
 
-    def remove_idle_temp_dirs(self) -> None:
+    async def remove_idle_temp_dirs(self) -> None:
         """At the host's close: remove each session's temp dir unless the session still has
-        running background processes, which keep using it."""
+        running background processes, which keep using it. Each in a worker thread (its
+        commands wrote it: it may hold millions of names), each failure logged, never
+        stopping the others."""
         processes = self._processes()
         for session, path in list(self.temp_dirs.items()):
             running = (
@@ -93,7 +106,7 @@ class Sessions:
                 else []
             )
             if not running:
-                remove_session_tmp(path)
+                await _remove_tmp(session, path)
 
     async def drop(self, session_id: str, file_trash: Callable[[], object] | None) -> None:
         """Remove the session's temp dir (its end), after ``file_trash`` (run in a worker
@@ -101,8 +114,11 @@ class Sessions:
         temp = self.temp_dirs.pop(session_id, None)
         if temp is not None:
             if file_trash is not None:
-                await anyio.to_thread.run_sync(file_trash)  # before the inbox goes with the temp dir
-            remove_session_tmp(temp)
+                try:
+                    await anyio.to_thread.run_sync(file_trash)  # before the inbox goes with the temp dir
+                except Exception:
+                    log.exception("filing the trash inbox of session %s failed", session_id)
+            await _remove_tmp(session_id, temp)
 
     def pending(self, session_id: str) -> list[Notification]:
         """The session's notifications not yet acknowledged."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -44,6 +45,8 @@ from codemode.sandbox import (
 from codemode.state import Archive, State, compile_rules_soon
 from codemode.tools import Extension, Tool, ToolRegistry, builtin_extensions
 from codemode.tools.bash import Notification, ProcessManager
+
+log = logging.getLogger("codemode.host")
 
 
 class Host:
@@ -236,14 +239,22 @@ class Host:
         has running background processes, which keep using it.
         """
         self.engine.close()
+        processes = self._processes
+        # Each step runs whatever the one before did: a failure (a session dir a command made
+        # unremovable, an upstream that will not stop) is logged, never skipping the rest.
+        steps: list[tuple[str, Callable[[], Awaitable[object]]]] = [("MCP servers", self._mounts.aclose)]
+        if processes is not None:
+            # what rm moved during background runs, before the inboxes go
+            steps.append(("trash filing", lambda: anyio.to_thread.run_sync(self.trash.file_all)))
+        steps.append(("session temp dirs", self._sessions.remove_idle_temp_dirs))
+        if processes is not None:
+            steps.append(("processes", processes.aclose))
         try:
-            await self._mounts.aclose()
-            if self._processes is not None:
-                await anyio.to_thread.run_sync(self.trash.file_all)  # what rm moved during background runs
-                self._sessions.remove_idle_temp_dirs()
-                await self._processes.aclose()
-            else:
-                self._sessions.remove_idle_temp_dirs()
+            for what, step in steps:
+                try:
+                    await step()
+                except Exception:
+                    log.exception("closing the host: %s failed; the rest still closes", what)
         finally:
             self._processes = None
             self._session_tmp.clear()

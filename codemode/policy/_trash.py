@@ -38,6 +38,7 @@ import pydantic
 from codemode.errors import ErrorCode, ToolError
 from codemode.sandbox import (
     INBOX_SUFFIX,
+    OWNER_SUFFIX,
     SHIM_DIR_NAME,
     UnsafePath,
     anchor,
@@ -62,6 +63,8 @@ _SHIM_SOURCE = Path(__file__).with_name("_rm.py")
 _SESSION_PREFIX = "s-"
 #: The most of an entry's ``meta.json`` the host reads (the shim writes a few hundred bytes).
 _META_CAP = 64 * 1024
+#: The most entries filed from one inbox at a time (what a command left beyond stays, logged).
+_MAX_FILED = 10_000
 
 log = logging.getLogger("codemode.policy.trash")
 
@@ -220,6 +223,9 @@ class Trash:
                     except UnsafePath:
                         continue
                     shown = str(self.state_dir / "tmp" / name)
+                    if not self._owns(tmp_fd, name.removesuffix(INBOX_SUFFIX), shown):
+                        os.close(session_fd)
+                        continue
                     try:
                         if name.endswith(INBOX_SUFFIX):
                             self._file_inbox(session_fd, shown)
@@ -229,6 +235,17 @@ class Trash:
                         os.close(session_fd)
         except UnsafePath:
             return
+
+    def _owns(self, tmp_fd: int, session: str, shown: str) -> bool:
+        """Whether the session ``session`` of ``STATE/tmp`` is this workspace's, by the record its
+        host wrote beside it (`OWNER_SUFFIX`), out of its commands' reach. What an entry's own
+        ``meta.json`` claims is never the test: a command writes it."""
+        try:
+            owner = read_text_at(tmp_fd, session + OWNER_SUFFIX, cap=_META_CAP)
+        except UnsafePath:
+            log.warning("not filing the trash inbox of %s: no record of its session's workspace", shown)
+            return False
+        return owner == str(self.workspace)
 
     def _file_session(self, temp_fd: int, shown: str) -> list[TrashEntry]:
         try:
@@ -245,6 +262,14 @@ class Trash:
             names = sorted(n for n in listdir_at(inbox_fd) if not n.startswith("."))
         except UnsafePath:
             return []
+        if len(names) > _MAX_FILED:
+            log.warning(
+                "trash inbox %s holds %d entries; filing the first %d, refusing the rest",
+                shown,
+                len(names),
+                _MAX_FILED,
+            )
+            names = names[:_MAX_FILED]
         filed: list[TrashEntry] = []
         root_fd: int | None = None
         try:
@@ -259,7 +284,12 @@ class Trash:
                     continue
                 claimed = meta.get("path") if isinstance(meta, dict) else None
                 if not isinstance(claimed, str) or not _inside(claimed, self.workspace):
-                    continue  # another workspace's (a later host of it files it) or not an rm entry
+                    # The session is this workspace's: an entry naming another path was not the
+                    # shim's (it moves only workspace paths); a command wrote it. Refused.
+                    log.warning(
+                        "refusing trash entry %s/%s: its path is outside %s", shown, name, self.workspace
+                    )
+                    continue
                 if root_fd is None:
                     self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
                     root_fd = open_anchor(self.root)

@@ -26,7 +26,7 @@ import ctypes
 import errno
 import logging
 import os
-import shutil
+import secrets
 import stat
 from collections.abc import Iterator
 from typing import Final
@@ -50,6 +50,7 @@ __all__ = [
     "read_text",
     "read_text_at",
     "remove_at",
+    "remove_tree_at",
     "rename_at",
     "write_fresh_at",
 ]
@@ -431,9 +432,69 @@ def remove_at(dir_fd: int, name: str) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(name, dir_fd=dir_fd)
+        remove_tree_at(dir_fd, name)
     else:
         os.unlink(name, dir_fd=dir_fd)
+
+
+#: How many directory fds `remove_tree_at` holds at once; a subtree deeper than this is moved
+#: up to the top of the tree (a rename inside it) and removed from there.
+_REMOVE_FDS: Final = 32
+
+
+def remove_tree_at(dir_fd: int, name: str) -> None:
+    """Remove the directory ``name`` of ``dir_fd`` and all it holds, however wide or deep: a
+    loop, never a recursion (a tree thousands of levels deep is no `RecursionError`), over
+    directory fds opened ``O_NOFOLLOW`` (a link inside is unlinked, never followed), names
+    removed by ``unlinkat`` in their directory's fd. At most ``_REMOVE_FDS`` fds are open: a
+    directory below that depth is first renamed to the top of the tree. Missing is fine.
+    Blocking (a big tree takes seconds): call it off the event loop.
+
+    Raises:
+        OSError: Something could not be removed (what could be is gone).
+    """
+    name = _name(name)
+    try:
+        top = os.open(name, os.O_RDONLY | os.O_DIRECTORY | _ALWAYS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno not in _LINK_ERRNOS:
+            raise
+        os.unlink(name, dir_fd=dir_fd)  # not a directory (a link or a file): the name itself
+        return
+    # Each level: its fd, its name in the level above, the names it still holds.
+    stack: list[tuple[int, str, list[str]]] = [(top, name, os.listdir(top))]
+    try:
+        while stack:
+            fd, own, names = stack[-1]
+            if not names:
+                stack.pop()
+                os.close(fd)
+                with contextlib.suppress(FileNotFoundError):
+                    os.rmdir(own, dir_fd=stack[-1][0] if stack else dir_fd)
+                continue
+            entry = names.pop()
+            try:
+                inner = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | _ALWAYS, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                if exc.errno not in _LINK_ERRNOS:
+                    raise
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry, dir_fd=fd)
+                continue
+            if len(stack) < _REMOVE_FDS:
+                stack.append((inner, entry, os.listdir(inner)))
+                continue
+            os.close(inner)
+            lifted = f".rm-{secrets.token_hex(8)}"
+            os.rename(entry, lifted, src_dir_fd=fd, dst_dir_fd=top)
+            stack[0][2].append(lifted)
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
 
 
 class _CopyBudget:

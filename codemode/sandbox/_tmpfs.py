@@ -27,7 +27,6 @@ import ctypes
 import errno
 import logging
 import os
-import shutil
 import stat
 import tempfile
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from pathlib import Path
 from typing import Final
 
 from codemode.errors import ErrorCode, ToolError
-from codemode.sandbox._safeopen import UnsafePath, open_anchor, open_dir_at
+from codemode.sandbox._safeopen import UnsafePath, anchor, open_anchor, open_dir_at, remove_tree_at
 
 __all__ = [
     "CLEANUP_COMMANDS",
@@ -67,6 +66,9 @@ MAX_COUNTED_ENTRIES: Final = 100_000
 SESSION_PREFIX: Final = "s-"
 INBOX_SUFFIX: Final = ".trash"
 """A session's ``rm`` inbox is ``STATE/tmp/s-<id>.trash``, beside its temp dir (`session_inbox`)."""
+OWNER_SUFFIX: Final = ".workspace"
+"""``STATE/tmp/s-<id>.workspace``: the workspace of the host that made the session (host-written,
+beyond its commands' reach); its inbox is filed into that workspace's trash only (`session_owner`)."""
 DISABLE_ENV: Final = "CODEMODE_NO_TMPFS"
 """Set to ``1`` to count session temp dirs instead of mounting them (tests, users)."""
 
@@ -193,10 +195,16 @@ def session_inbox(temp: Path) -> Path:
     return temp.with_name(temp.name + INBOX_SUFFIX)
 
 
-def make_session_tmp(parent: Path, size_bytes: int) -> Path:
+def session_owner(temp: Path) -> Path:
+    """The file naming the workspace of the session whose temp dir is ``temp`` (`OWNER_SUFFIX`)."""
+    return temp.with_name(temp.name + OWNER_SUFFIX)
+
+
+def make_session_tmp(parent: Path, size_bytes: int, workspace: Path | None = None) -> Path:
     """A fresh session temp dir under ``parent`` (``STATE/tmp``, made 0700 when missing): a
     tmpfs of ``size_bytes`` where this host can mount, else a plain (counted) directory; and
-    beside it, on disk, its ``rm`` inbox (`session_inbox`)."""
+    beside it, on disk, its ``rm`` inbox (`session_inbox`) and, given ``workspace``, the file
+    recording it (`session_owner`), written before any command runs."""
     parent.mkdir(mode=0o700, exist_ok=True)
     while True:
         temp = tempfile.mkdtemp(prefix=SESSION_PREFIX, dir=parent)
@@ -205,6 +213,14 @@ def make_session_tmp(parent: Path, size_bytes: int) -> Path:
             break
         except FileExistsError:  # a killed host's inbox, not filed yet: leave it, take another name
             os.rmdir(temp)
+    if workspace is not None:
+        owner = os.open(
+            session_owner(Path(temp)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600
+        )
+        try:
+            os.write(owner, os.path.realpath(workspace).encode("utf-8", "surrogateescape"))
+        finally:
+            os.close(owner)
     _mount(temp, size_bytes)
     return Path(temp)
 
@@ -216,8 +232,15 @@ def remove_session_tmp(path: Path) -> None:
     name = os.path.realpath(path)
     if name in tmp_mounts(os.path.dirname(name)) and not _unmount(name):
         return
-    shutil.rmtree(name, ignore_errors=True)
-    shutil.rmtree(session_inbox(Path(name)), ignore_errors=True)  # rmtree never follows a link
+    # Both are command-writable: removed by a loop over directory fds (no link followed, no
+    # recursion however deep the tree); blocking, so callers on the event loop run this in a
+    # worker thread.
+    with anchor(os.path.dirname(name)) as parent_fd:
+        for entry in (os.path.basename(name), session_inbox(Path(name)).name, session_owner(Path(name)).name):
+            try:
+                remove_tree_at(parent_fd, entry)
+            except OSError as exc:
+                log.warning("could not remove all of the session dir %s: %s", entry, exc)
 
 
 def sweep_stale_tmp(parent: Path) -> list[str]:
@@ -233,6 +256,7 @@ def sweep_stale_tmp(parent: Path) -> list[str]:
             os.rmdir(point)
         with contextlib.suppress(OSError):
             os.rmdir(session_inbox(Path(point)))  # filed before (Trash.file_all): empty unless a link
+            os.unlink(session_owner(Path(point)))
     return released
 
 

@@ -227,6 +227,7 @@ async def test_restore_never_writes_outside_the_workspace(tmp_path: Path) -> Non
     os.symlink(tmp_path / "elsewhere", workspace / "link")
     trash = Trash(state, workspace)
     (state / "tmp" / "s-x").mkdir(parents=True)
+    (state / "tmp" / "s-x.workspace").write_text(str(trash.workspace))  # its host's record
     inbox = trash.inbox(state / "tmp" / "s-x")
     # A confined command can write its inbox: an entry claiming a path outside is never filed.
     for entry_id, path in (("forged", str(tmp_path / "victim")), ("via-link", str(workspace / "link" / "x"))):

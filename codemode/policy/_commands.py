@@ -34,20 +34,27 @@ from pathlib import Path
 import pydantic
 
 from codemode.errors import ErrorCode
+from codemode.policy._evaluated import (
+    REBINDING_VARIABLES,
+    assigned_names,
+    evaluated_strings,
+    refused_builtin,
+    risky_option,
+    variable_problem,
+)
 from codemode.policy._readonly import NEUTRAL_WRAPPERS, is_read_only
 from codemode.policy._scripts import (
     SHELLS,
     SOURCE_BUILTINS,
-    STARTUP_VARIABLES,
     STDIN_PATHS,
     VARIABLE_SETTERS,
     read_script,
     shebang_shell,
     shell_input,
-    split_string,
 )
 from codemode.policy._shell import Command, Problem, parse
 from codemode.policy._watchers import watcher
+from codemode.policy._wrappers import WRAPPERS, _Split, _unwrap
 from codemode.sandbox import UnsafePath, read_file_beneath
 
 __all__ = ["REDACTION_MARKER", "CommandPolicy", "CommandVerdict", "Verdict"]
@@ -172,6 +179,18 @@ class CommandPolicy(pydantic.BaseModel):
         walk.rewritten_scripts(found)
         executables = tuple(f.name for f in found)
         unchecked = tuple(p.describe() for p in walk.problems)
+        if self.deny and walk.rebinding:
+            return CommandVerdict(
+                verdict=Verdict.DENY,
+                code=ErrorCode.DENIED_BY_POLICY,
+                message=(
+                    f"{walk.rebinding[0].describe()} is refused while commands are denied: it changes "
+                    "which program a command name runs, so a denied program could run under another "
+                    "name; leave PATH as it is and name programs by their installed path or bare name"
+                ),
+                executables=executables,
+                unchecked=unchecked,
+            )
         for item in found:
             refusal = self._refusal(item, background)
             if refusal is not None:
@@ -246,65 +265,12 @@ class _Found:
         return " ".join(w if w is not None else "…" for w in self.words)[:80]
 
 
-@dataclass(frozen=True)
-class Wrapper:
-    """A command that runs the command in its arguments.
-
-    Attributes:
-        names: Its executable names.
-        valued: Its options that take the next word as their value.
-        positionals: Words after the options before the command (``timeout 5 cmd``).
-        assignments: It takes ``NAME=value`` words before the command (``env``, ``sudo``).
-        lookup_only: Options after which it only looks the command up (``command -v``).
-        script_option: An option whose value is a shell string it runs (``npx -c``).
-        split_options: Options whose value is split into more words (``env -S``).
-        appends_input: It adds words read from its input to the command (``xargs``).
-    """
-
-    names: frozenset[str]
-    valued: frozenset[str] = frozenset()
-    positionals: int = 0
-    assignments: bool = False
-    lookup_only: frozenset[str] = frozenset()
-    script_option: str | None = None
-    split_options: frozenset[str] = frozenset()
-    appends_input: bool = False
-
-
-def _w(names: str, valued: str = "", **kw: object) -> Wrapper:
-    return Wrapper(frozenset(names.split()), frozenset(valued.split()), **kw)  # type: ignore[arg-type]
-
-
-WRAPPERS: tuple[Wrapper, ...] = (
-    _w("env", "-u --unset -C --chdir", assignments=True, split_options=frozenset({"-S", "--split-string"})),
-    _w("nohup setsid chronic unbuffer nocache builtin busybox"),
-    _w("nice", "-n --adjustment"),
-    _w("ionice", "-c --class -n --classdata"),
-    _w("stdbuf", "-i -o -e --input --output --error"),
-    _w("timeout", "-s --signal -k --kill-after", positionals=1),
-    _w("time", "-f --format -o --output"),
-    _w("command", lookup_only=frozenset({"-v", "-V"})),
-    _w("exec", "-a"),
-    _w(
-        "sudo",
-        "-u --user -g --group -C --close-from -D --chdir -h --host -p --prompt -r --role -t --type "
-        "-T --command-timeout -U --other-user",
-        assignments=True,
-    ),
-    _w("doas", "-u -C"),
-    _w(
-        "xargs",
-        "-a --arg-file -d --delimiter -E -I -L --max-lines -n --max-args -P --max-procs -s --max-chars "
-        "--process-slot-var",
-        appends_input=True,
-    ),
-    _w("flock", "-w --wait --timeout -E --conflict-exit-code", positionals=1, script_option="-c"),
-    _w("watch", "-n --interval -d --differences -c --color -g --chgexit"),
-    _w("npx bunx pnpx", "-p --package", script_option="-c"),
-)
 _WRAPPER_BY_NAME = {name: w for w in WRAPPERS for name in w.names}
 WRITERS = frozenset("cp mv ln install tee rsync sed dd curl wget patch truncate unzip tar".split())
 """Commands that write files named in their words (a script file they name is not checked as is)."""
+SYSTEM_DIRS = ("/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/opt/", "/nix/store/", "/snap/")
+"""Where installed programs live (read-only to a confined command): a program named by a path
+elsewhere (the workspace, $TMPDIR, /tmp) is checked by what it is, not by its name."""
 FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 
 
@@ -389,6 +355,15 @@ class _Walk:
         self.problems: list[Problem] = []
         self.written: list[str | None] = []  # files the run's redirections write
         self.scripts: list[tuple[str, int]] = []  # script files read and checked, with their line
+        self.rebinding: list[Problem] = []  # changes of what a command name runs (PATH=...)
+
+    def assigned(self, variable: str, text: str, line: int) -> None:
+        """A variable the run assigns: one a shell or a program runs as code is a problem."""
+        why = variable_problem(variable)
+        if why is not None:
+            self.problems.append(Problem(why, _cut(text), line))
+            if variable in REBINDING_VARIABLES:
+                self.rebinding.append(Problem(f"an assignment to {variable}", _cut(text), line))
 
     def script(self, text: str, cwd: Path, via: tuple[str, ...], depth: int) -> Iterator[_Found]:
         if depth > _MAX_DEPTH:
@@ -398,10 +373,7 @@ class _Walk:
         self.problems.extend(parsed.problems)
         self.written.extend(parsed.written)
         for variable, line in parsed.assigned:
-            if variable in STARTUP_VARIABLES:
-                self.problems.append(
-                    Problem(f"a {variable} assignment (a file a shell runs at start)", variable, line)
-                )
+            self.assigned(variable, variable, line)
         for command in parsed.commands:
             if command.words and command.words[0] == "cd" and len(command.words) == 2:
                 target = command.words[1]
@@ -442,10 +414,18 @@ class _Walk:
         rest = words[1:]
         if name in VARIABLE_SETTERS:
             for word in rest:
-                variable = (word or "").split("=", 1)[0]
-                if variable in STARTUP_VARIABLES and "=" in (word or ""):
-                    what = f"a {variable} assignment (a file a shell runs at start)"
-                    self.problems.append(Problem(what, _cut(word or ""), line))
+                if "=" in (word or ""):
+                    self.assigned((word or "").split("=", 1)[0], word or "", line)
+        for variable in assigned_names(words):
+            self.assigned(variable, " ".join(w or "…" for w in words), line)
+        why = refused_builtin(words, tuple(w or "…" for w in words)) or risky_option(words)
+        if why is not None:
+            self.problems.append(Problem(why, _cut(" ".join(w or "…" for w in words)), line))
+        for text in evaluated_strings(words):
+            if text is None:
+                self.problems.append(Problem(f"a computed command string of {name}", "…", line))
+            else:
+                yield from self.script(text, cwd, (*via, name), depth + 1)
         if name in SHELLS:
             yield from self.shell(words, feed, cwd, via, depth, line)
             return
@@ -488,12 +468,16 @@ class _Walk:
         if wrapper is not None:
             inner = _unwrap(wrapper, rest)
             if isinstance(inner, str):
-                yield from self.script(inner, cwd, (*via, f"{name} {wrapper.script_option}"), depth + 1)
+                label = f"{name} {wrapper.script_option}" if wrapper.script_option else f"inside {name}"
+                yield from self.script(inner, cwd, (*via, label), depth + 1)
             elif isinstance(inner, _Split):
                 if inner.words is None:
-                    self.problems.append(
-                        Problem(f"an {name} -S string env expands itself", _cut(inner.text), line)
+                    what = (
+                        f"an {name} -S string env expands itself"
+                        if wrapper.split_options
+                        else (f"a computed command string of {name}")
                     )
+                    self.problems.append(Problem(what, _cut(inner.text), line))
                 else:
                     yield from self.argv(
                         (name, *inner.words), cwd, (*via, f"{name} -S"), depth + 1, line, feed
@@ -513,6 +497,12 @@ class _Walk:
         line: int,
     ) -> Iterator[_Found]:
         """What a shell runs: its -c string, the script on its stdin, or its script file."""
+        for index, word in enumerate(words[1:-1], 1):
+            if word in ("--rcfile", "--init-file"):  # a startup file: a script it runs first
+                start = words[index + 1]
+                yield from self.script_file(
+                    start, f"a computed {word} file", cwd, (*via, f"{words[0]} {word} {start}"), depth, line
+                )
         given = shell_input(words, feed, background=self.background)
         if given.kind == "unknown" or (given.kind == "string" and given.text is None):
             self.problems.append(Problem(given.what, _cut(" ".join(w or "…" for w in words)), line))
@@ -540,13 +530,21 @@ class _Walk:
     ) -> Iterator[_Found]:
         """A workspace file run by path: followed when it is a shell script (see `shebang_shell`);
         a program (a NUL byte in it) or another interpreter's script is not."""
-        if Path(os.path.normpath(self.workspace)) not in Path(os.path.normpath(cwd / path)).parents:
+        target = os.path.normpath(cwd / path)
+        if Path(os.path.normpath(self.workspace)) not in Path(target).parents:
+            if not target.startswith(SYSTEM_DIRS):
+                what = "a program run from outside the system directories (a writable place can hold a copy of any program)"
+                self.problems.append(Problem(what, _cut(path), line))
             return  # an installed program
         read = read_script(path, cwd, self.workspace)
         if read.missing:
             self.scripts.append((path, line))  # it fails to start, unless this run writes it first
             return
         if read.binary:
+            what = (
+                "a program in the workspace (built or copied there, it may be any program under another name)"
+            )
+            self.problems.append(Problem(what, _cut(path), line))
             return
         if read.text is None:
             self.problems.append(
@@ -635,87 +633,6 @@ class _Walk:
 def _cut(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= 60 else text[:59] + "…"
-
-
-@dataclass(frozen=True)
-class _Split:
-    """A wrapper's split option (``env -S STRING``): STRING's words (None: env expands it
-    itself) and the words after it."""
-
-    text: str
-    words: tuple[str | None, ...] | None
-
-
-def _split_option(wrapper: Wrapper, rest: tuple[str | None, ...], index: int) -> _Split | None:
-    """``rest[index]`` as a split option (``-S X``, ``-SX``, ``-iS X``, ``--split-string=X``)."""
-    word = rest[index] or ""
-    value: str | None
-    if word.startswith("--"):
-        name, eq, value = word.partition("=")
-        if name not in wrapper.split_options:
-            return None
-        if not eq:
-            value = rest[index + 1] if index + 1 < len(rest) else ""
-            index += 1
-    else:
-        shorts = {o[1] for o in wrapper.split_options if len(o) == 2}
-        valued = {o[1] for o in wrapper.valued if len(o) == 2 and o[0] == "-"}
-        at = next((i for i, c in enumerate(word[1:], 1) if c in shorts or c in valued), None)
-        if at is None or word[at] not in shorts:
-            return None
-        value = word[at + 1 :]
-        if not value:
-            value = rest[index + 1] if index + 1 < len(rest) else ""
-            index += 1
-    if value is None:
-        return _Split("…", None)
-    split = split_string(value)
-    after = rest[index + 1 :]
-    return _Split(value, None if split is None else (*split, *after))
-
-
-def _unwrap(wrapper: Wrapper, rest: tuple[str | None, ...]) -> tuple[str | None, ...] | str | _Split | None:
-    """What a wrapper runs: an argv, a shell string (its script option), a split string, or None."""
-    index = 0
-    positionals = wrapper.positionals
-    while index < len(rest):
-        word = rest[index]
-        if word is None:
-            return rest[index:] if positionals == 0 else None
-        if word == "--":
-            index += 1
-            break
-        if wrapper.script_option is not None and word == wrapper.script_option:
-            return rest[index + 1] if index + 1 < len(rest) else None
-        if wrapper.split_options and word.startswith("-") and word != "-":
-            split = _split_option(wrapper, rest, index)
-            if split is not None:
-                return split
-        if word in wrapper.lookup_only:
-            return None
-        if word in wrapper.valued:
-            index += 2
-            continue
-        if word.startswith("-") and word != "-":
-            index += 1
-            continue
-        if wrapper.assignments and "=" in word and not word.startswith("="):
-            index += 1
-            continue
-        if positionals:
-            positionals -= 1
-            index += 1
-            continue
-        break
-    while positionals and index < len(rest):
-        positionals -= 1
-        index += 1
-    if wrapper.assignments:
-        while (
-            index < len(rest) and (rest[index] or "").count("=") and not (rest[index] or "").startswith("=")
-        ):
-            index += 1
-    return rest[index:] or None
 
 
 def _package_script(cwd: Path, workspace: Path, script: str) -> str | None:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 import tree_sitter
 import tree_sitter_bash
 
+from codemode.policy._evaluated import refused_builtin
+
 __all__ = ["Command", "Parsed", "Problem", "parse"]
 
 _LANGUAGE = tree_sitter.Language(tree_sitter_bash.language())
@@ -41,6 +43,16 @@ _COMPUTED = frozenset(
     }
 )
 _GLOB = re.compile(r"(?<!\\)[*?\[]")
+_CONTINUATION = re.compile(r"(?<!\\)((?:\\\\)*)\\\n")
+"""A backslash-newline (not itself escaped): bash joins the lines before it reads words."""
+# Arithmetic: bash evaluates a variable's text as an expression there, and an array subscript in
+# that text runs command substitutions (`x='a[$(cmd)]'; echo $((x))`). Only numbers (and the
+# special parameters that are always numbers) are provably literal.
+_ARITHMETIC_LITERAL = re.compile(r"\$[#?$!]|\b(?:0[xX][0-9a-fA-F]+|\d+#[0-9A-Za-z@_]+|\d+)\b")
+_ARITHMETIC_NAME = re.compile(r"[A-Za-z_$`]")
+_ARITHMETIC_TESTS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
+_SUBSTRING = re.compile(r"^\$\{[#!]?[A-Za-z_][A-Za-z0-9_]*(?:\[[^]]*\])?:(?![-=+?])(.*)\}$", re.DOTALL)
+_NAME_LIST = re.compile(r"^\$\{!(?:[A-Za-z_][A-Za-z0-9_]*(?:[*@]|\[[*@]\]))\}$")
 _ESCAPE = re.compile(r"\\(.)", re.DOTALL)
 _DQ_ESCAPE = re.compile(r'\\([$`"\\\n])')
 
@@ -173,6 +185,7 @@ _HEREDOC_ESCAPE = re.compile(r"\\([$`\\\n])")
 
 def parse(script: str) -> Parsed:
     """The simple commands of ``script`` and the problems met reading it."""
+    script = _CONTINUATION.sub(lambda m: m.group(1), script)
     tree = _parser().parse(script.encode("utf-8", "surrogateescape"))
     parsed = Parsed()
     _walk(tree.root_node, parsed, piped_in=False, piped_from=None, stdin=_Stdin())
@@ -226,7 +239,20 @@ def _walk(
         parsed.problems.append(Problem(what, _short(_text(node)) or node.type, node.start_point[0] + 1))
         return
     if kind == "variable_assignment" and node.named_children:
-        parsed.assigned.append((_text(node.named_children[0]), node.start_point[0] + 1))
+        name_node = node.named_children[0]
+        name_node = name_node.child_by_field_name("name") or name_node
+        parsed.assigned.append((_text(name_node), node.start_point[0] + 1))
+    if kind == "for_statement":
+        variable = node.child_by_field_name("variable")
+        if variable is not None:
+            parsed.assigned.append((_text(variable), node.start_point[0] + 1))
+    evaluated = _evaluated_text(node)
+    if kind in ("declaration_command", "unset_command") and node.children:
+        parts = node.named_children
+        words = (_text(node.children[0]), *(_declared(c) for c in parts))
+        evaluated = evaluated or refused_builtin(words, (_text(node.children[0]), *(_text(c) for c in parts)))
+    if evaluated is not None:
+        parsed.problems.append(Problem(evaluated, _short(_text(node)), node.start_point[0] + 1))
     if kind == "command":
         _command(node, parsed, piped_in=piped_in, piped_from=piped_from, stdin=stdin)
         return
@@ -256,6 +282,74 @@ def _walk(
         return
     for child in node.children if node.has_error else node.named_children:
         _walk(child, parsed, piped_in=False, piped_from=None, stdin=_Stdin())
+
+
+def _arithmetic_names(text: str) -> bool:
+    """Whether arithmetic ``text`` reads a variable (or a computed word), not only numbers."""
+    return _ARITHMETIC_NAME.search(_ARITHMETIC_LITERAL.sub("0", text)) is not None
+
+
+def _evaluated_text(node: tree_sitter.Node) -> str | None:
+    """The construct, when ``node`` makes bash evaluate text that is not provably literal as
+    code (an arithmetic expression, a subscript, a prompt expansion, an indirection)."""
+    kind = node.type
+    text = _text(node)
+    if kind == "arithmetic_expansion" and _arithmetic_names(text[2:]):
+        return "arithmetic on a variable (bash evaluates its text, and a subscript there runs commands)"
+    if kind == "compound_statement" and text.startswith("((") and _arithmetic_names(text):
+        return "arithmetic on a variable (bash evaluates its text, and a subscript there runs commands)"
+    if kind == "c_style_for_statement":
+        body = node.child_by_field_name("body")
+        header = text[: body.start_byte - node.start_byte] if body is not None else text
+        if _arithmetic_names(header.replace("for", "", 1).replace("do", "")):
+            return "a for (( )) loop on variables (bash evaluates their text, and a subscript there runs commands)"
+    if kind == "subscript":
+        index = node.child_by_field_name("index")
+        value = static_value(index) if index is not None else None
+        if value is None or not (value.isdigit() or value in ("@", "*")):
+            return (
+                "an array subscript that is not a literal number (bash evaluates it, and it can run commands)"
+            )
+    if kind == "expansion":
+        if text.endswith("@P}"):
+            return "a prompt expansion `@P` (it runs the command substitutions in the variable's text)"
+        if text.startswith("${!") and not _NAME_LIST.match(text):
+            return "an indirect expansion `${!…}` (the variable it names may hold a subscript that runs commands)"
+        substring = _SUBSTRING.match(text)
+        if substring is not None and _arithmetic_names(substring.group(1)):
+            return "a substring offset on a variable (bash evaluates it as arithmetic)"
+    if kind in ("unary_expression", "binary_expression") and node.parent is not None:
+        operator = node.child_by_field_name("operator")
+        op = _text(operator) if operator is not None else ""
+        if kind == "unary_expression" and op == "-v":
+            operand = node.named_children[-1]
+            value = static_value(operand)
+            if value is None or ("[" in value and not re.fullmatch(r"[A-Za-z_]\w*\[\d+\]", value)):
+                return "a `-v` test of a name that is not literal (its subscript runs commands)"
+        if kind == "binary_expression" and op in _ARITHMETIC_TESTS and _in_test(node):
+            sides = [node.child_by_field_name("left"), node.child_by_field_name("right")]
+            if any(side is None or _arithmetic_names(_text(side)) for side in sides):
+                return f"an arithmetic `{op}` test on a variable (bash evaluates its text as arithmetic)"
+    return None
+
+
+def _declared(node: tree_sitter.Node) -> str | None:
+    """A word of ``declare``/``export``/``unset`` (None for an assignment: its name is read from
+    its source text)."""
+    if node.type == "variable_assignment":
+        return None
+    return _text(node) if node.type == "variable_name" else static_value(node)
+
+
+def _in_test(node: tree_sitter.Node) -> bool:
+    parent = node.parent
+    while parent is not None and parent.type in (
+        "binary_expression",
+        "unary_expression",
+        "parenthesized_expression",
+    ):
+        parent = parent.parent
+    return parent is not None and parent.type == "test_command" and _text(parent).startswith("[[")
 
 
 def _command(

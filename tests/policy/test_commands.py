@@ -313,3 +313,110 @@ def test_parse_finds_every_simple_command_with_static_words(
 def test_plain_argv(command: str, argv: tuple[str, ...] | None) -> None:
     expected = ("pytest", "-q", "tests/x.py::test_a") if command.startswith("pytest") else argv
     assert plain_argv(command) == expected
+
+
+# Text bash evaluates as code, options that run a command, wrappers, and renamed programs: under
+# the strict policy with `touch` denied, each row is refused (the denied command found, or the
+# construct named as unchecked); the last rows still run.
+_STRICT = CommandPolicy(deny=frozenset({"touch"}), strict=True)
+
+
+@pytest.mark.parametrize(
+    ("command", "fragment"),
+    [
+        ("t\\\nouch y", "`touch`"),
+        ("trap 'touch y' EXIT", "`touch` (trap)"),
+        ("coproc touch y; wait", "`touch` (via coproc)"),
+        ("coproc N { touch y; }", "a `coproc` with a compound body"),
+        ("x='$(touch y)'; echo ${x@P}", "a prompt expansion"),
+        ("x='a[$(touch y)]'; echo $((x))", "arithmetic on a variable"),
+        ("x='a[$(touch y)]'; printf -v n '%d' $((x))", "arithmetic on a variable"),
+        ("x='a[$(touch y)]'; (( x ))", "arithmetic on a variable"),
+        ("x='a[$(touch y)]'; [[ $x -eq 1 ]]", "an arithmetic `-eq` test"),
+        ("x='a[$(touch y)]'; echo ${!x}", "an indirect expansion"),
+        ("echo ${a[$i]}", "an array subscript"),
+        ("mapfile -C 'touch y' -c 1 </etc/hostname", "`touch` (mapfile)"),
+        ("complete -C 'touch y' ls", "`touch` (complete)"),
+        ("export PS4='$(touch y)'; set -x; true", "an assignment to PS4"),
+        ("PROMPT_COMMAND='touch y' bash -i", "an assignment to PROMPT_COMMAND"),
+        ("taskset 1 touch y", "`touch` (via taskset)"),
+        ("taskset -c 0 touch y", "`touch` (via taskset)"),
+        ("chrt 0 touch y", "`touch` (via chrt)"),
+        ("strace -o /dev/null touch y", "`touch` (via strace)"),
+        ("test -v 'a[$(touch y)]'", "`test` of the variable name"),
+        ("[[ -v a[$(touch y)] ]]", "`touch`"),
+        ("[ -v 'a[$(touch y)]' ]", "a `-v` test"),
+        ("read 'a[$(touch y)]' < /etc/hostname", "`read` of the variable name"),
+        ("unset 'a[$(touch y)]'", "`unset` of the variable name"),
+        ("declare -i n; n=3", "`declare -i`"),
+        ("let n=1", "`let`"),
+        ("script -qc 'touch y' /dev/null", "`touch` (script -c)"),
+        ("su -c 'touch y'", "`touch` (su -c)"),
+        ("watch -x sh -c 'touch y'", "`touch` (via watch, inside sh -c)"),
+        ("bash --rcfile s.sh -i", "`touch` (bash --rcfile s.sh)"),
+        ("git -c alias.t='!touch y' t", "`git -c alias.t=!touch y`"),
+        ("git -c core.pager='touch y' log", "`git -c core.pager"),
+        ("git rebase -x 'touch y' HEAD~1", "`git -x`"),
+        ("tar --checkpoint-action=exec='touch y' -cf /tmp/a.tar .", "`tar --checkpoint-action`"),
+        ("tar -cf /tmp/a.tar --to-command='touch y' .", "`tar --to-command`"),
+        ("tar -xI 'touch y' -f a.tar", "`tar -I`"),
+        ("rsync -e 'touch y' a b:", "`rsync -e`"),
+        ("ssh -o ProxyCommand='touch y' host", "`ssh -o ProxyCommand"),
+        ("zip -T -TT 'touch y' a.zip f", "`zip -TT`"),
+        ("chroot / touch y", "`chroot`"),
+        ("enable -f ./x.so x", "`enable -f`"),
+        ("hash -p ./x ls", "`hash -p`"),
+        ("./prog y", "a program in the workspace"),
+        ("/tmp/prog y", "a program run from outside the system directories"),
+        ("LESSOPEN='|touch %s' less f", "an assignment to LESSOPEN"),
+        ("for PATH in .; do ls; done", "an assignment to PATH"),
+        ("read PATH <<< .", "an assignment to PATH"),
+    ],
+)
+def test_strict_refuses_text_evaluated_as_code(tmp_path: Path, command: str, fragment: str) -> None:
+    (tmp_path / "s.sh").write_text("touch y\n")
+    (tmp_path / "prog").write_bytes(b"\x7fELF\x00\x00")
+    verdict = _STRICT.check(command=command, cwd=tmp_path, workspace=tmp_path, background=True)
+    assert verdict.verdict.value == "deny", (command, verdict)
+    assert fragment in verdict.message, (command, verdict.message)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "PATH=.:$PATH ls",
+        "export PATH=/tmp:$PATH; ls",
+        "env PATH=. ls",
+        "LD_PRELOAD=./x.so ls",
+        "printf -v PATH %s .",
+    ],
+)
+def test_a_path_change_is_refused_whenever_commands_are_denied(tmp_path: Path, command: str) -> None:
+    verdict = CommandPolicy(deny=frozenset({"touch"})).check(
+        command=command, cwd=tmp_path, workspace=tmp_path
+    )
+    assert verdict.verdict.value == "deny", (command, verdict)
+    assert "which program a command name runs" in verdict.message
+    assert CommandPolicy().check(command=command, cwd=tmp_path, workspace=tmp_path).allowed
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo $((1 + 2)) $(($# + 1))",
+        "((1))",
+        "arr=(a b); echo ${arr[0]} ${arr[@]} ${!arr[@]} ${x:-d} ${x:1:2}",
+        "read -r line < /etc/hostname; echo $line",
+        "printf -v out '%s' x; unset out; export A=\"$HOME\" B; declare -a list",
+        "[[ -f x && $# -eq 0 ]]; test -f x",
+        "trap - EXIT; trap 'echo bye' EXIT",
+        "git -c user.name=x -c color.ui=never log -c HEAD; git grep -c x",
+        "tar -xzf a.tgz; rsync -av a b; ssh -o StrictHostKeyChecking=no h ls",
+        "taskset -p 1; script -q out.txt </dev/null",
+        "/usr/bin/env ls",
+        "echo 'a\\\\\nb'",
+    ],
+)
+def test_strict_still_runs_what_it_can_check(tmp_path: Path, command: str) -> None:
+    verdict = _STRICT.check(command=command, cwd=tmp_path, workspace=tmp_path)
+    assert verdict.allowed, (command, verdict)

@@ -126,7 +126,7 @@ def test_script_files_are_read_only_as_regular_files_inside_the_workspace(tmp_pa
         ("sh ok.sh arg", "allow", "allow"),
         ("./ok.sh", "allow", "allow"),  # no #! line: bash runs it as a script; it holds echo and ls
         ("./plain", "deny", "deny"),  # no #! line and rm inside
-        ("./prog", "allow", "allow"),  # a program (NUL bytes): not followed, like other interpreters
+        ("./prog", "allow", "deny"),  # a program (NUL bytes) in the workspace: any program under any name
         ("./huge", "allow", "deny"),  # too big to see whether it is a script
         ("./run.sh", "deny", "deny"),
         ("./tool.py", "allow", "allow"),  # other interpreters are not followed

@@ -40,10 +40,11 @@ from codemode.sandbox import (
     cgroup_remove,
     cgroup_root,
     launch,
+    pids_refused,
+    pids_refused_note,
     prepare_confinement,
+    tmp_full_note,
 )
-from codemode.sandbox._cgroup import pids_refused, pids_refused_note
-from codemode.sandbox._tmpfs import tmp_full_note
 from codemode.state import Archive, ArchiveRef, LogWriter, Redactor
 from codemode.tools._capture import StreamCapture
 from codemode.tools._terminal import terminal_view

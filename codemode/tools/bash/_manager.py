@@ -1,7 +1,7 @@
 """The process manager: the ``bash`` tool's handler and the host's and CLI's entry points.
 
 Background processes (``run_in_background``) run in a PTY owned by their own supervisor
-process (``_supervisor.py``), which outlives the host, writes the raw log into the archive's
+process (the ``supervisor`` package), which outlives the host, writes the raw log into the archive's
 blob file and records the exit and the completion notification in SQLite. Monitor watchers
 are background processes too (kind ``watcher``): their supervisor turns stdout lines into
 events.
@@ -39,8 +39,7 @@ import anyio
 import anyio.to_thread
 
 from codemode.errors import ErrorCode, ProcessNotFound, ToolError, UserError
-from codemode.sandbox import SandboxPolicy, cgroup_kill, cgroup_remove, check_policy
-from codemode.sandbox._tmpfs import check_share, is_mounted
+from codemode.sandbox import SandboxPolicy, cgroup_kill, cgroup_remove, check_policy, check_share, is_mounted
 from codemode.state import Archive, ProcessRecord, Redactor
 from codemode.state import process_records as _records
 from codemode.tools._model import Extension, TextContent, ToolContext, ToolResult
@@ -268,7 +267,7 @@ class ProcessManager:
         environ: The environment commands start from (default ``os.environ``).
         command_gate: Checks every run first (the host's command policy); None checks nothing.
         tmp_share_bytes: A session whose counted (not tmpfs) ``$TMPDIR`` holds more is refused
-            new runs (`codemode.sandbox._tmpfs.check_share`); None checks nothing.
+            new runs (`codemode.sandbox.check_share`); None checks nothing.
 
     Raises:
         StateDirError: The records cannot be opened (from the archive).

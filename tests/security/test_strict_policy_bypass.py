@@ -63,9 +63,9 @@ ATTEMPTS: list[tuple[str, str]] = [
     ("sh $HOME/x.sh", f"{UNCHECKED} a computed sh script file"),
     ("echo 'touch pwned' > ok.sh; sh ok.sh", f"{UNCHECKED} a script file that this same command line writes"),
     ("cp s.sh ok.sh && sh ok.sh", f"{UNCHECKED} a script file that this same command line writes"),
-    ("BASH_ENV=./s.sh bash -c true", f"{UNCHECKED} a BASH_ENV assignment"),
-    ("export BASH_ENV=./s.sh; bash -c true", f"{UNCHECKED} a BASH_ENV assignment"),
-    ("env ENV=./s.sh sh -c true", f"{UNCHECKED} a ENV assignment"),
+    ("BASH_ENV=./s.sh bash -c true", f"{UNCHECKED} an assignment to BASH_ENV"),
+    ("export BASH_ENV=./s.sh; bash -c true", f"{UNCHECKED} an assignment to BASH_ENV"),
+    ("env ENV=./s.sh sh -c true", f"{UNCHECKED} an assignment to ENV"),
     # env -S and other wrappers
     ("env -S 'touch pwned'", f"{DENIED} (env -S, via env)"),
     ("env -iS'touch pwned'", f"{DENIED} (env -S, via env)"),
@@ -163,3 +163,40 @@ async def test_the_permissive_policy_follows_scripts_to_denied_commands_too(tmp_
         # What it cannot check runs under the permissive policy (strict is the opt-in).
         ran = await host.call_tool("bash", {"command": "sh missing.sh; echo after"})
         assert not ran.is_error and "after" in ran.text
+
+
+# Text bash evaluates as code, wrappers, options that run a command, and a renamed program.
+EVALUATED: list[str] = [
+    "t\\\nouch pwned",
+    "trap 'touch pwned' EXIT",
+    "coproc touch pwned; wait",
+    "x='$(touch pwned)'; echo ${x@P}",
+    "x='a[$(touch pwned)]'; echo $((x))",
+    "printf -v 'a[$(touch pwned)]' %s x",
+    "mapfile -C 'touch pwned' -c 1 </etc/hostname",
+    "export PS4='$(touch pwned)'; set -x; true",
+    "taskset 1 touch pwned",
+    "test -v 'a[$(touch pwned)]'",
+    "unset 'a[$(touch pwned)]'",
+    "script -qc 'touch pwned' /dev/null",
+    "git -c alias.t='!touch pwned' t",
+    "tar --checkpoint-action=exec='touch pwned' -cf /dev/null ok.sh",
+    "cp /usr/bin/touch ./ls; PATH=.:$PATH ls pwned",
+    "cp /usr/bin/touch ./ls",
+    "./ls pwned",
+]
+
+
+async def test_text_bash_evaluates_as_code_never_runs_a_denied_command(tmp_path: Path) -> None:
+    workspace = _workspace(tmp_path)
+    policy = CommandPolicy(deny=frozenset({"touch"}), strict=True)
+    async with Host(workspace=workspace, state_dir=tmp_path / "state", command_policy=policy) as host:
+        for command in EVALUATED:
+            if command == "cp /usr/bin/touch ./ls":  # a separate call plants the copy
+                planted = await host.call_tool("bash", {"command": command})
+                assert not planted.is_error, planted.text
+                continue
+            refused = await _refusal(host, command)
+            assert refused != "ran", command
+            assert refused["code"] == "denied_by_policy", (command, refused)
+            assert not (workspace / "pwned").exists(), command

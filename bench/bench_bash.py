@@ -31,7 +31,8 @@ import psutil
 from codemode.policy import CommandGuard, CommandPolicy, Trash
 from codemode.sandbox import SandboxMode, SandboxPolicy
 from codemode.state import Archive, State
-from codemode.state._redact import Redactor, StreamRedactor
+from codemode.state._redact import Redactor
+from codemode.state._stream import StreamRedactor
 from codemode.tools._model import ToolContext, ToolResult
 from codemode.tools.bash import ProcessManager
 from codemode.tools.bash._manager import QUIET_SECONDS
@@ -289,7 +290,7 @@ async def bench_background(root: Path, archive: Archive, count: int) -> None:
     supervisors = [
         m.pid
         for m in psutil.process_iter(["cmdline"])
-        if "_supervisor.py" in " ".join(m.info["cmdline"] or [])
+        if "tools/bash/supervisor" in " ".join(m.info["cmdline"] or [])
     ]
     rss = sum(psutil.Process(p).memory_info().rss for p in supervisors if psutil.pid_exists(p)) / max(
         len(supervisors), 1

@@ -39,7 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_archive import mixed_output  # noqa: E402
-from codemode.state._redact import Redactor, StreamRedactor, _engine  # noqa: E402
+from codemode.state._redact import Redactor, _engine  # noqa: E402
+from codemode.state._stream import StreamRedactor  # noqa: E402
 from tests.security.test_redaction_false_positives import LOCKFILES  # noqa: E402
 from tests.state.high_value_secrets import high_value  # noqa: E402
 from tests.state.secret_fixtures import families, ordinary_output  # noqa: E402

@@ -24,10 +24,11 @@ from codemode.state._capped import (
 from codemode.state._database import Database
 from codemode.state._learned import LearnedTypes
 from codemode.state._processes import ProcessRecord
-from codemode.state._redact import Redactor, StreamRedactor, compile_rules_soon, redact_json
+from codemode.state._redact import Redactor, compile_rules_soon, redact_json
 from codemode.state._runs import RunRecord, RunRecords
 from codemode.state._schema import SCHEMA_VERSION
 from codemode.state._state import State
+from codemode.state._stream import StreamRedactor
 from codemode.state._values import (
     STORE_KEY_MAX_CHARS,
     STORE_SESSION_MAX_BYTES,

@@ -28,7 +28,8 @@ from codemode.errors import StateDirError, ToolError, UnknownRefError
 from codemode.state import _capped
 from codemode.state._capped import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES, CappedLog
 from codemode.state._database import Database, host_faults
-from codemode.state._redact import Redactor, StreamRedactor, context_start
+from codemode.state._redact import Redactor, context_start
+from codemode.state._stream import StreamRedactor
 
 __all__ = [
     "COMPACT_KEEP_BYTES",

@@ -13,6 +13,7 @@ import anyio
 import anyio.to_thread
 
 from codemode._description import run_code_description
+from codemode._doctor import doctor_report
 from codemode._ids import check_id
 from codemode._mounts import McpServers, Mounts
 from codemode._progress import ProgressCallback
@@ -21,6 +22,7 @@ from codemode._results import dumps_result as dumps_result  # what --json prints
 from codemode._sessions import Sessions
 from codemode._sync import run_code as run_code  # codemode.run_code, also here
 from codemode.budget import TokenCounter
+from codemode.engine import Engine, EngineLimits
 from codemode.errors import UserError
 from codemode.policy import (
     Approvals,
@@ -97,6 +99,16 @@ class Host:
         self.registry = ToolRegistry()
         self.counter = TokenCounter(self.config.encoding)
         self._policy = sandbox_policy(self.config, workspace)
+        self.engine = Engine(
+            self.registry,
+            EngineLimits(
+                memory_bytes=self.config.memory_mb * 1024 * 1024,
+                cpu_seconds=self.config.cpu_seconds,
+                tool_concurrency=self.config.tool_concurrency,
+                calls_in_flight=self.config.calls_in_flight,
+                tool_data_bytes=self.config.tool_data_mb * 1024 * 1024,
+            ),
+        )
         self._state: State | None = None
         self.approvals = Approvals(
             approve,
@@ -123,6 +135,7 @@ class Host:
         self._connect_mcp_at_open = connect_mcp_at_open
         self._runner = Runner(
             self.config,
+            self.engine,
             self.registry,
             self.counter,
             self.approvals,
@@ -131,7 +144,6 @@ class Host:
             processes=lambda: self._processes,
             connect=self.connect_mcp_servers,
         )
-        self.engine = self._runner.engine  # programs run on it (its limits from the config)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -326,7 +338,11 @@ class Host:
 
     def tool(self, name: str | None = None, **kwargs: Any) -> Callable[[Callable[..., Any]], Tool]:
         """Decorator form of `add_tool`."""
-        return lambda fn: self.registry.add(fn, name=name, **kwargs)
+
+        def decorate(fn: Callable[..., Any]) -> Tool:
+            return self.registry.add(fn, name=name, **kwargs)
+
+        return decorate
 
     def add_extension(self, extension: Extension) -> None:
         """Register a group of tools plus its guidance text."""
@@ -488,13 +504,14 @@ class Host:
         Raises:
             UserError: ``session_id`` is not a valid id, or the host is not open.
         """
-        return self._sessions.exists(check_id(session_id, "session_id"))
+        check_id(session_id, "session_id")
+        if self._processes is not None and self._processes.list_processes(session_id, watchers=True):
+            return True
+        return self.state.runs.has_session(session_id)
 
     # -- diagnostics ------------------------------------------------------------------------
 
     def doctor(self) -> dict[str, Any]:
         """Facts for ``codemode doctor``: engine, tokenizer, state dir, sandbox."""
         state_dir = self.archive.state_dir if self._state is not None else None
-        from codemode._doctor import doctor_report  # only `codemode doctor` loads it
-
         return doctor_report(self.config, self.counter, self._policy, state_dir)

@@ -1,7 +1,7 @@
 """Starting the launcher with ``posix_spawn``: the one way a command process is created.
 
 Standard library only: the background supervisor (a ``python -I -S`` process that does not
-import the ``codemode`` package) loads this file by path and starts its command through the same
+import the rest of the ``codemode`` package) imports this module and starts its command through the same
 function as the host does. What the launcher applies is decided by the fds and words it is given
 (see ``launcher.c``): the host prepares them (:func:`codemode.sandbox.launch`), this module
 only places them in the child.

@@ -1,7 +1,7 @@
 """Capped command logs and the state directory's quota. Standard library only.
 
-The supervisor of a background process (``codemode/tools/bash/_supervisor.py``) loads this
-file by path, without importing the ``codemode`` package; the archive imports it as
+The supervisor of a background process (``codemode/tools/bash/supervisor``) imports this
+module without the rest of the ``codemode`` package; the archive imports it as
 ``codemode.state._capped``. Both write logs through :class:`CappedLog`, so a log is capped
 the same way whoever writes it.
 

@@ -1,7 +1,7 @@
 """Durable records of background processes and their completion notifications (SQLite).
 
-Standard library only: the supervisor process loads this file directly, without importing the
-``codemode`` package, to stay small and quick to start. The host has created (or migrated) the
+Standard library only: the background supervisor (``codemode/tools/bash/supervisor``) imports
+it without the rest of the ``codemode`` package, to stay small and quick to start. The host has created (or migrated) the
 schema before any supervisor starts.
 
 Two tables of the state database (their schema is ``_schema``'s, with every other table's):
@@ -22,10 +22,8 @@ host, or a reconciler after a crash) queues exactly one.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sqlite3
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,25 +132,13 @@ _REDACTOR: Any = None
 
 
 def _redactor() -> Any:
-    """The codemode redactor (``_redact.py`` beside this file: the standard library, hyperscan and re2).
-
-    The supervisor loads this file by path, without the ``codemode`` package; it loads the
-    redactor's file the same way.
-    """
+    """The codemode redactor (``_redact.py`` beside this file: the standard library, hyperscan
+    and re2), imported on first use (the supervisor imports it as the host does)."""
     global _REDACTOR
     if _REDACTOR is None:
-        if __package__:
-            from codemode.state import Redactor
+        from codemode.state._redact import Redactor
 
-            _REDACTOR = Redactor()
-        else:
-            path = Path(__file__).resolve().with_name("_redact.py")
-            spec = importlib.util.spec_from_file_location("_codemode_redact", path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module  # dataclasses look their module up there
-            spec.loader.exec_module(module)
-            _REDACTOR = module.Redactor()
+        _REDACTOR = Redactor()
     return _REDACTOR
 
 

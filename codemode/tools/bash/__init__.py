@@ -21,7 +21,7 @@ Design notes:
   worker thread once output is large); confined commands start through ``Confinement.spawn``
   (``posix_spawn`` of an exec helper that confines itself, then executes bash; the host stays
   unconfined).
-* Background: one small supervisor process per command (``_supervisor.py``) owns the PTY,
+* Background: one small supervisor process per command (the ``supervisor`` package) owns the PTY,
   writes the raw log into the archive's blob file and records the exit and the completion in
   SQLite (``_records.py``); it outlives the host.
 * A promoted run stays the same piped process; at the hand-off its pipes go to a new

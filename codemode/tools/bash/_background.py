@@ -25,7 +25,7 @@ from codemode.tools._terminal import TerminalView
 from codemode.tools.bash._env import command_env
 from codemode.tools.bash._foreground import RunSpec, command_cgroup, confine
 
-SUPERVISOR = Path(__file__).with_name("_supervisor.py")
+SUPERVISOR = Path(__file__).with_name("supervisor")
 # Where the supervisor (started without site processing) finds its one dependency.
 # Found, not imported: psutil costs ~7 ms of a cold start that starts nothing in the background.
 _PSUTIL = find_spec("psutil")

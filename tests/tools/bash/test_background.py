@@ -22,7 +22,7 @@ from codemode.tools.bash import _background
 from codemode.tools.bash._background import runtime_dir, start_background
 from codemode.tools.bash._foreground import RunSpec
 
-from .test_supervisor import _ended, _log, _poll
+from .supervisor.test_supervisor import _ended, _log, _poll
 
 Start = Callable[..., tuple[str, dict[str, Any]]]
 

@@ -1,4 +1,4 @@
-"""The supervisor of one background process (codemode/tools/bash/_supervisor.py), started for
+"""The supervisor of one background process (codemode/tools/bash/supervisor), started for
 real through `start_background`: it records its command's end, outlives the host, takes input
 only with the record's token, and cleans up the command's cgroup."""
 

@@ -58,6 +58,12 @@ async def test_the_approvals_command_check_and_the_gates_run_off_the_loop(tmp_pa
             in_direct = len(NotingPolicy.threads)
             started = await host.call_tool("monitor_start", {"command": "bash build.sh"})
             assert not started.is_error, started.text
+            # Ended before the host closes, the watcher leaves no session tmpfs kept for it.
+            assert isinstance(started.structured_content, dict), started.text
+            wid = started.structured_content["watcher_id"]
+            until = {"watcher_id": wid, "until": "exit", "timeout_ms": 60_000}
+            waited = await host.call_tool("monitor_wait", until)
+            assert not waited.is_error, waited.text
     assert (ws / "out.txt").read_text() == "built\n"
     # Each run is checked by the approvals and again by the gate; the watcher by the gate.
     assert in_program >= 4 and in_direct >= in_program + 2 and len(NotingPolicy.threads) > in_direct

@@ -120,6 +120,14 @@ class Sessions:
                     log.exception("filing the trash inbox of session %s failed", session_id)
             await _remove_tmp(session_id, temp)
 
+    def exists(self, session_id: str) -> bool:
+        """`Host.session_exists`: a background process of the session, or anything of it in
+        the state directory."""
+        processes = self._processes()
+        if processes is not None and processes.list_processes(session_id, watchers=True):
+            return True
+        return self._state().runs.has_session(session_id)
+
     def pending(self, session_id: str) -> list[Notification]:
         """The session's notifications not yet acknowledged."""
         processes = self._processes()

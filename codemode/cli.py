@@ -12,39 +12,13 @@ refuses); 3 an internal error; 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from codemode._cli._common import Subparsers
-from codemode._cli._doctor import add_doctor, cmd_doctor
-from codemode._cli._inspect import (
-    add_archive,
-    add_logs,
-    add_ps,
-    add_session,
-    add_stop,
-    add_trash,
-    cmd_archive_read,
-    cmd_logs,
-    cmd_ps,
-    cmd_session_close,
-    cmd_stop,
-    cmd_trash,
-)
-from codemode._cli._mcp import add_mcp, cmd_mcp
-from codemode._cli._tools import (
-    add_call,
-    add_describe,
-    add_run,
-    add_tools,
-    cmd_call,
-    cmd_describe,
-    cmd_run,
-    cmd_tools,
-)
 from codemode._version import __version__
 from codemode.errors import CodemodeError, ToolError
 
@@ -72,40 +46,36 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, add in _SUBCOMMANDS.items():
+    for name in _SUBCOMMANDS:
         if only is None or only == name:
-            add(sub)
+            _part(name, "add_")(sub)
     return parser
 
 
-_SUBCOMMANDS: dict[str, Callable[[Subparsers], None]] = {
-    "run": add_run,
-    "call": add_call,
-    "tools": add_tools,
-    "describe": add_describe,
-    "archive": add_archive,
-    "doctor": add_doctor,
-    "mcp": add_mcp,
-    "ps": add_ps,
-    "logs": add_logs,
-    "stop": add_stop,
-    "session": add_session,
-    "trash": add_trash,
+# Each subcommand's module under codemode._cli (its add_<name> builds its parser, cmd_<name> runs
+# it): imported only when the command line names it, so `codemode run` loads no other group.
+_SUBCOMMANDS = {
+    "run": "_tools",
+    "call": "_tools",
+    "tools": "_tools",
+    "describe": "_tools",
+    "archive": "_inspect",
+    "doctor": "_doctor",
+    "mcp": "_mcp",
+    "ps": "_inspect",
+    "logs": "_inspect",
+    "stop": "_inspect",
+    "session": "_inspect",
+    "trash": "_inspect",
 }
+# The handlers named for the subcommand's own subcommand (the only one each has).
+_HANDLERS = {"archive": "archive_read", "session": "session_close"}
 
 
-_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "run": cmd_run,
-    "call": cmd_call,
-    "tools": cmd_tools,
-    "describe": cmd_describe,
-    "doctor": cmd_doctor,
-    "mcp": cmd_mcp,
-    "ps": cmd_ps,
-    "logs": cmd_logs,
-    "stop": cmd_stop,
-    "trash": cmd_trash,
-}
+def _part(command: str, kind: str) -> Any:
+    """``add_<command>`` or ``cmd_<command>`` of the subcommand's module."""
+    module = importlib.import_module(f"codemode._cli.{_SUBCOMMANDS[command]}")
+    return getattr(module, kind + (_HANDLERS.get(command, command) if kind == "cmd_" else command))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -114,12 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The first word names the subcommand (the top level takes only --help and --version).
     only = words[0] if words and words[0] in _SUBCOMMANDS else None
     args = build_parser(only).parse_args(words)
-    if args.command == "archive":
-        handler: Callable[[argparse.Namespace], int] = cmd_archive_read
-    elif args.command == "session":
-        handler = cmd_session_close
-    else:
-        handler = _COMMANDS[args.command]
+    handler: Callable[[argparse.Namespace], int] = _part(args.command, "cmd_")
     try:
         return handler(args)
     except ToolError as exc:

@@ -13,7 +13,6 @@ import anyio
 import anyio.to_thread
 
 from codemode._description import run_code_description
-from codemode._doctor import doctor_report
 from codemode._ids import check_id
 from codemode._mounts import McpServers, Mounts
 from codemode._progress import ProgressCallback
@@ -22,7 +21,6 @@ from codemode._results import dumps_result as dumps_result  # what --json prints
 from codemode._sessions import Sessions
 from codemode._sync import run_code as run_code  # codemode.run_code, also here
 from codemode.budget import TokenCounter
-from codemode.engine import Engine, EngineLimits
 from codemode.errors import UserError
 from codemode.policy import (
     Approvals,
@@ -99,16 +97,6 @@ class Host:
         self.registry = ToolRegistry()
         self.counter = TokenCounter(self.config.encoding)
         self._policy = sandbox_policy(self.config, workspace)
-        self.engine = Engine(
-            self.registry,
-            EngineLimits(
-                memory_bytes=self.config.memory_mb * 1024 * 1024,
-                cpu_seconds=self.config.cpu_seconds,
-                tool_concurrency=self.config.tool_concurrency,
-                calls_in_flight=self.config.calls_in_flight,
-                tool_data_bytes=self.config.tool_data_mb * 1024 * 1024,
-            ),
-        )
         self._state: State | None = None
         self.approvals = Approvals(
             approve,
@@ -135,7 +123,6 @@ class Host:
         self._connect_mcp_at_open = connect_mcp_at_open
         self._runner = Runner(
             self.config,
-            self.engine,
             self.registry,
             self.counter,
             self.approvals,
@@ -144,6 +131,7 @@ class Host:
             processes=lambda: self._processes,
             connect=self.connect_mcp_servers,
         )
+        self.engine = self._runner.engine  # programs run on it (its limits from the config)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -338,11 +326,7 @@ class Host:
 
     def tool(self, name: str | None = None, **kwargs: Any) -> Callable[[Callable[..., Any]], Tool]:
         """Decorator form of `add_tool`."""
-
-        def decorate(fn: Callable[..., Any]) -> Tool:
-            return self.registry.add(fn, name=name, **kwargs)
-
-        return decorate
+        return lambda fn: self.registry.add(fn, name=name, **kwargs)
 
     def add_extension(self, extension: Extension) -> None:
         """Register a group of tools plus its guidance text."""
@@ -504,14 +488,13 @@ class Host:
         Raises:
             UserError: ``session_id`` is not a valid id, or the host is not open.
         """
-        check_id(session_id, "session_id")
-        if self._processes is not None and self._processes.list_processes(session_id, watchers=True):
-            return True
-        return self.state.runs.has_session(session_id)
+        return self._sessions.exists(check_id(session_id, "session_id"))
 
     # -- diagnostics ------------------------------------------------------------------------
 
     def doctor(self) -> dict[str, Any]:
         """Facts for ``codemode doctor``: engine, tokenizer, state dir, sandbox."""
         state_dir = self.archive.state_dir if self._state is not None else None
+        from codemode._doctor import doctor_report  # only `codemode doctor` loads it
+
         return doctor_report(self.config, self.counter, self._policy, state_dir)

@@ -23,7 +23,7 @@ from codemode._progress import Progress, ProgressCallback, reporting
 from codemode._results import CallResult, HostConfig, RunError, RunImage, RunResult
 from codemode._sessions import Sessions
 from codemode.budget import MIN_BUDGET, TokenCounter
-from codemode.engine import Engine, HeaderError, RunView, parse_header
+from codemode.engine import Engine, EngineLimits, HeaderError, RunView, parse_header
 from codemode.errors import ErrorCode, ToolError, UserError
 from codemode.policy import Approvals
 from codemode.runner._shape import (
@@ -44,11 +44,10 @@ __all__ = ["Runner"]
 
 
 class Runner:
-    """Runs programs and direct calls for one Host.
+    """Runs programs and direct calls for one Host, on its own `Engine` (limits from the config).
 
     Args:
         config: The host's configuration (budgets, timeouts and their limits).
-        engine: The QuickJS engine programs run on.
         registry: The tools.
         counter: Counts the tokens of what the model reads.
         approvals: The gate every call passes (cheap when nothing is asked: a permission lookup
@@ -63,7 +62,6 @@ class Runner:
     def __init__(
         self,
         config: HostConfig,
-        engine: Engine,
         registry: ToolRegistry,
         counter: TokenCounter,
         approvals: Approvals,
@@ -74,7 +72,16 @@ class Runner:
         connect: Callable[[], Awaitable[None]],
     ) -> None:
         self.config = config
-        self.engine = engine
+        self.engine = Engine(
+            registry,
+            EngineLimits(
+                memory_bytes=config.memory_mb * 1024 * 1024,
+                cpu_seconds=config.cpu_seconds,
+                tool_concurrency=config.tool_concurrency,
+                calls_in_flight=config.calls_in_flight,
+                tool_data_bytes=config.tool_data_mb * 1024 * 1024,
+            ),
+        )
         self.registry = registry
         self.counter = counter
         self.approvals = approvals

@@ -31,7 +31,8 @@ Design notes:
   return once output is quiet for 200 ms, at ``max_bytes``, or at the end).
 """
 
+from codemode.tools.bash._completions import Notification
 from codemode.tools.bash._gate import AfterRun, CommandGate, CommandPlan
-from codemode.tools.bash._manager import Notification, ProcessManager
+from codemode.tools.bash._manager import ProcessManager
 
 __all__ = ["AfterRun", "CommandGate", "CommandPlan", "Notification", "ProcessManager"]

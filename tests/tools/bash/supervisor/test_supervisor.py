@@ -270,10 +270,11 @@ def cgroups(start: Start, conn: Any) -> None:
 
 
 def test_the_commands_cgroup_is_removed_when_it_ends(cgroups: None, start: Start, conn: Any) -> None:
-    process_id, _ = start("exit 3")
+    process_id, _ = start("read line; exit 3")  # it waits for its input: the cgroup is there
     record = _records.get(conn, process_id)
     assert record is not None and record.cgroup is not None
     assert os.path.isdir(record.cgroup)
+    assert _send(record, record.input_token.encode() + b"go\n") == b"ok"  # type: ignore[union-attr]
     _ended(conn, process_id)
     _poll(lambda: not os.path.exists(record.cgroup), what="the cgroup to go")
 

@@ -1,0 +1,204 @@
+"""Completions and other notifications: what a session is told about its background processes
+(a completion, a keyword report, a Monitor watcher's event), queued in the state database until
+acknowledged; redacted as one result when read, delivered once (whoever acks first)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from codemode.errors import ToolError
+from codemode.state import Archive, ProcessRecord, Redactor
+from codemode.state import process_records as _records
+from codemode.tools._terminal import clean_terminal_text
+
+if TYPE_CHECKING:
+    from codemode.tools.bash._foreground import Running
+
+
+@dataclass(frozen=True)
+class Notification:
+    """Something a session is told: a background process's completion, a keyword report of
+    one still running, or a Monitor watcher's event; queued until acknowledged.
+
+    Attributes:
+        id: Pass to :meth:`ProcessManager.ack`.
+        process_id: The process (or watcher).
+        command: Its command line.
+        exit_code: Its exit code (a completion or a watcher's last event); None when it cannot
+            be known or it has not ended.
+        text: One line for the model (redacted).
+        kind: ``completion``, ``report`` or ``event``.
+        seq: The event's number (a watcher's ``after`` cursor), the report's; 0 for a completion.
+        data: Details (redacted): a completion's ``output_tail`` (its last 31 KiB) and
+            ``verification``; a report's ``keyword``, ``line`` and ``output`` (the latest
+            8 KiB); an event's ``lines`` and ``suppressed`` (lines the rate limit dropped
+            before it), or ``final`` for a watcher's end.
+    """
+
+    id: int
+    process_id: str
+    command: str
+    exit_code: int | None
+    text: str
+    kind: str = "completion"
+    seq: int = 0
+    data: dict[str, Any] | None = None
+
+
+def _redact_note(
+    text: str, data: dict[str, Any] | None, redactor: Redactor
+) -> tuple[str, dict[str, Any] | None]:
+    """A notification's text and data, redacted as one result: a value found by its context in
+    one of its texts (``password = 'X'`` in a report's output) is cut in the others (its line)."""
+    if data is None:
+        return redactor.redact(text), None
+    keys = [k for k, v in data.items() if isinstance(v, str)]
+    texts = [
+        clean_terminal_text(data[k].encode()) if k in ("output", "output_tail") else data[k] for k in keys
+    ]
+    shown = redactor.redact_together([text, *texts])
+    return shown[0], {
+        k: shown[1 + keys.index(k)] if k in keys else _redact_data(v, redactor) for k, v in data.items()
+    }
+
+
+def _redact_data(value: Any, redactor: Redactor) -> Any:
+    """Redact the strings of notification data (output is cleaned as a terminal shows it)."""
+    if isinstance(value, str):
+        return redactor.redact(value)
+    if isinstance(value, list):
+        return [_redact_data(v, redactor) for v in value]
+    if isinstance(value, dict):
+        return {
+            k: redactor.redact(clean_terminal_text(v.encode())) if k in ("output", "output_tail") and isinstance(v, str)
+            else _redact_data(v, redactor)
+            for k, v in value.items()
+        }  # fmt: skip
+    return value
+
+
+class Completions:
+    """The :class:`ProcessManager`'s notification queue (a mixin: the manager holds the state)."""
+
+    _archive: Archive
+    _redactor: Redactor
+    _adopted: dict[str, Running]
+    _db_uses: int
+    _quiet: tuple[str, int, int] | None
+
+    if TYPE_CHECKING:
+
+        def _db(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
+        def _reconcile(self, record: ProcessRecord) -> ProcessRecord: ...
+        def _reap_adopted(self) -> None: ...
+        def _verification(self, record: ProcessRecord) -> dict[str, Any] | None: ...
+
+    def pending_notifications(self, session_id: str, *, reconcile: bool = True) -> list[Notification]:
+        """Notifications queued for a session and not yet acknowledged, oldest first.
+
+        Args:
+            session_id: The session.
+            reconcile: Look at live records first (a supervisor that died leaves no record of
+                its end until then); a caller that asks often does it now and then.
+        """
+        # Every result asks, so the common answer (nothing) is cheap: if no other connection
+        # committed (SQLite's data_version) and this one was not used since the session last
+        # had nothing live or pending, it still has nothing.
+        with self._db() as conn:
+            (version,) = conn.execute("PRAGMA data_version").fetchone()
+            if reconcile and self._quiet == (session_id, version, self._db_uses - 1) and not self._adopted:
+                self._quiet = (session_id, version, self._db_uses)
+                return []
+            live = _records.live_records(conn, session_id) if reconcile else []
+        for record in live:
+            self._reconcile(record)
+        if reconcile:
+            self._reap_adopted()
+        with self._db() as conn:
+            rows = _records.pending(conn, session_id)
+            if reconcile and not live and not rows and not self._adopted:
+                self._quiet = (session_id, version, self._db_uses)
+        if any(r["kind"] == "completion" for r in rows):
+            # A verification command's completion carries its summary: settle it first.
+            for row in rows:
+                if row["kind"] == "completion":
+                    with self._db() as conn:
+                        ended = _records.get(conn, row["process_id"])
+                    if ended is not None and ended.verification is None:
+                        self._verification(ended)
+            with self._db() as conn:
+                rows = _records.pending(conn, session_id)
+        return [self._notification(r) for r in rows]
+
+    def pending_changed(self) -> int:
+        """A number that changes whenever another connection committed to the database (cheap:
+        ``PRAGMA data_version``), so a poller need only look again when it changes."""
+        with self._db() as conn:
+            (version,) = conn.execute("PRAGMA data_version").fetchone()
+        return int(version)
+
+    def _notification(self, row: sqlite3.Row) -> Notification:
+        data: dict[str, Any] | None = json.loads(row["data"]) if row["data"] else None
+        text, data = _redact_note(row["text"], data, self._redactor)
+        if row["kind"] == "completion":
+            with self._db() as conn:
+                record = _records.get(conn, row["process_id"])
+            verification = (
+                json.loads(record.verification) if record is not None and record.verification else None
+            )
+            if verification is not None:
+                data = {**(data or {}), "verification": verification}
+        return Notification(
+            row["id"],
+            row["process_id"],
+            row["command"],
+            row["exit_code"],
+            text,
+            row["kind"],
+            row["seq"],
+            data,
+        )
+
+    def ack(self, session_id: str, ids: list[int]) -> list[int]:
+        """Mark notifications delivered; they are never returned again (also after a restart).
+
+        Returns:
+            The ids this call marked: one another channel (or a read) delivered first is left
+            out, so whoever acks first is the one to deliver it.
+        """
+        if not ids:
+            return []
+        marks = ", ".join("?" for _ in ids)
+        with self._db() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                fresh = [
+                    row["id"]
+                    for row in conn.execute(
+                        f"SELECT id FROM notifications WHERE session_id = ? AND delivered_at IS NULL AND id IN ({marks})",
+                        (session_id, *ids),
+                    )
+                ]
+                _records.ack(conn, session_id, fresh)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            rows = (
+                conn.execute(
+                    "SELECT p.log_ref FROM bash_processes p JOIN notifications n USING (process_id) "
+                    f"WHERE n.kind = 'completion' AND n.id IN ({', '.join('?' for _ in fresh)})",
+                    tuple(fresh),
+                ).fetchall()
+                if fresh
+                else []
+            )
+        for row in rows:
+            if row["log_ref"]:
+                with contextlib.suppress(ToolError):
+                    self._archive.pin(row["log_ref"], False)
+        return fresh

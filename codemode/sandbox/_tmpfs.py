@@ -34,7 +34,14 @@ from pathlib import Path
 from typing import Final
 
 from codemode.errors import ErrorCode, ToolError
-from codemode.sandbox._safeopen import UnsafePath, anchor, open_anchor, open_dir_at, remove_tree_at
+from codemode.sandbox._safeopen import (
+    UnsafePath,
+    anchor,
+    open_anchor,
+    open_dir_at,
+    remove_tree_at,
+    write_fresh_at,
+)
 
 __all__ = [
     "CLEANUP_COMMANDS",
@@ -213,14 +220,13 @@ def make_session_tmp(parent: Path, size_bytes: int, workspace: Path | None = Non
             break
         except FileExistsError:  # a killed host's inbox, not filed yet: leave it, take another name
             os.rmdir(temp)
-    if workspace is not None:
-        owner = os.open(
-            session_owner(Path(temp)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600
-        )
-        try:
-            os.write(owner, os.path.realpath(workspace).encode("utf-8", "surrogateescape"))
-        finally:
-            os.close(owner)
+    if workspace is not None:  # a fresh file (O_EXCL, no link followed) in the host's STATE/tmp
+        with anchor(parent) as parent_fd:
+            write_fresh_at(
+                parent_fd,
+                session_owner(Path(temp)).name,
+                os.path.realpath(workspace).encode("utf-8", "surrogateescape"),
+            )
     _mount(temp, size_bytes)
     return Path(temp)
 

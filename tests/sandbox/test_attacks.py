@@ -60,17 +60,20 @@ async def test_the_state_directory_cannot_be_read_or_written(host: Host, places:
     await host.run_code('await store.set("token", "hunter2-secret-value")', session_id="victim")
     await _bash(host, "head -c 200000 /dev/zero | tr '\\0' x", session="victim")
     state = places["state"]
-    files = [p for p in state.rglob("*") if p.is_file()]
+    # STATE/bin holds the rm shim, the one thing commands may read and run there (not write).
+    files = [p for p in state.rglob("*") if p.is_file() and p.parent != state / "bin"]
     assert any(p.name == "state.db" for p in files) and any("blobs" in p.parts for p in files)
     listing = " ".join(f"'{p}'" for p in files)
     result = await _bash(
         host,
         f'for f in {listing}; do cat "$f" >/dev/null 2>&1 && echo READ $f; done; '
-        f"sqlite3 {state}/state.db .dump 2>&1 | head -1; touch {state}/x 2>&1; echo done",
+        f"sqlite3 {state}/state.db .dump 2>&1 | head -1; touch {state}/x {state}/bin/x 2>&1; "
+        f"cp /bin/true {state}/bin/rm 2>&1; echo done",
     )
     assert "READ" not in result.text, result.text
     assert "hunter2" not in result.text
-    assert "done" in result.text and not (state / "x").exists()
+    assert "done" in result.text and not (state / "x").exists() and not (state / "bin" / "x").exists()
+    assert not (state / "bin" / "rm").read_bytes().startswith(b"\x7fELF")  # still the shim
     await _healthy(host)
 
 

@@ -212,6 +212,7 @@ async def test_a_program_finds_and_uses_the_monitor(host: Host) -> None:
         const w = await tools.monitor_start({command: "echo ci: passed; exit 0", description: "CI"});
         const e = await tools.monitor_wait({watcher_id: w.watcher_id, until: {pattern: "passed"}});
         print(found.map(t => t.name).join(","), e.reason, e.line);
+        await tools.monitor_wait({watcher_id: w.watcher_id, until: "exit"});  // ended: no tmpfs kept for it
         """
     )
     assert result.ok, result.text

@@ -83,6 +83,10 @@ LOOP_MODULES = (
     "codemode/engine/_program.py",
     "codemode/tools/monitor/_tools.py",
     "codemode/tools/bash/_manager.py",
+    "codemode/tools/bash/_reading.py",
+    "codemode/tools/bash/_watchers.py",
+    "codemode/tools/bash/_stopping.py",
+    "codemode/tools/bash/_reaping.py",
     "codemode/tools/bash/_tool.py",
 )
 #: (module, function, call) -> why that call does not read on the loop.

@@ -1,0 +1,157 @@
+"""Controlling a running process: input written to its PTY, a stop of its whole tree (identity
+checked first), a change of its completion mode."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import socket
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.to_thread
+
+from codemode.errors import ToolError
+from codemode.sandbox import cgroup_remove
+from codemode.state import ProcessRecord
+from codemode.state import process_records as _records
+from codemode.tools.bash._foreground import (
+    TERM_GRACE_SECONDS,
+)
+from codemode.tools.bash._proctree import create_time, terminate_tree
+from codemode.tools.bash._table import _live_root
+
+if TYPE_CHECKING:
+    pass
+
+
+class Stopping:
+    """The :class:`ProcessManager`'s write, stop and update (a mixin: the manager holds the state)."""
+
+    if TYPE_CHECKING:
+
+        def _await_end(self, record: ProcessRecord) -> ProcessRecord: ...
+        def _db(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
+        def _get(self, session_id: str, process_id: str) -> ProcessRecord: ...
+        def _reconcile(self, record: ProcessRecord) -> ProcessRecord: ...
+        def _supervisor_alive(self, record: ProcessRecord) -> bool: ...
+
+    async def write(self, session_id: str, process_id: str, text: str) -> dict[str, Any]:
+        """Send ``text`` to a background process's stdin (its PTY).
+
+        Raises:
+            ProcessNotFound: No such process in this session.
+            ToolError: The process has exited or takes no input.
+        """
+        record = await anyio.to_thread.run_sync(self._get, session_id, process_id)
+        return await anyio.to_thread.run_sync(self._write, record, text.encode())
+
+    def _write(self, record: ProcessRecord, data: bytes) -> dict[str, Any]:
+        pid = record.process_id
+        if record.kind == "promoted":
+            raise ToolError(
+                f"process {pid} was started in the foreground with stdin closed, so it takes no input; "
+                "start a command that reads input with run_in_background: true",
+                {"error": "no_input", "process_id": pid},
+            )
+        exited = ToolError(
+            f"process {pid} has ended ({record.state}, exit code "
+            f"{'unknown' if record.exit_code is None else record.exit_code}); it takes no more input",
+            {"error": "exited", "process_id": pid},
+        )
+        if not record.live or record.input_path is None or record.input_token is None:
+            raise exited
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock.settimeout(10)
+        try:
+            try:
+                sock.connect("\0" + record.input_path.removeprefix("@"))
+            except OSError as exc:
+                if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
+                    raise exited from exc
+                raise ToolError(f"cannot write to process {pid}: {exc.strerror}") from exc
+            try:
+                sock.sendall(record.input_token.encode() + data)
+                sock.shutdown(socket.SHUT_WR)
+                sock.recv(2)  # the supervisor has handed every byte on
+            except TimeoutError:
+                raise ToolError(
+                    f"process {pid} is not reading its input; some of the {len(data)} bytes may not "
+                    "have been sent",
+                    {"error": "input_blocked"},
+                ) from None
+            except OSError as exc:
+                raise exited from exc
+        finally:
+            sock.close()
+        return {"process_id": pid, "bytes": len(data)}
+
+    async def stop(self, session_id: str, process_id: str) -> dict[str, Any]:
+        """Stop a process and its whole tree (identity checked first).
+
+        Returns:
+            ``message``, ``process_id``, ``state``, ``exit_code``.
+
+        Raises:
+            ProcessNotFound: No such process in this session.
+            ToolError: The recorded pid now belongs to another process (nothing is signalled).
+        """
+        with anyio.CancelScope(shield=True):
+            record = await anyio.to_thread.run_sync(self._get, session_id, process_id)
+            result = await anyio.to_thread.run_sync(self._stop, record)
+        return result
+
+    def _stop(self, record: ProcessRecord, note: str = "") -> dict[str, Any]:
+        pid = record.process_id
+        if not record.live:
+            # Anything it left behind that still carries its marker goes too.
+            terminate_tree(record.marker, grace_seconds=TERM_GRACE_SECONDS, cgroup=record.cgroup)
+            if record.cgroup:
+                cgroup_remove(record.cgroup)
+            return {
+                "message": f"Process {pid} had already ended ({record.state}, exit code "
+                f"{'unknown' if record.exit_code is None else record.exit_code}); nothing to stop.",
+                "process_id": pid,
+                "state": record.state,
+                "exit_code": record.exit_code,
+            }
+        root = _live_root(record)
+        if root is None and record.pid is not None and create_time(record.pid) is not None:
+            with self._db() as conn:
+                _records.update(conn, pid, stop_requested=1)
+            raise ToolError(
+                f"process {pid}: its pid {record.pid} now belongs to another process (the start time "
+                "differs), so nothing was signalled; the original process has ended",
+                {"error": "pid_reused", "process_id": pid},
+            )
+        with self._db() as conn:
+            _records.update(conn, pid, stop_requested=1)
+        terminate_tree(
+            record.marker, pgid=root, root_pid=root, grace_seconds=TERM_GRACE_SECONDS, cgroup=record.cgroup
+        )
+        fresh = self._await_end(record)
+        if fresh.live and not self._supervisor_alive(fresh):
+            fresh = self._reconcile(fresh)
+        elif fresh.live:
+            with self._db() as conn:
+                _records.record_end(conn, pid, exit_code=None, exit_signal=None, state="stopped", note=note)
+                fresh = _records.get(conn, pid) or fresh
+        code = "unknown" if fresh.exit_code is None else fresh.exit_code
+        return {
+            "message": f"Stopped process {pid} and every process it started (exit code {code}).",
+            "process_id": pid,
+            "state": fresh.state,
+            "exit_code": fresh.exit_code,
+        }
+
+    def _update(self, session_id: str, process_id: str, completion_mode: str) -> dict[str, Any]:
+        record = self._get(session_id, process_id)
+        with self._db() as conn:
+            _records.update(conn, process_id, completion_mode=completion_mode)
+        when = "" if record.live else " (it has already ended, so this changes nothing)"
+        return {
+            "message": f"Process {process_id}: completion_mode is now {completion_mode}{when}.",
+            "process_id": process_id,
+            "completion_mode": completion_mode,
+        }

@@ -138,12 +138,13 @@ class Sessions:
         processes = self._processes()
         return [] if processes is None else processes.ack(session_id, ids)
 
-    def take_notifications(self, session_id: str) -> list[str]:
-        """The session's pending notifications, claimed for one result (when results carry them)."""
+    def take_notifications(self, session_id: str, hold: frozenset[str] = frozenset()) -> list[str]:
+        """The session's pending notifications, claimed for one result (when results carry them);
+        those of the processes in ``hold`` stay pending (for the next result)."""
         processes = self._processes()
         if not self._notify_in_results or processes is None:
             return []
-        notes = processes.pending_notifications(session_id)
+        notes = [n for n in processes.pending_notifications(session_id) if n.process_id not in hold]
         if not notes:
             return []
         claimed = set(processes.ack(session_id, [n.id for n in notes]))

@@ -334,7 +334,11 @@ class Runner:
         else:
             async with reporting(on_progress, sample):
                 result = await self.registry.call(name, arguments, context)
-        trailer = "\n".join(self.sessions.take_notifications(session))
+        # A watcher's events go at the end of the next result, as monitor_start says, never its
+        # own: a quick command's events would otherwise race the start's result for them.
+        started = (result.structured_content or {}).get("watcher_id") if name == "monitor_start" else None
+        hold = frozenset([started] if isinstance(started, str) and not result.is_error else [])
+        trailer = "\n".join(self.sessions.take_notifications(session, hold))
         blocks = [block.text for block in result.content]
         archive = self._state().archive
         tool = self.registry.get(name)

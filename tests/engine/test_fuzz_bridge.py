@@ -3,7 +3,7 @@ answers (random JSON, huge strings, deep nesting, lone surrogates, text that is 
 unknown ids, answers given twice, interrupts at random points) each end with a result or a
 Python exception, never a crash. `.ci/sanitize` runs it on the ASan+UBSan build as well.
 
-FUZZ_EXAMPLES (default 150) sets how many programs it tries.
+FUZZ_EXAMPLES (default 60; the sanitizer stage runs 150) sets how many programs it tries.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from codemode.engine import _qjs
 from codemode.engine._bridge import prepare_context
 
-_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))
+_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))
 
 _text = st.one_of(
     st.text(max_size=40),

@@ -158,6 +158,7 @@ def _state(manager: ProcessManager, process_id: str) -> str:
 # state dir of the same user (the default one, a test's, and a `--token-file` kept in one).
 
 
+@pytest.mark.slow  # four hosts and their confined commands: ~8 s under three workers
 def test_a_command_reads_no_other_hosts_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from codemode.sandbox._landlock import landlock_status
     from security._host_driver import run_host

@@ -109,6 +109,7 @@ def test_blob_files_are_private(archive: Archive) -> None:
 # -- put / read ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # hundreds of pages of a large text: ~9 s under three workers
 def test_put_and_read_exact_bytes_in_pages(archive: Archive) -> None:
     text = "".join(f"{i} héllo wörld 数字 🎉\n" for i in range(5000))
     ref = archive.put(text, kind="output", session_id="s1")

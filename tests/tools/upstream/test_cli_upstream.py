@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from upstream_support import stdio_server
 
 
@@ -24,6 +25,7 @@ def _codemode(tmp_path: Path, *args: str, stdin: str | None = None) -> subproces
     )
 
 
+@pytest.mark.slow  # a dozen CLI processes, each a cold start: ~20 s on 2 busy cores
 def test_mcp_config_on_run_call_tools_describe_doctor_and_logs(tmp_path: Path) -> None:
     (tmp_path / "ws").mkdir()
     server = stdio_server(env={"UPSTREAM_SECRET": "${UPSTREAM_TOKEN}"})

@@ -8,6 +8,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
+import psutil
 
 from codemode import Host, ToolContext, ToolError
 
@@ -98,3 +99,31 @@ async def assert_healthy(host: Host) -> None:
 
 MakeHost = Callable[..., AbstractAsyncContextManager[tuple[Host, Probe]]]
 """The ``make_host`` fixture: ``async with make_host(**HostConfig fields) as (host, probe):``."""
+
+
+async def read_until_exit(host: Host, process_id: str) -> dict[str, Any]:
+    """Read a background process's output until it has exited (polling with wait_ms)."""
+    output, offset = "", 0
+    with anyio.fail_after(60):
+        while True:
+            result = await host.call_tool(
+                "bash", {"action": "read", "process_id": process_id, "offset_bytes": offset, "wait_ms": 2000}
+            )
+            data = result.structured_content
+            assert data is not None, result.text
+            output += data["output"]
+            offset = data["next_offset"]
+            if data["exited"]:
+                return {**data, "output": output}
+
+
+def survivors(token: str) -> list[int]:
+    """Live processes whose command line carries ``token``."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and token in " ".join(proc.info["cmdline"] or []):
+                found.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
+from host_support import read_until_exit
 from sandbox_support import needs_landlock
 
 from codemode import CallResult, Host, SandboxMode
@@ -41,22 +41,6 @@ async def host(places: dict[str, Path]) -> AsyncIterator[Host]:
     h = await _host(places, handoff_seconds=None)
     yield h
     await h.aclose()
-
-
-async def _read_until_exit(host: Host, process_id: str) -> dict[str, Any]:
-    """Read a background process's output until it has exited (polling with wait_ms)."""
-    output, offset = "", 0
-    with anyio.fail_after(60):
-        while True:
-            result = await host.call_tool(
-                "bash", {"action": "read", "process_id": process_id, "offset_bytes": offset, "wait_ms": 2000}
-            )
-            data = result.structured_content
-            assert data is not None, result.text
-            output += data["output"]
-            offset = data["next_offset"]
-            if data["exited"]:
-                return {**data, "output": output}
 
 
 def _script(places: dict[str, Path]) -> str:
@@ -93,7 +77,7 @@ async def test_background_process_is_confined(host: Host, places: dict[str, Path
     started = await host.call_tool("bash", {"command": _script(places), "run_in_background": True})
     assert not started.is_error, started.text
     assert started.structured_content is not None
-    data = await _read_until_exit(host, started.structured_content["process_id"])
+    data = await read_until_exit(host, started.structured_content["process_id"])
     assert data["exit_code"] == 3
     _assert_confined(places, data["output"])
 
@@ -109,7 +93,7 @@ async def test_promoted_process_is_confined(places: dict[str, Path]) -> None:
         promoted = result.structured_content.get("promoted_process_id")
         assert promoted, result.text
         flag.write_text("")
-        data = await _read_until_exit(host, promoted)
+        data = await read_until_exit(host, promoted)
         assert data["exit_code"] == 3
         _assert_confined(places, data["output"])
     finally:

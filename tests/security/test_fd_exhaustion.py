@@ -10,10 +10,9 @@ import resource
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import anyio
 import pytest
+from host_support import read_until_exit
 
 import codemode
 from codemode import Host
@@ -38,21 +37,6 @@ def many_fds() -> Iterator[list[int]]:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-async def _read_until_exit(host: Host, process_id: str) -> dict[str, Any]:
-    output, offset = "", 0
-    with anyio.fail_after(60):
-        while True:
-            result = await host.call_tool(
-                "bash", {"action": "read", "process_id": process_id, "offset_bytes": offset, "wait_ms": 2000}
-            )
-            data = result.structured_content
-            assert data is not None, result.text
-            output += data["output"]
-            offset = data["next_offset"]
-            if data["exited"]:
-                return {**data, "output": output}
-
-
 @pytest.mark.anyio
 @pytest.mark.skipif(landlock_status().abi < 4, reason="confined commands need Landlock ABI >= 4")
 async def test_background_start_and_git_probe_past_1023_fds(tmp_path: Path, many_fds: list[int]) -> None:
@@ -68,7 +52,7 @@ async def test_background_start_and_git_probe_past_1023_fds(tmp_path: Path, many
     async with Host(workspace=workspace, state_dir=tmp_path / "state", handoff_seconds=None) as host:
         started = await host.call_tool("bash", {"command": "echo bg-done", "run_in_background": True})
         assert started.structured_content is not None, started.text
-        done = await _read_until_exit(host, started.structured_content["process_id"])
+        done = await read_until_exit(host, started.structured_content["process_id"])
         assert "bg-done" in done["output"]
         # A command of over 100 ms gets the dirty check after it (git status, confined).
         probed = await host.call_tool("bash", {"command": "sleep 0.2 && echo probed"})

@@ -23,6 +23,7 @@ from pathlib import Path
 import anyio
 import psutil
 import pytest
+from host_support import survivors
 
 from codemode.state import State
 from codemode.tools.bash import ProcessManager
@@ -70,18 +71,6 @@ _HOST_A = textwrap.dedent(
 )
 
 
-def _survivors(token: str) -> list[int]:
-    """Live processes whose command line carries ``token``."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        try:
-            if proc.info["status"] != psutil.STATUS_ZOMBIE and token in " ".join(proc.info["cmdline"] or []):
-                found.append(proc.pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
-
-
 @pytest.fixture
 def killed_host(tmp_path: Path) -> Iterator[tuple[Path, Path, Path, str, str]]:
     """Host A on ``state-a``, killed with SIGKILL once its runs are going: (state dir,
@@ -110,7 +99,7 @@ def killed_host(tmp_path: Path) -> Iterator[tuple[Path, Path, Path, str, str]]:
             host.kill()
             host.wait()
         host.stdout.close()
-        for pid in _survivors(token):
+        for pid in survivors(token):
             with contextlib.suppress(psutil.Error):
                 psutil.Process(pid).kill()
 
@@ -119,7 +108,7 @@ async def test_a_host_on_another_state_dir_leaves_a_dead_hosts_runs_alone(
     killed_host: tuple[Path, Path, Path, str, str], tmp_path: Path
 ) -> None:
     state_a, ws, go, token, promoted = killed_host
-    assert _survivors(token) != []  # host A's plain foreground run, its host dead
+    assert survivors(token) != []  # host A's plain foreground run, its host dead
 
     # Host B starts (its start-up upkeep sweeps orphans) on a state directory of its own.
     other = State(tmp_path / "state-b")
@@ -135,12 +124,12 @@ async def test_a_host_on_another_state_dir_leaves_a_dead_hosts_runs_alone(
             await anyio.sleep(0.02)
     assert (ws / "f").read_text() == "done\n"
     # Host A's foreground orphan is not host B's to end.
-    assert _survivors(token) != []
+    assert survivors(token) != []
 
     # A host on host A's own state directory ends that orphan, and finds the promoted run's exit.
     own = State(state_a)
     host_a2 = ProcessManager(own.archive, handoff_seconds=None)
-    assert _survivors(token) == []
+    assert survivors(token) == []
     with anyio.fail_after(30):
         while _state(host_a2, promoted) == "running":
             await anyio.sleep(0.02)

@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import psutil
 import pytest
+from host_support import survivors
 
 from codemode.budget import TokenCounter, fit_to_budget
 from codemode.errors import ToolError
@@ -21,18 +22,6 @@ from codemode.tools.bash._proctree import MARKER_VAR
 from .conftest import Caller
 
 pytestmark = pytest.mark.anyio
-
-
-def _survivors(token: str) -> list[int]:
-    """Live processes whose command line carries ``token``."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        try:
-            if proc.info["status"] != psutil.STATUS_ZOMBIE and token in " ".join(proc.info["cmdline"] or []):
-                found.append(proc.pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
 
 
 async def test_success_shows_output_and_nothing_else(bash: Caller) -> None:
@@ -170,7 +159,7 @@ async def test_timeout_stops_a_command_that_ignores_sigterm(manager: ProcessMana
     assert result.is_error
     assert "started" in result.text
     assert "Timed out after 1 s" in result.text
-    assert _survivors(token) == []
+    assert survivors(token) == []
 
 
 async def test_fork_storm_stopped_by_timeout_leaves_no_survivors(bash: Caller) -> None:
@@ -183,7 +172,7 @@ async def test_fork_storm_stopped_by_timeout_leaves_no_survivors(bash: Caller) -
     )
     result = await bash(command=command, timeout_seconds=2)
     assert result.structured_content["timed_out"] is True
-    assert _survivors(token) == []
+    assert survivors(token) == []
 
 
 async def test_setsid_nohup_child_is_stopped_at_timeout(bash: Caller) -> None:
@@ -193,7 +182,7 @@ async def test_setsid_nohup_child_is_stopped_at_timeout(bash: Caller) -> None:
         timeout_seconds=1,
     )
     assert result.structured_content["timed_out"] is True
-    assert _survivors(token) == []
+    assert survivors(token) == []
 
 
 async def test_leftover_background_child_does_not_block_the_result(bash: Caller) -> None:
@@ -201,7 +190,7 @@ async def test_leftover_background_child_does_not_block_the_result(bash: Caller)
     with anyio.fail_after(10):
         result = await bash(command=f"bash -c 'exec -a {token} sleep 1000' & echo quick")
     assert result.text == "quick"
-    for pid in _survivors(token):
+    for pid in survivors(token):
         os.kill(pid, 9)
 
 
@@ -209,7 +198,7 @@ async def test_cancelling_the_caller_stops_the_command(bash: Caller) -> None:
     token = f"cancelme{os.getpid()}"
     with anyio.move_on_after(0.5):
         await bash(command=f"exec -a {token} sleep 1000")
-    assert _survivors(token) == []
+    assert survivors(token) == []
 
 
 async def test_commands_carry_the_marker(bash: Caller) -> None:
@@ -488,7 +477,7 @@ async def test_a_command_whose_pump_cannot_be_set_up_is_ended(
     monkeypatch.setattr(_foreground, "Pump", no_pump)
     with pytest.raises(OSError, match="Too many open files"):
         await bash(command=f"sleep {token}; true")
-    assert _survivors(token) == []
+    assert survivors(token) == []
 
 
 async def test_a_repository_the_command_creates_or_removes_shows_in_its_revision(

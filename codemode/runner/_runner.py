@@ -222,7 +222,8 @@ class Runner:
                 f"rest), got {budget}; nothing ran"
             )
             too_small = RunError(kind="options", name="OptionsError", message=message)
-            return await self._refused(call, session, too_small, notices, MIN_BUDGET, started)
+            # The refused budget cannot carry its own refusal: the host's default budget does.
+            return await self._refused(call, session, too_small, notices, config.max_output_tokens, started)
         timeout = header.timeout_seconds or timeout_seconds or config.timeout_seconds
         if timeout > config.max_timeout_seconds:
             notices.append(
@@ -328,7 +329,7 @@ class Runner:
             result: ToolResult = ToolResult.failure(
                 ErrorCode.INVALID_ARGUMENTS, message, {"minimum": MIN_BUDGET}
             )
-            budget = MIN_BUDGET
+            budget = self.config.max_output_tokens  # the refused budget cannot carry its own refusal
         elif refusal is not None:
             result = ToolResult.failure(ErrorCode.DENIED, refusal, {"error": "denied"})
         else:

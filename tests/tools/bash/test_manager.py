@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import psutil
 import pytest
+from host_support import survivors
 
 from codemode.errors import ProcessNotFound, ToolError
 from codemode.sandbox import SandboxPolicy
@@ -19,7 +20,6 @@ from codemode.tools._model import ToolContext
 from codemode.tools.bash import ProcessManager
 
 from .conftest import Caller
-from .test_foreground import _survivors
 
 pytestmark = pytest.mark.anyio
 
@@ -120,11 +120,11 @@ async def test_stop_ends_tree_including_setsid_nohup_child(bash: Caller) -> None
     )
     await _read_until(bash, pid, "spawned")
     with anyio.fail_after(10):
-        while len(_survivors(token)) < 2:
+        while len(survivors(token)) < 2:
             await anyio.sleep(0.01)
     result = await bash(action="stop", process_id=pid)
     assert "Stopped process" in result.text
-    assert _survivors(token) == []
+    assert survivors(token) == []
     assert result.structured_content["state"] == "stopped"
 
 
@@ -303,10 +303,10 @@ async def test_handoff_respects_shorter_timeout_and_stop(
     token = f"promoted{os.getpid()}"
     result = await bash(command=f"exec -a {token} sleep 1000", timeout_seconds=1)
     pid = result.structured_content["promoted_process_id"]
-    assert _survivors(token)
+    assert survivors(token)
     stopped = await bash(action="stop", process_id=pid)
     assert stopped.structured_content["state"] == "stopped"
-    assert _survivors(token) == []
+    assert survivors(token) == []
     await manager.aclose()
 
 
@@ -320,8 +320,8 @@ async def test_aclose_leaves_promoted_and_background_running(
     background = await _start(bash, f"exec -a {token}b sleep 1000")
     await manager.aclose()
     # Both have supervisors of their own: the next manager finds them running and stops them.
-    assert _survivors(f"{token}p") != []
-    assert _survivors(f"{token}b") != []
+    assert survivors(f"{token}p") != []
+    assert survivors(f"{token}b") != []
     later = ProcessManager(archive, handoff_seconds=None)
     states = {p["process_id"]: p["state"] for p in later.list_processes("s1")}
     assert states[promoted] == "running"
@@ -329,8 +329,8 @@ async def test_aclose_leaves_promoted_and_background_running(
     stopped = await later.stop("s1", promoted)
     assert stopped["state"] == "stopped"
     await later.stop("s1", background)
-    assert _survivors(f"{token}p") == []
-    assert _survivors(f"{token}b") == []
+    assert survivors(f"{token}p") == []
+    assert survivors(f"{token}b") == []
     await later.aclose()
 
 
@@ -374,7 +374,7 @@ async def test_supervisor_killed_exit_code_unknown(
     assert waiting[0].structured_content["exited"]  # it noticed, long before its wait_ms
     rows = {p["process_id"]: p for p in manager.list_processes("s1")}
     assert (rows[pid]["state"], rows[pid]["exit_code"]) == ("lost", None)
-    assert _survivors(token) == []
+    assert survivors(token) == []
     # The waiting read showed the end: its completion counts as delivered.
     assert manager.pending_notifications("s1") == []
     read = await bash(action="read", process_id=pid)
@@ -408,7 +408,7 @@ async def test_aclose_stops_a_running_foreground_command(
                 await anyio.sleep(0.01)
             await manager.aclose()
     assert results[0].is_error and "stopped" in results[0].text
-    assert _survivors(token) == []
+    assert survivors(token) == []
 
 
 async def test_promoted_offsets_follow_the_stored_log(

@@ -13,11 +13,10 @@ from pathlib import Path
 import anyio
 import psutil
 import pytest
+from host_support import survivors
 
 from codemode.state import State
 from codemode.tools.bash import ProcessManager
-
-from .test_foreground import _survivors
 
 pytestmark = pytest.mark.anyio
 
@@ -128,8 +127,8 @@ async def _kill_restart_and_check(
     assert states[ids["ends"]] == ("exited", 7)
     # The promoted run's supervisor reads it, not the host: it outlived the host's death.
     assert states[ids["promoted"]] == ("running", None)
-    assert _survivors(token) != []
-    assert _survivors(f"{token}fg") == []  # the plain foreground run the dead host had did not
+    assert survivors(token) != []
+    assert survivors(f"{token}fg") == []  # the plain foreground run the dead host had did not
 
     pending = first.pending_notifications("s1")
     assert [n.process_id for n in pending] == [ids["ends"]]
@@ -142,7 +141,7 @@ async def _kill_restart_and_check(
     assert second.pending_notifications("s1") == []
     stopped = await second.stop("s1", ids["promoted"])
     assert stopped["state"] == "stopped"
-    left = _survivors(token)
+    left = survivors(token)
     assert left == [], [_describe(pid) for pid in left]  # seen once under load: say what survived
     await second.write("s1", ids["waits"], "later\n")
     with anyio.fail_after(20):

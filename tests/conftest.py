@@ -16,9 +16,8 @@ if "TIKTOKEN_CACHE_DIR" not in os.environ and _SHARED_CACHE.is_dir():
     # Tests run offline; CI points tiktoken at ../shared/tiktoken-cache as well.
     os.environ["TIKTOKEN_CACHE_DIR"] = str(_SHARED_CACHE)
 
-from host_support import MakeHost, Probe, add_test_tools  # noqa: E402 - after the cache dir is set
-
 from codemode import Host  # noqa: E402
+from tests.host_support import MakeHost, Probe, add_test_tools  # noqa: E402 - after the cache dir is set
 
 
 @pytest.fixture

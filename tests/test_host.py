@@ -8,10 +8,10 @@ from typing import Any
 
 import anyio
 import pytest
-from host_support import Probe, assert_healthy
 
 import codemode
 from codemode import Extension, Host, UserError, make_tool
+from tests.host_support import Probe, assert_healthy
 
 pytestmark = pytest.mark.anyio
 

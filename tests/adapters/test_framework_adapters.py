@@ -6,10 +6,10 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-import adapters_support
 import pytest
 
 from codemode.adapters import HostTools
+from tests.adapters import adapters_support
 
 pytestmark = pytest.mark.anyio
 

@@ -12,12 +12,12 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
-import adapters_support
 import pytest
 
 from codemode.adapters import HostTools
 from codemode.adapters import anthropic as anthropic_adapter
 from codemode.adapters import openai as openai_adapter
+from tests.adapters import adapters_support
 
 pytestmark = pytest.mark.anyio
 

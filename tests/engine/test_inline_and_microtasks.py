@@ -7,9 +7,9 @@ from typing import Any
 
 import anyio
 import pytest
-from host_support import assert_healthy
 
 from codemode import Host, ToolError, UserError, make_tool, tool
+from tests.host_support import assert_healthy
 
 pytestmark = pytest.mark.anyio
 

@@ -18,13 +18,13 @@ from typing import Any
 
 import anyio
 import pytest
-from host_support import assert_healthy
 
 from codemode import Host, ToolContext
 from codemode.engine import EngineLimits, _qjs
 from codemode.engine._bridge import prepare_context
 from codemode.engine._outcome import ProgramCalls, ProgramOutcome
 from codemode.engine._program import ProgramThread
+from tests.host_support import assert_healthy
 
 pytestmark = pytest.mark.anyio
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import anyio
 import pytest
-from host_support import Probe, assert_healthy
 
 from codemode import Host
+from tests.host_support import Probe, assert_healthy
 
 pytestmark = pytest.mark.anyio
 

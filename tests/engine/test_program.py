@@ -13,10 +13,10 @@ from typing import Any
 import anyio
 import psutil
 import pytest
-from host_support import Probe, assert_healthy
 
 from codemode import Host, ToolResult
 from codemode.engine._bridge import map_location, map_stack
+from tests.host_support import Probe, assert_healthy
 
 pytestmark = pytest.mark.anyio
 

@@ -14,9 +14,10 @@ import anyio
 import httpx2
 import mcp.types as types
 import pytest
-from http_support import TOKEN, HttpServer, alive, http_server, session, wait_until_gone
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+
+from tests.mcp.http_support import TOKEN, HttpServer, alive, http_server, session, wait_until_gone
 
 pytestmark = pytest.mark.anyio
 

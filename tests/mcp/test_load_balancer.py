@@ -10,7 +10,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-from http_support import alive, http_server, session, wait_until_gone
+
+from tests.mcp.http_support import alive, http_server, session, wait_until_gone
 
 pytestmark = [
     pytest.mark.anyio,

@@ -230,7 +230,7 @@ def test_a_union_input_schema_is_published_as_one_object() -> None:
 
 
 async def test_a_client_disconnecting_stops_the_sessions_processes(tmp_path: Path) -> None:
-    from http_support import alive, wait_until_gone
+    from tests.mcp.http_support import alive, wait_until_gone
 
     with anyio.fail_after(60):
         async with stdio_client(_params(tmp_path)) as (read, write), ClientSession(read, write) as session:

@@ -9,11 +9,11 @@ from typing import Any
 
 import anyio
 import pytest
-from host_support import MakeHost, assert_healthy
 
 from codemode import ApprovalRequest, Decision, Host
 from codemode.policy import ApprovalKind, Approvals
 from codemode.tools import make_tool
+from tests.host_support import MakeHost, assert_healthy
 
 pytestmark = pytest.mark.anyio
 

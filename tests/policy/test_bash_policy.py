@@ -11,11 +11,11 @@ from typing import Any
 
 import anyio
 import pytest
-from host_support import MakeHost
 
 from codemode import Host
 from codemode.cli import main as cli_main
 from codemode.policy import CommandPolicy, Trash
+from tests.host_support import MakeHost
 
 pytestmark = pytest.mark.anyio
 

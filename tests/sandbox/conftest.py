@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sandbox_support import Dirs
 
 from codemode.sandbox import landlock_status
+from tests.sandbox.sandbox_support import Dirs
 
 
 def _clear_status_cache() -> None:

@@ -16,10 +16,10 @@ from typing import Any
 
 import anyio
 import pytest
-from sandbox_support import needs_landlock
 
 from codemode import Host
 from codemode.sandbox import cgroup_root
+from tests.sandbox.sandbox_support import needs_landlock
 
 pytestmark = [pytest.mark.anyio, needs_landlock]
 needs_cgroups = pytest.mark.skipif(cgroup_root().path is None, reason=f"no cgroups: {cgroup_root().reason}")
@@ -245,7 +245,7 @@ async def test_no_other_command_can_type_into_a_background_process(
 
 def test_state_dir_json_unreadable_even_by_name(places: dict[str, Path]) -> None:
     # A plain sanity check of the ruleset, without a host: listing is allowed, reading is not.
-    from sandbox_support import Dirs, run_confined
+    from tests.sandbox.sandbox_support import Dirs, run_confined
 
     dirs = Dirs(ws=places["ws"], tmp=places["state"] / "tmp", state=places["state"], out=places["out"])
     dirs.tmp.mkdir()

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sandbox_support import REAL_ABI, Dirs, bash, needs_landlock, probe, run_confined, run_on_pty
 
 from codemode.errors import SandboxUnavailable, UserError
 from codemode.sandbox import (
@@ -23,6 +22,15 @@ from codemode.sandbox import (
     explain_denial,
     landlock_status,
     prepare_confinement,
+)
+from tests.sandbox.sandbox_support import (
+    REAL_ABI,
+    Dirs,
+    bash,
+    needs_landlock,
+    probe,
+    run_confined,
+    run_on_pty,
 )
 
 # Every test here runs real confined processes unless it says it simulates a missing Landlock.

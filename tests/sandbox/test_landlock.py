@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from sandbox_support import REAL_ABI, Dirs, bash
 
 from codemode.errors import SandboxUnavailable
 from codemode.sandbox import SandboxMode, landlock_status, prepare_confinement
+from tests.sandbox.sandbox_support import REAL_ABI, Dirs, bash
 
 READ_ONLY = SandboxMode.READ_ONLY
 FULL = SandboxMode.FULL_ACCESS

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sandbox_support import Dirs, needs_landlock
 
 from codemode.errors import SandboxUnavailable
 from codemode.sandbox import (
@@ -23,6 +22,7 @@ from codemode.sandbox import (
     cgroup_root,
     launch,
 )
+from tests.sandbox.sandbox_support import Dirs, needs_landlock
 
 pytestmark = needs_landlock
 

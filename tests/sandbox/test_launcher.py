@@ -8,11 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from sandbox_support import Dirs, needs_landlock
 
 from codemode.errors import SandboxUnavailable
 from codemode.sandbox import ENFORCEMENT_FAILED_EXIT, ENFORCEMENT_FAILED_MARKER, LaunchSpec, _launcher, launch
 from codemode.sandbox._launcher import launcher_fd, launcher_path, launcher_unavailable_reason
+from tests.sandbox.sandbox_support import Dirs, needs_landlock
 
 ROOT = Path(__file__).resolve().parents[2]
 

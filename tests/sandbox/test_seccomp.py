@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from sandbox_support import Dirs, needs_landlock, run_confined
 
 from codemode.sandbox import SandboxMode
 from codemode.sandbox._seccomp import DENIED, NETWORK_OFF, X86_64, build_program
+from tests.sandbox.sandbox_support import Dirs, needs_landlock, run_confined
 
 pytestmark = needs_landlock
 

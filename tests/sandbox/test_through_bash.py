@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_support import read_until_exit
-from sandbox_support import needs_landlock
 
 from codemode import CallResult, Host, SandboxMode
+from tests.host_support import read_until_exit
+from tests.sandbox.sandbox_support import needs_landlock
 
 pytestmark = [pytest.mark.anyio, needs_landlock]
 

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from host_support import read_until_exit
 
 import codemode
 from codemode import Host
 from codemode.sandbox._landlock import landlock_status
+from tests.host_support import read_until_exit
 
 FDS = 1200
 

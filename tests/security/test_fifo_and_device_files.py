@@ -13,7 +13,7 @@ import pytest
 
 from codemode.sandbox import UnsafePath, anchor, read_bytes_at
 from codemode.sandbox._landlock import landlock_status
-from security._host_driver import run_host
+from tests.security._host_driver import run_host
 
 pytestmark = pytest.mark.skipif(
     landlock_status().abi < 4, reason="confined commands need Landlock ABI >= 4 (network off)"

@@ -15,7 +15,7 @@ from codemode import Host
 from codemode.policy import Trash
 from codemode.sandbox import OWNER_SUFFIX
 from codemode.sandbox._landlock import landlock_status
-from security._host_driver import run_host
+from tests.security._host_driver import run_host
 
 
 def _foreign_entry(other_state: Path, workspace: Path) -> Path:

@@ -23,10 +23,10 @@ from pathlib import Path
 import anyio
 import psutil
 import pytest
-from host_support import survivors
 
 from codemode.state import State
 from codemode.tools.bash import ProcessManager
+from tests.host_support import survivors
 
 pytestmark = pytest.mark.anyio
 
@@ -150,7 +150,7 @@ def _state(manager: ProcessManager, process_id: str) -> str:
 @pytest.mark.slow  # four hosts and their confined commands: ~8 s under three workers
 def test_a_command_reads_no_other_hosts_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from codemode.sandbox._landlock import landlock_status
-    from security._host_driver import run_host
+    from tests.security._host_driver import run_host
 
     if landlock_status().abi < 3:
         pytest.skip("confined commands need Landlock ABI >= 3")

@@ -11,10 +11,10 @@ from typing import Any
 
 import anyio
 import pytest
-from host_support import assert_healthy
 
 from codemode.engine._output import PrintedOutput
 from codemode.tools._search import MAX_NAME_CHARS, MAX_QUERY_CHARS
+from tests.host_support import assert_healthy
 
 pytestmark = pytest.mark.anyio
 

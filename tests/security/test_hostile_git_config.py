@@ -16,7 +16,7 @@ import pytest
 
 from codemode.sandbox import cgroup_root
 from codemode.sandbox._landlock import landlock_status
-from security._host_driver import run_host
+from tests.security._host_driver import run_host
 
 pytestmark = pytest.mark.skipif(
     landlock_status().abi < 4 or cgroup_root().path is None,

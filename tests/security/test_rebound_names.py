@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from codemode.sandbox._landlock import landlock_status
-from security._host_driver import run_host
+from tests.security._host_driver import run_host
 
 pytestmark = pytest.mark.skipif(landlock_status().abi < 3, reason="confined commands need Landlock ABI >= 3")
 

@@ -10,7 +10,6 @@ from typing import Any
 import anyio
 import psutil
 import pytest
-from host_support import survivors
 
 from codemode.budget import TokenCounter, fit_to_budget
 from codemode.errors import ToolError
@@ -18,6 +17,7 @@ from codemode.tools._model import ToolContext
 from codemode.tools.bash import ProcessManager
 from codemode.tools.bash._foreground import RunSpec, run_foreground
 from codemode.tools.bash._proctree import MARKER_VAR
+from tests.host_support import survivors
 
 from .conftest import Caller
 

@@ -11,13 +11,13 @@ from typing import Any
 import anyio
 import psutil
 import pytest
-from host_support import survivors
 
 from codemode.errors import ProcessNotFound, ToolError
 from codemode.sandbox import SandboxPolicy
 from codemode.state import Archive, State
 from codemode.tools._model import ToolContext
 from codemode.tools.bash import ProcessManager
+from tests.host_support import survivors
 
 from .conftest import Caller
 

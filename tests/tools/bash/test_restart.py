@@ -13,10 +13,10 @@ from pathlib import Path
 import anyio
 import psutil
 import pytest
-from host_support import survivors
 
 from codemode.state import State
 from codemode.tools.bash import ProcessManager
+from tests.host_support import survivors
 
 pytestmark = pytest.mark.anyio
 

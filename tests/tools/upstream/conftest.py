@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from upstream_support import SERVER
+
+from tests.tools.upstream.upstream_support import SERVER
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from upstream_support import stdio_server
+
+from tests.tools.upstream.upstream_support import stdio_server
 
 
 def _codemode(tmp_path: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

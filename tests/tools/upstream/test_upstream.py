@@ -9,12 +9,12 @@ from typing import Any
 
 import anyio
 import pytest
-from upstream_support import SERVER, read_marks, stdio_server
 
 from codemode import Host
 from codemode.errors import UserError
 from codemode.sandbox import landlock_status
 from codemode.tools.upstream import parse_mcp_config, unique_identifiers
+from tests.tools.upstream.upstream_support import SERVER, read_marks, stdio_server
 
 pytestmark = pytest.mark.anyio
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client, types
-from upstream_support import stdio_server
 
 from codemode import Host
 from codemode.adapters import HostTools
 from codemode.adapters import anthropic as anthropic_adapter
 from codemode.mcp import create_server
+from tests.tools.upstream.upstream_support import stdio_server
 
 pytestmark = pytest.mark.anyio
 

@@ -206,10 +206,12 @@ def cmd_logs(args: argparse.Namespace) -> int:
             if page["eof"] and (page["exited"] or not args.follow):
                 break
         if args.json:
-            keys = ("process_id", "state", "exited", "exit_code", "total_bytes", "next_offset")
             whole = {
                 "session_id": owner,
-                **{k: page[k] for k in keys},
+                **{
+                    k: page[k]
+                    for k in ("process_id", "state", "exited", "exit_code", "total_bytes", "next_offset")
+                },
                 "output": "".join(output),
                 "notes": notes,
             }

@@ -15,8 +15,14 @@ formats (``_rules``: ``Summary`` of ``Line`` rules, ``Count``); ``_formats`` kee
 only for a format that needs code, and says why.
 """
 
-from codemode.tools._verification._classify import Classification, classify_command
-from codemode.tools._verification._parse import Verification, failure_summary, parse_verification, scan_for
+from codemode.tools._verification._classify import Classification, ClassificationData, classify_command
+from codemode.tools._verification._parse import (
+    Verification,
+    VerificationData,
+    failure_summary,
+    parse_verification,
+    scan_for,
+)
 from codemode.tools._verification._runners import LAUNCHERS, RUNNERS, Launcher, Runner
 from codemode.tools._verification._stream import ScannedCapture, StreamScan
 
@@ -24,11 +30,13 @@ __all__ = [
     "LAUNCHERS",
     "RUNNERS",
     "Classification",
+    "ClassificationData",
     "Launcher",
     "Runner",
     "ScannedCapture",
     "StreamScan",
     "Verification",
+    "VerificationData",
     "classify_command",
     "failure_summary",
     "parse_verification",

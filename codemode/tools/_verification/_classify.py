@@ -11,13 +11,20 @@ import os
 import re
 import shlex
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import TypedDict
 
 from codemode.tools._verification._rules import Kind
 from codemode.tools._verification._runners import LAUNCHER_BY_NAME, RUNNER_BY_NAME, ClassifyHook, Runner
 
-__all__ = ["Classification", "classify_command"]
+__all__ = ["Classification", "ClassificationData", "classify_command"]
+
+
+class ClassificationData(TypedDict):
+    """A `Classification` as JSON data (`Classification.to_dict`)."""
+
+    kind: Kind
+    tool: str
 
 
 @dataclass(frozen=True)
@@ -32,9 +39,9 @@ class Classification:
     kind: Kind
     tool: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ClassificationData:
         """Return the classification as a JSON-serialisable dict."""
-        return asdict(self)
+        return {"kind": self.kind, "tool": self.tool}
 
 
 _ASSIGN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import TypedDict
 
 from codemode.tools._capture import OMITTED_MARKER_RE
 from codemode.tools._terminal import strip_ansi
@@ -15,13 +15,30 @@ from codemode.tools._verification._rules import Kind, Parsed
 from codemode.tools._verification._runners import RUNNER_BY_TOOL, formats_for
 from codemode.tools._verification._stream import StreamScan
 
-__all__ = ["Verification", "failure_summary", "parse_verification", "scan_for"]
+__all__ = ["Verification", "VerificationData", "failure_summary", "parse_verification", "scan_for"]
 
 # Only the end of the output is read: runners print their summary last.
 _TAIL_CHARS = 64 * 1024
 #: Failing tests named in a verification (the rest are counted).
 FAILING_SHOWN = 20
 _MARKER_COUNTS_RE = re.compile(r"\[\.\.\. ([\d,]+) bytes(?: \(([\d,]+) lines?\))? omitted")
+
+
+class VerificationData(TypedDict):
+    """A `Verification` as JSON data (`Verification.to_dict`)."""
+
+    kind: Kind
+    tool: str
+    ok: bool | None
+    passed: int | None
+    failed: int | None
+    skipped: int | None
+    errors: int | None
+    summary_line: str | None
+    complete: bool
+    covers: str | None
+    failing_tests: list[str]
+    more_failing_tests: int
 
 
 @dataclass(frozen=True)
@@ -58,11 +75,22 @@ class Verification:
     failing_tests: tuple[str, ...] = ()
     more_failing_tests: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> VerificationData:
         """Return the verification as a JSON-serialisable dict."""
-        data = asdict(self)
-        data["failing_tests"] = list(self.failing_tests)
-        return data
+        return {
+            "kind": self.kind,
+            "tool": self.tool,
+            "ok": self.ok,
+            "passed": self.passed,
+            "failed": self.failed,
+            "skipped": self.skipped,
+            "errors": self.errors,
+            "summary_line": self.summary_line,
+            "complete": self.complete,
+            "covers": self.covers,
+            "failing_tests": list(self.failing_tests),
+            "more_failing_tests": self.more_failing_tests,
+        }
 
 
 def scan_for(cls: Classification | None) -> StreamScan | None:

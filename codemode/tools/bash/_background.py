@@ -11,7 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from importlib.util import find_spec
 from pathlib import Path
@@ -22,6 +22,7 @@ from codemode.sandbox import cgroup_kill, cgroup_remove
 from codemode.state import Archive
 from codemode.state import process_records as _records
 from codemode.tools._terminal import TerminalView
+from codemode.tools.bash._answers import SupervisorAnswer
 from codemode.tools.bash._env import command_env
 from codemode.tools.bash._foreground import RunSpec, command_cgroup, confine
 
@@ -81,7 +82,7 @@ def _start_supervisor(err: Any, pass_fds: tuple[int, ...]) -> subprocess.Popen[b
     )
 
 
-def _handshake(proc: subprocess.Popen[bytes], payload: dict[str, Any]) -> dict[str, Any] | None:
+def _handshake(proc: subprocess.Popen[bytes], payload: Mapping[str, object]) -> SupervisorAnswer | None:
     """Hand a starting supervisor its spec on stdin and read its one-line JSON answer (None
     when it gave none in time); its stdout is closed after, and it has detached by then."""
     assert proc.stdin is not None and proc.stdout is not None
@@ -94,7 +95,7 @@ def _handshake(proc: subprocess.Popen[bytes], payload: dict[str, Any]) -> dict[s
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=_HANDSHAKE_SECONDS)
     try:
-        answer: dict[str, Any] = json.loads(line)
+        answer: SupervisorAnswer = json.loads(line)
     except ValueError:
         return None
     return answer
@@ -129,8 +130,8 @@ def start_background(
     archive: Archive,
     db: Callable[[], AbstractContextManager[sqlite3.Connection]],
     kind: str = "background",
-    settings: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    settings: Mapping[str, object] | None = None,
+) -> SupervisorAnswer:
     """Record, then start, one background process under a new supervisor (blocking).
 
     Args:
@@ -249,7 +250,7 @@ def adopt(
     cgroup: str | None,
     command: str,
     archive: Archive,
-) -> dict[str, Any]:
+) -> SupervisorAnswer:
     """Hand a running foreground command's pipes to a new supervisor (blocking).
 
     The supervisor traces the command (it is not its child) to learn its exit status, copies

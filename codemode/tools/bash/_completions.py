@@ -10,12 +10,14 @@ import sqlite3
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from codemode._json import JsonObject
 from codemode.errors import ToolError
 from codemode.state import Archive, ProcessRecord, Redactor
 from codemode.state import process_records as _records
 from codemode.tools._terminal import clean_terminal_text
 
 if TYPE_CHECKING:
+    from codemode.tools._verification import VerificationData
     from codemode.tools.bash._foreground import Running
 
 
@@ -46,12 +48,10 @@ class Notification:
     text: str
     kind: str = "completion"
     seq: int = 0
-    data: dict[str, Any] | None = None
+    data: JsonObject | None = None
 
 
-def _redact_note(
-    text: str, data: dict[str, Any] | None, redactor: Redactor
-) -> tuple[str, dict[str, Any] | None]:
+def _redact_note(text: str, data: JsonObject | None, redactor: Redactor) -> tuple[str, JsonObject | None]:
     """A notification's text and data, redacted as one result: a value found by its context in
     one of its texts (``password = 'X'`` in a report's output) is cut in the others (its line)."""
     if data is None:
@@ -95,7 +95,7 @@ class Completions:
         def _db(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
         def _reconcile(self, record: ProcessRecord) -> ProcessRecord: ...
         def _reap_adopted(self) -> None: ...
-        def _verification(self, record: ProcessRecord) -> dict[str, Any] | None: ...
+        def _verification(self, record: ProcessRecord) -> VerificationData | None: ...
 
     def pending_notifications(self, session_id: str, *, reconcile: bool = True) -> list[Notification]:
         """Notifications queued for a session and not yet acknowledged, oldest first.
@@ -142,7 +142,7 @@ class Completions:
         return int(version)
 
     def _notification(self, row: sqlite3.Row) -> Notification:
-        data: dict[str, Any] | None = json.loads(row["data"]) if row["data"] else None
+        data: JsonObject | None = json.loads(row["data"]) if row["data"] else None
         text, data = _redact_note(row["text"], data, self._redactor)
         if row["kind"] == "completion":
             with self._db() as conn:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from codemode._host_secrets import without_host_secrets
 from codemode.errors import SandboxUnavailable, ToolError, UserError
@@ -376,9 +376,19 @@ def git_changed_since(tree: WorkTree, since: float) -> bool:
     return False
 
 
+class RevisionData(TypedDict):
+    """A work tree's git revision (`_results.WorkspaceRevision`)."""
+
+    root: str
+    head: str | None
+    ref: str | None
+    dirty: bool | None
+    dirty_reason: str | None
+
+
 def workspace_revision(
     tree: WorkTree | None, *, policy: SandboxPolicy, cgroup_owner: str, skip_dirty: str | None = None
-) -> dict[str, Any] | None:
+) -> RevisionData | None:
     """Git HEAD and a dirty marker of the work tree ``tree`` (see `find_work_tree`).
 
     HEAD is read from the files in ``.git`` (no process). The dirty check runs ``git status``

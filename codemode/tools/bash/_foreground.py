@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import anyio
 import anyio.to_thread
@@ -145,6 +145,18 @@ class LazyLog:
         return self._result
 
 
+class RecordFields(TypedDict):
+    """The fields of a process record that come from its request (`RunSpec.record_fields`)."""
+
+    session_id: str
+    command: str
+    cwd: str
+    lifecycle: str
+    completion_mode: str
+    purpose: str | None
+    scope: str | None
+
+
 @dataclass
 class RunSpec:
     """One foreground ``run`` request, validated."""
@@ -163,7 +175,7 @@ class RunSpec:
     direct: tuple[str, ...] | None = None  # exec this argv without a shell
     shell_fallback: bool = False  # direct came from a command string: bash runs it if not found
 
-    def record_fields(self) -> dict[str, Any]:
+    def record_fields(self) -> RecordFields:
         """The fields of a process record that come from this request."""
         return {
             "session_id": self.session_id,
@@ -478,7 +490,7 @@ class Outcome:
     """
 
     blocks: list[str]
-    structured: dict[str, Any]
+    structured: dict[str, object]
     is_error: bool
 
     @property

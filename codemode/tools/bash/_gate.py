@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from codemode.tools._model import ToolContext
 
@@ -36,7 +36,7 @@ class AfterRun:
     """What the gate adds to a finished foreground run's result: a line and envelope fields."""
 
     text: str
-    data: dict[str, Any]
+    data: Mapping[str, object]
 
 
 class CommandGate(Protocol):

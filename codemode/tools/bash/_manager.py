@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import anyio
 import anyio.to_thread
@@ -40,6 +40,8 @@ from codemode.sandbox import SandboxPolicy, check_policy, check_share, is_mounte
 from codemode.state import Archive, Redactor
 from codemode.state import process_records as _records
 from codemode.tools._model import Extension, TextContent, ToolContext, ToolResult
+from codemode.tools.bash._answers import ProcessRow
+from codemode.tools.bash._answers import WatcherData as WatcherData
 from codemode.tools.bash._completions import Completions
 from codemode.tools.bash._env import resolve_cwd
 from codemode.tools.bash._foreground import (
@@ -61,7 +63,7 @@ from codemode.tools.bash._stopping import Stopping
 from codemode.tools.bash._table import ProcessTable
 from codemode.tools.bash._watchers import Watchers
 
-# MAX_EVENTS_PER_READ and wait_text are re-exported (``as``): the monitor's tools import them from
+# MAX_EVENTS_PER_READ, wait_text and WatcherData are re-exported (``as``): the monitor's tools import them from
 # here, the bash module their import contract names.
 
 if TYPE_CHECKING:
@@ -99,6 +101,13 @@ def _with_capabilities(ctx: ToolContext, args: BashRunArgs) -> SandboxPolicy:
     return policy
 
 
+class BackgroundSettings(TypedDict):
+    """What a background run's supervisor keeps an eye on (kept in its record's ``options``)."""
+
+    report_on: list[str]
+    timeout_seconds: int | None
+
+
 DEFAULT_REPORT_ON = (
     "error", "err!", "fail", "fatal", "panic", "exception", "traceback", "segmentation fault",
     "core dumped", "out of memory", "permission denied", "command not found", "no such file",
@@ -106,7 +115,7 @@ DEFAULT_REPORT_ON = (
 """Keywords a background run reports by default (case-insensitive)."""
 
 
-def background_settings(report_on: list[str] | None, timeout_seconds: int | None) -> dict[str, Any]:
+def background_settings(report_on: list[str] | None, timeout_seconds: int | None) -> BackgroundSettings:
     """What a background run's supervisor keeps an eye on: keywords and its lifetime."""
     return {
         "report_on": list(DEFAULT_REPORT_ON if report_on is None else report_on),
@@ -200,18 +209,18 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
             case BashWriteArgs(process_id=pid, input=text):
                 if self._gate is not None:
                     self._gate.check_input(text)
-                data = await self.write(session, pid, text)
-                return ToolResult.from_text(f"Wrote {data['bytes']} bytes to {pid}.", data)
+                written = await self.write(session, pid, text)
+                return ToolResult.from_text(f"Wrote {written['bytes']} bytes to {pid}.", written)
             case BashStopArgs(process_id=pid):
-                data = await self.stop(session, pid)
-                return ToolResult.from_text(data["message"], data)
+                stopped = await self.stop(session, pid)
+                return ToolResult.from_text(stopped["message"], stopped)
             case BashUpdateArgs(process_id=pid, completion_mode=mode):
-                data = await anyio.to_thread.run_sync(self._update, session, pid, mode)
-                return ToolResult.from_text(data["message"], data)
+                updated = await anyio.to_thread.run_sync(self._update, session, pid, mode)
+                return ToolResult.from_text(updated["message"], updated)
             case BashWaitArgs(process_id=pid) as wait:
                 until = wait.until if isinstance(wait.until, str) else {"pattern": wait.until.pattern}
-                data = await self.wait(session, pid, until, wait.timeout_ms, wait.offset_bytes or 0)
-                return ToolResult.from_text(wait_text(data), data)
+                waited = await self.wait(session, pid, until, wait.timeout_ms, wait.offset_bytes or 0)
+                return ToolResult.from_text(wait_text(waited), waited)
         raise AssertionError(f"unhandled bash arguments {type(args.root).__name__}")  # pragma: no cover
 
     def _spec(self, args: BashRunArgs, ctx: ToolContext) -> RunSpec:
@@ -371,7 +380,7 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
             conn.close()
 
 
-def _list_text(rows: list[dict[str, Any]], redactor: Redactor) -> str:
+def _list_text(rows: list[ProcessRow], redactor: Redactor) -> str:
     if not rows:
         return "No background processes in this session."
     lines = []

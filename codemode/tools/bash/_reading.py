@@ -10,7 +10,7 @@ import os
 import re
 import sqlite3
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
@@ -19,6 +19,7 @@ from codemode.errors import ToolError
 from codemode.state import Archive, ProcessRecord, Redactor
 from codemode.state import process_records as _records
 from codemode.tools._terminal import clean_terminal_text, terminal_view
+from codemode.tools.bash._answers import ReadAnswer, WaitAnswer
 from codemode.tools.bash._background import PTY_VIEW
 from codemode.tools.bash._foreground import (
     _classify,
@@ -26,7 +27,7 @@ from codemode.tools.bash._foreground import (
 from codemode.tools.bash._limits import DEFAULT_READ_BYTES, DEFAULT_WAIT_MS
 
 if TYPE_CHECKING:
-    from codemode.tools._verification import Verification
+    from codemode.tools._verification import Verification, VerificationData
     from codemode.tools.bash._completions import Notification
 
 
@@ -84,7 +85,7 @@ def _summary(verification: Verification) -> str | None:
     return None
 
 
-def wait_text(data: dict[str, Any]) -> str:
+def wait_text(data: WaitAnswer) -> str:
     """The text of a ``wait`` result."""
     pid = data["process_id"]
     cursor = "after" if data.get("kind") == "watcher" else "offset_bytes"
@@ -103,7 +104,7 @@ def wait_text(data: dict[str, Any]) -> str:
     return text
 
 
-def _read_text(data: dict[str, Any]) -> str:
+def _read_text(data: ReadAnswer) -> str:
     lines = [data["output"].rstrip("\n")] if data["output"].strip() else []
     if data.get("note"):
         lines.append(data["note"])
@@ -143,7 +144,7 @@ class Reading:
         offset: int = 0,
         max_bytes: int | None = None,
         wait_ms: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> ReadAnswer:
         """Read a process's output from ``offset``, waiting up to ``wait_ms`` for new output.
 
         A waiting read returns once new output has been quiet for `QUIET_SECONDS`, or there is
@@ -202,7 +203,7 @@ class Reading:
             await anyio.sleep(_POLL_SECONDS)
         return await anyio.to_thread.run_sync(self._get, session_id, process_id)
 
-    def _seen_exit(self, record: ProcessRecord, data: dict[str, Any]) -> None:
+    def _seen_exit(self, record: ProcessRecord, data: ReadAnswer | WaitAnswer) -> None:
         """The session has seen this ended process's exit (a read or a wait showed it): its
         completion counts as delivered; a verification command's result
         carries its summary."""
@@ -216,15 +217,15 @@ class Reading:
         if verification is not None:
             data["verification"] = verification
 
-    def _verification(self, record: ProcessRecord) -> dict[str, Any] | None:
+    def _verification(self, record: ProcessRecord) -> VerificationData | None:
         """The verification of an ended verification command (a test, build, lint or type
         check), read from the end of its log once and kept in its record; its completion's
         line gets the summary. None for other commands."""
         if record.verification is not None:
-            kept: dict[str, Any] | None = json.loads(record.verification)
+            kept: VerificationData | None = json.loads(record.verification)
             return kept
         classification = _classify(record.command) if record.kind != "watcher" else None
-        result: dict[str, Any] | None = None
+        result: VerificationData | None = None
         if classification is not None and record.log_ref is not None:
             try:
                 info = self._archive.entry_info(record.log_ref)
@@ -269,7 +270,7 @@ class Reading:
         until: str | dict[str, str] = "exit",
         timeout_ms: int = DEFAULT_WAIT_MS,
         offset: int = 0,
-    ) -> dict[str, Any]:
+    ) -> WaitAnswer:
         """Wait until a process exits, or a new line of its output (from ``offset``) matches
         ``until["pattern"]`` (a regular expression), or ``timeout_ms`` passes. For a watcher,
         its events are the lines (``offset`` is the event number to wait after).
@@ -299,7 +300,7 @@ class Reading:
 
     async def _wait_log(
         self, record: ProcessRecord, pattern: re.Pattern[str] | None, offset: int, deadline: float
-    ) -> dict[str, Any]:
+    ) -> WaitAnswer:
         position = offset
         next_check = time.monotonic() + _LIVENESS_SECONDS
         while True:
@@ -373,7 +374,7 @@ class Reading:
 
     def _wait_result(
         self, record: ProcessRecord, reason: str, line: str | None, next_offset: int
-    ) -> dict[str, Any]:
+    ) -> WaitAnswer:
         return {
             "process_id": record.process_id,
             "kind": record.kind,
@@ -387,7 +388,7 @@ class Reading:
 
     async def _wait_events(
         self, record: ProcessRecord, pattern: re.Pattern[str] | None, after: int, deadline: float
-    ) -> dict[str, Any]:
+    ) -> WaitAnswer:
         cursor = after
         while True:
             rows = await anyio.to_thread.run_sync(
@@ -424,13 +425,13 @@ class Reading:
                 return fresh
             time.sleep(_POLL_SECONDS)
 
-    def _read_page(self, record: ProcessRecord, offset: int, limit: int) -> dict[str, Any]:
+    def _read_page(self, record: ProcessRecord, offset: int, limit: int) -> ReadAnswer:
         assert record.log_ref is not None
         page = self._archive.read(record.log_ref, offset, limit, session_id=record.session_id)
         # A background command wrote to its PTY; a promoted one to pipes.
         view = PTY_VIEW if record.kind == "background" else terminal_view(self._environ)
         output = self._redactor.redact(clean_terminal_text(page.data, view))
-        data: dict[str, Any] = {
+        data: ReadAnswer = {
             "process_id": record.process_id,
             "output": output,
             "offset": page.offset,

@@ -8,7 +8,7 @@ import contextlib
 import sqlite3
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
@@ -26,6 +26,7 @@ from codemode.tools.bash._foreground import (
 from codemode.tools.bash._proctree import terminate_tree
 
 if TYPE_CHECKING:
+    from codemode.tools.bash._answers import StoppedAnswer
     from codemode.tools.bash._foreground import Running
 
 
@@ -44,7 +45,7 @@ class Reaping:
 
         def _db(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
         def _reconcile(self, record: ProcessRecord) -> ProcessRecord: ...
-        def _stop(self, record: ProcessRecord, note: str = "") -> dict[str, Any]: ...
+        def _stop(self, record: ProcessRecord, note: str = "") -> StoppedAnswer: ...
 
     def maintain(self) -> dict[str, int]:
         """Start-up upkeep: reconcile records, finish and pin logs, expire old records (also

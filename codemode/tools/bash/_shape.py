@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from codemode.budget import read_archive_call
 from codemode.sandbox import SandboxPolicy, explain_denial
@@ -12,10 +12,21 @@ from codemode.state import ArchiveRef, Redactor
 from codemode.tools._capture import Excerpt, shape_output
 from codemode.tools._verification import Classification, StreamScan, failure_summary, parse_verification
 
+if TYPE_CHECKING:
+    from codemode.tools.bash._env import RevisionData
+
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
-def _stream(excerpt: Excerpt, text: str) -> dict[str, Any]:
+class StreamData(TypedDict):
+    """One output stream of a run (`_results.Stream`)."""
+
+    excerpt: str
+    bytes: int
+    truncated: bool
+
+
+def _stream(excerpt: Excerpt, text: str) -> StreamData:
     return {"excerpt": text, "bytes": excerpt.total_bytes, "truncated": excerpt.truncated}
 
 
@@ -35,7 +46,7 @@ def build_result(
     log: ArchiveRef | None,
     log_ref: str | None,
     classification: Classification | None,
-    revision: dict[str, Any] | None,
+    revision: RevisionData | None,
     purpose: str | None,
     scope: str | None,
     promoted_process_id: str | None = None,
@@ -43,7 +54,7 @@ def build_result(
     cancelled: bool = False,
     scan: StreamScan | None = None,
     limit_notes: tuple[str, ...] = (),
-) -> tuple[list[str], dict[str, Any]]:
+) -> tuple[list[str], dict[str, object]]:
     """Shape one foreground run into the model's text and the structured envelope.
 
     The text comes in blocks: the terminal view (stdout, then stderr, each cleaned, head and
@@ -103,7 +114,7 @@ def build_result(
     if lines:
         blocks.append("\n".join(lines))
 
-    structured: dict[str, Any] = {
+    structured: dict[str, object] = {
         "exit_code": -1 if promoted_process_id is not None else exit_code,
         "timed_out": timed_out,
         "duration_ms": duration_ms,

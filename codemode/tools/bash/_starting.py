@@ -8,11 +8,13 @@ import contextlib
 import secrets
 import sqlite3
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from codemode.errors import ToolError
 from codemode.state import Archive, ProcessRecord
 from codemode.state import process_records as _records
+from codemode.tools.bash._answers import StartedAnswer
 from codemode.tools.bash._background import adopt, start_background
 from codemode.tools.bash._foreground import (
     RunSpec,
@@ -51,7 +53,7 @@ class Starting:
         count = sum(1 for r in live if (r.kind == "watcher") == watchers and self._reconcile(r).live)
         return count < (self._max_watchers if watchers else self._max_background)
 
-    def _start_background(self, spec: RunSpec, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _start_background(self, spec: RunSpec, settings: Mapping[str, object] | None = None) -> StartedAnswer:
         process_id = f"p_{secrets.token_hex(6)}"
         with self._start_lock:  # the cap check and the start are one step
             if not self._check_cap(spec.session_id):

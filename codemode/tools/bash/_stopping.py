@@ -7,7 +7,7 @@ import contextlib
 import errno
 import socket
 import sqlite3
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
@@ -16,6 +16,7 @@ from codemode.errors import ToolError
 from codemode.sandbox import cgroup_remove
 from codemode.state import ProcessRecord
 from codemode.state import process_records as _records
+from codemode.tools.bash._answers import StoppedAnswer, UpdatedAnswer, WrittenAnswer
 from codemode.tools.bash._foreground import (
     TERM_GRACE_SECONDS,
 )
@@ -37,7 +38,7 @@ class Stopping:
         def _reconcile(self, record: ProcessRecord) -> ProcessRecord: ...
         def _supervisor_alive(self, record: ProcessRecord) -> bool: ...
 
-    async def write(self, session_id: str, process_id: str, text: str) -> dict[str, Any]:
+    async def write(self, session_id: str, process_id: str, text: str) -> WrittenAnswer:
         """Send ``text`` to a background process's stdin (its PTY).
 
         Raises:
@@ -47,7 +48,7 @@ class Stopping:
         record = await anyio.to_thread.run_sync(self._get, session_id, process_id)
         return await anyio.to_thread.run_sync(self._write, record, text.encode())
 
-    def _write(self, record: ProcessRecord, data: bytes) -> dict[str, Any]:
+    def _write(self, record: ProcessRecord, data: bytes) -> WrittenAnswer:
         pid = record.process_id
         if record.kind == "promoted":
             raise ToolError(
@@ -87,7 +88,7 @@ class Stopping:
             sock.close()
         return {"process_id": pid, "bytes": len(data)}
 
-    async def stop(self, session_id: str, process_id: str) -> dict[str, Any]:
+    async def stop(self, session_id: str, process_id: str) -> StoppedAnswer:
         """Stop a process and its whole tree (identity checked first).
 
         Returns:
@@ -102,7 +103,7 @@ class Stopping:
             result = await anyio.to_thread.run_sync(self._stop, record)
         return result
 
-    def _stop(self, record: ProcessRecord, note: str = "") -> dict[str, Any]:
+    def _stop(self, record: ProcessRecord, note: str = "") -> StoppedAnswer:
         pid = record.process_id
         if not record.live:
             # Anything it left behind that still carries its marker goes too.
@@ -145,7 +146,7 @@ class Stopping:
             "exit_code": fresh.exit_code,
         }
 
-    def _update(self, session_id: str, process_id: str, completion_mode: str) -> dict[str, Any]:
+    def _update(self, session_id: str, process_id: str, completion_mode: str) -> UpdatedAnswer:
         record = self._get(session_id, process_id)
         with self._db() as conn:
             _records.update(conn, process_id, completion_mode=completion_mode)

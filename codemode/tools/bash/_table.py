@@ -11,11 +11,12 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from codemode.errors import ProcessNotFound, ToolError
 from codemode.state import Archive, ProcessRecord
 from codemode.state import process_records as _records
+from codemode.tools.bash._answers import ProcessRow
 from codemode.tools.bash._foreground import (
     TERM_GRACE_SECONDS,
 )
@@ -126,14 +127,14 @@ class ProcessTable:
             record = _records.get(conn, process_id)
         return None if record is None else record.session_id
 
-    def list_processes(self, session_id: str | None, *, watchers: bool = False) -> list[dict[str, Any]]:
+    def list_processes(self, session_id: str | None, *, watchers: bool = False) -> list[ProcessRow]:
         """The processes of one session (or, for the CLI, of all sessions), oldest first;
         Monitor watchers only with ``watchers``."""
         with self._db() as conn:
             records = _records.for_session(conn, session_id)
         return [self._describe(self._reconcile(r)) for r in records if watchers or r.kind != "watcher"]
 
-    def _describe(self, record: ProcessRecord) -> dict[str, Any]:
+    def _describe(self, record: ProcessRecord) -> ProcessRow:
         log_bytes: int | None = None
         if not record.live and record.log_ref is not None:
             with contextlib.suppress(ToolError):

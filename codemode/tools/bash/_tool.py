@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, get_args
 import pydantic
 import pydantic_core
 
+from codemode._json import JsonObject
 from codemode.tools._model import Handler, Tool, ToolContext, ToolResult, make_tool
 from codemode.tools.bash._limits import (
     DEFAULT_READ_BYTES,
@@ -290,7 +291,7 @@ class BashArgs(pydantic.RootModel[BashActionArgs]):
         return handler(data)
 
     @classmethod
-    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> JsonObject:
         """The JSON Schema: an object that is one of the actions' objects, optional fields shown as
         their plain type (no ``null``)."""
         schema = super().model_json_schema(*args, **kwargs)

@@ -9,7 +9,8 @@ import secrets
 import sqlite3
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
@@ -17,6 +18,7 @@ import anyio.to_thread
 from codemode.errors import ProcessNotFound, ToolError
 from codemode.state import Archive, ProcessRecord
 from codemode.state import process_records as _records
+from codemode.tools.bash._answers import EventData, EventsAnswer, WatcherData
 from codemode.tools.bash._background import start_background
 from codemode.tools.bash._foreground import (
     RunSpec,
@@ -44,7 +46,7 @@ class Watchers:
         def _notification(self, row: sqlite3.Row) -> Notification: ...
         def _reconcile(self, record: ProcessRecord) -> ProcessRecord: ...
 
-    def start_watcher(self, spec: RunSpec, options: dict[str, Any]) -> dict[str, Any]:
+    def start_watcher(self, spec: RunSpec, options: Mapping[str, object]) -> WatcherData:
         """Start a Monitor watcher: ``spec.command`` under a supervisor, its complete stdout
         lines this session's events (blocking).
 
@@ -69,7 +71,7 @@ class Watchers:
             )
         return self.watcher(spec.session_id, process_id)
 
-    def watcher(self, session_id: str, watcher_id: str) -> dict[str, Any]:
+    def watcher(self, session_id: str, watcher_id: str) -> WatcherData:
         """One watcher, described (state, options, event count).
 
         Raises:
@@ -103,7 +105,7 @@ class Watchers:
             raise _not_found(watcher_id, "watcher")
         return record
 
-    def list_watchers(self, session_id: str) -> list[dict[str, Any]]:
+    def list_watchers(self, session_id: str) -> list[WatcherData]:
         """The session's watchers, oldest first."""
         with self._db() as conn:
             records = [r for r in _records.for_session(conn, session_id) if r.kind == "watcher"]
@@ -118,7 +120,7 @@ class Watchers:
         after: int = 0,
         limit: int = MAX_EVENTS_PER_READ,
         wait_ms: int = 0,
-    ) -> dict[str, Any]:
+    ) -> EventsAnswer:
         """A watcher's events numbered above ``after``, waiting up to ``wait_ms`` for one; the
         events returned count as delivered.
 
@@ -141,7 +143,7 @@ class Watchers:
                     rows = await anyio.to_thread.run_sync(self._event_rows, watcher_id, after, limit)
                     break
             await anyio.sleep(_POLL_SECONDS)
-        events = []
+        events: list[EventData] = []
         for row in rows:
             note = self._notification(row)
             extra = note.data or {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import anyio
 import anyio.to_thread
@@ -14,6 +14,9 @@ from codemode.tools.bash._limits import DEFAULT_WAIT_MS, MAX_WAIT_MS
 from codemode.tools.bash._manager import MAX_EVENTS_PER_READ, wait_text
 from codemode.tools.bash._results import State
 from codemode.tools.bash._tool import UntilPattern
+
+if TYPE_CHECKING:
+    from codemode.tools.bash._manager import WatcherData
 
 DEFAULT_TIMEOUT_SECONDS = 30 * 60
 MAX_TIMEOUT_SECONDS = 24 * 3600
@@ -173,7 +176,7 @@ class Waited(pydantic.BaseModel):
     pattern: str | None = None
 
 
-def _info_text(info: dict[str, Any]) -> str:
+def _info_text(info: WatcherData) -> str:
     label = f' "{info["description"]}"' if info.get("description") else ""
     code = "" if info["exit_code"] is None else f" exit {info['exit_code']}"
     return f"{info['watcher_id']}{label}  {info['state']}{code}  {info['events']} events  started {info['started']}"

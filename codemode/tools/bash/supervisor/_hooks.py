@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from codemode.tools.bash.supervisor._copier import Hooks, Stopper
+from codemode.tools.bash.supervisor._spec import Spec
 
 # Keyword reports: once output has been quiet this long after a line with a keyword (waiting
 # at most _REPORT_MAX_WAIT), at most one per _REPORT_EVERY; with the latest _REPORT_BYTES.
@@ -61,7 +62,7 @@ class _Tail:
 class RunHooks(Hooks):
     """A background run: keyword reports, an optional lifetime, the tail for its completion."""
 
-    def __init__(self, records: Any, conn: Any, spec: dict[str, Any], stopper: Stopper) -> None:
+    def __init__(self, records: Any, conn: Any, spec: Spec, stopper: Stopper) -> None:
         self.records = records
         self.conn = conn
         self.process_id = spec["process_id"]
@@ -130,9 +131,7 @@ class WatchHooks(Hooks):
     """A Monitor watcher: complete stdout lines become events (coalesced, rate limited);
     stderr only goes to the log; its limits end it."""
 
-    def __init__(
-        self, records: Any, conn: Any, spec: dict[str, Any], stdout_fd: int, stopper: Stopper
-    ) -> None:
+    def __init__(self, records: Any, conn: Any, spec: Spec, stdout_fd: int, stopper: Stopper) -> None:
         self.records = records
         self.conn = conn
         self.process_id = spec["process_id"]

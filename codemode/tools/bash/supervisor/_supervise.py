@@ -11,6 +11,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import psutil
@@ -20,10 +21,11 @@ from codemode.state import _processes as records
 from codemode.tools.bash.supervisor._copier import Copier, Stopper
 from codemode.tools.bash.supervisor._hooks import RunHooks, WatchHooks
 from codemode.tools.bash.supervisor._pty import open_pty, serve_input
+from codemode.tools.bash.supervisor._spec import Spec
 from codemode.tools.bash.supervisor._trace import Tracer, traced_exit
 
 
-def _answer(message: dict[str, Any]) -> None:
+def _answer(message: Mapping[str, object]) -> None:
     """Send the host its one-line answer and let go of stdout."""
     try:
         os.write(1, (json.dumps(message) + "\n").encode())
@@ -49,7 +51,7 @@ def _exit_status(pid: int) -> tuple[int | None, str | None]:
     return os.waitstatus_to_exitcode(status), None
 
 
-def supervise(spec: dict[str, Any]) -> int:
+def supervise(spec: Spec) -> int:
     """Run one background process to its end (in the forked supervisor).
 
     ``spec["mode"]`` is ``pty`` (a background run: its terminal, input, keyword reports and
@@ -111,9 +113,9 @@ def supervise(spec: dict[str, Any]) -> int:
         records.update(conn, process_id, state="failed", error=message, ended_at=time.time())
         _answer({"ok": False, "error": message})
         return 1
-    for fd in layers.values():
-        if fd is not None:
-            os.close(fd)
+    for layer_fd in layers.values():
+        if isinstance(layer_fd, int):  # an fd, or None for a layer not prepared
+            os.close(layer_fd)
     if server is not None and input_write is not None:
         threading.Thread(
             target=serve_input, args=(server, spec["input_token"].encode(), input_write), daemon=True
@@ -145,7 +147,7 @@ def supervise(spec: dict[str, Any]) -> int:
 
 
 def _finish(
-    spec: dict[str, Any],
+    spec: Spec,
     records: Any,
     conn: Any,
     exit_code: int | None,
@@ -174,7 +176,7 @@ def _finish(
     conn.close()
 
 
-def _adopt(spec: dict[str, Any], records: Any, conn: Any) -> int:
+def _adopt(spec: Spec, records: Any, conn: Any) -> int:
     """Take over a promoted run: its pipes (passed as fds), its exit status (traced)."""
     pid = spec["pid"]
     tracer = Tracer(pid)
@@ -220,7 +222,7 @@ def _end_cgroup(path: str) -> None:
 
 def main() -> int:
     """Entry point: read the spec, fork, supervise in the child."""
-    spec = json.loads(sys.stdin.buffer.read())
+    spec: Spec = json.loads(sys.stdin.buffer.read())
     for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_IGN)
     if os.fork() != 0:

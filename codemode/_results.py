@@ -64,8 +64,10 @@ class HostConfig(pydantic.BaseModel):
             until it cleans up ``$TMPDIR``).
         preload_tokenizer: Load the exact token counter's tables and compile the secret
             rules on threads of their own when the host opens (about a second and a half of
-            CPU), so the first long output does not wait for them; off, they load when an
-            output is first long enough to need them.
+            CPU), so the first long output does not wait for them, and count every result's
+            tokens exactly; off, they load when an output is first long enough to need them,
+            and until then a result that fits its budget by its UTF-8 size reports that size
+            as its ``usage.output_tokens`` (an upper bound: a token covers at least one byte).
         tool_permissions: Per-tool permission, by tool name: ``allow``, ``ask`` (the
             ``approve`` callback decides) or ``deny``. Tools not named: read-only and
             undeclared tools allowed, tools that declare they change things (write_file,
@@ -153,7 +155,8 @@ class Usage(pydantic.BaseModel):
     """What one run used.
 
     ``output_tokens`` counts the tokens of the returned text, what the model receives (UTF-8
-    bytes, never fewer, when the tokenizer's tables are not available offline).
+    bytes, never fewer, when the tokenizer's tables are not available offline, or on a host
+    opened without ``preload_tokenizer`` while no output has needed the tokenizer yet).
     """
 
     output_tokens: int

@@ -18,7 +18,7 @@ def run_code(source: str, **options: Any) -> RunResult:
     Args:
         source: The program.
         **options: `HostConfig` fields, plus ``session_id``/``call_id``/``max_output_tokens``/
-            ``timeout_seconds`` for the run.
+            ``timeout_seconds`` for the run. ``preload_tokenizer`` defaults to False here.
 
     Raises:
         UserError: Called inside a running event loop (use ``await host.run_code`` there).
@@ -38,6 +38,10 @@ def run_code(source: str, **options: Any) -> RunResult:
         )
     run_keys = ("session_id", "call_id", "max_output_tokens", "timeout_seconds")
     run_options = {k: options.pop(k) for k in run_keys if k in options}
+    if "config" not in options:
+        # One program: the tokenizer loads only if its output comes near the budget (its
+        # usage then counts bytes, an upper bound; see HostConfig.preload_tokenizer).
+        options.setdefault("preload_tokenizer", False)
 
     async def main() -> RunResult:
         async with Host(**options) as host:

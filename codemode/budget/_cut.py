@@ -38,7 +38,8 @@ class BudgetCut:
         ref: The archived whole text when cut, else ``None``.
         total_bytes: UTF-8 size of the whole text.
         shown_bytes: UTF-8 bytes of the whole text kept in ``text``.
-        tokens: Tokens of ``text``, counted (UTF-8 bytes under the byte counter).
+        tokens: Tokens of ``text``, counted (UTF-8 bytes under the byte counter, and for a fit
+            proven by its size when ``count_fit`` is off).
     """
 
     text: str
@@ -236,6 +237,7 @@ def fit_to_budget(
     max_tokens: int,
     counter: TokenCounter,
     archive: Callable[[str], ArchiveRef],
+    count_fit: bool = True,
 ) -> BudgetCut:
     """Fit ``blocks``, joined by newlines, into ``max_tokens`` tokens, archiving the whole text
     when it does not fit.
@@ -256,6 +258,8 @@ def fit_to_budget(
         max_tokens: The budget, at least `MIN_BUDGET`.
         counter: Counts tokens.
         archive: Stores the whole text and returns its reference (called only when cutting).
+        count_fit: Count the tokens of a text whose size proves the fit; off, `BudgetCut.tokens`
+            is then that size (an upper bound), and the counter is not needed for it.
 
     Raises:
         UserError: ``max_tokens`` is not an integer of at least `MIN_BUDGET`.
@@ -269,7 +273,7 @@ def fit_to_budget(
     fits = _tokens_within(data, max_tokens, counter)
     if fits is not None:
         # A fit proven by the size alone is counted still: the figure is what the model reads.
-        tokens = counter.count(text) if fits == total and counter.exact else fits
+        tokens = counter.count(text) if count_fit and fits == total and counter.exact else fits
         return BudgetCut(text, False, None, total, total, tokens)
 
     ref = archive(text)

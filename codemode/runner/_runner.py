@@ -169,7 +169,9 @@ class Runner:
         self, call: str, session: str, error: RunError, notices: list[str], budget: int, started: float
     ) -> RunResult:
         """The result of a program that did not run (its options, its reused call id)."""
-        await count_ready(self.counter)
+        exact = await count_ready(
+            self.counter, self.config.preload_tokenizer, budget, error.message, *notices
+        )
         return self._result(
             call=call,
             session=session,
@@ -181,6 +183,7 @@ class Runner:
             tool_calls=0,
             cpu_ms=0,
             started=started,
+            exact=exact,
         )
 
     def _result(self, *, session: str, **fields: Any) -> RunResult:
@@ -276,7 +279,10 @@ class Runner:
         for name, value in outcome.late:
             notices.append(late_notice(name, value, "after the program ended"))
         images: list[RunImage] = shown_images(archive, outcome.images, budget, session, notices)
-        await count_ready(self.counter)
+        described = [error.message, error.stack] if error is not None else []
+        exact = await count_ready(
+            self.counter, self.config.preload_tokenizer, budget, outcome.output, *described, *notices
+        )
         return self._result(
             call=call,
             session=session,
@@ -290,6 +296,7 @@ class Runner:
             started=started,
             guest_error=outcome.error,
             images=images,
+            exact=exact,
         )
 
     # -- direct calls -----------------------------------------------------------------------
@@ -344,9 +351,11 @@ class Runner:
         archive = self._state().archive
         tool = self.registry.get(name)
         images = await tool_images(archive, result, bool(tool and tool.origin), budget, session)
-        await count_ready(self.counter)
+        exact = await count_ready(self.counter, self.config.preload_tokenizer, budget, *blocks, trailer)
         image_cost = sum(image.tokens for image in images)
-        fitted = fit(archive, self.counter, blocks, trailer, max(MIN_BUDGET, budget - image_cost), session)
+        fitted = fit(
+            archive, self.counter, blocks, trailer, max(MIN_BUDGET, budget - image_cost), session, exact
+        )
         return CallResult(
             tool=name,
             text=fitted.text,

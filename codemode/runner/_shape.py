@@ -45,20 +45,42 @@ class Fitted:
     printed_bytes: int
 
 
-async def count_ready(counter: TokenCounter) -> None:
-    """Load the token counter off the event loop if it is not loaded yet: every result
-    counts the tokens the model receives (`Usage.output_tokens`)."""
-    if not counter.loaded:
+async def count_ready(counter: TokenCounter, preload: bool, budget: int, *texts: str) -> bool:
+    """Whether this result's tokens are counted exactly (`Usage.output_tokens`); the token
+    counter is loaded first, off the event loop, when they are.
+
+    A host that preloads its tokenizer (``preload``) counts every result. One that does not
+    (`codemode run`, the one-shot `run_code()`) loads it only for a result whose ``texts`` come
+    near its ``budget``: a token covers at least one UTF-8 byte, so a text whose size is within
+    the budget fits without counting, and that size is the upper bound its usage reports. The
+    margin (twice the size) covers redaction marks and the result's own lines; a text that still
+    passes the budget loads the counter where it is cut.
+    """
+    if counter.loaded or preload:
+        if not counter.loaded:
+            await anyio.to_thread.run_sync(lambda: counter.exact)
+        return True
+    size = sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
+    if 2 * size + 1024 > budget:
         await anyio.to_thread.run_sync(lambda: counter.exact)
+        return True
+    return False
 
 
 def fit(
-    archive: Archive, counter: TokenCounter, blocks: list[str], trailer: str, budget: int, session: str
+    archive: Archive,
+    counter: TokenCounter,
+    blocks: list[str],
+    trailer: str,
+    budget: int,
+    session: str,
+    exact: bool = True,
 ) -> Fitted:
     """Redact the output ``blocks`` and the ``trailer`` and fit them into ``budget`` tokens.
 
     The trailer (errors, notes, notifications) is the last block: like every block that
-    does not fit its share, it keeps its head and tail (see `fit_to_budget`).
+    does not fit its share, it keeps its head and tail (see `fit_to_budget`). ``exact``: count
+    the tokens of a text that fits by its size (see `count_ready`).
     """
     redact = archive.redactor.redact
     refs: list[str] = []
@@ -75,7 +97,7 @@ def fit(
         if output:
             output[-1] = output[-1].rstrip("\n")
         output.append(redact(trailer))
-    cut = fit_to_budget(output, budget, counter, keep)
+    cut = fit_to_budget(output, budget, counter, keep, count_fit=exact)
     return Fitted(cut.text, cut.truncated, refs, cut.tokens, printed)
 
 
@@ -96,6 +118,7 @@ def run_result(
     started: float,
     guest_error: GuestError | None = None,
     images: list[RunImage] | None = None,
+    exact: bool = True,
 ) -> RunResult:
     """A program's `RunResult`: its output and trailer fit to what the images leave of the
     budget; ``notifications`` are the session's lines delivered with it."""
@@ -115,7 +138,13 @@ def run_result(
     trailer_lines.extend(f"[note: {n}]" for n in notices)
     trailer_lines.extend(notifications)
     fitted = fit(
-        archive, counter, [output], "\n".join(trailer_lines), max(MIN_BUDGET, budget - image_cost), session
+        archive,
+        counter,
+        [output],
+        "\n".join(trailer_lines),
+        max(MIN_BUDGET, budget - image_cost),
+        session,
+        exact,
     )
     return RunResult(
         call_id=call,

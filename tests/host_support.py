@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import psutil
 
-from codemode import Host, ToolContext, ToolError
+from codemode import ErrorCode, Host, ToolContext, ToolError
 
 
 class Probe:
@@ -68,12 +68,12 @@ def add_test_tools(host: Host, probe: Probe) -> None:
     @host.tool()
     def fail_sync(message: str) -> str:
         """Raise ToolError(message, data) from a sync handler."""
-        raise ToolError(message, {"code": 7, "where": "sync"})
+        raise ToolError(message, {"code": 7, "where": "sync"}, code=ErrorCode.TOOL_FAILED)
 
     @host.tool()
     async def fail_async(message: str) -> str:
         """Raise ToolError(message, data) from an async handler."""
-        raise ToolError(message, {"code": 8, "where": "async"})
+        raise ToolError(message, {"code": 8, "where": "async"}, code=ErrorCode.TOOL_FAILED)
 
     @host.tool()
     async def crash(message: str) -> str:
@@ -115,6 +115,16 @@ async def read_until_exit(host: Host, process_id: str) -> dict[str, Any]:
             offset = data["next_offset"]
             if data["exited"]:
                 return {**data, "output": output}
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (exists and is not a zombie)."""
+    try:
+        status: str = psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return False
+    zombie: str = psutil.STATUS_ZOMBIE  # psutil has no type information
+    return status != zombie
 
 
 def survivors(token: str) -> list[int]:

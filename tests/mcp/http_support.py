@@ -15,9 +15,10 @@ from pathlib import Path
 
 import anyio
 import httpx2
-import psutil
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+
+from tests.host_support import alive
 
 TOKEN = "test-token-0123456789"
 _URL_LINE = re.compile(r"serving MCP over streamable HTTP at (\S+)")
@@ -98,10 +99,3 @@ async def wait_until_gone(pid: int, seconds: float = 30) -> bool:
             return True
         await anyio.sleep(0.05)
     return False
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False

@@ -17,7 +17,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.mcp.http_support import TOKEN, HttpServer, alive, http_server, session, wait_until_gone
+from tests.host_support import alive
+from tests.mcp.http_support import TOKEN, HttpServer, http_server, session, wait_until_gone
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.mcp.http_support import alive, http_server, session, wait_until_gone
+from tests.host_support import alive
+from tests.mcp.http_support import http_server, session, wait_until_gone
 
 pytestmark = [
     pytest.mark.anyio,

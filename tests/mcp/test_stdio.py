@@ -230,7 +230,8 @@ def test_a_union_input_schema_is_published_as_one_object() -> None:
 
 
 async def test_a_client_disconnecting_stops_the_sessions_processes(tmp_path: Path) -> None:
-    from tests.mcp.http_support import alive, wait_until_gone
+    from tests.host_support import alive
+    from tests.mcp.http_support import wait_until_gone
 
     with anyio.fail_after(60):
         async with stdio_client(_params(tmp_path)) as (read, write), ClientSession(read, write) as session:
@@ -271,10 +272,10 @@ async def test_nested_calls_are_approved_by_the_clients_user_through_elicitation
 
     async def answer(context: object, params: types.ElicitRequestParams) -> types.ElicitResult:
         asked.append(params)
-        schema = params.requested_schema  # type: ignore[union-attr]
-        choices = {
+        assert isinstance(params, types.ElicitRequestFormParams)  # codemode asks with a form
+        choices: dict[str, str | int | float | bool | list[str] | None] = {
             key: ("allow" if "a.txt" in prop["title"] else "deny")
-            for key, prop in schema["properties"].items()
+            for key, prop in params.requested_schema["properties"].items()
         }
         return types.ElicitResult(action="accept", content=choices)
 
@@ -293,9 +294,11 @@ async def test_nested_calls_are_approved_by_the_clients_user_through_elicitation
             await session.initialize()
             nested = await session.call_tool("run_code", {"code": program})
             direct = await session.call_tool("write_file", {"path": "c.txt", "content": "c"})
-    assert len(asked) == 1  # one batch, one question with a choice per call
-    assert "write_file" in asked[0].message and len(asked[0].requested_schema["properties"]) == 2  # type: ignore[union-attr]
-    assert nested.content[0].text.strip() == "ok denied", nested  # type: ignore[union-attr]
+    (question,) = asked  # one batch, one question with a choice per call
+    assert isinstance(question, types.ElicitRequestFormParams)
+    assert "write_file" in question.message and len(question.requested_schema["properties"]) == 2
+    text = nested.content[0]
+    assert isinstance(text, types.TextContent) and text.text.strip() == "ok denied", nested
     assert (workspace / "a.txt").exists() and not (workspace / "b.txt").exists()
     assert not direct.is_error and (workspace / "c.txt").read_text() == "c"  # the client approved that call
     assert len(asked) == 1

@@ -215,8 +215,10 @@ async def test_a_session_never_answers_another_sessions_approval(tmp_path: Path)
     def answering(who: str, choice: str) -> Any:
         async def answer(context: object, params: types.ElicitRequestParams) -> types.ElicitResult:
             asked[who] += 1
-            schema = params.requested_schema  # type: ignore[union-attr]
-            return types.ElicitResult(action="accept", content={key: choice for key in schema["properties"]})
+            assert isinstance(params, types.ElicitRequestFormParams)  # codemode asks with a form
+            return types.ElicitResult(
+                action="accept", content={key: choice for key in params.requested_schema["properties"]}
+            )
 
         return answer
 

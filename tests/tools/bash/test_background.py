@@ -4,8 +4,10 @@ background process under a new supervisor, and fails cleanly when it cannot."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
+import sqlite3
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,32 +21,33 @@ from codemode.sandbox import SandboxPolicy
 from codemode.state import Archive
 from codemode.state import process_records as _records
 from codemode.tools.bash import _background
+from codemode.tools.bash._answers import SupervisorAnswer
 from codemode.tools.bash._background import runtime_dir, start_background
 from codemode.tools.bash._foreground import RunSpec
 
-from .supervisor.test_supervisor import _ended, _log, _poll
-
-Start = Callable[..., tuple[str, dict[str, Any]]]
+from .supervisor.test_supervisor import Start, _ended, _ended_now, _log, _poll
 
 
 @pytest.fixture
-def conn(archive: Archive) -> Iterator[Any]:
+def conn(archive: Archive) -> Iterator[sqlite3.Connection]:
     c = _records.connect(archive.db_path)
     yield c
     c.close()
 
 
 @pytest.fixture
-def start(archive: Archive, conn: Any, policy: SandboxPolicy, workspace: Path) -> Iterator[Start]:
+def start(
+    archive: Archive, conn: sqlite3.Connection, policy: SandboxPolicy, workspace: Path
+) -> Iterator[Start]:
     """``start(command, **RunSpec fields)`` -> (process_id, answer); cleans up afterwards."""
     started: list[str] = []
     session_id = f"t{secrets.token_hex(4)}"
 
     @contextlib.contextmanager
-    def db() -> Iterator[Any]:
+    def db() -> Iterator[sqlite3.Connection]:
         yield conn
 
-    def run(command: str, **extra: Any) -> tuple[str, dict[str, Any]]:
+    def run(command: str, **extra: Any) -> tuple[str, SupervisorAnswer]:
         process_id = f"p_{secrets.token_hex(6)}"
         started.append(process_id)
         fields: dict[str, Any] = {
@@ -68,7 +71,7 @@ def start(archive: Archive, conn: Any, policy: SandboxPolicy, workspace: Path) -
                 if proc.create_time() == record.pid_started:
                     proc.kill()
             with contextlib.suppress(AssertionError):
-                _poll(lambda pid=process_id: not _records.get(conn, pid).live, 10)  # type: ignore[misc]
+                _poll(functools.partial(_ended_now, conn, process_id), 10)
         if record.cgroup:
             for path in (record.cgroup, os.path.dirname(record.cgroup)):
                 with contextlib.suppress(OSError):
@@ -76,7 +79,7 @@ def start(archive: Archive, conn: Any, policy: SandboxPolicy, workspace: Path) -
 
 
 def test_a_start_records_the_process_and_answers_with_pid_and_log(
-    start: Start, conn: Any, archive: Archive, workspace: Path
+    start: Start, conn: sqlite3.Connection, archive: Archive, workspace: Path
 ) -> None:
     process_id, answer = start(
         'echo "term=$TERM marker=$CODEMODE_PROCESS_ID extra=$EXTRA_VAR"',
@@ -109,7 +112,7 @@ def test_a_start_records_the_process_and_answers_with_pid_and_log(
     assert _records.pending(conn, record.session_id) == []  # completion_mode silent
 
 
-def test_two_starts_get_their_own_input_channel_and_token(start: Start, conn: Any) -> None:
+def test_two_starts_get_their_own_input_channel_and_token(start: Start, conn: sqlite3.Connection) -> None:
     first, _ = start("exit 0")
     second, _ = start("exit 0")
     a, b = _records.get(conn, first), _records.get(conn, second)
@@ -148,7 +151,7 @@ _FAILURES: dict[str, tuple[Callable[..., Any], str, str | None]] = {
 
 @pytest.mark.parametrize("how", list(_FAILURES))
 def test_a_start_that_fails_is_a_tool_error_and_a_failed_record(
-    how: str, start: Start, conn: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    how: str, start: Start, conn: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     setup, words, code = _FAILURES[how]
     extra = setup(monkeypatch, tmp_path) or {}
@@ -168,7 +171,7 @@ def test_a_start_that_fails_is_a_tool_error_and_a_failed_record(
 
 @pytest.mark.parametrize("how", list(_FAILURES))
 def test_a_start_that_fails_leaves_no_cgroup(
-    how: str, start: Start, conn: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    how: str, start: Start, conn: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     setup = _FAILURES[how][0]
     extra = setup(monkeypatch, tmp_path) or {}
@@ -183,7 +186,7 @@ def test_a_start_that_fails_leaves_no_cgroup(
 
 @pytest.mark.parametrize("how", list(_FAILURES))
 def test_a_start_that_fails_queues_no_completion(
-    how: str, start: Start, conn: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    how: str, start: Start, conn: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     setup = _FAILURES[how][0]
     extra = setup(monkeypatch, tmp_path) or {}
@@ -195,7 +198,7 @@ def test_a_start_that_fails_queues_no_completion(
 
 
 def test_a_failed_supervisor_keeps_its_error_file_for_diagnosis(
-    start: Start, archive: Archive, conn: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    start: Start, archive: Archive, conn: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     _silent_supervisor(monkeypatch, tmp_path)
     with pytest.raises(ToolError):

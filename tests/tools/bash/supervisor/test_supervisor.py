@@ -5,17 +5,19 @@ only with the record's token, and cleans up the command's cgroup."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import secrets
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 import pytest
@@ -23,13 +25,16 @@ import pytest
 from codemode.sandbox import SandboxPolicy
 from codemode.state import Archive, ProcessRecord
 from codemode.state import process_records as _records
+from codemode.tools.bash._answers import SupervisorAnswer
 from codemode.tools.bash._background import start_background
 from codemode.tools.bash._foreground import RunSpec
+from tests.host_support import alive
 
-Start = Callable[..., tuple[str, dict[str, Any]]]
+Start = Callable[..., tuple[str, SupervisorAnswer]]
+T = TypeVar("T")
 
 
-def _poll(check: Callable[[], Any], seconds: float = 15, what: str = "") -> Any:
+def _poll(check: Callable[[], T | None], seconds: float = 15, what: str = "") -> T:
     """``check()`` once it is truthy (a deadline, no fixed sleeps)."""
     deadline = time.monotonic() + seconds
     while True:
@@ -41,7 +46,7 @@ def _poll(check: Callable[[], Any], seconds: float = 15, what: str = "") -> Any:
 
 
 @pytest.fixture
-def conn(archive: Archive) -> Iterator[Any]:
+def conn(archive: Archive) -> Iterator[sqlite3.Connection]:
     c = _records.connect(archive.db_path)
     yield c
     c.close()
@@ -55,15 +60,15 @@ def session_id() -> str:
 
 @pytest.fixture
 def start(
-    archive: Archive, conn: Any, policy: SandboxPolicy, workspace: Path, session_id: str
+    archive: Archive, conn: sqlite3.Connection, policy: SandboxPolicy, workspace: Path, session_id: str
 ) -> Iterator[Start]:
     started: list[str] = []
 
     @contextlib.contextmanager
-    def db() -> Iterator[Any]:
+    def db() -> Iterator[sqlite3.Connection]:
         yield conn
 
-    def run(command: str, **extra: Any) -> tuple[str, dict[str, Any]]:
+    def run(command: str, **extra: Any) -> tuple[str, SupervisorAnswer]:
         process_id = f"p_{secrets.token_hex(6)}"
         started.append(process_id)
         spec = RunSpec(
@@ -81,13 +86,19 @@ def start(
                     proc.kill()
         if record is not None and record.cgroup:
             with contextlib.suppress(AssertionError):  # the supervisor removes it once the command ends
-                _poll(lambda pid=process_id: not _records.get(conn, pid).live, 10)  # type: ignore[misc]
+                _poll(functools.partial(_ended_now, conn, process_id), 10)
             for path in (record.cgroup, os.path.dirname(record.cgroup)):
                 with contextlib.suppress(OSError):
                     os.rmdir(path)
 
 
-def _ended(conn: Any, process_id: str) -> ProcessRecord:
+def _ended_now(conn: sqlite3.Connection, process_id: str) -> bool:
+    record = _records.get(conn, process_id)
+    assert record is not None
+    return not record.live
+
+
+def _ended(conn: sqlite3.Connection, process_id: str) -> ProcessRecord:
     def check() -> ProcessRecord | None:
         record = _records.get(conn, process_id)
         assert record is not None
@@ -101,7 +112,9 @@ def _log(record: ProcessRecord) -> str:
     return Path(record.log_path).read_bytes().decode(errors="replace")
 
 
-def test_the_exit_code_and_output_are_recorded_with_one_completion(start: Start, conn: Any) -> None:
+def test_the_exit_code_and_output_are_recorded_with_one_completion(
+    start: Start, conn: sqlite3.Connection
+) -> None:
     process_id, answer = start("echo hello from bg; exit 7")
     record = _ended(conn, process_id)
     assert (record.state, record.exit_code, record.exit_signal) == ("exited", 7, None)
@@ -116,7 +129,9 @@ def test_the_exit_code_and_output_are_recorded_with_one_completion(start: Start,
     assert "exited with code 7" in note["text"]
 
 
-def test_a_command_killed_by_a_signal_is_recorded_with_the_signal(start: Start, conn: Any) -> None:
+def test_a_command_killed_by_a_signal_is_recorded_with_the_signal(
+    start: Start, conn: sqlite3.Connection
+) -> None:
     process_id, _ = start("kill -KILL $$")
     record = _ended(conn, process_id)
     assert (record.exit_code, record.exit_signal) == (128 + 9, "SIGKILL")
@@ -124,7 +139,7 @@ def test_a_command_killed_by_a_signal_is_recorded_with_the_signal(start: Start, 
 
 
 def test_the_command_runs_on_a_terminal_while_its_record_says_running(
-    start: Start, conn: Any, workspace: Path
+    start: Start, conn: sqlite3.Connection, workspace: Path
 ) -> None:
     go = workspace / "go"
     process_id, answer = start(
@@ -168,7 +183,7 @@ print(json.dumps(start_background(spec, process_id=process_id, archive=archive, 
 
 
 def test_the_supervisor_outlives_the_host_and_records_the_end(
-    conn: Any, state_dir: Path, workspace: Path, policy: SandboxPolicy, session_id: str
+    conn: sqlite3.Connection, state_dir: Path, workspace: Path, policy: SandboxPolicy, session_id: str
 ) -> None:
     go = workspace / "go"
     process_id = f"p_{secrets.token_hex(6)}"
@@ -225,7 +240,7 @@ def _send(record: ProcessRecord, payload: bytes) -> bytes:
         return reply
 
 
-def test_input_is_taken_only_with_the_records_token(start: Start, conn: Any) -> None:
+def test_input_is_taken_only_with_the_records_token(start: Start, conn: sqlite3.Connection) -> None:
     process_id, _ = start('echo ready; read line; echo "got [$line]"')
     record = _records.get(conn, process_id)
     assert record is not None and record.input_token is not None
@@ -237,7 +252,7 @@ def test_input_is_taken_only_with_the_records_token(start: Start, conn: Any) -> 
     assert _send(record, forged + b"forged\n") == b""  # refused, nothing answered
     assert _send(record, token[:-1] + b"x" + b"close\n") == b""
     assert _send(record, token[:10]) == b""  # too short
-    assert _records.get(conn, process_id).live  # none of it reached the command
+    assert not _ended_now(conn, process_id)  # none of it reached the command
 
     assert _send(record, token + b"real\n") == b"ok"
     ended = _ended(conn, process_id)
@@ -246,15 +261,16 @@ def test_input_is_taken_only_with_the_records_token(start: Start, conn: Any) -> 
     assert "forged" not in log and "close" not in log
 
 
-def test_the_input_socket_is_gone_once_the_command_ends(start: Start, conn: Any) -> None:
+def test_the_input_socket_is_gone_once_the_command_ends(start: Start, conn: sqlite3.Connection) -> None:
     process_id, _ = start("exit 0")
     running = _records.get(conn, process_id)
     assert running is not None and running.input_path is not None and running.input_token is not None
+    token = running.input_token.encode()
     _ended(conn, process_id)
 
     def refused() -> bool:
         try:
-            _send(running, running.input_token.encode() + b"late\n")  # type: ignore[union-attr]
+            _send(running, token + b"late\n")
         except ConnectionRefusedError:
             return True
         return False
@@ -263,24 +279,29 @@ def test_the_input_socket_is_gone_once_the_command_ends(start: Start, conn: Any)
 
 
 @pytest.fixture
-def cgroups(start: Start, conn: Any) -> None:
+def cgroups(start: Start, conn: sqlite3.Connection) -> None:
     process_id, _ = start("exit 0")
-    if _records.get(conn, process_id).cgroup is None:  # type: ignore[union-attr]
+    record = _records.get(conn, process_id)
+    assert record is not None
+    if record.cgroup is None:
         pytest.skip("cgroups are unavailable here")
 
 
-def test_the_commands_cgroup_is_removed_when_it_ends(cgroups: None, start: Start, conn: Any) -> None:
+def test_the_commands_cgroup_is_removed_when_it_ends(
+    cgroups: None, start: Start, conn: sqlite3.Connection
+) -> None:
     process_id, _ = start("read line; exit 3")  # it waits for its input: the cgroup is there
     record = _records.get(conn, process_id)
-    assert record is not None and record.cgroup is not None
-    assert os.path.isdir(record.cgroup)
-    assert _send(record, record.input_token.encode() + b"go\n") == b"ok"  # type: ignore[union-attr]
+    assert record is not None and record.cgroup is not None and record.input_token is not None
+    cgroup = record.cgroup
+    assert os.path.isdir(cgroup)
+    assert _send(record, record.input_token.encode() + b"go\n") == b"ok"
     _ended(conn, process_id)
-    _poll(lambda: not os.path.exists(record.cgroup), what="the cgroup to go")
+    _poll(lambda: not os.path.exists(cgroup), what="the cgroup to go")
 
 
 def test_processes_the_command_left_behind_end_with_it(
-    cgroups: None, start: Start, conn: Any, workspace: Path
+    cgroups: None, start: Start, conn: sqlite3.Connection, workspace: Path
 ) -> None:
     # An escaped child (own session, output away from the terminal) would outlive bash; its
     # cgroup holds it, so the supervisor ends it before it records the exit.
@@ -290,19 +311,14 @@ def test_processes_the_command_left_behind_end_with_it(
     assert record.exit_code == 0
     child = int(pid_file.read_text())
 
-    def gone() -> bool:
-        try:
-            return psutil.Process(child).status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-
-    _poll(gone, what="the left-behind child to end")
-    assert record.cgroup is not None
-    _poll(lambda: not os.path.exists(record.cgroup), what="the cgroup to go")
+    _poll(lambda: not alive(child), what="the left-behind child to end")
+    cgroup = record.cgroup
+    assert cgroup is not None
+    _poll(lambda: not os.path.exists(cgroup), what="the cgroup to go")
 
 
 def test_a_child_holding_the_terminal_does_not_keep_the_record_open(
-    cgroups: None, start: Start, conn: Any, workspace: Path
+    cgroups: None, start: Start, conn: sqlite3.Connection, workspace: Path
 ) -> None:
     # The child keeps the PTY open after bash exits; the supervisor stops copying soon after
     # the exit, records it, and ends the child with the cgroup.
@@ -313,16 +329,10 @@ def test_a_child_holding_the_terminal_does_not_keep_the_record_open(
     assert "parent done" in _log(record)
     child = int(pid_file.read_text())
 
-    def gone() -> bool:
-        try:
-            return psutil.Process(child).status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-
-    _poll(gone, what="the child to end")
+    _poll(lambda: not alive(child), what="the child to end")
 
 
-def test_a_large_input_reaches_the_command_whole_and_in_order(start: Start, conn: Any) -> None:
+def test_a_large_input_reaches_the_command_whole_and_in_order(start: Start, conn: sqlite3.Connection) -> None:
     # More than a pipe and a terminal buffer hold: the supervisor queues what the PTY cannot
     # take yet. The terminal is in line mode, so the input is lines; ^D ends it.
     lines = [f"{i:06d} {'x' * 90}" for i in range(3000)]

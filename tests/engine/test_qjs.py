@@ -32,6 +32,7 @@ def test_text_crosses_whole_with_nul_and_never_as_invalid_unicode() -> None:
     assert ctx.eval("'a\\u0000b'") == "a\x00b"  # lengths, not C strings: nothing is cut at U+0000
     assert ctx.eval("'é😀'") == "é😀"
     lone = ctx.eval("'\\ud800x'")
+    assert isinstance(lone, str)
     assert lone.endswith("x") and "\ufffd" in lone
     lone.encode("utf-8")  # Python gets text it can encode
 
@@ -108,7 +109,9 @@ def test_set_prelude_is_once_per_process() -> None:
         _qjs.set_prelude(_qjs.compile("1", "<other>"), 2)
 
 
-def _answer_calls(channel: _qjs.Channel, replies: list[tuple[bool, str, bool]], seen: list[tuple]) -> None:
+def _answer_calls(
+    channel: _qjs.Channel, replies: list[tuple[bool, str, bool]], seen: list[tuple[int, str, str, int]]
+) -> None:
     """Play the event loop's part: wait for the channel's eventfd, take the calls, answer them."""
     fd = channel.fileno()
     while replies:
@@ -122,7 +125,7 @@ def test_calls_posted_reach_the_loop_side_and_results_come_back() -> None:
     ctx = prepare_context()
     channel = _qjs.Channel()
     ctx.set_limits(64 * 1024 * 1024, 1024 * 1024)
-    seen: list[tuple] = []
+    seen: list[tuple[int, str, str, int]] = []
     replies = [
         (True, "first\x00", True),
         (False, '{"code":"tool_failed","message":"nope","data":null}', False),
@@ -140,10 +143,10 @@ def test_calls_posted_reach_the_loop_side_and_results_come_back() -> None:
         "[]",
         "[]",
     )
-    texts = []
+    texts: list[str] = []
     while not any('"done"' in text for text in texts):
         event, text = ctx.run(time.monotonic() + 30, float("inf"))
-        assert event == "drain", event
+        assert event == "drain" and text is not None, event
         texts.append(text)
     loop.join(30)
     assert [(name, payload) for _, name, payload, _ in seen] == [

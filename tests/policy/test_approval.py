@@ -177,10 +177,14 @@ def test_capabilities_beyond_the_host_defaults_are_requests_of_their_own() -> No
     closed = Approvals(network_default=False)
     open_ = Approvals(network_default=True)
     assert closed.requests(tool, {"url": "u"}, "s") == []
-    (network,) = closed.requests(tool, {"url": "u", "network": True}, "s")  # type: ignore[misc]
+    asked = closed.requests(tool, {"url": "u", "network": True}, "s")
+    assert isinstance(asked, list)  # requests, not a refusal
+    (network,) = asked
     assert network.kind is ApprovalKind.CAPABILITY and network.rule == "network"
     assert open_.requests(tool, {"url": "u", "network": True}, "s") == []  # the host allows it anyway
-    (paths,) = open_.requests(tool, {"url": "u", "write_paths": ["/srv/out"]}, "s")  # type: ignore[misc]
+    asked = open_.requests(tool, {"url": "u", "write_paths": ["/srv/out"]}, "s")
+    assert isinstance(asked, list)
+    (paths,) = asked
     assert paths.rule == "write_paths" and "/srv/out" in paths.summary
     refusal = Approvals.refusal([network], [Decision.deny("offline")])
     assert refusal == "the capability 'network' was denied: offline; do something else or ask the user"

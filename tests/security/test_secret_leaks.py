@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
-from codemode import Host
+from codemode import CallResult, Host
 from codemode.state import Redactor, State, StreamRedactor
 from tests.state.secret_fixtures import pem
 
@@ -180,7 +179,7 @@ echo "ERROR: login failed for Qz7!pLm2vX" >&2
 """
 
 
-def _texts(result: Any) -> str:
+def _texts(result: CallResult) -> str:
     return result.text + json.dumps(result.structured_content)
 
 
@@ -216,7 +215,7 @@ async def test_a_report_and_the_read_action_redact_across_their_texts(tmp_path: 
             assert not started.is_error, started.text
             pid = started.structured_content["process_id"]
             # The ERROR line is reported (its line, the output before it) on a later result.
-            results = []
+            results: list[CallResult] = []
             while not any("still running" in r.text for r in results):
                 results.append(await host.call_tool("bash", {"command": "true"}))
             results.append(await host.call_tool("bash", {"action": "read", "process_id": pid}))

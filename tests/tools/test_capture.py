@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import random
 import subprocess
 import tracemalloc
@@ -107,7 +108,7 @@ def test_marker_note_and_regex() -> None:
 def test_real_process_output_through_a_pipe() -> None:
     cap = StreamCapture()
     with subprocess.Popen(["seq", "1", "1000000"], stdout=subprocess.PIPE) as proc:
-        assert proc.stdout is not None
+        assert isinstance(proc.stdout, io.BufferedReader)  # buffered: read1 returns what is there
         while chunk := proc.stdout.read1(65536):
             cap.feed(chunk)
     assert proc.returncode == 0

@@ -122,7 +122,8 @@ def test_a_hostile_repository_makes_the_host_run_nothing(tmp_path: Path, mode: S
     assert rev is not None and rev["root"] == str(repo)
     # The long-running filter process dies confined, so git fails and the answer is "unknown"
     # rather than a wrong "clean"; nothing of the repository's ran outside the sandbox.
-    assert rev["dirty"] is None and rev["dirty_reason"].startswith("git status failed")
+    reason = rev["dirty_reason"]
+    assert rev["dirty"] is None and reason is not None and reason.startswith("git status failed")
     assert sorted(p.name for p in outside.iterdir()) == []
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from codemode.sandbox import Process
 from codemode.tools._capture import StreamCapture
 from codemode.tools.bash._pump import Pump
 
@@ -25,8 +26,9 @@ class _Log:
 def sleeper() -> Iterator[tuple[Pump, subprocess.Popen[bytes], _Log]]:
     out_read, out_write = os.pipe2(os.O_CLOEXEC)
     err_read, err_write = os.pipe2(os.O_CLOEXEC)
+    argv = ["/bin/sh", "-c", "echo started; read line; echo done >&2"]
     proc = subprocess.Popen(
-        ["/bin/sh", "-c", "echo started; read line; echo done >&2"],
+        argv,
         stdin=subprocess.PIPE,
         stdout=out_write,
         stderr=err_write,
@@ -34,7 +36,8 @@ def sleeper() -> Iterator[tuple[Pump, subprocess.Popen[bytes], _Log]]:
     os.close(out_write)
     os.close(err_write)
     log = _Log()
-    pump = Pump(proc, (out_read, err_read), StreamCapture(), StreamCapture(), log)
+    # The pump watches the pid (a sandbox Process over it); the Popen reaps it.
+    pump = Pump(Process(proc.pid, argv), (out_read, err_read), StreamCapture(), StreamCapture(), log)
     yield pump, proc, log
     if proc.stdin is not None and not proc.stdin.closed:
         proc.stdin.close()
@@ -80,8 +83,9 @@ def test_a_closed_stream_is_not_reported_again_while_a_copy_of_its_pipe_lives() 
     # (or close) that fd number again: by then it may name another file.
     out_read, out_write = os.pipe2(os.O_CLOEXEC)
     err_read, err_write = os.pipe2(os.O_CLOEXEC)
+    argv = ["/bin/sh", "-c", "echo out; exec >&-; sleep 0.3; echo err >&2"]
     proc = subprocess.Popen(
-        ["/bin/sh", "-c", "echo out; exec >&-; sleep 0.3; echo err >&2"],
+        argv,
         stdout=out_write,
         stderr=err_write,
     )
@@ -89,7 +93,8 @@ def test_a_closed_stream_is_not_reported_again_while_a_copy_of_its_pipe_lives() 
     os.close(err_write)
     copy = os.dup(out_read)  # the forked child's copy of the read end
     log = _Log()
-    pump = Pump(proc, (out_read, err_read), StreamCapture(), StreamCapture(), log)
+    # The pump watches the pid (a sandbox Process over it); the Popen reaps it.
+    pump = Pump(Process(proc.pid, argv), (out_read, err_read), StreamCapture(), StreamCapture(), log)
     try:
         assert pump.run(time.monotonic() + 30) == "finished"
         assert log.data == b"out\nerr\n"

@@ -89,9 +89,9 @@ async def test_finished_log_compacted_and_offset_note(
     data = await restarted.read("s1", pid, 0, 64, None)
     assert "note" in data and "compacted" in data["note"]
     assert data["offset"] > 0
-    rows = restarted.list_processes("s1")
-    assert rows[0]["log_bytes"] >= 10_000_000
-    tail = await restarted.read("s1", pid, rows[0]["log_bytes"] - 8, None, None)
+    log_bytes = restarted.list_processes("s1")[0]["log_bytes"]
+    assert log_bytes is not None and log_bytes >= 10_000_000
+    tail = await restarted.read("s1", pid, log_bytes - 8, None, None)
     assert "END" in tail["output"]
     await restarted.aclose()
 

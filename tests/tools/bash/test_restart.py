@@ -70,7 +70,10 @@ _HOST = textwrap.dedent(
 
 def _describe(pid: int) -> dict[str, object]:
     try:
-        return psutil.Process(pid).as_dict(["pid", "ppid", "status", "cmdline", "create_time"])
+        described: dict[str, object] = psutil.Process(pid).as_dict(
+            ["pid", "ppid", "status", "cmdline", "create_time"]
+        )
+        return described  # (psutil has no type information)
     except psutil.Error as exc:
         return {"pid": pid, "gone": repr(exc)}
 

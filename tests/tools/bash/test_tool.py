@@ -220,9 +220,14 @@ def test_problems_are_reported_at_their_own_path() -> None:
 def test_null_for_an_optional_field_means_absent() -> None:
     tool = bash_tool(lambda args: None, None)
     run = tool.parse({"action": None, "command": "ls", "cwd": None, "timeout_seconds": None})
-    assert isinstance(run.root, BashRunArgs) and run.root.cwd is None and run.root.timeout_seconds is None
+    assert (
+        isinstance(run, BashArgs)
+        and isinstance(run.root, BashRunArgs)
+        and run.root.cwd is None
+        and run.root.timeout_seconds is None
+    )
     read = tool.parse({"action": "read", "process_id": "p1", "wait_ms": None, "input": None})
-    assert isinstance(read.root, BashReadArgs) and read.root.wait_ms is None
+    assert isinstance(read, BashArgs) and isinstance(read.root, BashReadArgs) and read.root.wait_ms is None
     with pytest.raises(ToolError, match='bash action "read" needs process_id'):
         tool.parse({"action": "read", "process_id": None})
 

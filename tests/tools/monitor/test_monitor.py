@@ -26,7 +26,7 @@ async def host(tmp_path: Path) -> AsyncIterator[Host]:
 async def _call(host: Host, tool: str, **args: Any) -> dict[str, Any]:
     result = await host.call_tool(tool, args)
     assert not result.is_error, result.text
-    assert result.structured_content is not None
+    assert isinstance(result.structured_content, dict), result.structured_content
     return result.structured_content
 
 

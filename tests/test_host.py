@@ -11,7 +11,7 @@ import pytest
 
 import codemode
 from codemode import Extension, Host, UserError, make_tool
-from tests.host_support import Probe, assert_healthy
+from tests.host_support import MakeHost, Probe, assert_healthy
 
 pytestmark = pytest.mark.anyio
 
@@ -54,7 +54,7 @@ async def test_a_bad_header_is_a_clear_error_and_nothing_runs(
     await assert_healthy(host)
 
 
-async def test_a_budget_above_the_host_limit_is_clamped_and_said(make_host: Any) -> None:
+async def test_a_budget_above_the_host_limit_is_clamped_and_said(make_host: MakeHost) -> None:
     async with make_host(max_output_tokens=500, max_output_tokens_limit=1000) as (host, _probe):
         result = await run(host, '// @run_code: {"max_output_tokens": 999999}\nprint("hi")')
         assert result.ok, result.text
@@ -67,7 +67,7 @@ async def test_a_budget_above_the_host_limit_is_clamped_and_said(make_host: Any)
         assert plain.text == "hi\n" and not plain.notices
 
 
-async def test_a_timeout_above_the_host_limit_is_clamped_and_said(make_host: Any) -> None:
+async def test_a_timeout_above_the_host_limit_is_clamped_and_said(make_host: MakeHost) -> None:
     async with make_host(max_timeout_seconds=5) as (host, _probe):
         result = await run(host, '// @run_code: {"timeout_seconds": 100}\nprint("hi")')
         assert result.ok
@@ -95,7 +95,9 @@ async def _read_all(host: Host, ref: str, limit: int) -> bytes:
 
 
 @pytest.mark.parametrize("unit", ["line", "ünï😀日本"])
-async def test_output_over_the_budget_is_archived_and_reads_back_exactly(make_host: Any, unit: str) -> None:
+async def test_output_over_the_budget_is_archived_and_reads_back_exactly(
+    make_host: MakeHost, unit: str
+) -> None:
     async with make_host(max_output_tokens=400) as (host, _probe):
         source = f'for (let i = 0; i < 3000; i++) print({json.dumps(unit)} + " " + i);'
         expected = "".join(f"{unit} {i}\n" for i in range(3000))
@@ -115,7 +117,7 @@ async def test_output_over_the_budget_is_archived_and_reads_back_exactly(make_ho
         assert await _read_all(host, ref, limit=1000) == expected.encode("utf-8")
 
 
-async def test_an_error_after_a_long_output_still_shows_and_fits(make_host: Any) -> None:
+async def test_an_error_after_a_long_output_still_shows_and_fits(make_host: MakeHost) -> None:
     async with make_host(max_output_tokens=300) as (host, _probe):
         result = await run(
             host, 'for (let i = 0; i < 2000; i++) print("row " + i);\nthrow new Error("late");'
@@ -132,7 +134,7 @@ async def test_an_error_after_a_long_output_still_shows_and_fits(make_host: Any)
         'for (let i = 0; i < 1000; i++) print("row " + i);\nthrow new Error("abc ".repeat(200));',
     ],
 )
-async def test_a_long_error_message_also_fits_the_budget(make_host: Any, source: str) -> None:
+async def test_a_long_error_message_also_fits_the_budget(make_host: MakeHost, source: str) -> None:
     async with make_host(max_output_tokens=300) as (host, _probe):
         result = await run(host, source)
         assert host.counter.count(result.text) <= 300
@@ -204,7 +206,7 @@ async def test_two_concurrent_runs_with_one_call_id_run_once(host: Host, probe: 
     assert results[0] == results[1]
 
 
-async def test_replay_survives_a_new_host_on_the_same_state_dir(make_host: Any, tmp_path: Path) -> None:
+async def test_replay_survives_a_new_host_on_the_same_state_dir(make_host: MakeHost, tmp_path: Path) -> None:
     state = tmp_path / "shared-state"
     async with make_host(state_dir=state) as (host, probe):
         first = await run(host, "print(await tools.bump({}))", call_id="durable")
@@ -278,7 +280,7 @@ print(JSON.stringify(await store.keys()));
     await assert_healthy(host)
 
 
-async def test_store_persists_across_hosts(make_host: Any, tmp_path: Path) -> None:
+async def test_store_persists_across_hosts(make_host: MakeHost, tmp_path: Path) -> None:
     state = tmp_path / "persist"
     async with make_host(state_dir=state) as (host, _probe):
         await run(host, 'await store.set("k", {v: "é😀"})', session_id="keep")
@@ -342,7 +344,9 @@ async def test_run_code_description_lists_api_tools_and_extension_guidance(host:
     assert (await run(host, "print(await tools.ping())")).text == "pong\n"
 
 
-async def test_five_thousand_tools_are_listed_by_group_within_two_thousand_tokens(make_host: Any) -> None:
+async def test_five_thousand_tools_are_listed_by_group_within_two_thousand_tokens(
+    make_host: MakeHost,
+) -> None:
     async with make_host() as (host, _probe):
         for i in range(5000):
             host.add_tool(
@@ -359,7 +363,7 @@ async def test_five_thousand_tools_are_listed_by_group_within_two_thousand_token
         assert found[0]["name"] == "svc499_item_4999"
 
 
-async def test_many_tools_are_listed_by_name_with_a_pointer_to_search(make_host: Any) -> None:
+async def test_many_tools_are_listed_by_name_with_a_pointer_to_search(make_host: MakeHost) -> None:
     async with make_host(builtin_tools=False) as (host, _probe):
         for i in range(40):
             host.add_tool(lambda: "x", name=f"extra_{i}", description=f"Extra tool {i}.")
@@ -397,7 +401,7 @@ def test_sync_run_code_works_outside_a_loop(tmp_path: Path) -> None:
 
 
 async def test_error_details_are_redacted_like_the_text(
-    make_host: Any, monkeypatch: pytest.MonkeyPatch
+    make_host: MakeHost, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     secret = "s3cr3t-value-for-the-test-9f8e7d"
     monkeypatch.setenv("MY_API_TOKEN", secret)
@@ -410,7 +414,7 @@ async def test_error_details_are_redacted_like_the_text(
 
 
 @pytest.mark.parametrize("budget", [256, 300])
-async def test_a_long_error_after_output_fits_a_small_budget(make_host: Any, budget: int) -> None:
+async def test_a_long_error_after_output_fits_a_small_budget(make_host: MakeHost, budget: int) -> None:
     async with make_host() as (host, _probe):
         source = 'for (let i = 0; i < 500; i++) print("row " + i);\nthrow new Error("why ".repeat(400));'
         result = await run(host, source, max_output_tokens=budget)
@@ -419,7 +423,7 @@ async def test_a_long_error_after_output_fits_a_small_budget(make_host: Any, bud
         assert "Uncaught Error" in result.text
 
 
-async def test_a_closed_host_opens_again_and_runs(make_host: Any) -> None:
+async def test_a_closed_host_opens_again_and_runs(make_host: MakeHost) -> None:
     async with make_host() as (host, _probe):
         assert (await run(host, "print(1)")).text == "1\n"
         await host.aclose()

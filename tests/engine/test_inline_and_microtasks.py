@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import anyio
 import pytest
 
 from codemode import Host, ToolError, UserError, make_tool, tool
-from tests.host_support import assert_healthy
+from tests.host_support import MakeHost, assert_healthy
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_a_pure_promise_loop_meets_the_cpu_limit(make_host: Any) -> None:
+async def test_a_pure_promise_loop_meets_the_cpu_limit(make_host: MakeHost) -> None:
     async with make_host(cpu_seconds=0.5, timeout_seconds=60) as (host, _probe):
         with anyio.fail_after(30):
             result = await host.run_code("print('start'); while (true) { await null; }")
@@ -30,7 +29,7 @@ async def test_a_pure_promise_loop_meets_the_wall_clock_limit(host: Host) -> Non
     await assert_healthy(host)
 
 
-async def test_inline_tools_run_on_the_program_thread(make_host: Any) -> None:
+async def test_inline_tools_run_on_the_program_thread(make_host: MakeHost) -> None:
     threads: set[int] = set()
 
     @tool(inline=True)
@@ -64,7 +63,7 @@ async def test_inline_tools_run_on_the_program_thread(make_host: Any) -> None:
         assert result.usage.tool_calls == 103  # the call with bad arguments never started
 
 
-async def test_an_endless_loop_of_inline_calls_meets_the_limits(make_host: Any) -> None:
+async def test_an_endless_loop_of_inline_calls_meets_the_limits(make_host: MakeHost) -> None:
     @tool(inline=True)
     def tick() -> int:
         "Return 1."
@@ -78,7 +77,7 @@ async def test_an_endless_loop_of_inline_calls_meets_the_limits(make_host: Any) 
         await assert_healthy(host)
 
 
-async def test_an_endless_loop_of_inline_calls_meets_the_wall_clock_limit(make_host: Any) -> None:
+async def test_an_endless_loop_of_inline_calls_meets_the_wall_clock_limit(make_host: MakeHost) -> None:
     @tool(inline=True)
     def tick() -> int:
         "Return 1."
@@ -101,7 +100,7 @@ def test_inline_is_only_for_sync_handlers() -> None:
         make_tool(fetch, inline=True)
 
 
-async def test_store_and_refused_calls_settle_while_another_call_is_pending(make_host: Any) -> None:
+async def test_store_and_refused_calls_settle_while_another_call_is_pending(make_host: MakeHost) -> None:
     # A store.* result or a call refused for its arguments is settled while the host drains the
     # program's messages; the program must go on at once, not only when the other call ends.
     released = anyio.Event()
@@ -135,7 +134,7 @@ async def test_store_and_refused_calls_settle_while_another_call_is_pending(make
 
 @pytest.mark.parametrize("inline", [True, False], ids=["inline", "on-the-loop"])
 async def test_calls_settle_the_same_on_the_programs_thread_or_through_the_loop(
-    make_host: Any, inline: bool
+    make_host: MakeHost, inline: bool
 ) -> None:
     # An inline tool is answered inside the program's call (hostCall); any other is posted to
     # the event loop, checked and run there, and its result posted back (postCall): the two

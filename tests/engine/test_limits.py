@@ -24,7 +24,7 @@ from codemode.engine import EngineLimits, _qjs
 from codemode.engine._bridge import prepare_context
 from codemode.engine._outcome import ProgramCalls, ProgramOutcome
 from codemode.engine._program import ProgramThread
-from tests.host_support import assert_healthy
+from tests.host_support import MakeHost, assert_healthy
 
 pytestmark = pytest.mark.anyio
 
@@ -61,7 +61,7 @@ def cpu_hog() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("cpu_hog")
-async def test_cpu_limit_counts_only_the_programs_own_thread(make_host: Any) -> None:
+async def test_cpu_limit_counts_only_the_programs_own_thread(make_host: MakeHost) -> None:
     async with make_host(cpu_seconds=1) as (host, _probe):
         result = await run(host, 'print("spinning");\nwhile (true) {}\n')
         assert result.error is not None
@@ -73,7 +73,7 @@ async def test_cpu_limit_counts_only_the_programs_own_thread(make_host: Any) -> 
 
 
 @pytest.mark.usefixtures("cpu_hog")
-async def test_cpu_limit_stops_a_program_that_only_chains_promises(make_host: Any) -> None:
+async def test_cpu_limit_stops_a_program_that_only_chains_promises(make_host: MakeHost) -> None:
     async with make_host(cpu_seconds=0.5) as (host, _probe):
         result = await run(host, "for (;;) await null;")
         assert result.error is not None and result.error.kind == "cpu_limit", result.text
@@ -86,7 +86,7 @@ async def test_cpu_limit_stops_a_program_that_only_chains_promises(make_host: An
 
 @pytest.mark.usefixtures("cpu_hog")
 async def test_wall_limit_while_computing_is_met_with_the_process_cpu_clock_inflated(
-    make_host: Any,
+    make_host: MakeHost,
 ) -> None:
     async with make_host(cpu_seconds=600) as (host, _probe):
         result = await run(host, '// @run_code: {"timeout_seconds": 1}\nprint("spinning");\nfor (;;) {}\n')
@@ -103,7 +103,7 @@ async def test_wall_limit_while_computing_is_met_with_the_process_cpu_clock_infl
 # -- cancelling a run stops its program, also in the middle of computing -------------------------
 
 
-async def test_cancelling_a_computing_program_interrupts_it(make_host: Any) -> None:
+async def test_cancelling_a_computing_program_interrupts_it(make_host: MakeHost) -> None:
     async with make_host(cpu_seconds=600) as (host, _probe):
         computing = threading.Event()
 
@@ -155,7 +155,9 @@ def add_holding_tools(host: Host) -> None:
         return "released"
 
 
-async def test_calls_beyond_the_tool_data_limit_fail_until_calls_in_flight_settle(make_host: Any) -> None:
+async def test_calls_beyond_the_tool_data_limit_fail_until_calls_in_flight_settle(
+    make_host: MakeHost,
+) -> None:
     async with make_host(tool_data_mb=1) as (host, _probe):
         add_holding_tools(host)
         source = """
@@ -186,7 +188,7 @@ print(await tools.hold({text: piece}));  // the first call settled: its room is 
         await assert_healthy(host)
 
 
-async def test_one_call_larger_than_the_limit_says_to_pass_smaller_pieces(make_host: Any) -> None:
+async def test_one_call_larger_than_the_limit_says_to_pass_smaller_pieces(make_host: MakeHost) -> None:
     async with make_host(tool_data_mb=1) as (host, _probe):
         result = await run(host, 'await tools.echo({value: "y".repeat(2 * 1024 * 1024)})')
         assert result.error is not None and result.error.name == "ToolError"
@@ -196,7 +198,7 @@ async def test_one_call_larger_than_the_limit_says_to_pass_smaller_pieces(make_h
         await assert_healthy(host)
 
 
-async def test_a_result_beyond_the_tool_data_limit_fails_that_call_only(make_host: Any) -> None:
+async def test_a_result_beyond_the_tool_data_limit_fails_that_call_only(make_host: MakeHost) -> None:
     async with make_host(tool_data_mb=1) as (host, _probe):
         source = """
 try {
@@ -218,7 +220,7 @@ print((await tools.shout({text: "still works"})));
         await assert_healthy(host)
 
 
-async def test_host_memory_stays_bounded_when_a_program_queues_many_large_calls(make_host: Any) -> None:
+async def test_host_memory_stays_bounded_when_a_program_queues_many_large_calls(make_host: MakeHost) -> None:
     # The report: a program within its heap limit queued 32 large calls and the host held them all.
     limit_mb = 4
     async with make_host(tool_data_mb=limit_mb) as (host, _probe):
@@ -249,7 +251,7 @@ print(outcomes.filter((o) => o === "ok").length, outcomes.filter((o) => o === "t
         await assert_healthy(host)
 
 
-async def test_a_timeout_met_while_waiting_says_what_it_waited_for(make_host: Any) -> None:
+async def test_a_timeout_met_while_waiting_says_what_it_waited_for(make_host: MakeHost) -> None:
     # The watchdog's interrupt (reason timeout) can wake a waiting program before the wait's
     # own deadline does: the message is still the waiting one, naming the tool.
     async with make_host() as (host, _probe):

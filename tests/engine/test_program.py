@@ -16,7 +16,7 @@ import pytest
 
 from codemode import Host, ToolResult
 from codemode.engine._bridge import map_location, map_stack
-from tests.host_support import Probe, assert_healthy
+from tests.host_support import MakeHost, Probe, assert_healthy
 
 pytestmark = pytest.mark.anyio
 
@@ -88,7 +88,7 @@ print(values.map(v => v.value).reduce((a, b) => a + b), values.length);
     assert result.usage.tool_calls == 100
 
 
-async def test_concurrency_limit_still_completes_every_call(make_host: Any) -> None:
+async def test_concurrency_limit_still_completes_every_call(make_host: MakeHost) -> None:
     async with make_host(tool_concurrency=2) as (host, _probe):
         result = await run(
             host, "print((await Promise.all([1,2,3,4,5,6,7].map(ms => tools.nap({ms})))).join())"
@@ -152,7 +152,7 @@ async def test_thrown_non_error_values_are_reported_plainly(host: Host) -> None:
     await assert_healthy(host)
 
 
-async def test_endless_loop_is_interrupted_at_the_cpu_limit(make_host: Any) -> None:
+async def test_endless_loop_is_interrupted_at_the_cpu_limit(make_host: MakeHost) -> None:
     async with make_host(cpu_seconds=1) as (host, _probe):
         result = await run(host, 'print("started");\nwhile (true) {}\n')
         assert result.error is not None
@@ -171,7 +171,7 @@ async def test_wall_clock_limit_while_computing(host: Host) -> None:
     await assert_healthy(host)
 
 
-async def test_code_that_closes_the_wrapper_still_meets_the_cpu_limit(make_host: Any) -> None:
+async def test_code_that_closes_the_wrapper_still_meets_the_cpu_limit(make_host: MakeHost) -> None:
     async with make_host(cpu_seconds=1) as (host, _probe):
         with anyio.fail_after(30):
             result = await host.run_code("}); while (true) {} (function () {")
@@ -195,7 +195,7 @@ async def test_unbalanced_braces_are_named(host: Host) -> None:
         "const b = new ArrayBuffer(1e9);",
     ],
 )
-async def test_memory_bomb_is_out_of_memory(make_host: Any, bomb: str) -> None:
+async def test_memory_bomb_is_out_of_memory(make_host: MakeHost, bomb: str) -> None:
     async with make_host(memory_mb=32) as (host, _probe):
         result = await run(host, 'print("before");\n' + bomb)
         assert result.error is not None, result.text
@@ -205,7 +205,7 @@ async def test_memory_bomb_is_out_of_memory(make_host: Any, bomb: str) -> None:
         await assert_healthy(host)
 
 
-async def test_the_heap_of_a_memory_bomb_goes_back_to_the_system(make_host: Any) -> None:
+async def test_the_heap_of_a_memory_bomb_goes_back_to_the_system(make_host: MakeHost) -> None:
     # glibc kept the freed QuickJS heap in the worker's arena: RSS stayed ~64 MiB higher per
     # bomb (130 MiB after two). The engine trims after a program runs out of memory.
     me = psutil.Process()
@@ -222,7 +222,7 @@ async def test_the_heap_of_a_memory_bomb_goes_back_to_the_system(make_host: Any)
     assert grown < 96 * 1024 * 1024, f"RSS grew by {grown / 2**20:.0f} MiB after three 64 MiB bombs"
 
 
-async def test_big_print_before_out_of_memory_is_kept(make_host: Any) -> None:
+async def test_big_print_before_out_of_memory_is_kept(make_host: MakeHost) -> None:
     async with make_host(memory_mb=32) as (host, _probe):
         source = 'print("y".repeat(5000));\nlet a = []; while (true) a.push({n: a.length});'
         result = await run(host, source)
@@ -385,7 +385,7 @@ async def test_date_arguments_travel_as_their_json(host: Host) -> None:
     assert result.text == "1970-01-01T00:00:00.000Z\n"
 
 
-async def test_a_100_mb_string_from_a_tool(make_host: Any) -> None:
+async def test_a_100_mb_string_from_a_tool(make_host: MakeHost) -> None:
     async with make_host(memory_mb=512, tool_data_mb=128) as (host, _probe):
         result = await run(
             host, "const s = await tools.big({mb: 100}); print(s.length, s[0], s[s.length - 1])"

@@ -32,6 +32,7 @@ from codemode.sandbox._tmpfs import (
 )
 from codemode.state import Redactor, State
 from codemode.state._capped import enforce_quota, session_tmpfs_usage, state_usage
+from tests.host_support import MakeHost
 
 pytestmark = [
     pytest.mark.anyio,
@@ -75,7 +76,7 @@ async def _bash(host: Any, command: str) -> tuple[str, dict[str, Any], bool]:
 
 
 async def test_a_write_past_the_temp_dir_quota_fails_and_the_host_stays_fine(
-    mounting: Path, make_host: Any
+    mounting: Path, make_host: MakeHost
 ) -> None:
     async with make_host(tmp_quota_mb=8, handoff_seconds=None) as (host, _probe):
         text, data, failed = await _bash(host, 'head -c 20000000 /dev/zero > "$TMPDIR/big"')
@@ -93,13 +94,15 @@ async def test_a_write_past_the_temp_dir_quota_fails_and_the_host_stays_fine(
     assert not temp.exists()
 
 
-async def test_dev_shm_is_inside_the_same_quota(mounting: Path, make_host: Any) -> None:
+async def test_dev_shm_is_inside_the_same_quota(mounting: Path, make_host: MakeHost) -> None:
     async with make_host(tmp_quota_mb=4, handoff_seconds=None) as (host, _probe):
         text, _data, failed = await _bash(host, "head -c 10000000 /dev/zero > /dev/shm/big")
         assert failed and "No space left on device" in text and "$TMPDIR is full" in text, text
 
 
-async def test_each_session_has_its_own_quota_and_closing_it_unmounts(mounting: Path, make_host: Any) -> None:
+async def test_each_session_has_its_own_quota_and_closing_it_unmounts(
+    mounting: Path, make_host: MakeHost
+) -> None:
     async with make_host(tmp_quota_mb=4, handoff_seconds=None) as (host, _probe):
         await host.call_tool("bash", {"command": 'head -c 3000000 /dev/zero > "$TMPDIR/a"'}, session_id="one")
         result = await host.call_tool(
@@ -121,7 +124,7 @@ print(make_session_tmp(Path(sys.argv[1]), 1 << 20))
 
 
 async def test_stale_mounts_of_a_killed_host_go_at_start_up_and_live_ones_stay(
-    mounting: Path, make_host: Any
+    mounting: Path, make_host: MakeHost
 ) -> None:
     state = mounting / "state"
     parent = state / "tmp"
@@ -182,7 +185,7 @@ for pid in children:
 
 @pytest.mark.skipif(cgroup_root().path is None, reason=f"no cgroups: {cgroup_root().reason}")
 async def test_a_command_stopped_by_its_pids_limit_is_told_so(
-    no_mount_left: Path, make_host: Any, monkeypatch: pytest.MonkeyPatch
+    no_mount_left: Path, make_host: MakeHost, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(PIDS_MAX_ENV, "48")
     script = no_mount_left / "bomb.py"
@@ -235,7 +238,7 @@ def _usage(db_path: Path, state_dir: Path) -> int:
 
 
 async def test_where_the_host_cannot_mount_a_session_over_its_share_gets_no_new_command(
-    no_mount_left: Path, make_host: Any, monkeypatch: pytest.MonkeyPatch
+    no_mount_left: Path, make_host: MakeHost, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(DISABLE_ENV, "1")
     async with make_host(tmp_quota_mb=2, handoff_seconds=None) as (host, _probe):

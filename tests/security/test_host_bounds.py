@@ -14,7 +14,7 @@ import pytest
 
 from codemode.engine._output import PrintedOutput
 from codemode.tools._search import MAX_NAME_CHARS, MAX_QUERY_CHARS
-from tests.host_support import assert_healthy
+from tests.host_support import MakeHost, assert_healthy
 
 pytestmark = pytest.mark.anyio
 
@@ -32,7 +32,7 @@ def test_printed_output_keeps_its_head_and_tail_and_counts_the_middle() -> None:
     assert small.text() == "hello\n" and small.dropped == 0
 
 
-async def test_a_program_printing_in_a_loop_is_held_within_the_cap(make_host: Any) -> None:
+async def test_a_program_printing_in_a_loop_is_held_within_the_cap(make_host: MakeHost) -> None:
     async with make_host() as (host, _probe):
         source = "const line = 'y'.repeat(1023); for (let i = 0; i < 12 * 1024; i++) print(line)"
         with anyio.fail_after(120):
@@ -44,7 +44,7 @@ async def test_a_program_printing_in_a_loop_is_held_within_the_cap(make_host: An
         await assert_healthy(host)
 
 
-async def test_search_and_describe_refuse_a_huge_input_naming_the_limit(make_host: Any) -> None:
+async def test_search_and_describe_refuse_a_huge_input_naming_the_limit(make_host: MakeHost) -> None:
     async with make_host() as (host, _probe):
         source = """
 const out = [];
@@ -69,7 +69,7 @@ print(JSON.stringify(out));
         assert ok.text.strip() == "true"
 
 
-async def test_100000_unawaited_calls_end_without_recursion(make_host: Any, caplog: Any) -> None:
+async def test_100000_unawaited_calls_end_without_recursion(make_host: MakeHost, caplog: Any) -> None:
     caplog.set_level(logging.ERROR)
     async with make_host() as (host, _probe):
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
 from codemode.sandbox import remove_tree_at, session_inbox
 from codemode.sandbox._landlock import landlock_status
+from tests.host_support import MakeHost
 
 pytestmark = [
     pytest.mark.anyio,
@@ -40,7 +40,7 @@ print('made')" """
 
 
 async def test_closing_a_session_with_many_files_in_its_inbox_keeps_the_loop_serving(
-    make_host: Any,
+    make_host: MakeHost,
 ) -> None:
     async with make_host(handoff_seconds=None) as (host, _probe):
         result = await host.call_tool("bash", {"command": _MANY, "timeout_seconds": 300}, session_id="s1")
@@ -68,7 +68,7 @@ async def test_closing_a_session_with_many_files_in_its_inbox_keeps_the_loop_ser
 
 
 async def test_a_tree_thousands_deep_in_an_inbox_does_not_break_the_host_close(
-    make_host: Any,
+    make_host: MakeHost,
 ) -> None:
     async with make_host(handoff_seconds=None) as (host, _probe):
         result = await host.call_tool("bash", {"command": _DEEP, "timeout_seconds": 300}, session_id="s1")

@@ -8,12 +8,12 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from codemode.sandbox._landlock import landlock_status
 from codemode.sandbox._tmpfs import make_session_tmp, remove_session_tmp, session_inbox, tmp_form
+from tests.host_support import MakeHost
 
 pytestmark = [
     pytest.mark.anyio,
@@ -45,7 +45,7 @@ def _tree(root: Path) -> dict[str, tuple[int, str]]:
 
 
 async def test_rm_rf_of_a_tree_bigger_than_the_temp_quota_goes_to_the_trash_and_back(
-    mounting: Path, make_host: Any
+    mounting: Path, make_host: MakeHost
 ) -> None:
     async with make_host(tmp_quota_mb=8, handoff_seconds=None) as (host, _probe):
         build = host.workspace / "build"

@@ -8,16 +8,16 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from codemode.tools import ToolRegistry
+from tests.host_support import MakeHost
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_each_builtin_extension_loads_what_it_declares(make_host: Any) -> None:
+async def test_each_builtin_extension_loads_what_it_declares(make_host: MakeHost) -> None:
     async with make_host() as (host, _probe):
         lazy = [e for e in host.registry._lazy.values()]
         assert {e.name for e in lazy} == {"files", "archive", "bash", "monitor"}
@@ -28,7 +28,7 @@ async def test_each_builtin_extension_loads_what_it_declares(make_host: Any) -> 
             assert {t.name for t in loaded.tools if t.destructive is True} == declared.effectful
 
 
-async def test_names_and_effects_are_known_before_anything_loads(make_host: Any) -> None:
+async def test_names_and_effects_are_known_before_anything_loads(make_host: MakeHost) -> None:
     async with make_host() as (host, _probe):
         registry: ToolRegistry = host.registry
         assert {"bash", "read_file", "monitor_start", "read_archive"} <= set(registry.names())

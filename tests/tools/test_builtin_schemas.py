@@ -3,14 +3,14 @@ every one here, so a type without a schema fails a test rather than a user's fir
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+
+from tests.host_support import MakeHost
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_every_builtin_tool_has_its_schemas(make_host: Any) -> None:
+async def test_every_builtin_tool_has_its_schemas(make_host: MakeHost) -> None:
     async with make_host() as (host, _probe):
         builtin = [t for t in list(host.registry) if not t.derive_now]
         names = {t.name for t in builtin}
@@ -21,14 +21,14 @@ async def test_every_builtin_tool_has_its_schemas(make_host: Any) -> None:
             assert isinstance(t.null_means_absent, frozenset)
 
 
-async def test_user_tools_derive_theirs_at_registration(make_host: Any) -> None:
+async def test_user_tools_derive_theirs_at_registration(make_host: MakeHost) -> None:
     async with make_host() as (host, _probe):
         user = [t for t in list(host.registry) if t.derive_now]
         assert user, "the test host registers tools of its own"
         assert all("output_schema" in vars(t) for t in user)  # already derived, not at first use
 
 
-async def test_a_run_derives_no_builtin_schema(make_host: Any) -> None:
+async def test_a_run_derives_no_builtin_schema(make_host: MakeHost) -> None:
     async with make_host() as (host, _probe):
         result = await host.run_code("print(await tools.read_file({path: 'nope'}).catch((e) => e.code))")
         assert "not_found" in result.text

@@ -17,7 +17,7 @@ from codemode.tools._model import ToolContext
 from codemode.tools.bash import ProcessManager
 from codemode.tools.bash._foreground import RunSpec, run_foreground
 from codemode.tools.bash._proctree import MARKER_VAR
-from tests.host_support import survivors
+from tests.host_support import MakeHost, survivors
 
 from .conftest import Caller
 
@@ -491,7 +491,7 @@ async def test_a_repository_the_command_creates_or_removes_shows_in_its_revision
     assert removed.structured_content["workspace_revision"] is None
 
 
-async def test_through_the_host_a_budget_keeps_each_streams_ends_and_the_summary(make_host: Any) -> None:
+async def test_through_the_host_a_budget_keeps_each_streams_ends_and_the_summary(make_host: MakeHost) -> None:
     # The combined cut used to keep stdout's head and stderr's tail only, losing the summary.
     async with make_host() as (host, _probe):
         script = (

@@ -3,13 +3,15 @@ schema as one object (several model APIs refuse a ``oneOf``/``anyOf`` at its top
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from codemode._ids import ID_MAX_CHARS
+from codemode._json import JsonObject
 
 __all__ = ["RUN_CODE_SCHEMA", "flat_input_schema"]
 
-RUN_CODE_SCHEMA: dict[str, Any] = {
+RUN_CODE_SCHEMA: JsonObject = {
     "type": "object",
     "properties": {
         "code": {
@@ -30,7 +32,7 @@ RUN_CODE_SCHEMA: dict[str, Any] = {
 }
 
 
-def flat_input_schema(schema: dict[str, Any]) -> dict[str, Any]:
+def flat_input_schema(schema: JsonObject) -> JsonObject:
     """``schema`` as one object, for clients whose model APIs refuse a ``oneOf``/``anyOf`` at
     the top of a tool's input schema (several do).
 
@@ -46,7 +48,7 @@ def flat_input_schema(schema: dict[str, Any]) -> dict[str, Any]:
     resolved = [_resolve_ref(b, defs) for b in branches]
     if not all(isinstance(b, dict) and b.get("type") == "object" for b in resolved):
         return schema
-    properties: dict[str, Any] = {}
+    properties: dict[str, JsonObject] = {}
     tags: dict[str, list[Any]] = {}
     for branch in resolved:
         for name, prop in branch.get("properties", {}).items():
@@ -58,7 +60,7 @@ def flat_input_schema(schema: dict[str, Any]) -> dict[str, Any]:
         first.pop("const", None)
         properties[name] = {**first, "enum": list(dict.fromkeys(values))}
     required = set.intersection(*(set(b.get("required", [])) for b in resolved)) if resolved else set()
-    flat: dict[str, Any] = {"type": "object", "properties": properties}
+    flat: dict[str, object] = {"type": "object", "properties": properties}
     if required - set(tags):
         flat["required"] = sorted(required - set(tags))
     # Which fields go with which tag (the union said it; one object has to say it in words).
@@ -79,7 +81,7 @@ def flat_input_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def _referenced(value: Any, defs: dict[str, Any]) -> set[str]:
+def _referenced(value: Any, defs: Mapping[str, object]) -> set[str]:
     """The names of the ``$defs`` that ``value`` refers to, directly or through other defs."""
     found: set[str] = set()
     stack = [value]
@@ -96,7 +98,7 @@ def _referenced(value: Any, defs: dict[str, Any]) -> set[str]:
     return found
 
 
-def _resolve_ref(branch: Any, defs: dict[str, Any]) -> Any:
+def _resolve_ref(branch: Any, defs: Mapping[str, object]) -> Any:
     ref = branch.get("$ref") if isinstance(branch, dict) else None
     if isinstance(ref, str) and ref.startswith("#/$defs/"):
         return defs.get(ref.removeprefix("#/$defs/"), branch)

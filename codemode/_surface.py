@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from codemode._json import JsonObject
 from codemode.errors import UserError
 from codemode.tools import Tool
 
@@ -112,7 +113,7 @@ def listed_tools(tools: Iterable[Tool], surface: SurfaceName) -> list[Listed]:
     return [Listed(names[t.name], t) for t in ordered]
 
 
-def shallow_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
+def shallow_output_schema(schema: JsonObject) -> JsonObject:
     """An object schema's top level: its properties' JSON types, what every branch requires; a
     union of objects merged. Looser than ``schema``, so whatever matches ``schema`` matches it."""
     defs = schema.get("$defs", {})
@@ -124,7 +125,7 @@ def shallow_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
             known = properties.get(name, set()) if name in properties else set()
             properties[name] = None if kinds is None or known is None else known | kinds
     required = set.intersection(*(set(b.get("required", ())) for b in branches)) if branches else set()
-    shallow: dict[str, Any] = {
+    shallow: dict[str, object] = {
         "type": "object",
         "properties": {name: _type_schema(kinds) for name, kinds in properties.items()},
     }
@@ -133,7 +134,7 @@ def shallow_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return shallow
 
 
-def _object_branches(schema: dict[str, Any], defs: dict[str, Any]) -> list[dict[str, Any]]:
+def _object_branches(schema: JsonObject, defs: Mapping[str, object]) -> list[JsonObject]:
     schema = _resolve(schema, defs)
     options = schema.get("anyOf") or schema.get("oneOf")
     if options and "properties" not in schema:
@@ -141,7 +142,7 @@ def _object_branches(schema: dict[str, Any], defs: dict[str, Any]) -> list[dict[
     return [schema] if schema.get("type") == "object" or "properties" in schema else []
 
 
-def _json_types(schema: Any, defs: dict[str, Any]) -> set[str] | None:
+def _json_types(schema: Any, defs: Mapping[str, object]) -> set[str] | None:
     """The JSON types a property may take; None when any."""
     if not isinstance(schema, dict):
         return None
@@ -182,7 +183,7 @@ def _type_of(value: Any) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
-def _type_schema(kinds: set[str] | None) -> dict[str, Any]:
+def _type_schema(kinds: set[str] | None) -> dict[str, str | list[str]]:
     if kinds is None:
         return {}
     if "number" in kinds:
@@ -191,7 +192,7 @@ def _type_schema(kinds: set[str] | None) -> dict[str, Any]:
     return {"type": ordered[0] if len(ordered) == 1 else ordered}
 
 
-def _resolve(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+def _resolve(schema: JsonObject, defs: Mapping[str, object]) -> JsonObject:
     for _ in range(8):
         ref = schema.get("$ref")
         if not (isinstance(ref, str) and ref.startswith("#/$defs/")):

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 
 from codemode._ids import check_id
+from codemode._json import JsonObject
 from codemode._published import RUN_CODE_SCHEMA, flat_input_schema
 from codemode._results import RunImage
 from codemode._surface import SurfaceName, check_surface, listed_tools
@@ -35,7 +36,7 @@ class ToolSpec:
 
     name: str
     description: str
-    input_schema: dict[str, Any]
+    input_schema: JsonObject
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ class HostTools:
         called = await self.host.call_tool(real or name, args, session_id=self.session_id)
         return ToolOutput(called.text, called.is_error, called.structured_content, called.images)
 
-    async def _run_code(self, args: dict[str, Any]) -> ToolOutput:
+    async def _run_code(self, args: JsonObject) -> ToolOutput:
         code, call_id = args.get("code"), args.get("call_id")
         if not isinstance(code, str):
             return ToolOutput('run_code needs {"code": "<JavaScript program>"}', True)

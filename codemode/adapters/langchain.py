@@ -18,7 +18,7 @@ content is a list: a text block, then a standard ``image`` block (base64, mime_t
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 
@@ -32,15 +32,30 @@ def codemode_tools(tools: HostTools) -> list[BaseTool]:
     return [_tool(tools, spec) for spec in tools.specs()]
 
 
+class _TextBlock(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class _ImageBlock(TypedDict):
+    type: Literal["image"]
+    base64: str
+    mime_type: str
+
+
+_Block = _TextBlock | _ImageBlock
+"""A LangChain standard content block: text, or a base64 image."""
+
+
 def _tool(tools: HostTools, spec: ToolSpec) -> BaseTool:
-    def calling(name: str) -> Callable[..., Awaitable[str | list[dict[str, Any]]]]:
-        async def call(**arguments: Any) -> str | list[dict[str, Any]]:
+    def calling(name: str) -> Callable[..., Awaitable[str | list[_Block]]]:
+        async def call(**arguments: Any) -> str | list[_Block]:
             output = await tools.call(name, arguments)
             if output.is_error:
                 raise ToolException(output.text)
             if not output.images:
                 return output.text
-            blocks: list[dict[str, Any]] = [{"type": "text", "text": output.text}] if output.text else []
+            blocks: list[_Block] = [{"type": "text", "text": output.text}] if output.text else []
             return blocks + [
                 {"type": "image", "base64": i.data, "mime_type": i.mime_type} for i in output.images
             ]

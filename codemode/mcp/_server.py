@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import mcp.types as types
@@ -35,6 +36,7 @@ from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from codemode._ids import check_id
+from codemode._json import JsonObject
 from codemode._progress import Progress, ProgressCallback
 from codemode._published import RUN_CODE_SCHEMA, flat_input_schema
 from codemode._results import RunError, RunImage, Usage
@@ -78,7 +80,7 @@ class RunCodeOutput(pydantic.BaseModel):
     usage: Usage
 
 
-RUN_CODE_OUTPUT_SCHEMA: dict[str, Any] = RunCodeOutput.model_json_schema(mode="serialization")
+RUN_CODE_OUTPUT_SCHEMA: JsonObject = RunCodeOutput.model_json_schema(mode="serialization")
 
 # How a string that was cut says so (the budget's recovery line names the archive reference).
 _CUT_NOTE = "\n[... {cut:,} characters cut to fit the output budget{where} ...]\n"
@@ -185,7 +187,7 @@ def create_server(
         return types.CallToolResult(content=content, structured_content=structured, is_error=called.is_error)
 
     async def run_code(
-        args: dict[str, Any], session: str | None, on_progress: ProgressCallback | None
+        args: JsonObject, session: str | None, on_progress: ProgressCallback | None
     ) -> types.CallToolResult:
         code = args.get("code")
         if not isinstance(code, str):
@@ -297,7 +299,7 @@ def _annotations(t: Tool) -> types.ToolAnnotations:
     return types.ToolAnnotations(read_only_hint=False, destructive_hint=t.destructive)
 
 
-def _output_schema(t: Tool) -> tuple[dict[str, Any] | None, bool]:
+def _output_schema(t: Tool) -> tuple[JsonObject | None, bool]:
     """The tool's MCP output schema (an object schema, as MCP requires), and whether its result
     travels wrapped as ``{"result": ...}``. None for tools whose result is unknown or plain text."""
     schema = t.output_schema
@@ -313,13 +315,13 @@ def _output_schema(t: Tool) -> tuple[dict[str, Any] | None, bool]:
     if options and all(_resolve(option, defs).get("type") == "object" for option in options):
         return {"type": "object", **root}, False  # a union of objects (bash's results, by action)
     inner = {key: value for key, value in schema.items() if key != "$defs"}
-    wrapped: dict[str, Any] = {"type": "object", "properties": {"result": inner}, "required": ["result"]}
+    wrapped: dict[str, object] = {"type": "object", "properties": {"result": inner}, "required": ["result"]}
     if defs:
         wrapped["$defs"] = defs
     return wrapped, True
 
 
-def _resolve(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+def _resolve(schema: JsonObject, defs: Mapping[str, object]) -> JsonObject:
     ref = schema.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/$defs/"):
         target = defs.get(ref[8:])

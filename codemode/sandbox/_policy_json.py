@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from codemode.errors import UserError
 from codemode.sandbox._policy import SandboxMode, SandboxPolicy
@@ -37,7 +37,7 @@ def policy_to_json(policy: SandboxPolicy) -> str:
     )
 
 
-def _paths(data: dict[str, Any], key: str) -> tuple[Path, ...]:
+def _paths(data: Mapping[str, object], key: str) -> tuple[Path, ...]:
     value = data.get(key, [])
     if not isinstance(value, list) or not all(isinstance(v, str) and v.startswith("/") for v in value):
         raise UserError(f"Sandbox policy JSON: {key!r} must be a list of absolute paths, got {value!r}.")

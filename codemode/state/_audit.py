@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from codemode.state._database import Database, host_faults
 
@@ -40,7 +39,7 @@ class ApprovalLog:
         )
 
     @host_faults
-    def for_session(self, session_id: str) -> list[dict[str, Any]]:
+    def for_session(self, session_id: str) -> list[dict[str, object]]:
         """The session's records, oldest first."""
         with self._db.connection() as conn:
             cursor = conn.execute(

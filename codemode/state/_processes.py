@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -190,7 +191,7 @@ def _insert_note(
     *,
     now: float,
     exit_code: int | None = None,
-    data: dict[str, Any] | None = None,
+    data: Mapping[str, object] | None = None,
     delivered: bool = False,
 ) -> None:
     conn.execute(
@@ -228,7 +229,7 @@ def record_end(
     state: str | None = None,
     note: str = "",
     error: str | None = None,
-    data: dict[str, Any] | None = None,
+    data: Mapping[str, object] | None = None,
 ) -> bool:
     """Record that a live process ended and queue its completion, in one transaction.
 
@@ -280,7 +281,7 @@ def record_end(
 
 
 def add_note(
-    conn: sqlite3.Connection, process_id: str, kind: str, text: str, data: dict[str, Any] | None = None
+    conn: sqlite3.Connection, process_id: str, kind: str, text: str, data: Mapping[str, object] | None = None
 ) -> int | None:
     """Queue a watcher's event or a keyword report of a live process (numbered after its
     others of that kind); returns its number, or None when the process has no live record."""

@@ -50,10 +50,12 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import hyperscan
 import re2
+
+from codemode._json import JsonObject
 
 __all__ = ["Redactor", "redact_json"]
 
@@ -110,8 +112,40 @@ class _Rule:
         return tuple(i for i in range(1, self.pattern.groups + 1) if i not in named)
 
 
-def _allowlists(spec: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
+class AllowSpec(TypedDict):
+    """One allowlist as plain data (``rules.json``)."""
+
+    target: str
+    source: str | None
+    stopwords: list[str]
+
+
+class RuleSpec(TypedDict):
+    """One rule as plain data (``rules.json``): what `_Rule` is made from."""
+
+    id: str
+    label: str
+    source: str
+    prefilter: str
+    declared_group: int
+    keywords: list[str]
+    entropy: float
+    allowlists: list[AllowSpec]
+    global_allowlists: bool
+    check: str | None
+    multiline: bool
+    min_length: int
+
+
+class RuleSpecs(TypedDict):
+    """Every rule and gitleaks' global allowlists as plain data (``rules.json``)."""
+
+    rules: list[RuleSpec]
+    global_allowlists: list[AllowSpec]
+
+
+def _allowlists(spec: list[JsonObject]) -> list[AllowSpec]:
+    out: list[AllowSpec] = []
     for allow in spec:
         if allow.get("paths") and allow.get("condition", "OR").upper() == "AND":
             continue  # applies only with a file path, and output has none
@@ -139,14 +173,15 @@ def _min_length(source: str) -> int:
 
 
 def _spec(
-    spec: dict[str, Any], label: str, global_allow: bool, multiline: bool, prefilter: str | None
-) -> dict[str, Any]:
-    source = spec["regex"]
+    spec: JsonObject, label: str, global_allow: bool, multiline: bool, prefilter: str | None
+) -> RuleSpec:
+    source: str = spec["regex"]
+    own_prefilter: str = spec.get("prefilter", source)
     return {
         "id": spec["id"],
         "label": label,
         "source": source,
-        "prefilter": prefilter or spec.get("prefilter", source),
+        "prefilter": prefilter or own_prefilter,
         "declared_group": int(spec.get("secretGroup", 0)),
         "keywords": [k.lower() for k in spec.get("keywords", [])],
         "entropy": float(spec.get("entropy", 0.0)),
@@ -158,7 +193,7 @@ def _spec(
     }
 
 
-def rule_specs_from_toml(rules_dir: Path = RULES_DIR) -> dict[str, Any]:
+def rule_specs_from_toml(rules_dir: Path = RULES_DIR) -> RuleSpecs:
     """Every rule as plain data, gitleaks' first (less those codemode.toml turns off), then
     codemode's, and gitleaks' global allowlists: what ``secret_rules/rules.json`` holds
     (scripts/build_secret_rules.py)."""
@@ -197,13 +232,13 @@ def rules_digest(rules_dir: Path = RULES_DIR) -> str:
     return digest.hexdigest()
 
 
-def rule_specs(rules_dir: Path = RULES_DIR) -> dict[str, Any]:
+def rule_specs(rules_dir: Path = RULES_DIR) -> RuleSpecs:
     """The rules as plain data: from ``rules.json`` when it was built from the rule files as
     they are (JSON reads in ~0.5 ms, the TOML in ~10 ms of every cold start), else from them."""
     try:
         cached = json.loads((rules_dir / "rules.json").read_text("utf-8"))
         if cached.pop("digest") == rules_digest(rules_dir):
-            specs: dict[str, Any] = cached
+            specs: RuleSpecs = cached
             return specs
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -214,7 +249,7 @@ def load_rules(rules_dir: Path = RULES_DIR) -> list[_Rule]:
     """Every rule (see `rule_specs`), ready to match."""
     specs = rule_specs(rules_dir)
 
-    def allowlists(items: list[dict[str, Any]]) -> tuple[_Allow, ...]:
+    def allowlists(items: list[AllowSpec]) -> tuple[_Allow, ...]:
         return tuple(
             _Allow(a["target"], a["source"], tuple(w.encode() for w in a["stopwords"])) for a in items
         )

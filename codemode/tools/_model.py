@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_
 import pydantic
 import pydantic.json_schema
 
+from codemode._json import JsonObject
 from codemode.errors import ErrorCode, ToolError, UserError
 from codemode.sandbox import SandboxPolicy
 from codemode.tools._signature import typescript_signature
@@ -208,7 +209,7 @@ class Tool:
         return f"tool {self.name!r} ({_qualname(self.handler)})"
 
     @functools.cached_property
-    def _result(self) -> tuple[pydantic.TypeAdapter[Any] | None, dict[str, Any] | None]:
+    def _result(self) -> tuple[pydantic.TypeAdapter[Any] | None, JsonObject | None]:
         return _result_schema(self.result_type, self._where)
 
     @functools.cached_property
@@ -217,7 +218,7 @@ class Tool:
         return self._result[0]
 
     @functools.cached_property
-    def output_schema(self) -> dict[str, Any] | None:
+    def output_schema(self) -> JsonObject | None:
         """JSON Schema of ``result_type`` (None when it is unknown or void; an upstream tool's
         is set from what its server declares or what a call returned)."""
         return self._result[1]
@@ -227,9 +228,9 @@ class Tool:
         """Optional arguments that do not take null: a null for one of them means it is absent."""
         return _null_means_absent(self.input_model)
 
-    def bind(self, args: pydantic.BaseModel, ctx: ToolContext) -> dict[str, Any]:
+    def bind(self, args: pydantic.BaseModel, ctx: ToolContext) -> dict[str, object]:
         """Keyword arguments for the handler: the model (or its fields) and the context."""
-        kwargs: dict[str, Any] = (
+        kwargs: dict[str, object] = (
             {self.model_param: args} if self.model_param is not None else dict(args.__dict__)
         )
         if self.context_param is not None:
@@ -237,7 +238,7 @@ class Tool:
         return kwargs
 
     @functools.cached_property
-    def input_schema(self) -> dict[str, Any]:
+    def input_schema(self) -> JsonObject:
         """JSON Schema of the arguments, derived from ``input_model``.
 
         Raises:
@@ -340,7 +341,7 @@ class _StrictJsonSchema(pydantic.json_schema.GenerateJsonSchema):
 
 def _result_schema(
     result_type: Any, where: str
-) -> tuple[pydantic.TypeAdapter[Any] | None, dict[str, Any] | None]:
+) -> tuple[pydantic.TypeAdapter[Any] | None, JsonObject | None]:
     """The validator and the output JSON Schema of a result type (None, None when it is unknown or void).
 
     Raises:
@@ -466,7 +467,7 @@ def _call_target(fn: Handler) -> Any:
     return fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)  # noqa: B004
 
 
-def _hints(fn: Handler, name: str) -> dict[str, Any]:
+def _hints(fn: Handler, name: str) -> dict[str, object]:
     """The handler's resolved annotations.
 
     Raises:
@@ -480,7 +481,7 @@ def _hints(fn: Handler, name: str) -> dict[str, Any]:
         ) from exc
 
 
-def _declared_result(hints: dict[str, Any]) -> Any:
+def _declared_result(hints: dict[str, object]) -> Any:
     """The result type a handler's return annotation declares (``Any`` when it declares none)."""
     annotation = hints.get("return", Any)
     if annotation is None:
@@ -491,7 +492,7 @@ def _declared_result(hints: dict[str, Any]) -> Any:
 
 
 def _plan_from_signature(
-    fn: Handler, name: str, input_model: type[pydantic.BaseModel] | None, hints: dict[str, Any]
+    fn: Handler, name: str, input_model: type[pydantic.BaseModel] | None, hints: dict[str, object]
 ) -> tuple[type[pydantic.BaseModel], str | None, str | None]:
     """Work out how to call a handler: its input model, context parameter and model parameter.
 
@@ -517,7 +518,7 @@ def _plan_from_signature(
         if len(fields) == 1:
             return input_model, context_param, fields[0].name
         raise UserError(f"tool {name!r}: with input_model, the handler takes one parameter for the arguments")
-    definitions: dict[str, Any] = {}
+    definitions: dict[str, tuple[object, object]] = {}
     for p in fields:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             raise UserError(f"tool {name!r}: *args/**kwargs cannot describe arguments; name each one")

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from codemode._json import JsonObject
 
 if TYPE_CHECKING:
     from codemode.tools._model import Tool
@@ -12,7 +15,7 @@ _MAX_DEPTH = 8  # nested objects and arrays rendered before "any"
 
 
 def schema_to_ts(
-    schema: Any, defs: dict[str, Any] | None = None, depth: int = 0, refs: tuple[str, ...] = ()
+    schema: Any, defs: Mapping[str, object] | None = None, depth: int = 0, refs: tuple[str, ...] = ()
 ) -> str:
     """Render a JSON Schema as a TypeScript type expression.
 
@@ -67,8 +70,8 @@ def schema_to_ts(
     return "any"
 
 
-def _object_to_ts(schema: dict[str, Any], defs: dict[str, Any], depth: int, refs: tuple[str, ...]) -> str:
-    props: dict[str, Any] = schema.get("properties", {})
+def _object_to_ts(schema: JsonObject, defs: Mapping[str, object], depth: int, refs: tuple[str, ...]) -> str:
+    props: Mapping[str, object] = schema.get("properties", {})
     if not props:
         extra = schema.get("additionalProperties")
         if isinstance(extra, dict):
@@ -102,7 +105,7 @@ def _field_comment(sub: Any) -> str:
     return f" /* {'; '.join(notes).replace('*/', '* /')} */" if notes else ""
 
 
-def _only_value(sub: dict[str, Any]) -> list[Any] | None:
+def _only_value(sub: Mapping[str, object]) -> list[object] | None:
     """The one value a schema allows (a const or a one-value enum), else None: its default goes
     without saying."""
     if "const" in sub:
@@ -111,7 +114,7 @@ def _only_value(sub: dict[str, Any]) -> list[Any] | None:
     return enum if isinstance(enum, list) and len(enum) == 1 else None
 
 
-def _takes_no_args(schema: Any, defs: dict[str, Any], refs: tuple[str, ...] = ()) -> bool:
+def _takes_no_args(schema: Any, defs: Mapping[str, object], refs: tuple[str, ...] = ()) -> bool:
     """Whether ``{}`` fits an arguments schema: an object with nothing required, or a union
     with such an object among its options."""
     if not isinstance(schema, dict):

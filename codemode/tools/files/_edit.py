@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any
 
 from codemode.errors import ErrorCode, ToolError
 from codemode.sandbox import Walk, locate_writable
@@ -206,7 +205,7 @@ def _no_match(text: str, old: str, shown: str, real: str) -> ToolError:
         ratio = matcher.ratio()
         if best is None or ratio > best[0]:
             best = (ratio, start)
-    data: dict[str, Any] = {"path": real, "match_count": 0}
+    data: dict[str, object] = {"path": real, "match_count": 0}
     message = f"old_text was not found in {shown}; nothing was changed."
     if "\r" in old and "\r" not in text:
         message += " old_text contains carriage returns (\\r) but the file has none."

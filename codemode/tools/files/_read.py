@@ -9,7 +9,6 @@ import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from codemode.errors import ErrorCode, ToolError
 from codemode.sandbox import Walk, locate_readable
@@ -149,7 +148,7 @@ def _read_page(args: ReadFileArgs, ctx: ToolContext, found: Walk) -> ToolResult:
             f"offset: {next_offset}}})]"
         )
     text = "\n".join([body, *notes])
-    structured: dict[str, Any] = {
+    structured: dict[str, object] = {
         "path": str(real),
         "content": content,
         "start_line": start,

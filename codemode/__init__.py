@@ -10,6 +10,7 @@ from codemode._results import CallResult, HostConfig, RunError, RunImage, RunRes
 from codemode._version import __version__
 from codemode.errors import (
     CodemodeError,
+    ErrorCode,
     HostFault,
     ProcessNotFound,
     SandboxDenied,
@@ -32,6 +33,7 @@ __all__ = [
     "CodemodeError",
     "CommandPolicy",
     "Decision",
+    "ErrorCode",
     "Extension",
     "Host",
     "HostConfig",

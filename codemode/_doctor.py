@@ -20,6 +20,7 @@ def doctor_report(
     from codemode._version import __version__
     from codemode.engine import ENGINE_VERSION
     from codemode.sandbox import landlock_status, sandbox_report
+    from codemode.tools.bash import find_package_manager, os_release
 
     state = config.state_dir.expanduser()
     status = landlock_status()
@@ -41,6 +42,7 @@ def doctor_report(
             if state_dir is not None
             else {"form": "unknown", "quota_mb": config.tmp_quota_mb, "detail": "state dir not open"}
         ),
+        "os": _os_facts(os_release(), find_package_manager),
         "sandbox": {
             "mode": policy.mode.value,
             "network": policy.network,
@@ -54,4 +56,15 @@ def doctor_report(
             "summary": status.describe(),
             "layers": [vars(layer) for layer in sandbox_report(policy)],
         },
+    }
+
+
+def _os_facts(release: dict[str, str], find: Any) -> dict[str, Any]:
+    """The distribution and the package manager installs use (bash's description names it)."""
+    manager = find(release=release)
+    return {
+        "name": release.get("PRETTY_NAME") or release.get("NAME") or "unknown",
+        "id": release.get("ID"),
+        "package_manager": None if manager is None else manager.name,
+        "install": None if manager is None else list(manager.argv),
     }

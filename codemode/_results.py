@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import pydantic
 
-from codemode.errors import UserError
+from codemode.errors import ErrorCode, UserError
 from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy, with_state_dirs
 from codemode.state import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES, MIN_LOG_CAP_BYTES, MIN_QUOTA_BYTES
 
@@ -218,8 +218,11 @@ class CallResult(pydantic.BaseModel):
     Attributes:
         tool: The tool's name.
         text: What the model sees, within the budget.
-        structured_content: The tool's structured data, when it has any.
-        is_error: Whether the call failed.
+        structured_content: The tool's structured data, when it has any; for a failed call,
+            `error_content`: the code, then the failure's details.
+        is_error: Whether the call failed (or, for bash, whether its command exited non-zero).
+        code: Why the call failed, when it failed (None for a result that reports a failed
+            outcome as data: bash's non-zero exit).
         truncated: Whether ``text`` was cut to fit the budget.
         refs: Archive references holding cut text.
         images: Images a mounted server's tool returned, within the budget (the text names
@@ -230,9 +233,22 @@ class CallResult(pydantic.BaseModel):
     text: str
     structured_content: Any = None
     is_error: bool = False
+    code: ErrorCode | None = None
     truncated: bool = False
     refs: list[str] = pydantic.Field(default_factory=list)
     images: list[RunImage] = pydantic.Field(default_factory=list)
+
+
+def error_content(code: ErrorCode, data: Any) -> dict[str, Any]:
+    """A failed direct call's structured content, as every front hands it on (an MCP client,
+    a framework's tool message, ``codemode call --json``): ``code``, then the failure's
+    details (``data``'s keys; ``data`` under its own key when it is not an object or has a
+    ``code`` of its own)."""
+    if data is None:
+        return {"code": code.value}
+    if isinstance(data, dict) and "code" not in data:
+        return {"code": code.value, **data}
+    return {"code": code.value, "data": data}
 
 
 def dumps_result(result: RunResult | CallResult) -> str:

@@ -14,8 +14,11 @@ CodemodeError
     └── SandboxUnavailable
 ```
 
-Every `ToolError` carries an `ErrorCode`, so a program (and an MCP client) can branch on what
-went wrong without reading the message. Guest outcomes (JS errors, timeouts, memory limits) are
+Every `ToolError` carries an `ErrorCode`: a required ``code=`` argument, or its class for the
+three subclasses that stand for one code. A program (``e.code``), an MCP client (the error
+result's ``structuredContent.code``) and Python (`CallResult.code`) branch on it without reading
+the message; ``data`` holds details, never the code. One function turns an exception into the
+failure a model sees (`codemode.tools.failure_of`); `tests/test_error_map.py` holds both rules. Guest outcomes (JS errors, timeouts, memory limits) are
 *data* in a `RunResult`, never exceptions; their kinds are `GuestErrorKind`. A `ToolError`
 raised inside a handler becomes a rejected promise in JS and an error result for a direct call.
 """
@@ -197,46 +200,36 @@ class ToolError(CodemodeError):
 
     Args:
         message: What went wrong and what to do instead, in one or two sentences.
-        data: Optional JSON-compatible details (candidates, paths, limits).
-        code: What kind of failure it is. Default: the class's code (`TOOL_FAILED` for a
-            plain ``ToolError``), or ``data["error"]`` when that names a code (the older
-            spelling, still understood).
-
-    Raises:
-        ValueError: ``code`` is not an `ErrorCode` value.
+        data: Optional JSON-compatible details (candidates, paths, limits); never the code.
+        code: What kind of failure it is (`TOOL_FAILED` when no more specific code fits).
     """
 
-    code: ErrorCode = ErrorCode.TOOL_FAILED
-
-    def __init__(self, message: str, data: Any = None, *, code: ErrorCode | str | None = None) -> None:
+    def __init__(self, message: str, data: Any = None, *, code: ErrorCode) -> None:
         super().__init__(message)
         self.message = message
         self.data = data
-        if code is None and isinstance(data, dict) and data.get("error") in _CODES:
-            code = data["error"]
-        if code is not None:
-            self.code = ErrorCode(code)
-
-
-_CODES = frozenset(ErrorCode)
+        self.code = ErrorCode(code)
 
 
 class UnknownRefError(ToolError):
-    """An archive reference that the archive does not hold."""
+    """An archive reference that the archive does not hold (code ``unknown_ref``: the class is the code)."""
 
-    code = ErrorCode.UNKNOWN_REF
+    def __init__(self, message: str, data: Any = None) -> None:
+        super().__init__(message, data, code=ErrorCode.UNKNOWN_REF)
 
 
 class SandboxDenied(ToolError):
-    """The sandbox policy does not allow this path or action."""
+    """The sandbox policy does not allow this path or action (code ``denied_by_sandbox``)."""
 
-    code = ErrorCode.DENIED_BY_SANDBOX
+    def __init__(self, message: str, data: Any = None) -> None:
+        super().__init__(message, data, code=ErrorCode.DENIED_BY_SANDBOX)
 
 
 class ProcessNotFound(ToolError):
-    """No process with this id belongs to the calling session."""
+    """No process with this id belongs to the calling session (code ``no_such_process``)."""
 
-    code = ErrorCode.NO_SUCH_PROCESS
+    def __init__(self, message: str, data: Any = None) -> None:
+        super().__init__(message, data, code=ErrorCode.NO_SUCH_PROCESS)
 
 
 class HostFault(CodemodeError):

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import psutil
 
-from codemode import Host, ToolContext, ToolError
+from codemode import ErrorCode, Host, ToolContext, ToolError
 
 
 class Probe:
@@ -68,12 +68,12 @@ def add_test_tools(host: Host, probe: Probe) -> None:
     @host.tool()
     def fail_sync(message: str) -> str:
         """Raise ToolError(message, data) from a sync handler."""
-        raise ToolError(message, {"code": 7, "where": "sync"})
+        raise ToolError(message, {"code": 7, "where": "sync"}, code=ErrorCode.TOOL_FAILED)
 
     @host.tool()
     async def fail_async(message: str) -> str:
         """Raise ToolError(message, data) from an async handler."""
-        raise ToolError(message, {"code": 8, "where": "async"})
+        raise ToolError(message, {"code": 8, "where": "async"}, code=ErrorCode.TOOL_FAILED)
 
     @host.tool()
     async def crash(message: str) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from codemode import Host, ToolError
+from codemode import ErrorCode, Host, ToolError
 
 pytestmark = pytest.mark.anyio
 
@@ -81,7 +81,7 @@ async def test_every_kind_of_call_names_the_line_of_the_call_that_failed(host: H
     def picky(value: int) -> int:
         "Fail for 3."
         if value == 3:
-            raise ToolError("three is not allowed")
+            raise ToolError("three is not allowed", code=ErrorCode.TOOL_FAILED)
         return value
 
     programs = {

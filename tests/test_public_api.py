@@ -13,6 +13,7 @@ PUBLIC = {
     "CodemodeError",
     "CommandPolicy",
     "Decision",
+    "ErrorCode",
     "Extension",
     "Host",
     "HostConfig",

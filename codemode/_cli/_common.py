@@ -16,7 +16,7 @@ import anyio.to_thread
 from codemode._results import default_state_dir
 from codemode.errors import CodemodeError
 from codemode.host import Host
-from codemode.policy import ApprovalRequest, ApproveCallback, CommandPolicy, Decision
+from codemode.policy import ApprovalKind, ApprovalRequest, ApproveCallback, CommandPolicy, Decision
 from codemode.sandbox import SandboxMode
 from codemode.tools.upstream import load_mcp_config
 
@@ -119,7 +119,8 @@ def terminal_approval(args: argparse.Namespace) -> ApproveCallback | None:
 
     def ask(request: ApprovalRequest) -> Decision:
         sys.stdout.flush()
-        sys.stderr.write(f"codemode: approve {request.summary}? [y]es, [a]lways this session, [N]o: ")
+        always = "" if request.kind is ApprovalKind.ESCALATION else "[a]lways this session, "
+        sys.stderr.write(f"codemode: approve {request.summary}? [y]es, {always}[N]o: ")
         sys.stderr.flush()
         answer = _APPROVAL_ANSWERS.get(sys.stdin.readline().strip().lower())
         return answer or Decision.deny("refused at the terminal")

@@ -155,6 +155,8 @@ def _print_findings(findings: list[dict[str, str]], facts: dict[str, Any] | None
             + (f"(mode {state['mode']})" if state["exists"] else "(not created yet)"),
             f"temp dirs     {facts['temp_dirs']['quota_mb']} MiB each, {facts['temp_dirs']['form']}: "
             f"{facts['temp_dirs']['detail']}",
+            f"os            {facts['os']['name']}, packages: "
+            + (" ".join(facts["os"]["install"]) if facts["os"]["install"] else "no package manager found"),
             f"sandbox       {box['mode']}, network {'on' if box['network'] else 'off'}, "
             f"writable: {', '.join(box['writable_roots'])}",
             *box["summary"],

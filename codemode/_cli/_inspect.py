@@ -20,7 +20,7 @@ from codemode._cli._common import (
     with_host,
 )
 from codemode._results import default_state_dir
-from codemode.errors import ToolError
+from codemode.errors import ErrorCode, ToolError
 from codemode.host import Host
 from codemode.policy import Trash
 
@@ -134,7 +134,9 @@ def cmd_archive_read(args: argparse.Namespace) -> int:
 def _owner(host: Host, process_id: str) -> str:
     owner = host.processes.owner_of(process_id)
     if owner is None:
-        raise ToolError(f"no such process {process_id!r}; `codemode ps --all` lists them")
+        raise ToolError(
+            f"no such process {process_id!r}; `codemode ps --all` lists them", code=ErrorCode.TOOL_FAILED
+        )
     return owner
 
 
@@ -237,7 +239,8 @@ def cmd_session_close(args: argparse.Namespace) -> int:
             raise ToolError(
                 f"no session {session!r} in {host.archive.state_dir}: nothing is recorded under that id "
                 "(no program run, store value, archived text or background process); "
-                "`codemode ps --all` shows the sessions of background processes"
+                "`codemode ps --all` shows the sessions of background processes",
+                code=ErrorCode.TOOL_FAILED,
             )
 
         def live() -> list[str]:

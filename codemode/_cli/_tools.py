@@ -20,7 +20,7 @@ from codemode._cli._common import (
     with_host,
 )
 from codemode._results import dumps_result
-from codemode.errors import CodemodeError, ToolError
+from codemode.errors import CodemodeError, ErrorCode, ToolError
 from codemode.host import Host
 
 
@@ -106,7 +106,7 @@ def cmd_call(args: argparse.Namespace) -> int:
 
     async def body(host: Host) -> int:
         if host.registry.get(args.tool) is None:
-            raise ToolError(unknown_tool(host, args.tool))
+            raise ToolError(unknown_tool(host, args.tool), code=ErrorCode.UNKNOWN_TOOL)
         result = await host.call_tool(args.tool, tool_args, max_output_tokens=args.max_output_tokens)
         emit(dumps_result(result) if args.json else result.text)
         if not args.json:
@@ -146,7 +146,7 @@ def cmd_tools(args: argparse.Namespace) -> int:
 def cmd_describe(args: argparse.Namespace) -> int:
     async def body(host: Host) -> int:
         if host.registry.get(args.name) is None:
-            raise ToolError(unknown_tool(host, args.name))
+            raise ToolError(unknown_tool(host, args.name), code=ErrorCode.UNKNOWN_TOOL)
         described = host.describe_tool(args.name)
         if args.json:
             emit(json.dumps(described, indent=2, ensure_ascii=False))

@@ -15,7 +15,7 @@ import anyio
 from codemode._ids import check_id
 from codemode._json import JsonObject
 from codemode._published import RUN_CODE_SCHEMA, flat_input_schema
-from codemode._results import RunImage
+from codemode._results import RunImage, error_content
 from codemode._surface import SurfaceName, check_surface, listed_tools
 from codemode.errors import ErrorCode, UserError
 from codemode.host import Host
@@ -133,7 +133,7 @@ class HostTools:
             return ToolOutput(
                 f"{name} is offered inside run_code only: call it as tools.{name}(args) there",
                 True,
-                {"error": ErrorCode.UNKNOWN_TOOL.value, "name": name},
+                error_content(ErrorCode.UNKNOWN_TOOL, {"name": name}),
             )
         called = await self.host.call_tool(real or name, args, session_id=self.session_id)
         return ToolOutput(called.text, called.is_error, called.structured_content, called.images)

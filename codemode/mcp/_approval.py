@@ -68,7 +68,8 @@ class Elicitor:
             f"r{i}": {
                 "type": "string",
                 "title": request.summary,
-                "enum": [*_CHOICES, "deny"],
+                # An escalation is asked every time: no choice would remember it.
+                "enum": ["allow", "deny"] if request.kind is ApprovalKind.ESCALATION else [*_CHOICES, "deny"],
                 "default": "deny",
             }
             for i, request in enumerate(requests)

@@ -39,7 +39,7 @@ from codemode._ids import check_id
 from codemode._json import JsonObject
 from codemode._progress import Progress, ProgressCallback
 from codemode._published import RUN_CODE_SCHEMA, flat_input_schema
-from codemode._results import RunError, RunImage, Usage
+from codemode._results import RunError, RunImage, Usage, error_content
 from codemode._surface import SurfaceName, check_surface, listed_tools, shallow_output_schema
 from codemode._version import __version__
 from codemode.budget import TokenCounter
@@ -169,14 +169,19 @@ def create_server(
         name = real_name(params.name)
         if name is None:  # coded as the host codes an unknown tool
             refused = _error(_not_listed(params.name, host, surface))
-            refused.structured_content = {"error": ErrorCode.UNKNOWN_TOOL.value, "name": params.name}
+            refused.structured_content = error_content(ErrorCode.UNKNOWN_TOOL, {"name": params.name})
             return refused
         called = await host.call_tool(name, args, session_id=session, on_progress=on_progress)
         t = host.registry.get(name)
         schema, wrapped = _output_schema(t) if t is not None else (None, False)
         schema = schema if output_schemas else None
         structured = called.structured_content
-        if structured is not None and (wrapped or (schema is None and not isinstance(structured, dict))):
+        failed = called.code is not None  # its structured content is `error_content`, never wrapped
+        if (
+            structured is not None
+            and not failed
+            and (wrapped or (schema is None and not isinstance(structured, dict)))
+        ):
             structured = {"result": structured}
         if structured is not None:
             budget = host.config.max_output_tokens

@@ -32,6 +32,7 @@ __all__ = [
     "ApprovalRequest",
     "Approvals",
     "ApproveCallback",
+    "CommandAsk",
     "CommandsHook",
     "Decision",
     "ToolPermission",
@@ -48,6 +49,9 @@ class ApprovalKind(enum.StrEnum):
     """A call of a tool whose permission is ``ask``."""
     CAPABILITY = "capability"
     """A per-call capability beyond the host's defaults (network, extra writable paths)."""
+    ESCALATION = "escalation"
+    """A run outside the sandbox (``sandbox: false``, argv ``["sudo", ...]``): asked on every
+    call, never remembered; with no one to ask it does not run."""
 
 
 class ToolPermission(enum.StrEnum):
@@ -122,8 +126,23 @@ def _short(value: Any, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+@dataclass(frozen=True)
+class CommandAsk:
+    """One decision a call's commands need: a command off the read-only list (``command``: its
+    command line) or a run outside the sandbox (``escalation``: ``sudo: …``/``unsandboxed: …``)."""
+
+    kind: Literal["command", "escalation"]
+    text: str
+
+
+_NO_ONE_TO_ASK = {
+    ApprovalKind.CAPABILITY: "the host does not allow this, and there is no one to ask for approval",
+    ApprovalKind.ESCALATION: "a person must allow each run outside the sandbox, and none can be asked here",
+}
+
+
 class CommandsHook(Protocol):
-    """Names a call's commands that need a decision (the command policy's ``ask``).
+    """Names a call's commands that need a decision (the command policy's ``ask``, escalations).
 
     Calling it may read files a command wrote (script files): never on the event loop.
     """
@@ -132,7 +151,7 @@ class CommandsHook(Protocol):
         """Whether calling the hook for this call has work to do; cheap, reads nothing."""
         ...
 
-    def __call__(self, tool: Tool, arguments: Mapping[str, Any]) -> Sequence[str]: ...
+    def __call__(self, tool: Tool, arguments: Mapping[str, Any]) -> Sequence[CommandAsk]: ...
 
 
 @dataclass
@@ -214,14 +233,18 @@ class Approvals:
         permission = self.permission(tool)
         if permission is ToolPermission.DENY:
             return f"{tool.name} is not allowed on this host (its permission is deny)"
-        commands = self._commands(tool, arguments) if self._commands is not None else ()
+        asks = self._commands(tool, arguments) if self._commands is not None else ()
+        escalations = [a.text for a in asks if a.kind == "escalation"]
+        # An escalation is asked alone: outside the sandbox the network and write paths do not
+        # apply, and the command is shown whole.
+        commands = [] if escalations else [a.text for a in asks if a.kind == "command"]
         # Per-call capabilities: network only while the host keeps it off; write_paths always.
         capabilities: list[tuple[str, str, Any]] = []
-        if arguments.get("network") is True and not self.network_default:
+        if arguments.get("network") is True and not self.network_default and not escalations:
             capabilities.append(("network", "reach the network", True))
-        if arguments.get("write_paths"):
+        if arguments.get("write_paths") and not escalations:
             capabilities.append(("write_paths", "write to", arguments["write_paths"]))
-        if permission is ToolPermission.ALLOW and not commands and not capabilities:
+        if permission is ToolPermission.ALLOW and not commands and not capabilities and not escalations:
             return []  # the common case, without a look at the arguments' text
         shown = json.loads(self._redact(json.dumps(dict(arguments), ensure_ascii=False)))
         wanted: list[tuple[ApprovalKind, str, str]] = []
@@ -234,6 +257,9 @@ class Approvals:
         for capability, verb, value in capabilities:
             what = f"{verb} {_short(value)}" if capability == "write_paths" else verb
             wanted.append((ApprovalKind.CAPABILITY, capability, f"{tool.name}: {what}"))
+        for text in escalations:
+            summary = _short(self._redact(text), 300)
+            wanted.append((ApprovalKind.ESCALATION, summary.split(":", 1)[0], summary))
         rules = self._sessions.get(session_id, _Session()).rules
         return [
             ApprovalRequest(
@@ -246,7 +272,8 @@ class Approvals:
                 rule=rule,
             )
             for kind, rule, summary in wanted
-            if (kind.value, rule) not in rules
+            # No standing rule covers an escalation: it is asked on every call.
+            if kind is ApprovalKind.ESCALATION or (kind.value, rule) not in rules
         ]
 
     async def decide(self, requests: list[ApprovalRequest]) -> list[Decision]:
@@ -274,7 +301,7 @@ class Approvals:
                 ] * len(requests)
             decisions = answered
         for request, decision in zip(requests, decisions, strict=True):
-            if decision.verdict == "allow_session":
+            if decision.verdict == "allow_session" and request.kind is not ApprovalKind.ESCALATION:
                 self._sessions.setdefault(request.session_id, _Session()).rules.add(
                     (request.kind.value, request.rule)
                 )
@@ -286,10 +313,10 @@ class Approvals:
     def default_decisions(requests: Sequence[ApprovalRequest]) -> list[Decision]:
         """The decisions when there is no one to ask: a tool's ``ask`` and the command
         policy's marks mean allow, but no call gets more than the host allows (a capability
-        request is denied: fail closed)."""
+        or an escalation request is denied: fail closed)."""
         return [
-            Decision.deny("the host does not allow this, and there is no one to ask for approval")
-            if request.kind is ApprovalKind.CAPABILITY
+            Decision.deny(_NO_ONE_TO_ASK[request.kind])
+            if request.kind in _NO_ONE_TO_ASK
             else Decision.allow()
             for request in requests
         ]
@@ -298,6 +325,8 @@ class Approvals:
     def refusal(requests: Sequence[ApprovalRequest], decisions: Sequence[Decision]) -> str | None:
         """The message for a call one of whose requests was denied, or None when all allowed."""
         for request, decision in zip(requests, decisions, strict=True):
+            if not decision.allowed and request.kind is ApprovalKind.ESCALATION:
+                return f"`{request.summary}` was not run: {decision.reason or 'denied'}; do it another way or ask the user"
             if not decision.allowed:
                 what = {
                     ApprovalKind.TOOL: f"the call of {request.tool}",

@@ -34,6 +34,7 @@ from pathlib import Path
 import pydantic
 
 from codemode.errors import ErrorCode
+from codemode.policy._escalation import ELEVATORS, argv_refusal, elevator_refusal
 from codemode.policy._evaluated import (
     REBINDING_VARIABLES,
     assigned_names,
@@ -171,6 +172,10 @@ class CommandPolicy(pydantic.BaseModel):
                     "`source .env && deploy`)"
                 ),
             )
+        if argv is not None and argv:
+            refused = argv_refusal(argv)
+            if refused is not None:
+                return CommandVerdict(verdict=Verdict.DENY, code=refused[0], message=refused[1])
         walk = _Walk(self, workspace, background)
         if argv is not None:
             found = list(walk.argv(tuple(argv), cwd, (), 0))
@@ -202,6 +207,15 @@ class CommandPolicy(pydantic.BaseModel):
                     executables=executables,
                     unchecked=unchecked,
                 )
+        shape = _escalation_refusal(found, argv is not None) or self._path_refusal(found, argv is not None)
+        if shape is not None:
+            return CommandVerdict(
+                verdict=Verdict.DENY,
+                code=ErrorCode.DENIED_BY_POLICY,
+                message=shape,
+                executables=executables,
+                unchecked=unchecked,
+            )
         if self.strict and walk.problems:
             return CommandVerdict(
                 verdict=Verdict.DENY,
@@ -227,6 +241,22 @@ class CommandPolicy(pydantic.BaseModel):
                     unchecked=unchecked,
                 )
         return CommandVerdict(verdict=Verdict.ALLOW, executables=executables, unchecked=unchecked)
+
+    def _path_refusal(self, found: list[_Found], argv_mode: bool) -> str | None:
+        """Under the strict policy, in argv mode and inside ``sh -c`` strings, every program is
+        a bare name found on PATH: a path (``./x/touch``, ``/tmp/t``) may be any program."""
+        if not self.strict:
+            return None
+        for item in found:
+            first = item.words[0]
+            inside_c = any(v.startswith("inside ") and v.endswith(" -c") for v in item.via)
+            if first is not None and "/" in first and (argv_mode or inside_c):
+                where = f" ({', '.join(item.via)})" if item.via else ""
+                return (
+                    f"`{first}`{where} is a path: the strict command policy runs programs by bare name "
+                    f"only; use `{os.path.basename(first)}` (a script: `bash {first}`)"
+                )
+        return None
 
     def _refusal(self, item: _Found, background: bool) -> tuple[ErrorCode, str] | None:
         where = f" ({', '.join(item.via)})" if item.via else ""
@@ -628,6 +658,18 @@ class _Walk:
             return
         text = body + "".join(" " + shlex.quote(e) for e in extra if e is not None)
         yield from self.script(text, where, (*via, f"script {script!r} of {name}"), depth + 1)
+
+
+def _escalation_refusal(found: list[_Found], argv_mode: bool) -> str | None:
+    """A sudo, su, doas... anywhere but as the first word of an argv run (see `_escalation`)."""
+    for index, item in enumerate(found):
+        if item.name not in ELEVATORS:
+            continue
+        if argv_mode and index == 0 and item.words[0] == "sudo":
+            continue
+        where = f" ({', '.join(item.via)})" if item.via else ""
+        return elevator_refusal(item.words[0] or item.name, where)
+    return None
 
 
 def _cut(text: str) -> str:

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from codemode.errors import ErrorCode, ToolError
+from codemode.policy._approval import CommandAsk
 from codemode.policy._commands import REDACTION_MARKER, CommandPolicy, Verdict
+from codemode.policy._escalation import escalation
 from codemode.policy._trash import Trash, install_rm_shim
 from codemode.tools import Tool, ToolContext
 from codemode.tools.bash import AfterRun, CommandPlan
@@ -78,12 +80,11 @@ class CommandGuard:
         # (Approvals' ``commands`` hook, `approval_commands`), and it was allowed.
         if verdict.verdict is Verdict.DENY:
             code = verdict.code or ErrorCode.DENIED_BY_POLICY
-            raise ToolError(
-                verdict.message, {"error": code.value, "executables": list(verdict.executables)}, code=code
-            )
+            raise ToolError(verdict.message, {"executables": list(verdict.executables)}, code=code)
         direct = plain_argv(command) if command is not None else None
         temp = ctx.policy.temp_dir
-        if self.trash is None or temp is None:
+        # `sudo rm` really deletes: sudo's program is never the rm shim (a plain rm still is).
+        if self.trash is None or temp is None or (argv is not None and argv[0] == "sudo"):
             return CommandPlan(direct=direct)
         env = self.trash.env(temp, ctx.policy.trash_inbox)
         return CommandPlan(direct=direct, env=env, path_prepend=(str(install_rm_shim(self.trash.state_dir)),))
@@ -125,8 +126,9 @@ class CommandGuard:
 
 
 class ApprovalCommands:
-    """The `Approvals` hook that names the commands of a bash run needing a decision: the run's
-    command line (or argv) when the policy says ``ask`` (``approve_commands``), else nothing.
+    """The `Approvals` hook that names what a bash run needs decided: an escalation (argv
+    ``["sudo", ...]`` or ``sandbox: false``, asked every time) the policy lets through, else the
+    run's command line (or argv) when the policy says ``ask`` (``approve_commands``), else nothing.
 
     Calling it runs the command policy, which may read script files a command wrote: call it
     off the event loop. `applies` (cheap, reads nothing) says whether a call would run it.
@@ -138,15 +140,15 @@ class ApprovalCommands:
 
     def applies(self, tool: Tool, arguments: Mapping[str, Any]) -> bool:
         """Whether calling the hook for this call runs the command policy (a bash run's valid
-        command or argv while ``approve_commands`` is on); reads nothing."""
+        command or argv while ``approve_commands`` is on, or an escalation); reads nothing."""
         return (
-            self.policy.approve_commands
-            and tool.name == "bash"
+            tool.name == "bash"
             and arguments.get("action", "run") in (None, "run")
             and (isinstance(arguments.get("command"), str) or isinstance(arguments.get("argv"), list))
+            and (self.policy.approve_commands or escalation(arguments) is not None)
         )
 
-    def __call__(self, tool: Tool, arguments: Mapping[str, Any]) -> Sequence[str]:
+    def __call__(self, tool: Tool, arguments: Mapping[str, Any]) -> Sequence[CommandAsk]:
         if not self.applies(tool, arguments):
             return ()  # invalid arguments: the tool reports them
         command, argv = arguments.get("command"), arguments.get("argv")
@@ -159,9 +161,18 @@ class ApprovalCommands:
             workspace=workspace,
             background=bool(arguments.get("run_in_background")),
         )
+        if verdict.verdict is Verdict.DENY:
+            return ()  # the tool refuses it with the policy's message: nobody is asked about it
+        escalated = escalation(arguments)
+        if escalated is not None:
+            return [CommandAsk("escalation", escalated)]
         if verdict.verdict is not Verdict.ASK:
             return ()
-        return [command if isinstance(command, str) else shlex.join(str(a) for a in argv or ())]
+        return [
+            CommandAsk(
+                "command", command if isinstance(command, str) else shlex.join(str(a) for a in argv or ())
+            )
+        ]
 
 
 def approval_commands(policy: CommandPolicy, workspace: Path) -> ApprovalCommands:

@@ -20,7 +20,7 @@ import anyio
 
 from codemode._ids import check_id
 from codemode._progress import Progress, ProgressCallback, reporting
-from codemode._results import CallResult, HostConfig, RunError, RunImage, RunResult
+from codemode._results import CallResult, HostConfig, RunError, RunImage, RunResult, error_content
 from codemode._sessions import Sessions
 from codemode.budget import MIN_BUDGET, TokenCounter
 from codemode.engine import Engine, EngineLimits, HeaderError, RunView, parse_header
@@ -338,7 +338,7 @@ class Runner:
             )
             budget = self.config.max_output_tokens  # the refused budget cannot carry its own refusal
         elif refusal is not None:
-            result = ToolResult.failure(ErrorCode.DENIED, refusal, {"error": "denied"})
+            result = ToolResult.failure(ErrorCode.DENIED, refusal)
         else:
             async with reporting(on_progress, sample):
                 result = await self.registry.call(name, arguments, context)
@@ -356,11 +356,16 @@ class Runner:
         fitted = fit(
             archive, self.counter, blocks, trailer, max(MIN_BUDGET, budget - image_cost), session, exact
         )
+        failure = result.error
+        structured = (
+            result.structured_content if failure is None else error_content(failure.code, failure.data)
+        )
         return CallResult(
             tool=name,
             text=fitted.text,
-            structured_content=redact_json(result.structured_content, archive.redactor.redact),
+            structured_content=redact_json(structured, archive.redactor.redact),
             is_error=result.is_error,
+            code=None if failure is None else failure.code,
             truncated=fitted.truncated,
             refs=fitted.refs,
             images=images,

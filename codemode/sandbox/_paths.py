@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import NoReturn
 
-from codemode.errors import SandboxDenied, ToolError
+from codemode.errors import ErrorCode, SandboxDenied, ToolError
 from codemode.sandbox._fs import EnteredProtected, SymlinkLoop, Walk, walk
 from codemode.sandbox._policy import SandboxMode, SandboxPolicy
 
@@ -28,9 +28,14 @@ __all__ = ["check_readable", "check_writable", "locate_readable", "locate_writab
 
 def _absolute(workspace: Path, path: str) -> str:
     if not path:
-        raise ToolError("path is empty; give a file path (relative to the workspace or absolute)")
+        raise ToolError(
+            "path is empty; give a file path (relative to the workspace or absolute)",
+            code=ErrorCode.TOOL_FAILED,
+        )
     if "\x00" in path:
-        raise ToolError(f"path {path!r} contains a NUL byte; file paths cannot contain NUL")
+        raise ToolError(
+            f"path {path!r} contains a NUL byte; file paths cannot contain NUL", code=ErrorCode.TOOL_FAILED
+        )
     try:
         os.fsencode(path)
     except UnicodeEncodeError as exc:
@@ -38,6 +43,7 @@ def _absolute(workspace: Path, path: str) -> str:
             f"path {path!r} contains an unpaired surrogate at character {exc.start}; send the path as "
             "complete characters",
             {"path": path.encode("utf-8", "backslashreplace").decode()},
+            code=ErrorCode.TOOL_FAILED,
         ) from None
     expanded = os.path.expanduser(path)
     if os.path.isabs(expanded):
@@ -54,11 +60,13 @@ def _walk(workspace: Path, path: str, protected: dict[tuple[int, int], str] | No
         raise ToolError(
             f"path {path!r} runs into a symlink loop at {exc.at}; fix or remove that symlink",
             {"path": path, "loop_at": exc.at},
+            code=ErrorCode.TOOL_FAILED,
         ) from None
     except NotADirectoryError as exc:
         raise ToolError(
             f"path {path!r} goes through {exc.filename}, which is a file, not a directory; check the path.",
             {"path": path, "not_a_directory": exc.filename},
+            code=ErrorCode.TOOL_FAILED,
         ) from None
     except OSError as exc:
         if exc.errno in (errno.EACCES, errno.EPERM):
@@ -71,6 +79,7 @@ def _walk(workspace: Path, path: str, protected: dict[tuple[int, int], str] | No
         raise ToolError(
             f"cannot resolve path {path!r}{at}: {what}.",
             {"path": path, "errno": errno.errorcode.get(exc.errno or 0, str(exc.errno)), "error": str(exc)},
+            code=ErrorCode.TOOL_FAILED,
         ) from None
 
 

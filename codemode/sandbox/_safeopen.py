@@ -81,7 +81,7 @@ class UnsafePath(ToolError):
     """
 
     def __init__(self, message: str, path: str, code: ErrorCode) -> None:
-        super().__init__(message, {"error": code.value, "path": path}, code=code)
+        super().__init__(message, {"path": path}, code=code)
         self.path = path
 
 

@@ -354,7 +354,7 @@ def check_share(path: Path, share_bytes: int, command: str = "") -> TmpUse:
         f"$TMPDIR of this session holds {held}, over its share of {share_bytes // (1024 * 1024)} MiB of the "
         "disk quota, so no other command starts until it fits: remove what you no longer need with "
         'a command of rm, rmdir, du or ls alone (e.g. du -sh "$TMPDIR"/*, then rm -rf "$TMPDIR"/<dir>)',
-        {"error": ErrorCode.TEMP_DIR_FULL.value, "used_bytes": use.used, "share_bytes": share_bytes},
+        {"used_bytes": use.used, "share_bytes": share_bytes},
         code=ErrorCode.TEMP_DIR_FULL,
     )
 

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from codemode.errors import StateDirError, ToolError, UnknownRefError
+from codemode.errors import ErrorCode, StateDirError, ToolError, UnknownRefError
 from codemode.state import _capped
 from codemode.state._capped import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES, CappedLog
 from codemode.state._database import Database, host_faults
@@ -481,10 +481,16 @@ class Archive:
             ToolError: ``offset`` or ``limit`` is not a valid number, or ``offset`` is past the end.
         """
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ToolError(f"offset must be an integer >= 0 (got {offset!r})", {"field": "offset"})
+            raise ToolError(
+                f"offset must be an integer >= 0 (got {offset!r})",
+                {"field": "offset"},
+                code=ErrorCode.TOOL_FAILED,
+            )
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= READ_MAX_LIMIT:
             raise ToolError(
-                f"limit must be an integer from 1 to {READ_MAX_LIMIT} (got {limit!r})", {"field": "limit"}
+                f"limit must be an integer from 1 to {READ_MAX_LIMIT} (got {limit!r})",
+                {"field": "limit"},
+                code=ErrorCode.TOOL_FAILED,
             )
         for _attempt in range(3):
             file, retained_from, total, raw, _stream = self._lookup(ref, session_id)
@@ -511,6 +517,7 @@ class Archive:
                 f"offset {offset} is past the end of {ref} ({total} bytes); "
                 f"read from an offset up to {total}",
                 {"field": "offset", "total_bytes": total},
+                code=ErrorCode.TOOL_FAILED,
             )
         asked = max(offset, retained_from)
         want = min(limit, total - asked)

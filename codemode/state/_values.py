@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from codemode.errors import ToolError
+from codemode.errors import ErrorCode, ToolError
 from codemode.state._database import Database, host_faults
 
 __all__ = [
@@ -30,6 +30,7 @@ def _check_key(key: str) -> None:
         raise ToolError(
             f"store key must be a string of 1 to {STORE_KEY_MAX_CHARS} characters (got {shown})",
             {"field": "key", "limit": STORE_KEY_MAX_CHARS},
+            code=ErrorCode.TOOL_FAILED,
         )
 
 
@@ -72,18 +73,23 @@ class ValueStore:
         """
         _check_key(key)
         if not isinstance(value_json, str):
-            raise ToolError("store value must be JSON text", {"field": "value"})
+            raise ToolError("store value must be JSON text", {"field": "value"}, code=ErrorCode.TOOL_FAILED)
         size = len(value_json.encode("utf-8"))
         if size > STORE_VALUE_MAX_BYTES:
             raise ToolError(
                 f"store value for {key!r} is {size} bytes of JSON; the limit is "
                 f"{STORE_VALUE_MAX_BYTES} bytes (1 MiB) per value: store less, or split it over several keys",
                 {"field": "value", "limit": STORE_VALUE_MAX_BYTES, "size": size},
+                code=ErrorCode.TOOL_FAILED,
             )
         try:
             json.loads(value_json)
         except ValueError as exc:
-            raise ToolError(f"store value for {key!r} is not valid JSON: {exc}", {"field": "value"}) from exc
+            raise ToolError(
+                f"store value for {key!r} is not valid JSON: {exc}",
+                {"field": "value"},
+                code=ErrorCode.TOOL_FAILED,
+            ) from exc
         cost = size + len(key.encode("utf-8"))
         with self._db.connection() as conn:
             conn.execute("BEGIN IMMEDIATE")
@@ -99,6 +105,7 @@ class ValueStore:
                     f"limit is {STORE_SESSION_MAX_BYTES} bytes (16 MiB) per session; delete keys you no "
                     "longer need (store.delete)",
                     {"limit": STORE_SESSION_MAX_BYTES, "used": used, "size": cost},
+                    code=ErrorCode.TOOL_FAILED,
                 )
             conn.execute(
                 "INSERT OR REPLACE INTO store_values (session_id, key, value, size, updated)"

@@ -88,16 +88,47 @@ class ToolResult(pydantic.BaseModel):
     @classmethod
     def failure(cls, code: ErrorCode, message: str, data: Any = None) -> ToolResult:
         """The result of a call that failed: ``message`` is its text, ``data`` its structured content."""
+        return cls.failed(ToolFailure(code=code, message=message, data=data))
+
+    @classmethod
+    def failed(cls, failure: ToolFailure) -> ToolResult:
+        """The result of a call that failed as ``failure`` says (`failure_of` maps an exception)."""
         return cls(
-            content=[TextContent(text=message)],
-            structured_content=data,
+            content=[TextContent(text=failure.message)],
+            structured_content=failure.data,
             is_error=True,
-            error=ToolFailure(code=code, message=message, data=data),
+            error=failure,
         )
 
     def producer_data(self) -> Any:
         """The value a program's ``await tools.x()`` resolves with."""
         return self.text if self.structured_content is None else self.structured_content
+
+
+def failure_of(exc: Exception, name: str, *, prefix: bool = True) -> ToolFailure:
+    """The one map from an exception to the failure a model sees, for every call path (the
+    registry's direct and program calls, the engine's inline calls, host functions and faults).
+
+    A `ToolError` keeps its code and data; its message gets ``name: `` in front when ``prefix``
+    (a handler's refusal; the call machinery's own messages, bad arguments or an unknown tool,
+    name the tool already). Any other exception is a bug of ``name`` or a host fault: code
+    ``handler_failed``, its type and text in the message and in ``data.detail``, logged with its
+    traceback. A caller that must let a `UserError` through (the registry, to the embedding
+    developer) re-raises it before calling this.
+
+    Args:
+        exc: What was raised.
+        name: The tool (or host function) that was called.
+        prefix: Put ``name: `` in front of a `ToolError`'s message.
+    """
+    if isinstance(exc, ToolError):
+        message = f"{name}: {exc.message}" if prefix else exc.message
+        return ToolFailure(code=exc.code, message=message, data=exc.data)
+    detail = f"{type(exc).__name__}: {exc}"
+    logger.error("tool %s failed: %s", name, detail, exc_info=exc)
+    return ToolFailure(
+        code=ErrorCode.HANDLER_FAILED, message=f"{name} failed: {detail}", data={"detail": detail}
+    )
 
 
 @dataclass
@@ -282,7 +313,7 @@ class Tool:
         )
         return ToolError(
             message,
-            {"error": ErrorCode.INVALID_ARGUMENTS.value, "path": path, "message": problem},
+            {"path": path, "message": problem},
             code=ErrorCode.INVALID_ARGUMENTS,
         )
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import logging
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -18,13 +17,12 @@ from codemode.tools._model import (
     Tool,
     ToolContext,
     ToolResult,
+    failure_of,
     make_tool,
     to_tool_result,
 )
 from codemode.tools._search import MAX_NAME_CHARS, SearchIndex, check_name, check_query, words
 from codemode.tools._signature import typescript_signature
-
-logger = logging.getLogger("codemode.tools")
 
 
 def _tool_names(extension: Extension | LazyExtension) -> list[str]:
@@ -379,7 +377,7 @@ class ToolRegistry:
 
     # -- validation and calls -------------------------------------------------------------
     #
-    # The one boundary where exceptions become results is `_failure`; the one check of the
+    # Exceptions become results through `failure_of` (in `_failure`); the one check of the
     # arguments is `Tool.parse`, the one check of results `Tool.check_result`.
 
     def validate(self, t: Tool, args: Any) -> ArgumentProblem | None:
@@ -416,9 +414,7 @@ class ToolRegistry:
         t = self.get(name)
         if t is None:
             message = self.unknown_tool_message(name)
-            return ToolResult.failure(
-                ErrorCode.UNKNOWN_TOOL, message, {"error": "unknown_tool", "name": name}
-            )
+            return ToolResult.failure(ErrorCode.UNKNOWN_TOOL, message, {"name": name})
         return await self.invoke(t, args, ctx)
 
     async def invoke(self, t: Tool, args: Any, ctx: ToolContext) -> ToolResult:
@@ -479,24 +475,12 @@ class ToolRegistry:
         try:
             return t.parse(args)
         except ToolError as exc:
-            return ToolResult.failure(exc.code, exc.message, exc.data)
+            return ToolResult.failed(failure_of(exc, t.name, prefix=False))
 
     @staticmethod
     def _failure(t: Tool, exc: Exception) -> ToolResult:
-        """The one place a handler's exception becomes a result.
-
-        A `ToolError` keeps its code and data (its message is prefixed with the tool's name);
-        any other exception is a handler bug (code ``handler_failed``, logged with its
-        traceback); a `UserError` (the developer's mistake) is re-raised.
-        """
-        if isinstance(exc, ToolError):
-            return ToolResult.failure(exc.code, f"{t.name}: {exc.message}", exc.data)
+        """A handler's exception as its result (`failure_of`); a `UserError` (the developer's
+        mistake) is re-raised."""
         if isinstance(exc, UserError):
             raise exc
-        detail = f"{type(exc).__name__}: {exc}"
-        logger.error("tool %s failed: %s", t.name, detail, exc_info=exc)
-        return ToolResult.failure(
-            ErrorCode.HANDLER_FAILED,
-            f"{t.name} failed: {detail}",
-            {"error": "handler_failed", "detail": detail},
-        )
+        return ToolResult.failed(failure_of(exc, t.name))

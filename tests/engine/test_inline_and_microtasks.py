@@ -7,7 +7,7 @@ import threading
 import anyio
 import pytest
 
-from codemode import Host, ToolError, UserError, make_tool, tool
+from codemode import ErrorCode, Host, ToolError, UserError, make_tool, tool
 from tests.host_support import MakeHost, assert_healthy
 
 pytestmark = pytest.mark.anyio
@@ -41,7 +41,7 @@ async def test_inline_tools_run_on_the_program_thread(make_host: MakeHost) -> No
     @tool(inline=True)
     def refuse(n: int) -> int:
         "Always refuses."
-        raise ToolError("not today", {"n": n})
+        raise ToolError("not today", {"n": n}, code=ErrorCode.TOOL_FAILED)
 
     async with make_host() as (host, _probe):
         host.add_tool(double)
@@ -144,7 +144,7 @@ async def test_calls_settle_the_same_on_the_programs_thread_or_through_the_loop(
         def halve(value: int) -> int:
             "Half of an even number."
             if value % 2:
-                raise ToolError(f"{value} is odd")
+                raise ToolError(f"{value} is odd", code=ErrorCode.TOOL_FAILED)
             return value // 2
 
         async def halve_async(value: int) -> int:

@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from codemode.engine import Engine, EngineLimits, ProgramOutcome
-from codemode.errors import ToolError, UserError
+from codemode.errors import ErrorCode, ToolError, UserError
 from codemode.sandbox import SandboxMode, SandboxPolicy
 from codemode.state import Archive, State
 from codemode.tools import ToolContext, ToolRegistry, ToolResult
@@ -106,7 +106,7 @@ async def engine(seen: Seen) -> AsyncIterator[Engine]:
 
     async def refuse(reason: str) -> str:
         """Fails as a tool."""
-        raise ToolError(reason, {"why": reason})
+        raise ToolError(reason, {"why": reason}, code=ErrorCode.TOOL_FAILED)
 
     async def broken() -> str:
         """A handler bug."""

@@ -162,7 +162,7 @@ async def test_adapters_offer_the_same_surface_and_call_by_listed_name(tmp_path:
         assert not read.is_error and "alpha" in read.text
         refused = await default.call("monitor_list", {})
         assert refused.is_error and "tools.monitor_list(args)" in refused.text
-        assert refused.structured == {"error": "unknown_tool", "name": "monitor_list"}
+        assert refused.structured == {"code": "unknown_tool", "name": "monitor_list"}
         assert not (await every.call("monitor_list", {})).is_error
 
 
@@ -200,7 +200,7 @@ async def test_tools_code_lists_run_code_alone_and_programs_reach_every_tool(tmp
             assert _text(ran).strip() == '"1\\n2\\n3\\n4\\n5\\n6\\n" mounted'
             direct = await session.call_tool("bash", {"command": "echo no"})
             assert direct.is_error and "tools.bash(args)" in _text(direct) and "--tools all" in _text(direct)
-            assert direct.structured_content == {"error": "unknown_tool", "name": "bash"}
+            assert direct.structured_content == {"code": "unknown_tool", "name": "bash"}
 
 
 async def test_tools_all_lists_mounted_tools_under_valid_names_and_calls_them(tmp_path: Path) -> None:

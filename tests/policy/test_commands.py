@@ -72,7 +72,7 @@ TABLE: list[tuple[str, str, str]] = [
     ("timeout 10 ls", ALLOW, ALLOW),
     ("nice -n 5 ionice -c 3 rm x", DENIED, DENIED),
     ("sudo -u root rm x", DENIED, DENIED),
-    ("sudo FOO=1 ls", ALLOW, ALLOW),
+    ("sudo FOO=1 ls", DENIED, DENIED),  # sudo runs only as argv ["sudo", PROGRAM, ...]
     ("xargs -n1 rm < list", DENIED, DENIED),
     ("ls | xargs -I{} rm {}", DENIED, DENIED),
     ("find . -name '*.o' -exec rm {} +", DENIED, DENIED),

@@ -249,9 +249,8 @@ async def test_where_the_host_cannot_mount_a_session_over_its_share_gets_no_new_
         result = await host.call_tool("bash", {"command": "echo never"})
         assert result.is_error and "never" not in result.text, result.text
         assert "over its share of 2 MiB" in result.text and "remove what you no longer need" in result.text
-        assert (result.structured_content or {})["error"] == ErrorCode.TEMP_DIR_FULL.value, (
-            result.structured_content
-        )
+        assert result.code is ErrorCode.TEMP_DIR_FULL, result.structured_content
+        assert (result.structured_content or {})["code"] == ErrorCode.TEMP_DIR_FULL.value
         # Only a clean-up runs: what fills $TMPDIR is seen and removed.
         result = await host.call_tool("bash", {"command": 'du -sh "$TMPDIR"/big; echo x > "$TMPDIR/y"'})
         assert result.is_error and not (temp / "y").exists(), result.text

@@ -229,7 +229,6 @@ def test_parse_raises_a_coded_tool_error_that_speaks_json() -> None:
         place.parse({"customer": None, "items": []})
     assert info.value.code is ErrorCode.INVALID_ARGUMENTS
     assert info.value.data == {
-        "error": "invalid_arguments",
         "path": "$.customer",
         "message": "Input should be a valid string (got null)",
     }
@@ -345,7 +344,7 @@ async def test_handler_return_values_become_results(
 
 async def test_handler_failures_become_error_results(ctx: ToolContext) -> None:
     def refuses(x: int) -> str:
-        raise ToolError("x must be even", {"x": x})
+        raise ToolError("x must be even", {"x": x}, code=ErrorCode.TOOL_FAILED)
 
     async def breaks(x: int) -> str:
         raise KeyError("missing")
@@ -365,7 +364,7 @@ async def test_handler_failures_become_error_results(ctx: ToolContext) -> None:
     assert refused.error == ToolFailure(code=ErrorCode.TOOL_FAILED, message=refused.text, data={"x": 3})
     broken = await registry.call("breaks", {"x": 3}, ctx)
     assert broken.is_error and broken.text == "breaks failed: KeyError: 'missing'"
-    assert broken.structured_content["error"] == "handler_failed"
+    assert broken.structured_content == {"detail": "KeyError: 'missing'"}
     assert broken.error is not None and broken.error.code is ErrorCode.HANDLER_FAILED
     with pytest.raises(UserError):  # the embedding developer's mistake is not hidden from them
         await registry.call("misuses", {}, ctx)

@@ -34,5 +34,15 @@ Design notes:
 from codemode.tools.bash._completions import Notification
 from codemode.tools.bash._gate import AfterRun, CommandGate, CommandPlan
 from codemode.tools.bash._manager import ProcessManager
+from codemode.tools.bash._packages import PackageManager, find_package_manager, os_release
 
-__all__ = ["AfterRun", "CommandGate", "CommandPlan", "Notification", "ProcessManager"]
+__all__ = [
+    "AfterRun",
+    "CommandGate",
+    "CommandPlan",
+    "Notification",
+    "PackageManager",
+    "ProcessManager",
+    "find_package_manager",
+    "os_release",
+]

@@ -17,7 +17,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from codemode.errors import ToolError
+from codemode.errors import ErrorCode, ToolError
 from codemode.sandbox import cgroup_kill, cgroup_remove
 from codemode.state import Archive
 from codemode.state import process_records as _records
@@ -216,7 +216,9 @@ def start_background(
                     proc = _start_supervisor(err, tuple(fd for fd in layers.values() if fd is not None))
                 except OSError as exc:
                     _failed(db, process_id, cgroup, str(exc))
-                    raise ToolError(f"could not start the background supervisor: {exc}") from exc
+                    raise ToolError(
+                        f"could not start the background supervisor: {exc}", code=ErrorCode.TOOL_FAILED
+                    ) from exc
     finally:
         if procs_fd is not None:
             os.close(procs_fd)
@@ -227,12 +229,12 @@ def start_background(
         _failed(db, process_id, cgroup, detail or "no answer")
         raise ToolError(
             "the background supervisor did not start" + (f": {detail}" if detail else ""),
-            {"error": "supervisor_failed"},
+            code=ErrorCode.SUPERVISOR_FAILED,
         ) from None
     if not answer.get("ok"):
         _failed(db, process_id, cgroup, str(answer.get("error")))
         raise ToolError(
-            f"the background command could not start: {answer.get('error')}", {"error": "spawn_failed"}
+            f"the background command could not start: {answer.get('error')}", code=ErrorCode.SPAWN_FAILED
         )
     with contextlib.suppress(OSError):
         if err_path.stat().st_size == 0:

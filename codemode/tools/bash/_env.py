@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from codemode._host_secrets import without_host_secrets
-from codemode.errors import SandboxUnavailable, ToolError, UserError
+from codemode.errors import ErrorCode, SandboxUnavailable, ToolError, UserError
 from codemode.sandbox import (
     LaunchSpec,
     SandboxMode,
@@ -111,24 +111,28 @@ def resolve_cwd(cwd: str | None, workspace: Path, policy: SandboxPolicy) -> Path
         raise ToolError(
             f"cwd {cwd!r} does not exist (resolved against the workspace {str(workspace)!r}); "
             "pass an existing directory or leave cwd out to use the workspace root",
-            {"error": "bad_cwd", "cwd": cwd},
+            {"cwd": cwd},
+            code=ErrorCode.BAD_CWD,
         ) from exc
     if not stat.S_ISDIR(mode):
         raise ToolError(
             f"cwd {cwd!r} is not a directory; pass a directory or leave cwd out",
-            {"error": "bad_cwd", "cwd": cwd},
+            {"cwd": cwd},
+            code=ErrorCode.BAD_CWD,
         )
     if not os.access(resolved, os.R_OK | os.X_OK):
         raise ToolError(
             f"cwd {cwd!r} is not accessible (no read/search permission); pick another directory",
-            {"error": "bad_cwd", "cwd": cwd},
+            {"cwd": cwd},
+            code=ErrorCode.BAD_CWD,
         )
     for protected in policy.protected:
         root = os.fspath(protected)
         if resolved == root or resolved.startswith(root.rstrip("/") + "/"):
             raise ToolError(
                 f"cwd {cwd!r} lies in the host's state directory, which commands may not use",
-                {"error": "bad_cwd", "cwd": cwd},
+                {"cwd": cwd},
+                code=ErrorCode.BAD_CWD,
             )
     return Path(resolved)
 

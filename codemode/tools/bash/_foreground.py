@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, TypedDict
 import anyio
 import anyio.to_thread
 
-from codemode.errors import SandboxUnavailable, ToolError
+from codemode.errors import ErrorCode, SandboxUnavailable, ToolError
 from codemode.sandbox import (
     Confinement,
     LaunchSpec,
@@ -320,7 +320,7 @@ def command_cgroup(owner: str, name: str) -> str | None:
     except OSError as exc:
         raise ToolError(
             f"could not create the command's cgroup ({exc.strerror or exc}); the command was not run",
-            {"error": "sandbox_unavailable"},
+            code=ErrorCode.SANDBOX_UNAVAILABLE,
         ) from exc
 
 
@@ -373,7 +373,7 @@ def confine(policy: SandboxPolicy) -> Confinement:
     try:
         return prepare_confinement(policy)
     except SandboxUnavailable as exc:
-        raise ToolError(str(exc), {"error": "sandbox_unavailable"}) from exc
+        raise ToolError(str(exc), code=ErrorCode.SANDBOX_UNAVAILABLE) from exc
 
 
 def _launch(spec: LaunchSpec) -> Process:
@@ -386,7 +386,7 @@ def _launch(spec: LaunchSpec) -> Process:
     try:
         return launch(spec)
     except SandboxUnavailable as exc:
-        raise ToolError(str(exc), {"error": "sandbox_unavailable"}) from exc
+        raise ToolError(str(exc), code=ErrorCode.SANDBOX_UNAVAILABLE) from exc
 
 
 @functools.cache
@@ -408,7 +408,7 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
         raise ToolError(
             f"could not start /bin/bash in {str(spec.cwd)!r}: No such file or directory (it was "
             "removed?); pass an existing cwd",
-            {"error": "spawn_failed"},
+            code=ErrorCode.SPAWN_FAILED,
         )
     # The pipes are made here rather than by Popen, which would wrap each in a file object
     # the pump does not use; the read ends stay in this process, the write ends go to the child.
@@ -440,7 +440,7 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
             hint = " (not found on PATH)" if isinstance(exc, FileNotFoundError) else ""
             raise ToolError(
                 f"could not start {program} in {str(spec.cwd)!r}: {exc.strerror or exc}{hint}",
-                {"error": "spawn_failed"},
+                code=ErrorCode.SPAWN_FAILED,
             ) from exc
         raise
     finally:

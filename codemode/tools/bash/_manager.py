@@ -25,6 +25,8 @@ reads and waits (``_reading``), Monitor watchers (``_watchers``), write, stop an
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import threading
 import time
 from collections.abc import Mapping
@@ -36,7 +38,7 @@ import anyio
 import anyio.to_thread
 
 from codemode.errors import ErrorCode, ToolError, UserError
-from codemode.sandbox import SandboxPolicy, check_policy, check_share, is_mounted
+from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy, check_share, is_mounted
 from codemode.state import Archive, Redactor
 from codemode.state import process_records as _records
 from codemode.tools._model import Extension, TextContent, ToolContext, ToolResult
@@ -68,6 +70,40 @@ from codemode.tools.bash._watchers import Watchers
 
 if TYPE_CHECKING:
     from codemode.tools.bash._tool import BashArgs, BashRunArgs
+
+
+def escalates(args: BashRunArgs) -> bool:
+    """Whether the run leaves the sandbox: ``sandbox: false``, or argv ``["sudo", ...]`` (the
+    host's approvals asked a person about this very call before it got here)."""
+    return args.sandbox is False or (args.argv is not None and args.argv[0] == "sudo")
+
+
+def sudo_argv(argv: list[str], environ: Mapping[str, str], policy: SandboxPolicy) -> tuple[str, ...]:
+    """``["sudo", PROGRAM, ...]`` as it runs: ``/path/of/sudo -n PROGRAM ...``, sudo found on the
+    commands' PATH but never in a place confined commands can write (a planted ``sudo`` would
+    run unconfined under the name the person allowed).
+
+    Raises:
+        ToolError: No sudo on PATH, or the one found lies in a writable root.
+    """
+    found = shutil.which("sudo", path=environ.get("PATH", os.defpath))
+    if found is None:
+        raise ToolError(
+            "sudo is not installed on this host (not on PATH); ask the user to run the command",
+            {"error": "spawn_failed"},
+            code=ErrorCode.SPAWN_FAILED,
+        )
+    real = os.path.realpath(found)
+    if not os.path.isabs(found) or any(
+        real == str(root) or real.startswith(str(root).rstrip("/") + "/") for root in policy.all_writable()
+    ):
+        raise ToolError(
+            f"the sudo found on PATH ({found}) lies where commands can write, so it is not run; ask "
+            "the user to check PATH",
+            {"error": "denied_by_policy"},
+            code=ErrorCode.DENIED_BY_POLICY,
+        )
+    return (found, "-n", *argv[1:])
 
 
 def _with_capabilities(ctx: ToolContext, args: BashRunArgs) -> SandboxPolicy:
@@ -179,10 +215,15 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
 
     def extension(self) -> Extension:
         """The ``bash`` tool and its guidance for the run_code description."""
+        from codemode.tools.bash._packages import find_package_manager
         from codemode.tools.bash._tool import bash_tool, guidance
 
+        manager = find_package_manager(self._environ)
+        install = manager.describe() if manager is not None else None
         return Extension(
-            name="bash", tools=[bash_tool(self._handle, self._handoff)], guidance=guidance(self._handoff)
+            name="bash",
+            tools=[bash_tool(self._handle, self._handoff, install)],
+            guidance=guidance(self._handoff),
         )
 
     async def _handle(self, args: BashArgs, ctx: ToolContext) -> ToolResult:
@@ -224,7 +265,8 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
         raise AssertionError(f"unhandled bash arguments {type(args.root).__name__}")  # pragma: no cover
 
     def _spec(self, args: BashRunArgs, ctx: ToolContext) -> RunSpec:
-        return self.run_spec(
+        escalated = escalates(args)
+        spec = self.run_spec(
             args.command,
             args.cwd,
             ctx,
@@ -236,8 +278,15 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
             scope=args.scope,
             lifecycle=args.lifecycle,
             completion_mode=args.completion_mode,
-            policy=_with_capabilities(ctx, args),
+            # Outside every layer: network and write_paths no longer apply.
+            policy=ctx.policy.with_mode(SandboxMode.FULL_ACCESS)
+            if escalated
+            else _with_capabilities(ctx, args),
         )
+        if args.argv is not None and args.argv[0] == "sudo":
+            direct = sudo_argv(args.argv, spec.environ, ctx.policy)
+            spec = replace(spec, direct=None if spec.direct is None else direct, command=shlex.join(direct))
+        return spec
 
     def run_spec(
         self,

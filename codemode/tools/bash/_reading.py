@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.to_thread
 
-from codemode.errors import ToolError
+from codemode.errors import ErrorCode, ToolError
 from codemode.state import Archive, ProcessRecord, Redactor
 from codemode.state import process_records as _records
 from codemode.tools._terminal import clean_terminal_text, terminal_view
@@ -69,7 +69,7 @@ def _compile(pattern: str) -> re.Pattern[str]:
         raise ToolError(
             f"until.pattern {pattern!r} is not a valid regular expression: {exc}; escape special "
             "characters (e.g. \\. for a dot)",
-            {"error": "bad_pattern"},
+            code=ErrorCode.BAD_PATTERN,
         ) from None
 
 

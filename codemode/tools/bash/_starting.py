@@ -11,7 +11,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from codemode.errors import ToolError
+from codemode.errors import ErrorCode, ToolError
 from codemode.state import Archive, ProcessRecord
 from codemode.state import process_records as _records
 from codemode.tools.bash._answers import StartedAnswer
@@ -60,7 +60,8 @@ class Starting:
                 raise ToolError(
                     f"this session already has {self._max_background} background processes running (the "
                     'cap); stop one with bash({action: "stop", process_id}) or wait for one to finish',
-                    {"error": "background_cap", "cap": self._max_background},
+                    {"cap": self._max_background},
+                    code=ErrorCode.BACKGROUND_CAP,
                 )
             answer = start_background(
                 spec, process_id=process_id, archive=self._archive, db=self._db, settings=settings

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.to_thread
 
-from codemode.errors import ToolError
+from codemode.errors import ErrorCode, ToolError
 from codemode.sandbox import cgroup_remove
 from codemode.state import ProcessRecord
 from codemode.state import process_records as _records
@@ -54,12 +54,14 @@ class Stopping:
             raise ToolError(
                 f"process {pid} was started in the foreground with stdin closed, so it takes no input; "
                 "start a command that reads input with run_in_background: true",
-                {"error": "no_input", "process_id": pid},
+                {"process_id": pid},
+                code=ErrorCode.NO_INPUT,
             )
         exited = ToolError(
             f"process {pid} has ended ({record.state}, exit code "
             f"{'unknown' if record.exit_code is None else record.exit_code}); it takes no more input",
-            {"error": "exited", "process_id": pid},
+            {"process_id": pid},
+            code=ErrorCode.EXITED,
         )
         if not record.live or record.input_path is None or record.input_token is None:
             raise exited
@@ -71,7 +73,9 @@ class Stopping:
             except OSError as exc:
                 if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
                     raise exited from exc
-                raise ToolError(f"cannot write to process {pid}: {exc.strerror}") from exc
+                raise ToolError(
+                    f"cannot write to process {pid}: {exc.strerror}", code=ErrorCode.TOOL_FAILED
+                ) from exc
             try:
                 sock.sendall(record.input_token.encode() + data)
                 sock.shutdown(socket.SHUT_WR)
@@ -80,7 +84,7 @@ class Stopping:
                 raise ToolError(
                     f"process {pid} is not reading its input; some of the {len(data)} bytes may not "
                     "have been sent",
-                    {"error": "input_blocked"},
+                    code=ErrorCode.INPUT_BLOCKED,
                 ) from None
             except OSError as exc:
                 raise exited from exc
@@ -124,7 +128,8 @@ class Stopping:
             raise ToolError(
                 f"process {pid}: its pid {record.pid} now belongs to another process (the start time "
                 "differs), so nothing was signalled; the original process has ended",
-                {"error": "pid_reused", "process_id": pid},
+                {"process_id": pid},
+                code=ErrorCode.PID_REUSED,
             )
         with self._db() as conn:
             _records.update(conn, pid, stop_requested=1)

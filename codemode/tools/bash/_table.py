@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from codemode.errors import ProcessNotFound, ToolError
+from codemode.errors import ErrorCode, ProcessNotFound, ToolError
 from codemode.state import Archive, ProcessRecord
 from codemode.state import process_records as _records
 from codemode.tools.bash._answers import ProcessRow
@@ -30,15 +30,17 @@ def _iso(ts: float | None) -> str | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
 
 
-def _not_found(process_id: str, what: str = "process") -> ProcessNotFound:
-    hint = (
-        "monitor_list() shows this session's watchers"
-        if what == "watcher"
-        else 'bash({action: "list"}) shows this session\'s processes'
-    )
+def _not_found(process_id: str, what: str = "process") -> ToolError:
+    if what == "watcher":
+        return ToolError(
+            f"no such watcher {process_id!r} in this session; monitor_list() shows this session's watchers",
+            {"process_id": process_id},
+            code=ErrorCode.NO_SUCH_WATCHER,
+        )
     return ProcessNotFound(
-        f"no such {what} {process_id!r} in this session; {hint}",
-        {"error": "no_such_watcher" if what == "watcher" else "no_such_process", "process_id": process_id},
+        f"no such process {process_id!r} in this session; "
+        'bash({action: "list"}) shows this session\'s processes',
+        {"process_id": process_id},
     )
 
 

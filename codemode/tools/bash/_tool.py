@@ -68,26 +68,20 @@ class BashRunArgs(_ActionArgs):
     """Run a command (the default action)."""
 
     action: Literal["run"] = "run"
-    command: str | None = pydantic.Field(
-        default=None, min_length=1, description="bash command line (a new shell each call)."
-    )
+    command: str | None = pydantic.Field(default=None, min_length=1, description="bash command line.")
     argv: list[str] | None = pydantic.Field(
         default=None,
         min_length=1,
-        description='program and arguments, no shell (["git", "status"]); instead of command.',
+        description="program and arguments, no shell; instead of command.",
     )
     timeout_seconds: int | None = pydantic.Field(
         default=None,
         ge=1,
         le=MAX_TIMEOUT_SECONDS,
-        description=f"stop it after this long (default {DEFAULT_TIMEOUT_SECONDS}; in the background: none).",
+        description=f"stop after this long (default {DEFAULT_TIMEOUT_SECONDS}; background: none).",
     )
-    cwd: str | None = pydantic.Field(
-        default=None, description="working directory (default: the workspace root)."
-    )
-    run_in_background: bool | None = pydantic.Field(
-        default=None, description="start in the background; returns process_id at once."
-    )
+    cwd: str | None = pydantic.Field(default=None, description="working directory (default: workspace root).")
+    run_in_background: bool | None = pydantic.Field(default=None, description="returns process_id at once.")
     completion_mode: CompletionMode | None = pydantic.Field(
         default=None, description="resume (default): tell this session when it exits; detached: do not."
     )
@@ -105,12 +99,16 @@ class BashRunArgs(_ActionArgs):
     )
     network: bool | None = pydantic.Field(
         default=None,
-        description="needs the network (asks approval where it is off).",
+        description="needs network (asks where off).",
     )
     write_paths: list[str] | None = pydantic.Field(
         default=None,
         max_length=16,
-        description="extra directories it may write (asks approval).",
+        description="extra writable directories (asks).",
+    )
+    sandbox: bool | None = pydantic.Field(
+        default=None,
+        description="false: unsandboxed (asks each time).",
     )
 
     @pydantic.model_validator(mode="after")
@@ -311,7 +309,7 @@ class BashArgs(pydantic.RootModel[BashActionArgs]):
         return {"type": "object", **schema}
 
 
-def bash_tool(handler: Handler, handoff_seconds: float | None) -> Tool:
+def bash_tool(handler: Handler, handoff_seconds: float | None, install: str | None = None) -> Tool:
     """The ``bash`` tool around the process manager's handler: arguments, results, annotations.
 
     ``handler(args, ctx)`` is called through a function annotated here, so the manager's
@@ -326,7 +324,7 @@ def bash_tool(handler: Handler, handoff_seconds: float | None) -> Tool:
         bash,
         name="bash",
         title="Bash",
-        description=description(handoff_seconds),
+        description=description(handoff_seconds, install),
         input_model=BashArgs,
         result_model=BashResult,
         destructive=True,
@@ -338,19 +336,18 @@ def _handoff_words(handoff_seconds: float | None) -> str:
     if handoff_seconds is None:
         return "Commands run to their timeout (default 300 s), then their whole process tree is stopped."
     return (
-        f"Commands still running after {handoff_seconds:g} s move to the background (the same process, "
-        "handed to a supervisor of its own: it keeps running after this host exits) and return a "
-        "promoted_process_id."
+        f"Commands still running after {handoff_seconds:g} s move to the background (same process, "
+        "kept by a supervisor that outlives this host) and return a promoted_process_id."
     )
 
 
-def description(handoff_seconds: float | None) -> str:
-    """The tool description, for the model."""
+def description(handoff_seconds: float | None, install: str | None = None) -> str:
+    """The tool description, for the model (``install``: the host's package line, if any)."""
     return (
-        "Run a bash command (a new non-interactive shell each call: cd and exports do not carry over; "
-        "stdin is closed). Returns what a terminal shows: stdout then stderr, long output cut to head "
-        f"and tail with the full log in the archive. {_handoff_words(handoff_seconds)} Started with "
-        "run_in_background, a process takes the other actions by its process_id."
+        "Run a bash command (new non-interactive shell per call: cd/exports do not carry over; "
+        "stdin closed). Returns stdout then stderr as a terminal shows them, long output cut to head "
+        f"and tail, full log archived. {_handoff_words(handoff_seconds)} A run_in_background "
+        "process takes other actions by its process_id." + (f" {install}" if install else "")
     )
 
 

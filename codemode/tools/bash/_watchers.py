@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.to_thread
 
-from codemode.errors import ProcessNotFound, ToolError
+from codemode.errors import ErrorCode, ProcessNotFound, ToolError
 from codemode.state import Archive, ProcessRecord
 from codemode.state import process_records as _records
 from codemode.tools.bash._answers import EventData, EventsAnswer, WatcherData
@@ -59,7 +59,8 @@ class Watchers:
                 raise ToolError(
                     f"this session already has {self._max_watchers} watchers running (the cap); stop one "
                     "with monitor_stop({watcher_id})",
-                    {"error": "watcher_cap", "cap": self._max_watchers},
+                    {"cap": self._max_watchers},
+                    code=ErrorCode.WATCHER_CAP,
                 )
             start_background(
                 spec,

@@ -155,7 +155,7 @@ class Connection:
             message += f". Its log ends: {tail}"
         return ToolError(
             self.redact(message),
-            {"error": ErrorCode.UPSTREAM_UNAVAILABLE.value, "server": self.config.name},
+            {"server": self.config.name},
             code=ErrorCode.UPSTREAM_UNAVAILABLE,
         )
 
@@ -304,18 +304,17 @@ class Connection:
                 raise ToolError(
                     f"MCP tool {label} did not answer within {self.config.timeout:g} s, so it was "
                     'cancelled; set a larger "timeout" for this server if it needs longer',
-                    {"error": ErrorCode.UPSTREAM_TIMEOUT.value, "timeout": self.config.timeout},
+                    {"timeout": self.config.timeout},
                     code=ErrorCode.UPSTREAM_TIMEOUT,
                 ) from None
             raise ToolError(
                 self.redact(f"MCP server {self.config.name!r} refused the call: {exc.error.message}"),
-                {"error": ErrorCode.UPSTREAM_ERROR.value, "code": exc.error.code},
+                {"rpc_code": exc.error.code},
                 code=ErrorCode.UPSTREAM_ERROR,
             ) from None
         except (RuntimeError, ValueError) as exc:  # e.g. structured content against its outputSchema
             raise ToolError(
                 self.redact(f"MCP server {self.config.name!r} gave an invalid result: {exc}"),
-                {"error": ErrorCode.UPSTREAM_ERROR.value},
                 code=ErrorCode.UPSTREAM_ERROR,
             ) from None
         self._failures = 0

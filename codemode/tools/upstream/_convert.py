@@ -93,7 +93,7 @@ def to_result(
             text = text[:_ERROR_TEXT_MAX] + "..."
         raise ToolError(
             f"the MCP server reported an error: {text}",
-            {"error": ErrorCode.UPSTREAM_ERROR.value, "tool": label},
+            {"tool": label},
             code=ErrorCode.UPSTREAM_ERROR,
         )
     if result.structured_content is not None:

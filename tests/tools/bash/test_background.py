@@ -138,8 +138,8 @@ def _nul_in_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, An
 
 
 _FAILURES: dict[str, tuple[Callable[..., Any], str, str | None]] = {
-    # how it fails: (set-up, words of the ToolError, its data["error"])
-    "no-interpreter": (_no_python, "could not start the background supervisor", None),
+    # how it fails: (set-up, words of the ToolError, its code)
+    "no-interpreter": (_no_python, "could not start the background supervisor", "tool_failed"),
     "silent-supervisor": (
         _silent_supervisor,
         "the background supervisor did not start: boom",
@@ -159,8 +159,7 @@ def test_a_start_that_fails_is_a_tool_error_and_a_failed_record(
     with pytest.raises(ToolError) as caught:
         start("echo never", **extra)
     assert words in caught.value.message
-    if code is not None:
-        assert caught.value.data == {"error": code}
+    assert caught.value.code == code and caught.value.data is None
     (record,) = [r for r in _records.for_session(conn, None) if r.process_id not in before]
     assert record.state == "failed"
     assert record.error

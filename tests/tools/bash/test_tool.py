@@ -62,6 +62,7 @@ async def test_schema_is_one_plain_bounded_object_per_action(manager: ProcessMan
                     "report_on",
                     "network",
                     "write_paths",
+                    "sandbox",
                 ]
             ),
             [],  # action is optional (run is the default); command or argv, checked by the model

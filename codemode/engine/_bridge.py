@@ -14,7 +14,7 @@ from typing import Any
 
 from codemode.engine import _qjs
 from codemode.errors import ErrorCode, ToolError
-from codemode.tools import Tool, ToolRegistry, ToolResult, to_tool_result
+from codemode.tools import Tool, ToolFailure, ToolRegistry, ToolResult, to_tool_result
 
 # The program is wrapped on its own first line so its line numbers stay the model's own.
 _PREFIX = "(async function __cm_main() {"
@@ -191,6 +191,11 @@ def error_json(code: ErrorCode, message: str, data: Any) -> str:
     return payload or _to_json({"code": code.value, "message": message, "data": None}) or "{}"
 
 
+def failure_json(failure: ToolFailure) -> str:
+    """`error_json` of a failure (`codemode.tools.failure_of` maps an exception to one)."""
+    return error_json(failure.code, failure.message, failure.data)
+
+
 def parse_call(registry: ToolRegistry, name: str, arguments: Any) -> tuple[Tool, Any]:
     """The tool a call names and its arguments, parsed: the one check a call gets.
 
@@ -264,5 +269,5 @@ def _within_limit(
         "tool-call data the host holds for one program; ask for less per call (a page, a range, "
         "a filter)" + (", or await calls one at a time" if held_bytes else "")
     )
-    data = {"error": "tool_data_limit", "limit_bytes": limit, "result_bytes": size, "held_bytes": held_bytes}
+    data = {"limit_bytes": limit, "result_bytes": size, "held_bytes": held_bytes}
     return False, error_json(ErrorCode.TOOL_DATA_LIMIT, message, data), False

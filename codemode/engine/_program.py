@@ -31,6 +31,7 @@ from codemode.engine._bridge import (
     _js_text,
     _to_json,
     error_json,
+    failure_json,
     map_location,
     map_stack,
     result_payload,
@@ -47,7 +48,7 @@ from codemode.engine._output import PrintedOutput
 from codemode.engine._typescript import TypeScriptError, strip_types
 from codemode.engine._watchdog import WATCHDOG, Watch
 from codemode.errors import ErrorCode, ToolError
-from codemode.tools import ToolContext, ToolRegistry, ToolResult
+from codemode.tools import ToolContext, ToolRegistry, ToolResult, failure_of
 
 # ---- the program's thread -------------------------------------------------------------------
 
@@ -441,7 +442,7 @@ class ProgramThread:
                 return self._sync(name, *payload)
             return self._inline(call_id, name, payload)
         except Exception as exc:  # a host fault must not reach the engine
-            return "e" + error_json(ErrorCode.TOOL_FAILED, f"engine fault: {exc!r}", None)
+            return "e" + failure_json(failure_of(exc, name))
 
     def _inline(self, call_id: int, name: str, arguments: Any) -> str:
         tool = self.registry.get(name)
@@ -450,7 +451,7 @@ class ProgramThread:
         try:
             args = tool.parse(arguments)  # the one check (as parse_call makes it)
         except ToolError as exc:
-            return "e" + error_json(exc.code, exc.message, exc.data)
+            return "e" + failure_json(failure_of(exc, tool.name, prefix=False))
         if self.gate is not None:
             if self.gate.reads_files(tool, arguments):
                 # This thread may be the loop's (the first stretch): the loop has it checked off it.
@@ -464,7 +465,7 @@ class ProgramThread:
         try:
             value = self.registry.invoke_inline(tool, args, self.context)
         except Exception as exc:  # a UserError from the handler: still only this call fails
-            value = ToolResult.failure(ErrorCode.HANDLER_FAILED, f"{tool.name} failed: {exc}")
+            value = ToolResult.failed(failure_of(exc, tool.name))
         if tool.destructive is True:  # what the prelude tracks (effectful_names_json)
             self.calls.note_effect(call_id, tool.name, value)
         ok, text, is_text = result_payload(
@@ -477,10 +478,8 @@ class ProgramThread:
     def _sync(self, op: str, a: Any, b: Any) -> str:
         try:
             value = self._sync_op(op, a, b)
-        except ToolError as exc:
-            return "e" + error_json(exc.code, exc.message, exc.data)
-        except Exception as exc:  # a host fault in the store must not kill the program thread
-            return "e" + error_json(ErrorCode.TOOL_FAILED, f"{op} failed: {type(exc).__name__}: {exc}", None)
+        except Exception as exc:  # a refusal, or a host fault in the store: not the program thread's end
+            return "e" + failure_json(failure_of(exc, op, prefix=False))
         payload = _to_json(value)
         if payload is None:
             return "e" + error_json(ErrorCode.TOOL_FAILED, f"{op} returned a value that is not JSON", None)
@@ -509,7 +508,7 @@ class ProgramThread:
             return store.delete(str(a))
         if op == "store.keys":
             return store.keys()
-        raise ToolError(f"unknown operation {op}")
+        raise ToolError(f"unknown operation {op}", code=ErrorCode.TOOL_FAILED)
 
     # -- how it ended ------------------------------------------------------------------------
 

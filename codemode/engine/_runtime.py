@@ -16,13 +16,13 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from codemode.engine import _qjs
-from codemode.engine._bridge import _from_js_json, error_json, parse_call, prepare_context, result_payload
+from codemode.engine._bridge import _from_js_json, failure_json, parse_call, prepare_context, result_payload
 from codemode.engine._loop import LoopSpawner
 from codemode.engine._outcome import CallGate, EngineLimits, ProgramCalls, ProgramOutcome, as_result
 from codemode.engine._program import START_OVER, WAITING, ProgramThread
 from codemode.engine._workers import WorkerPool
 from codemode.errors import ErrorCode, ToolError
-from codemode.tools import Tool, ToolContext, ToolRegistry, ToolResult
+from codemode.tools import Tool, ToolContext, ToolFailure, ToolRegistry, ToolResult, failure_of
 
 # A call admitted to run: its id, tool, parsed arguments.
 _Admitted = tuple[int, Tool, Any]
@@ -78,14 +78,14 @@ class _Calls:
             try:
                 arguments = _from_js_json(payload_json)
             except ValueError as exc:  # pragma: no cover - the prelude posts JSON it made
-                self._reject(call_id, ErrorCode.TOOL_FAILED, f"engine fault: {exc}", None)
+                self._reject(call_id, failure_of(exc, name))
                 continue
             self._pending[call_id] = (name, size)
             self.shared.args_held += size
             try:
                 tool, args = parse_call(self.registry, name, arguments)
             except ToolError as exc:
-                self._reject(call_id, exc.code, exc.message, exc.data)
+                self._reject(call_id, failure_of(exc, name, prefix=False))
                 continue
             self.shared.loop_calls += 1
             if gate is not None and gate.reads_files(tool, arguments):
@@ -104,7 +104,7 @@ class _Calls:
         """Act on the gate's answer about a call: refuse it, hold it for a decision, or run it."""
         call_id, tool, args = call
         if isinstance(need, str):
-            self._reject(call_id, ErrorCode.DENIED, f"{tool.name}: {need}", None)
+            self._reject(call_id, ToolFailure(code=ErrorCode.DENIED, message=f"{tool.name}: {need}"))
         elif need:
             asked.append((call, need))
         else:
@@ -139,7 +139,7 @@ class _Calls:
             if refusal is None:
                 self._run(call_id, tool, args)
             else:
-                self._reject(call_id, ErrorCode.DENIED, f"{tool.name}: {refusal}", {"error": "denied"})
+                self._reject(call_id, ToolFailure(code=ErrorCode.DENIED, message=f"{tool.name}: {refusal}"))
 
     def _run(self, call_id: int, tool: Tool, args: Any) -> None:
         # An inline tool gets here when its call needed a decision, or when decisions are
@@ -148,7 +148,7 @@ class _Calls:
             try:
                 value = self.registry.invoke_inline(tool, args, self.context)
             except Exception as exc:  # a UserError from the handler: still only this call fails
-                value = ToolResult.failure(ErrorCode.HANDLER_FAILED, f"{tool.name} failed: {exc}")
+                value = ToolResult.failed(failure_of(exc, tool.name))
             self._deliver(call_id, tool, value)
             return
         if self._running >= self.limits.tool_concurrency:
@@ -160,7 +160,7 @@ class _Calls:
             try:
                 value = await self.registry.invoke_raw(tool, args, self.context)
             except Exception as exc:  # invoke_raw maps handler errors; this is a last resort
-                value = ToolResult.failure(ErrorCode.HANDLER_FAILED, f"{tool.name} failed: {exc}")
+                value = ToolResult.failed(failure_of(exc, tool.name))
             finally:
                 self._ran()  # (stopped when the program ended: it stays pending, reported as cancelled)
             self._deliver(call_id, tool, value)
@@ -201,11 +201,11 @@ class _Calls:
         while len(unread) > keep:
             unread.popitem(last=False)
 
-    def _reject(self, call_id: int, code: ErrorCode, message: str, data: Any) -> None:
+    def _reject(self, call_id: int, failure: ToolFailure) -> None:
         entry = self._pending.pop(call_id, None)
         if entry is not None:
             self.shared.args_held -= entry[1]
-        self.channel.post(call_id, False, error_json(code, message, data), False)
+        self.channel.post(call_id, False, failure_json(failure), False)
 
 
 class RunView:

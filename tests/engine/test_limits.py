@@ -167,7 +167,7 @@ try {
   await tools.hold({text: piece});
   print("not refused");
 } catch (e) {
-  print(e.name, e.tool, e.data.error, e.data.limit_bytes, e.data.held_bytes > 0);
+  print(e.name, e.tool, e.code, e.data.limit_bytes, e.data.held_bytes > 0);
   print(e.message);
 }
 await tools.release_holds({});
@@ -204,7 +204,7 @@ async def test_a_result_beyond_the_tool_data_limit_fails_that_call_only(make_hos
 try {
   await tools.big({mb: 2});
 } catch (e) {
-  print(e.data.error, e.data.result_bytes);
+  print(e.code, e.data.result_bytes);
   print(e.message);
 }
 print((await tools.shout({text: "still works"})));
@@ -229,7 +229,7 @@ async def test_host_memory_stays_bounded_when_a_program_queues_many_large_calls(
 const piece = "x".repeat(1024 * 1024);
 const calls = [];
 for (let i = 0; i < 32; i++) {
-  calls.push(tools.hold({text: piece}).then(() => "ok", (e) => e.data.error));
+  calls.push(tools.hold({text: piece}).then(() => "ok", (e) => e.code));
   await sleep(0);  // the host drains each call before the next is made
 }
 await tools.release_holds({});

@@ -90,7 +90,6 @@ def sudo_argv(argv: list[str], environ: Mapping[str, str], policy: SandboxPolicy
     if found is None:
         raise ToolError(
             "sudo is not installed on this host (not on PATH); ask the user to run the command",
-            {"error": "spawn_failed"},
             code=ErrorCode.SPAWN_FAILED,
         )
     real = os.path.realpath(found)
@@ -100,7 +99,6 @@ def sudo_argv(argv: list[str], environ: Mapping[str, str], policy: SandboxPolicy
         raise ToolError(
             f"the sudo found on PATH ({found}) lies where commands can write, so it is not run; ask "
             "the user to check PATH",
-            {"error": "denied_by_policy"},
             code=ErrorCode.DENIED_BY_POLICY,
         )
     return (found, "-n", *argv[1:])
@@ -315,7 +313,7 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
             raise ToolError(
                 "the command contains a NUL character, which no shell command line can hold; remove it "
                 "(use printf '\\0' to produce one)",
-                {"error": "bad_command"},
+                code=ErrorCode.BAD_COMMAND,
             )
         policy = policy or ctx.policy
         resolved = resolve_cwd(cwd, ctx.workspace, policy)

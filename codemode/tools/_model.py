@@ -298,9 +298,7 @@ class Tool:
             absent = self.null_means_absent
             args = {key: value for key, value in args.items() if value is not None or key not in absent}
         try:
-            # The model's validator, called directly: model_validate's wrapper costs 0.4 us
-            # of an inline call's ~14 (bench/bench_engine.py).
-            return self.input_model.__pydantic_validator__.validate_python(args)  # type: ignore[no-any-return]
+            return self.input_model.model_validate(args)
         except pydantic.ValidationError as exc:
             raise self.invalid_arguments(*_first_problem(exc)) from None
 

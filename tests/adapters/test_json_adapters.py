@@ -31,7 +31,9 @@ async def test_openai_chat_completions_loop(host_tools: HostTools) -> None:
     assert all(t["type"] == "function" and t["function"]["parameters"]["type"] == "object" for t in tools)
     assert "tools.read_file" in tools[0]["function"]["description"]
     bash = tools[names.index("bash")]["function"]["parameters"]
-    assert "oneOf" not in bash and "anyOf" not in bash and "command" in bash["properties"]  # one object
+    properties = bash["properties"]
+    assert "oneOf" not in bash and "anyOf" not in bash  # one object
+    assert isinstance(properties, dict) and "command" in properties
 
     def model(messages: list[Any], turn: int) -> Any:
         if turn == 0:  # two calls at once, arguments as JSON text (as the API sends them)
@@ -95,14 +97,15 @@ async def test_openai_responses_loop(host_tools: HostTools) -> None:
     ]
     items = await openai_adapter.response_outputs(host_tools, output)
     assert [(i["type"], i["call_id"]) for i in items] == [("function_call_output", "f1")]
-    assert items[0]["output"].strip() == "3 lines"
+    text = items[0]["output"]
+    assert isinstance(text, str) and text.strip() == "3 lines"  # text only: no image items
 
 
 async def test_anthropic_messages_loop(host_tools: HostTools) -> None:
     tools = anthropic_adapter.tools(host_tools)
-    assert (
-        tools[0]["name"] == "run_code" and tools[0]["input_schema"]["properties"]["code"]["type"] == "string"
-    )
+    properties = tools[0]["input_schema"]["properties"]
+    assert tools[0]["name"] == "run_code"
+    assert isinstance(properties, dict) and properties["code"]["type"] == "string"
 
     def model(messages: list[Any], turn: int) -> dict[str, Any]:
         if turn == 0:
@@ -197,6 +200,7 @@ async def test_run_code_images_are_openai_input_images_and_a_chat_user_message(h
         for c, code in [("c1", "print(1)"), ("c2", _SHOW)]
     ]
     first, second, images = await openai_adapter.chat_tool_messages(host_tools, calls)
+    assert first["role"] == "tool" and second["role"] == "tool"
     assert (first["tool_call_id"], second["tool_call_id"], second["content"]) == ("c1", "c2", "a chart\n")
     assert images == {
         "role": "user",

@@ -65,7 +65,9 @@ async def test_a_direct_call_through_an_adapter_gives_its_image_block(host: Host
         (block,) = await anthropic_adapter.tool_results(
             tools, [{"type": "tool_use", "id": "u1", "name": "up__picture", "input": {}}]
         )
-    text, image = block["content"]
+    content = block["content"]
+    assert isinstance(content, list)  # text and an image: blocks, not a plain string
+    text, image = content
     assert text["type"] == "text" and "ar_" in text["text"]
     assert image == {
         "type": "image",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 
 from codemode.sandbox._policy import (
@@ -32,7 +33,19 @@ _NETWORK_FAILURE = re.compile(
     r"failed to connect|couldn't connect|could not connect|unable to connect|connection refused"
     r"|network is unreachable|NewConnectionError|urlopen error|connect\(\)"
     r"|Failed to establish a new connection|ECONNREFUSED|ENETUNREACH"
-    r"|connect: permission denied|bind: permission denied|/dev/(?:tcp|udp)/",
+    r"|connect: permission denied|bind: permission denied|/dev/(?:tcp|udp)/"
+    r"|could not resolve host|temporary failure in name resolution|name or service not known",
+    re.IGNORECASE,
+)
+_AUTH_FAILURE = re.compile(
+    r"permission denied \(publickey|authentication failed|could not read username|bad credentials"
+    r"|HTTP Basic: Access denied|\b401 Unauthorized",
+    re.IGNORECASE,
+)
+_SYSTEM_DIRS = ("/etc/", "/usr/", "/var/", "/run/", "/sys/", "/boot/", "/opt/", "/srv/", "/root/", "/dev/")
+_SYSTEM_WORDS = re.compile(
+    r"are you root|must be (?:run as )?root|interactive authentication required|failed to connect to bus"
+    r"|docker daemon socket",
     re.IGNORECASE,
 )
 _NETWORK_CONTEXT = re.compile(r"connect|\bbind\b|\.bind\(|socket|\bport\b|https?://|\bhost\b", re.IGNORECASE)
@@ -46,6 +59,7 @@ _ENDPOINTS = (
     re.compile(r"\(\s*'([\w.\-:]+)'\s*,\s*(\d+)\s*\)"),
     re.compile(r"https?://([\w.\-]+)(?::(\d+))?"),
     re.compile(r"\b(\d{1,3}(?:\.\d{1,3}){3}):(\d+)\b"),
+    re.compile(r"resolve host:? '?([\w.\-]+)()"),
 )
 _PROGRAM_PREFIX = re.compile(r"^[^\s:'\"]+: (?:line \d+: |\d+: )?(?=.*: )")
 _NOT_PATHS = frozenset({"connect", "bind", "socket", "kill", "cd", "exec", "write error", "fork"})
@@ -118,9 +132,27 @@ def _denied_path(output: str, policy: SandboxPolicy, cwd: Path | None) -> str | 
                 or any(is_within(path, root) for root in roots)
             ):
                 continue
-            if _host_could_write(path):
+            if _host_could_write(path) or _system_target(path):
                 return path
     return None
+
+
+def _system_target(path: str) -> bool:
+    """Whether ``path`` belongs to the system (a system directory, a socket or device, a file
+    another user owns): escalation, not a wider sandbox, is what could reach it."""
+    if path.startswith(_SYSTEM_DIRS) and not path.startswith("/var/tmp/"):
+        return True
+    probe = path
+    while not os.path.lexists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return False
+        probe = parent
+    try:
+        st = os.lstat(probe)
+    except OSError:
+        return False
+    return stat.S_ISSOCK(st.st_mode) or stat.S_ISCHR(st.st_mode) or (st.st_uid == 0 != os.geteuid())
 
 
 def _protected(path: str, policy: SandboxPolicy) -> bool:
@@ -190,28 +222,48 @@ def explain_denial(
                 f"Sandbox ({mode}) denied writing {path}: it is codemode's state directory, which "
                 "sandboxed commands can never change."
             )
+        if _system_target(path):
+            return (
+                f"Sandbox ({mode}) denied {path}: it belongs to the system; only if the task needs it, "
+                'rerun with sandbox: false or argv ["sudo", ...] as the last resort (asks the user).'
+            )
         if policy.mode is SandboxMode.READ_ONLY:
             return (
                 f"Sandbox (read-only) denied writing {path}: nothing is writable in read-only mode; "
                 "the user must change the sandbox mode (e.g. to workspace-write) to allow it."
             )
         return (
-            f"Sandbox ({mode}) denied writing {path}: it is outside the writable roots; the user must "
-            "add it (or a parent) as a writable root or change the sandbox mode to allow it."
+            f"Sandbox ({mode}) denied writing {path}: outside the writable roots; write in the workspace "
+            f'or pass write_paths: ["{os.path.dirname(path)}"] (asks the user).'
         )
+    auth = next((line for line in output.splitlines() if _AUTH_FAILURE.search(line)), None)
+    if auth is not None:
+        return f"Credentials were refused ({auth.strip()[:80]}): report the credential problem to the user."
     if not policy.network:
         what = _network_denial(output)
         if what is not None:
             return (
-                f"Sandbox denied {what}: the network is off for commands; the user must turn the network "
-                "on (network=True / --network on) to allow it."
+                f"Sandbox denied {what}: the network is off for commands; pass network: true to turn the "
+                "network on for this call (asks the user)."
             )
+    if _SYSTEM_WORDS.search(output):
+        return (
+            f"Sandbox ({mode}): this needs a system service or root; only if the task needs it, rerun "
+            'with sandbox: false or argv ["sudo", ...] as the last resort (asks the user).'
+        )
     for match in _KILL_DENIED.finditer(output):
         pid = int(match.group(1))
         if _same_user_process(pid):
             return (
                 f"Sandbox ({mode}) denied signalling process {pid}: a command may only signal processes it "
                 'started itself; stop background processes with bash action "stop".'
+            )
+    if not _NETWORK_CONTEXT.search(output):
+        blocked = next((line for line in output.splitlines() if _PATHLESS_DENIAL.search(line)), None)
+        if blocked is not None and not _candidates(blocked):  # a path named: judged above
+            return (
+                f"Sandbox ({mode}) blocked an operation ({blocked.strip()[:80]}): report what was blocked "
+                "to the user and stop."
             )
     return None
 

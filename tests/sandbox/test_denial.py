@@ -160,3 +160,27 @@ def test_enforcement_failure_is_reported_even_unconfined(ws: Path) -> None:
     )
     line = explain_denial(output, _policy(ws))
     assert line is not None and "not run" in line and "errno 9" in line
+
+
+@pytest.mark.parametrize(
+    ("output", "network", "advice"),
+    [
+        ("git@github.com: Permission denied (publickey).", True, "report the credential problem"),
+        (
+            "fatal: Authentication failed for 'https://github.com/x/y.git/'",
+            True,
+            "report the credential problem",
+        ),
+        ("curl: (6) Could not resolve host: example.com", False, "example.com: the network is off"),
+        (
+            "E: Could not open lock file /var/lib/dpkg/lock-frontend - open (13: Permission denied)\n"
+            "E: Unable to acquire the dpkg frontend lock (/var/lib/dpkg/lock-frontend), are you root?",
+            True,
+            'argv ["sudo", ...] as the last resort',
+        ),
+        ("Failed to connect to bus: Operation not permitted", True, "needs a system service or root"),
+    ],
+)
+def test_advice_by_cause(ws: Path, output: str, network: bool, advice: str) -> None:
+    line = explain_denial(output, _policy(ws, network=network))
+    assert line is not None and advice in line and "\n" not in line, line

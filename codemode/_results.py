@@ -24,6 +24,20 @@ def default_state_dir() -> Path:
     return base / "codemode"
 
 
+def default_engine() -> Literal["process", "thread"]:
+    """The engine mode a host gets when its config names none: ``$CODEMODE_ENGINE``, else ``process``.
+
+    Raises:
+        UserError: ``$CODEMODE_ENGINE`` is set to something else.
+    """
+    value = os.environ.get("CODEMODE_ENGINE", "process").strip() or "process"
+    if value == "thread":
+        return "thread"
+    if value != "process":
+        raise UserError(f"CODEMODE_ENGINE={value!r}: use 'process' or 'thread'")
+    return "process"
+
+
 class HostConfig(pydantic.BaseModel):
     """Everything a `Host` can be configured with. All fields have working defaults.
 
@@ -44,6 +58,12 @@ class HostConfig(pydantic.BaseModel):
             calls queued or running, and the result being handed over, as JSON text); a call
             that would go beyond it fails with an error saying so.
         encoding: tiktoken encoding for counting tokens.
+        engine: Where programs run. ``process`` (default): each in a worker process confined
+            like a command and more (no file, no socket, no exec, no root), so a crash or an
+            exploit of QuickJS costs that program only; ``thread``: in a thread of this process,
+            the lowest latency, for programs you trust. ``$CODEMODE_ENGINE`` sets the default.
+        max_workers: Worker processes at once in process mode (default 4 per CPU, at least 16);
+            programs beyond wait for one.
         sandbox: Sandbox mode for commands and file tools.
         network: Whether confined commands may open TCP connections.
         writable_roots: Extra writable directories besides the workspace.
@@ -89,6 +109,8 @@ class HostConfig(pydantic.BaseModel):
     calls_in_flight: int = pydantic.Field(10_000, ge=1)
     tool_data_mb: int = pydantic.Field(64, ge=1)
     encoding: str = "o200k_base"
+    engine: Literal["process", "thread"] = pydantic.Field(default_factory=default_engine)
+    max_workers: int | None = pydantic.Field(None, ge=1)
     sandbox: SandboxMode = SandboxMode.WORKSPACE_WRITE
     network: bool = True
     writable_roots: tuple[Path, ...] = ()

@@ -8,81 +8,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from codemode.engine._guest import EngineLimits, GuestEnd, GuestError
 from codemode.tools import Tool, ToolResult, to_tool_result
 
-_MIB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class EngineLimits:
-    """Limits of one program.
-
-    Attributes:
-        memory_bytes: QuickJS heap limit (default 256 MiB).
-        stack_bytes: QuickJS stack limit (default 1 MiB).
-        cpu_seconds: CPU time the program's own thread may use in all (default 30 s).
-        tool_concurrency: Tool calls of one program running at once (default 32).
-        tool_data_bytes: Tool-call data the host holds for one program at a time: the
-            arguments of its calls that are queued or running plus the result being handed
-            to it, counted in characters of JSON text (default 64 MiB). A call that would
-            go beyond it fails with an error that says so.
-        output_bytes_in_memory: Printed text the host holds for one program, in characters
-            (default 8 MiB): its first half and its last half are kept, what lies between is
-            dropped and a line in the output says how much (a program printing in a loop grew
-            the host past 1.4 GiB when this was 256 MiB: the text is copied several times on
-            its way to the model and the archive).
-        calls_in_flight: Calls of one program the host holds at once, running or waiting to
-            run (default 10,000): one more fails with ``tool_data_limit``. (A program that
-            starts calls in a loop without awaiting them cannot make the host hold millions.)
-    """
-
-    memory_bytes: int = 256 * _MIB
-    stack_bytes: int = _MIB
-    cpu_seconds: float = 30.0
-    tool_concurrency: int = 32
-    tool_data_bytes: int = 64 * _MIB
-    output_bytes_in_memory: int = 8 * _MIB
-    calls_in_flight: int = 10_000
-
-
-@dataclass(frozen=True)
-class GuestError:
-    """How a program failed, as data.
-
-    Attributes:
-        kind: ``syntax_error``, ``uncaught``, ``cpu_limit``, ``timeout``,
-            ``out_of_memory``, ``stack_overflow``, ``deadlock`` or ``internal``.
-        name: The JS error name (``TypeError``, ``ToolError``, ...).
-        message: The message.
-        line: Line in the model's source, when known.
-        column: Column in the model's source, when known.
-        stack: Stack trace mapped to the model's lines (prelude frames dropped).
-        tool: For a ``ToolError``, the tool that failed.
-    """
-
-    kind: str
-    name: str
-    message: str
-    line: int | None = None
-    column: int | None = None
-    stack: str = ""
-    tool: str | None = None
-    data: str | None = None
-
-    def describe(self) -> str:
-        """The lines the model sees for this error."""
-        where = f" (line {self.line}:{self.column})" if self.line is not None else ""
-        if self.kind == "uncaught" and self.name == "Uncaught":  # a thrown non-Error value
-            head = f"Uncaught {self.message}{where}"
-        else:
-            prefix = "Uncaught " if self.kind == "uncaught" else ""
-            head = f"{prefix}{self.name}: {self.message}{where}"
-        if self.data and self.data != "null":
-            head += f"\n  data: {self.data}"
-        if self.stack:
-            head += "\n" + self.stack
-        return head
-
+__all__ = [
+    "CallGate",
+    "EngineLimits",
+    "GuestError",
+    "ProgramCalls",
+    "ProgramOutcome",
+    "as_result",
+    "outcome_of",
+]
 
 # How many results of calls nothing looked at a program's report shows (the rest are counted).
 _UNAWAITED_KEPT = 100
@@ -96,9 +33,6 @@ def as_result(value: Any) -> ToolResult:
         return to_tool_result(value)
     except Exception as exc:  # a value pydantic cannot serialise: still say it finished
         return ToolResult.from_text(f"returned a value that cannot be shown ({type(exc).__name__})")
-
-
-_CANCELLED = GuestError("cancelled", "Cancelled", "the run was cancelled by the host")
 
 
 @dataclass
@@ -195,3 +129,21 @@ class CallGate(Protocol):
     def refusal(self, requests: Sequence[Any], decisions: Sequence[Any]) -> str | None:
         """The message for a call one of whose requests was denied, or None."""
         ...
+
+
+def outcome_of(end: GuestEnd, calls: ProgramCalls) -> ProgramOutcome:
+    """The host's outcome of a program whose JavaScript ended as ``end``: what its calls did added."""
+    unawaited, more = calls.unawaited(end.unobserved) if end.unobserved else ([], 0)
+    return ProgramOutcome(
+        output=end.output,
+        error=end.error,
+        tool_calls=calls.tool_calls,
+        cancelled=list(end.pending.values()),
+        pending_calls=end.pending,
+        cpu_seconds=end.cpu_seconds,
+        output_dropped_bytes=end.output_dropped_bytes,
+        dropped_timers=end.dropped_timers,
+        unawaited=unawaited,
+        unawaited_more=more,
+        images=end.images,
+    )

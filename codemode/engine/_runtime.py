@@ -1,218 +1,45 @@
 """The async side of the engine: runs a program on a JS thread and its tool calls on the event loop.
 
 A program posts its tool calls to its ``_qjs.Channel``; the channel's eventfd wakes the loop,
-where `_Calls` checks each call once, asks the gate, runs it in the spawner's runner tasks, and
+where `LoopCalls` checks each call once, asks the gate, runs it in the spawner's runner tasks, and
 posts its result's JSON back to the program, which settles the call on its own thread without
 the GIL.
 """
 
 from __future__ import annotations
 
-import collections
-from collections.abc import Callable, Sequence
-from typing import Any
+import os
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
 
 import anyio.lowlevel
 import anyio.to_thread
 
 from codemode.engine import _qjs
-from codemode.engine._bridge import _from_js_json, failure_json, parse_call, prepare_context, result_payload
+from codemode.engine._calls import LoopCalls
+from codemode.engine._guest import START_OVER, WAITING
 from codemode.engine._loop import LoopSpawner
 from codemode.engine._outcome import CallGate, EngineLimits, ProgramCalls, ProgramOutcome, as_result
-from codemode.engine._program import START_OVER, WAITING, ProgramThread
+from codemode.engine._processes import ProcessPool
+from codemode.engine._program import ProgramThread
+from codemode.engine._remote import run_in_worker
+from codemode.engine._text import prepare_context
 from codemode.engine._workers import WorkerPool
-from codemode.errors import ErrorCode, ToolError
-from codemode.tools import Tool, ToolContext, ToolFailure, ToolRegistry, ToolResult, failure_of
-
-# A call admitted to run: its id, tool, parsed arguments.
-_Admitted = tuple[int, Tool, Any]
+from codemode.tools import ToolContext, ToolRegistry
 
 
-class _Calls:
-    """The event loop's side of one program's tool calls.
-
-    Takes what the program posts (`on_posted`, the channel's reader), checks each call once,
-    asks the gate, runs it (at most ``tool_concurrency`` at once) and posts its result. Lives on
-    the loop's thread.
-    """
-
-    def __init__(
-        self,
-        registry: ToolRegistry,
-        context: ToolContext,
-        limits: EngineLimits,
-        gate: CallGate | None,
-        channel: _qjs.Channel,
-        spawner: LoopSpawner,
-        shared: ProgramCalls,
-    ) -> None:
-        self.registry = registry
-        self.context = context
-        self.limits = limits
-        self.gate = gate
-        self.channel = channel
-        self.spawner = spawner
-        self.shared = shared
-        self._pending: dict[int, tuple[str, int]] = {}  # posted and not answered: tool name, argument size
-        self._running = 0
-        self._waiting: collections.deque[_Admitted] = collections.deque()
-        self._starting = False  # _ran is starting waiting calls (a call it starts may end at once)
-        # What the posted results were, as the handlers returned them, until the program has
-        # read them (in the order posted: `channel.unread` says how many are left). What is
-        # left when it ends is reported as what those calls did (`Engine._settle_pending`).
-        self.unread: collections.OrderedDict[int, tuple[str, Any]] = collections.OrderedDict()
-
-    def on_posted(self) -> None:
-        """The program posted calls: check and start each (the channel's reader callback).
-
-        The gate is asked here, on the loop, when that is a permission lookup (the common case).
-        A call for which it runs the command policy (``approve_commands``: a bash run's script,
-        which may be a file a command wrote) is asked about in one worker-thread hop with the
-        others of this take. Calls needing a decision are held, and those of one take go to
-        ``decide`` as one batch.
-        """
-        gate = self.gate
-        asked: list[tuple[_Admitted, Sequence[Any]]] = []
-        checked: list[tuple[_Admitted, Any]] = []  # calls whose check reads files: off the loop
-        for call_id, name, payload_json, size in self.channel.take_calls():
-            try:
-                arguments = _from_js_json(payload_json)
-            except ValueError as exc:  # pragma: no cover - the prelude posts JSON it made
-                self._reject(call_id, failure_of(exc, name))
-                continue
-            self._pending[call_id] = (name, size)
-            self.shared.args_held += size
-            try:
-                tool, args = parse_call(self.registry, name, arguments)
-            except ToolError as exc:
-                self._reject(call_id, failure_of(exc, name, prefix=False))
-                continue
-            self.shared.loop_calls += 1
-            if gate is not None and gate.reads_files(tool, arguments):
-                checked.append(((call_id, tool, args), arguments))
-                continue
-            need = gate.requests(tool, arguments, self.context.session_id) if gate is not None else ()
-            self._admit((call_id, tool, args), need, asked)
-        if checked:
-            self.spawner.spawn(lambda: self._check_then_decide(checked, asked), lambda: None)
-        elif asked:
-            self.spawner.spawn(lambda: self._decide(asked), lambda: None)
-
-    def _admit(
-        self, call: _Admitted, need: Sequence[Any] | str, asked: list[tuple[_Admitted, Sequence[Any]]]
-    ) -> None:
-        """Act on the gate's answer about a call: refuse it, hold it for a decision, or run it."""
-        call_id, tool, args = call
-        if isinstance(need, str):
-            self._reject(call_id, ToolFailure(code=ErrorCode.DENIED, message=f"{tool.name}: {need}"))
-        elif need:
-            asked.append((call, need))
-        else:
-            self._run(call_id, tool, args)
-
-    async def _check_then_decide(
-        self, checked: list[tuple[_Admitted, Any]], asked: list[tuple[_Admitted, Sequence[Any]]]
-    ) -> None:
-        """Ask the gate about calls whose check reads files, in one worker-thread hop, then
-        decide about them with the take's other held calls, as one batch."""
-        gate = self.gate
-        assert gate is not None
-        session_id = self.context.session_id
-        needs = await anyio.to_thread.run_sync(
-            lambda: [gate.requests(call[1], arguments, session_id) for call, arguments in checked]
-        )
-        for (call, _), need in zip(checked, needs, strict=True):
-            self._admit(call, need, asked)
-        if asked:
-            await self._decide(asked)
-
-    async def _decide(self, asked: list[tuple[_Admitted, Sequence[Any]]]) -> None:
-        """Have the gate decide about held calls, as one batch; run the allowed, reject the rest."""
-        gate = self.gate
-        assert gate is not None
-        decisions = await gate.decide([request for _, need in asked for request in need])
-        at = 0
-        for (call_id, tool, args), need in asked:
-            mine = decisions[at : at + len(need)]
-            at += len(need)
-            refusal = gate.refusal(need, mine)
-            if refusal is None:
-                self._run(call_id, tool, args)
-            else:
-                self._reject(call_id, ToolFailure(code=ErrorCode.DENIED, message=f"{tool.name}: {refusal}"))
-
-    def _run(self, call_id: int, tool: Tool, args: Any) -> None:
-        # An inline tool gets here when its call needed a decision, or when decisions are
-        # batched (every call comes to the loop): it is cheap, it runs here.
-        if tool.inline:
-            try:
-                value = self.registry.invoke_inline(tool, args, self.context)
-            except Exception as exc:  # a UserError from the handler: still only this call fails
-                value = ToolResult.failed(failure_of(exc, tool.name))
-            self._deliver(call_id, tool, value)
-            return
-        if self._running >= self.limits.tool_concurrency:
-            self._waiting.append((call_id, tool, args))
-            return
-        self._running += 1
-
-        async def job() -> None:
-            try:
-                value = await self.registry.invoke_raw(tool, args, self.context)
-            except Exception as exc:  # invoke_raw maps handler errors; this is a last resort
-                value = ToolResult.failed(failure_of(exc, tool.name))
-            finally:
-                self._ran()  # (stopped when the program ended: it stays pending, reported as cancelled)
-            self._deliver(call_id, tool, value)
-
-        self.spawner.run_now(job, self._ran)  # refused: the program has ended (reported as cancelled)
-
-    def _ran(self) -> None:
-        """A running call finished (or was refused): start the next ones waiting.
-
-        A call started here may end (or be refused, once the program has ended) before
-        `_run` returns, calling this again: that inner call only counts it, and the loop below
-        goes on. Started one inside the other, 10,000 waiting calls refused at the end of a
-        program recursed 10,000 frames deep (RecursionError in the host).
-        """
-        self._running -= 1
-        if self._starting:
-            return
-        self._starting = True
-        try:
-            while self._waiting and self._running < self.limits.tool_concurrency:
-                self._run(*self._waiting.popleft())
-        finally:
-            self._starting = False
-
-    def _deliver(self, call_id: int, tool: Tool, value: Any) -> None:
-        entry = self._pending.pop(call_id, None)
-        if entry is None:
-            return
-        name, size = entry
-        self.shared.args_held -= size
-        if tool.destructive is True:  # what the prelude tracks (effectful_names_json)
-            self.shared.note_effect(call_id, name, value)
-        ok, payload, is_text = result_payload(value, name, self.shared.args_held, self.limits.tool_data_bytes)
-        unread = self.unread
-        unread[call_id] = (name, value)
-        self.channel.post(call_id, ok, payload, is_text)
-        keep = self.channel.unread
-        while len(unread) > keep:
-            unread.popitem(last=False)
-
-    def _reject(self, call_id: int, failure: ToolFailure) -> None:
-        entry = self._pending.pop(call_id, None)
-        if entry is not None:
-            self.shared.args_held -= entry[1]
-        self.channel.post(call_id, False, failure_json(failure), False)
+class _Viewed(Protocol):
+    @property
+    def printed_chars(self) -> int: ...
+    @property
+    def tool_calls(self) -> int: ...
 
 
 class RunView:
     """A live view of one running program, for progress reports (`Engine.run` fills it in)."""
 
     def __init__(self) -> None:
-        self._program: ProgramThread | None = None
+        self._program: _Viewed | None = None
 
     @property
     def printed_chars(self) -> int:
@@ -244,6 +71,15 @@ def _streamer(spawner: LoopSpawner, hook: Callable[[str], object]) -> Callable[[
     return lambda text: spawner.call_soon(lambda: call(text))
 
 
+EngineMode = Literal["process", "thread"]
+# Worker processes a process-mode engine may hold at least, whatever the CPUs: a program awaiting
+# a long tool call keeps its worker (~7 MiB of its own, the rest shared with the zygote), so
+# programs that mostly wait must not queue behind a handful of them.
+_MIN_WORKERS = 16
+# What a worker process may map beside its program's heap (the interpreter, its threads' stacks
+# and malloc arenas): its RLIMIT_AS is the program's memory limit plus this.
+_WORKER_OVERHEAD_BYTES = 1024 * 1024 * 1024
+
 # How long calls the program left running get to stop (or finish) once it has ended.
 _LATE_SECONDS = 5.0
 
@@ -254,19 +90,53 @@ class Engine:
     Args:
         registry: The tools programs can call.
         limits: Per-program limits.
-        max_programs: Programs running at once (each holds one worker thread).
+        max_programs: Programs running at once in thread mode (each holds one worker thread).
+        mode: ``process``: each program runs in a confined worker process (a crash or an
+            exploit of QuickJS costs that program only); ``thread``: in a thread of this
+            process (the lowest latency, for programs you trust).
+        max_workers: Worker processes at once in process mode (default 4 per CPU, at least 16);
+            programs beyond wait for one.
     """
 
-    def __init__(self, registry: ToolRegistry, limits: EngineLimits, *, max_programs: int = 64) -> None:
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        limits: EngineLimits,
+        *,
+        max_programs: int = 64,
+        mode: EngineMode = "thread",
+        max_workers: int | None = None,
+    ) -> None:
         self.registry = registry
         self.limits = limits
+        self.mode = mode
         self._workers = WorkerPool(
             prepare_context, max_programs, heavy=_ran_out_of_memory, free=_qjs.Context.free
         )
+        self._processes = (
+            ProcessPool(
+                max_workers or max(_MIN_WORKERS, 4 * (os.cpu_count() or 1)),
+                address_space_bytes=limits.memory_bytes + _WORKER_OVERHEAD_BYTES,
+            )
+            if mode == "process"
+            else None
+        )
+
+    @property
+    def processes(self) -> ProcessPool | None:
+        """The worker processes (process mode), else None."""
+        return self._processes
 
     def close(self) -> None:
-        """Let the idle JS threads exit."""
+        """Let the idle JS threads exit, and end the idle worker processes."""
         self._workers.close()
+        if self._processes is not None:
+            self._processes.close()
+
+    def forget_session(self, session_id: str) -> None:
+        """A session ended: end its idle worker processes."""
+        if self._processes is not None:
+            self._processes.forget_session(session_id)
 
     async def run(
         self,
@@ -295,6 +165,20 @@ class Engine:
         """
         spawner = LoopSpawner()
         stream = _streamer(spawner, on_output) if on_output is not None else None
+        if self._processes is not None:
+            remote, loop_calls = await run_in_worker(
+                self._processes,
+                self.registry,
+                self.limits,
+                source,
+                context,
+                timeout_seconds=timeout_seconds,
+                gate=gate,
+                spawner=spawner,
+                stream=stream,
+                view=view,
+            )
+            return await self._settle_pending(remote, loop_calls)
         program, calls = self._program(source, context, timeout_seconds, gate, spawner, view, stream)
         # Its first stretch runs here, on a context made ahead: one that ends there (a program
         # that calls nothing) needs no worker thread (ProgramThread.first_stretch).
@@ -311,7 +195,7 @@ class Engine:
         elif ready is not None:  # it starts over: what its first stretch did goes with its channel
             program, calls = self._program(source, context, timeout_seconds, gate, spawner, view, stream)
         del ready
-        fd = calls.channel.fileno()
+        fd = program.channel.fileno()
         spawner.watch_readable(fd, calls.on_posted)
         finished = False
         try:
@@ -336,13 +220,13 @@ class Engine:
         spawner: LoopSpawner,
         view: RunView | None,
         stream: Callable[[str], None] | None = None,
-    ) -> tuple[ProgramThread, _Calls]:
+    ) -> tuple[ProgramThread, LoopCalls]:
         """A program and the loop's side of its calls, joined by a channel of their own."""
         # When someone is asked about calls, the program wakes the loop only when it waits: the
         # calls it made meanwhile (a Promise.all) are asked about as one batch.
         channel = _qjs.Channel(immediate=gate is None or not gate.batches)
         shared = ProgramCalls()
-        calls = _Calls(self.registry, context, self.limits, gate, channel, spawner, shared)
+        calls = LoopCalls(self.registry, context, self.limits, gate, channel, spawner, shared)
         program = ProgramThread(
             source=source,
             registry=self.registry,
@@ -360,7 +244,7 @@ class Engine:
             view._program = program
         return program, calls
 
-    async def _settle_pending(self, outcome: ProgramOutcome, calls: _Calls) -> ProgramOutcome:
+    async def _settle_pending(self, outcome: ProgramOutcome, calls: LoopCalls) -> ProgramOutcome:
         """Stop the calls the program left pending and say what each really did.
 
         A call that took effect although nothing awaited it (a background process started, a

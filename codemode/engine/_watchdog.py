@@ -101,6 +101,13 @@ class Watchdog:
                 self._cond.notify()
         return watch
 
+    def prestart(self) -> None:
+        """Start the watchdog's thread now (an engine worker, before it forbids new threads)."""
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="codemode-watchdog", daemon=True)
+                self._thread.start()
+
     def cancel(self, watch: Watch) -> None:
         """Stop that program as soon as possible (any thread)."""
         with self._cond:

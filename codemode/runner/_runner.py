@@ -81,6 +81,8 @@ class Runner:
                 calls_in_flight=config.calls_in_flight,
                 tool_data_bytes=config.tool_data_mb * 1024 * 1024,
             ),
+            mode=config.engine,
+            max_workers=config.max_workers,
         )
         self.registry = registry
         self.counter = counter
@@ -93,8 +95,9 @@ class Runner:
         self._in_flight: dict[tuple[str, str], anyio.Event] = {}
 
     def forget_session(self, session_id: str) -> None:
-        """A server front keeps nothing per ended session."""
+        """A server front keeps nothing per ended session (nor its idle engine workers)."""
         self._sessions_noted.discard(session_id)
+        self.engine.forget_session(session_id)
 
     # -- run_code ---------------------------------------------------------------------------
 

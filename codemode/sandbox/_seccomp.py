@@ -26,7 +26,16 @@ import struct
 import threading
 from dataclasses import dataclass
 
-__all__ = ["DENIED", "NETWORK_OFF", "Deny", "Test", "build_program", "filter_fd"]
+__all__ = [
+    "DENIED",
+    "NETWORK_OFF",
+    "WORKER_ALLOWED",
+    "Deny",
+    "Test",
+    "build_allowlist",
+    "build_program",
+    "filter_fd",
+]
 
 # struct seccomp_data: nr (u32), arch (u32), instruction_pointer (u64), args[6] (u64 each).
 _NR, _ARCH, _ARGS = 0, 4, 16
@@ -279,3 +288,48 @@ def filter_fd(network: bool) -> int:
                 raise
             _fds[key] = fd
         return fd
+
+
+#: Everything an engine worker process may ask of the kernel once it is confined (x86_64), most
+#: frequent first (the filter tests them in order): its sockets to the host and its program's
+#: eventfd (read, write, poll), memory, futexes, clocks, its own signals, and exit. No open, no
+#: socket, no exec, no clone: the worker made its threads before it sealed itself
+#: (`codemode.engine.worker`). Anything else fails with EPERM; a foreign architecture is killed.
+WORKER_ALLOWED: dict[str, int] = {
+    "futex": 202, "read": 0, "write": 1, "recvfrom": 45, "sendto": 44, "poll": 7, "ppoll": 271,
+    "clock_gettime": 228, "clock_nanosleep": 230, "nanosleep": 35, "sched_yield": 24,
+    "mmap": 9, "munmap": 11, "mremap": 25, "mprotect": 10, "madvise": 28, "brk": 12,
+    "eventfd2": 290, "close": 3, "recvmsg": 47, "sendmsg": 46, "readv": 19, "writev": 20,
+    "select": 23, "pselect6": 270, "fstat": 5, "newfstatat": 262, "lseek": 8, "fcntl": 72,
+    "getpid": 39, "gettid": 186, "getrandom": 318, "clock_getres": 229, "gettimeofday": 96,
+    "getrusage": 98, "rt_sigaction": 13, "rt_sigprocmask": 14, "rt_sigreturn": 15,
+    "sigaltstack": 131, "restart_syscall": 219, "tgkill": 234, "shutdown": 48,
+    "exit": 60, "exit_group": 231,
+    # A thread started just before the seal (the bridge's keeper) registers these as it starts.
+    "rseq": 334, "set_robust_list": 273,
+}  # fmt: skip
+
+
+def build_allowlist(allowed: dict[str, int]) -> bytes:
+    """The classic BPF program that allows only ``allowed`` (x86_64 numbers): every other call
+    fails with EPERM, a foreign architecture or an x32 call is killed or refused.
+
+    Raises:
+        ValueError: The list is too long for the program's short jumps.
+    """
+    numbers = list(dict.fromkeys(allowed.values()))
+    if len(numbers) > 250:
+        raise ValueError("seccomp allowlist: too many syscalls for one jump")
+    tests = [_insn(_JEQ_K, nr, len(numbers) - i, 0) for i, nr in enumerate(numbers)]
+    program = [
+        _insn(_LD_W_ABS, _ARCH),
+        _insn(_JEQ_K, _AUDIT_ARCH_X86_64, 1, 0),
+        _insn(_RET_K, _RET_KILL_PROCESS),
+        _insn(_LD_W_ABS, _NR),
+        _insn(_JGE_K, _X32_SYSCALL_BIT, 0, 1),
+        _insn(_RET_K, _RET_ERRNO | errno.EPERM),
+        *tests,
+        _insn(_RET_K, _RET_ERRNO | errno.EPERM),
+        _insn(_RET_K, _RET_ALLOW),
+    ]
+    return b"".join(program)

@@ -1,7 +1,8 @@
 """A program's first stretch on the event loop's thread (`ProgramThread.first_stretch`): a program
 that ends there needs no worker thread; one that waits goes on on a worker with the same context;
 one that calls into the host or computes past the slice starts over on a worker, and nothing it
-did in the first stretch is seen or done twice."""
+did in the first stretch is seen or done twice. (Thread mode: in process mode a program runs in a
+worker process from its start.)"""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from codemode import Host, RunResult
 from codemode.engine import _qjs
-from codemode.engine._bridge import prepare_context
+from codemode.engine._text import prepare_context
 
 pytestmark = pytest.mark.anyio
 
@@ -43,7 +44,7 @@ class Jobs:
 @pytest.fixture
 async def host(tmp_path: Path) -> AsyncIterator[Host]:
     (tmp_path / "ws").mkdir()
-    async with Host(workspace=tmp_path / "ws", state_dir=tmp_path / "state") as opened:
+    async with Host(workspace=tmp_path / "ws", state_dir=tmp_path / "state", engine="thread") as opened:
         yield opened
 
 
@@ -144,7 +145,9 @@ async def test_a_limit_met_in_the_first_stretch_is_met_again_on_a_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, kind: str
 ) -> None:
     (tmp_path / "ws").mkdir()
-    async with Host(workspace=tmp_path / "ws", state_dir=tmp_path / "state", memory_mb=32) as host:
+    async with Host(
+        workspace=tmp_path / "ws", state_dir=tmp_path / "state", memory_mb=32, engine="thread"
+    ) as host:
         jobs = Jobs(host, monkeypatch)
         result = await jobs.run(source)
         assert result.error is not None and result.error.kind == kind, result.text

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codemode.engine import _qjs
-from codemode.engine._bridge import prepare_context
+from codemode.engine._text import prepare_context
 
 _EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))
 

@@ -21,9 +21,9 @@ import pytest
 
 from codemode import Host, ToolContext
 from codemode.engine import EngineLimits, _qjs
-from codemode.engine._bridge import prepare_context
 from codemode.engine._outcome import ProgramCalls, ProgramOutcome
 from codemode.engine._program import ProgramThread
+from codemode.engine._text import prepare_context
 from tests.host_support import MakeHost, assert_healthy
 
 pytestmark = pytest.mark.anyio

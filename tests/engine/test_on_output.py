@@ -12,7 +12,7 @@ import pytest
 
 from codemode import Host
 from codemode.engine import _qjs
-from codemode.engine._bridge import prepare_context
+from codemode.engine._text import prepare_context
 
 pytestmark = pytest.mark.anyio
 

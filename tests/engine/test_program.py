@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from codemode import Host, ToolResult
-from codemode.engine._bridge import map_location, map_stack
+from codemode.engine._text import map_location, map_stack
 from tests.host_support import MakeHost, Probe, assert_healthy
 
 pytestmark = pytest.mark.anyio
@@ -663,14 +663,14 @@ try { await describeTool("shuot"); } catch (e) { print(e.name, e.message.include
 
 
 def test_map_location_shifts_only_the_first_line() -> None:
-    from codemode.engine._bridge import _PREFIX
+    from codemode.engine._text import _PREFIX
 
     assert map_location(1, len(_PREFIX) + 5) == (1, 5)
     assert map_location(7, 3) == (7, 3)
 
 
 def test_map_stack_drops_prelude_frames_and_names_the_program() -> None:
-    from codemode.engine._bridge import _PREFIX
+    from codemode.engine._text import _PREFIX
 
     stack = "\n".join(
         [

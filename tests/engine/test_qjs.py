@@ -11,7 +11,7 @@ import time
 import pytest
 
 from codemode.engine import _qjs
-from codemode.engine._bridge import prepare_context
+from codemode.engine._text import prepare_context
 
 
 def bare() -> _qjs.Context:

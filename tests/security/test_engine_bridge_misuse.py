@@ -17,7 +17,7 @@ import textwrap
 _COMMON = """
 import math, threading, time
 from codemode.engine import _qjs
-from codemode.engine._bridge import prepare_context
+from codemode.engine._text import prepare_context
 
 def expect(kind, match, call):
     try:

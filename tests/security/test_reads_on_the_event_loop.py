@@ -80,6 +80,8 @@ LOOP_MODULES = (
     "codemode/runner/_runner.py",
     "codemode/policy/_approval.py",
     "codemode/engine/_runtime.py",
+    "codemode/engine/_calls.py",
+    "codemode/engine/_remote.py",
     "codemode/engine/_program.py",
     "codemode/tools/monitor/_tools.py",
     "codemode/tools/bash/_manager.py",
@@ -94,10 +96,10 @@ ALLOWED = {
     ("codemode/policy/_approval.py", "Approvals.approve_call", "self.requests"): (
         "only when gate.reads_files says the call runs no command check (else in a thread)"
     ),
-    ("codemode/engine/_runtime.py", "_Calls.on_posted", "gate.requests"): (
+    ("codemode/engine/_calls.py", "LoopCalls.on_posted", "gate.requests"): (
         "only when gate.reads_files says the call runs no command check (else _check_then_decide, in a thread)"
     ),
-    ("codemode/engine/_program.py", "ProgramThread._inline", "self.gate.requests"): (
+    ("codemode/engine/_program.py", "HostCalls._inline", "self.gate.requests"): (
         "only when gate.reads_files is false (else the call goes to the loop, which checks it off it)"
     ),
     ("codemode/tools/bash/_manager.py", "ProcessManager._spec", "self.run_spec"): (

@@ -1,0 +1,411 @@
+"""The host's side of engine mode ``process``: the zygote, the worker processes, and their pool.
+
+A program runs in a worker process (`codemode.engine.worker`) that holds nothing: confined like a
+command and more (no file, no socket, no exec, no new thread, no root). A crash or an exploit of
+QuickJS costs that one program. A worker serves one session only (a worker a program of another
+session compromised could read the next program's source and results), runs one program at a
+time, and goes back to its session's idle list after; the pool holds at most ``max_workers``
+and programs beyond wait for one.
+
+Everything a worker sends is untrusted: frames are checked (`_wire`), its answers are parsed
+into plain values, and a worker that breaks the protocol is killed. The host never blocks on a
+worker: the control socket is read and written by the event loop without blocking; the sync
+socket (the calls a program's thread waits for) is served by one host thread per worker.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import collections
+import json
+import logging
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from codemode.engine import _wire
+from codemode.engine._guest import GuestError
+
+log = logging.getLogger("codemode.engine")
+
+_WORKER_DIR = Path(__file__).parent / "worker"
+_START_SECONDS = 30.0  # a zygote or a worker that has not said it is ready by then is broken
+_MAX_RUNS = 10_000  # programs one worker runs before it is replaced (its CPU rlimit is a total)
+_WORKER_CPU_SECONDS = 24 * 3600
+
+
+class EngineUnavailable(Exception):
+    """Process mode cannot run here (the zygote failed to start or to confine itself)."""
+
+
+class Zygote:
+    """The process that forks workers: one per host process, started on first use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # one fork request at a time
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {"PATH": os.defpath, "LANG": "C.UTF-8"}  # nothing of the host's environment
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(_WORKER_DIR), str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        theirs.close()
+        self._replies: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self._died: dict[int, int] = {}
+        self._died_cond = threading.Condition()
+        self._sock.settimeout(_START_SECONDS)
+        try:
+            hello = json.loads(self._sock.recv(65536) or b"null")
+        except (OSError, ValueError) as exc:
+            self.process.kill()
+            raise EngineUnavailable(f"the engine's zygote did not start: {exc}") from None
+        finally:
+            self._sock.settimeout(None)
+        if not isinstance(hello, dict) or "hello" not in hello:
+            self.process.kill()
+            raise EngineUnavailable("the engine's zygote did not start")
+        self.problem: str | None = hello.get("problem")
+        self.landlock: str | None = hello.get("landlock")  # why Landlock is missing, or None
+        if self.landlock is not None:
+            log.warning("engine workers run without Landlock (seccomp still seals them): %s", self.landlock)
+        threading.Thread(target=self._read, name="codemode-zygote", daemon=True).start()
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self._sock.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                self._replies.put({"gone": True})
+                with self._died_cond:
+                    self._died_cond.notify_all()
+                return
+            message = json.loads(data)
+            if "died" in message:
+                with self._died_cond:
+                    self._died[int(message["died"])] = int(message["status"])
+                    self._died_cond.notify_all()
+            else:
+                self._replies.put(message)
+
+    def fork(self, ctl: socket.socket, sync: socket.socket, limits: dict[str, int]) -> int:
+        """Fork a worker holding these two sockets; its pid (blocking: call in a worker thread).
+
+        Raises:
+            EngineUnavailable: The zygote is gone.
+        """
+        fds = array.array("i", [ctl.fileno(), sync.fileno()])
+        with self._lock:
+            try:
+                self._sock.sendmsg(
+                    [json.dumps({"fork": limits}).encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)]
+                )
+            except OSError as exc:
+                raise EngineUnavailable(f"the engine's zygote is gone: {exc}") from None
+            reply = self._replies.get()
+        if "forked" not in reply:
+            raise EngineUnavailable("the engine's zygote is gone")
+        return int(reply["forked"])
+
+    def kill(self, pid: int) -> None:
+        """Kill one of the zygote's live workers (it refuses any other pid)."""
+        try:
+            self._sock.send(json.dumps({"kill": pid}).encode())
+        except OSError:
+            pass
+
+    def wait_status(self, pid: int, timeout: float) -> int | None:
+        """The wait status of a worker that ended, once the zygote reported it (blocking)."""
+        with self._died_cond:
+            self._died_cond.wait_for(lambda: pid in self._died or not self.alive, timeout)
+            return self._died.pop(pid, None)
+
+
+_zygote: Zygote | None = None
+_zygote_lock = threading.Lock()
+
+
+def zygote() -> Zygote:
+    """The host process's zygote, started (or restarted, if it died) now.
+
+    Raises:
+        EngineUnavailable: It cannot start, or cannot confine itself.
+    """
+    global _zygote
+    with _zygote_lock:
+        if _zygote is None or not _zygote.alive:
+            _zygote = Zygote()
+        if _zygote.problem is not None:
+            raise EngineUnavailable(
+                f"engine workers cannot be confined here ({_zygote.problem}); "
+                "run programs in threads instead (engine='thread', --engine thread)"
+            )
+        return _zygote
+
+
+def describe_status(status: int | None) -> str:
+    """How a worker ended, in words: "killed by SIGSEGV", "exited with status 70"."""
+    if status is None:
+        return "ended"
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        return f"was killed by {name}"
+    if os.WIFEXITED(status):
+        return f"exited with status {os.WEXITSTATUS(status)}"
+    return "ended"
+
+
+def crashed(how: str) -> GuestError:
+    """The program's error when its worker died under it."""
+    return GuestError(
+        "engine_crashed",
+        "EngineCrashed",
+        f"the engine's worker process {how} while running the program; nothing of the program's "
+        "state is left (its variables, its calls in flight); the host goes on. Run the program "
+        "again, or change what made the engine fail",
+    )
+
+
+SyncHandler = Callable[[int, bytes], bytes]
+
+
+class WorkerProcess:
+    """One worker: its pid, its sockets, and the host thread that answers its program's waits."""
+
+    def __init__(self, pid: int, ctl: socket.socket, sync: socket.socket, session_id: str) -> None:
+        self.pid = pid
+        self.ctl = ctl
+        self.sync = sync
+        self.session_id = session_id
+        self.runs = 0
+        self.dead = False
+        self.handler: SyncHandler | None = None  # the running program's, set per run
+        self._outbox = collections.deque[bytes]()
+        self._writing = False
+        threading.Thread(target=self._serve_sync, name=f"codemode-worker-{pid}", daemon=True).start()
+
+    def _serve_sync(self) -> None:
+        sender = _wire.Sender(self.sync)
+        try:
+            while True:
+                kind, body = _wire.read_frame(self.sync)
+                handler = self.handler
+                if kind not in (_wire.HOST_CALL, _wire.STRIP) or handler is None:
+                    raise _wire.WireError(f"unexpected frame {kind} on the sync socket")
+                sender.send(_wire.REPLY, handler(kind, body))
+        except (_wire.WireError, OSError, ValueError):
+            pass  # the worker ended (or broke the protocol: the control side sees it too)
+
+    # -- the control socket, from the event loop ---------------------------------------------
+
+    def send(self, kind: int, body: bytes) -> None:
+        """Queue one frame to the worker; written without blocking the loop (on the loop)."""
+        if self.dead:
+            return
+        self._outbox.append(_wire.frame(kind, body))
+        if not self._writing:
+            self._flush()
+
+    def _flush(self) -> None:
+        loop = asyncio.get_running_loop() if not self._writing else None
+        while self._outbox:
+            data = self._outbox[0]
+            try:
+                sent = self.ctl.send(data, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self._outbox.clear()
+                break
+            if sent < len(data):
+                self._outbox[0] = data[sent:]
+                if not self._writing:
+                    self._writing = True
+                    assert loop is not None
+                    loop.add_writer(self.ctl.fileno(), self._on_writable)
+                return
+            self._outbox.popleft()
+        if self._writing:
+            self._writing = False
+            asyncio.get_running_loop().remove_writer(self.ctl.fileno())
+
+    def _on_writable(self) -> None:
+        self._flush()
+
+    def close(self) -> None:
+        """End the worker: its sockets closed, it exits (and is killed, should it not)."""
+        if self._writing:
+            try:
+                asyncio.get_running_loop().remove_writer(self.ctl.fileno())
+            except RuntimeError:
+                pass
+            self._writing = False
+        self.dead = True
+        for sock in (self.ctl, self.sync):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+
+class ProcessPool:
+    """Worker processes for one engine: per session, at most ``max_workers`` in all.
+
+    Args:
+        max_workers: Workers at once; a program beyond waits for one to come free.
+        address_space_bytes: Each worker's RLIMIT_AS.
+    """
+
+    def __init__(self, max_workers: int, address_space_bytes: int) -> None:
+        self.max_workers = max_workers
+        self._limits = {"address_space_bytes": address_space_bytes, "cpu_seconds": _WORKER_CPU_SECONDS}
+        self._idle: collections.OrderedDict[int, WorkerProcess] = collections.OrderedDict()  # LRU first
+        self._busy: dict[int, WorkerProcess] = {}
+        self._count = 0
+        self._freed = anyio.Event()
+        self._closed = False
+        self.waiting = 0  # programs waiting for a worker (status)
+
+    async def acquire(self, session_id: str) -> WorkerProcess:
+        """A worker for a program of this session: one of its idle ones, a new one, or, when
+        the pool is full, the next to come free.
+
+        Raises:
+            EngineUnavailable: Workers cannot be made here.
+        """
+        while True:
+            for pid, worker in reversed(self._idle.items()):
+                if worker.session_id == session_id:
+                    del self._idle[pid]
+                    self._busy[pid] = worker
+                    return worker
+            if self._count < self.max_workers:
+                self._count += 1
+                try:
+                    started = await self._start(session_id)
+                except BaseException:
+                    self._count -= 1
+                    raise
+                self._busy[started.pid] = started
+                return started
+            if self._idle:  # the pool is full: the least recently used idle worker of another session goes
+                _, victim = self._idle.popitem(last=False)
+                self._retire(victim)
+                continue
+            self.waiting += 1
+            try:
+                await self._freed.wait()
+            finally:
+                self.waiting -= 1
+
+    async def _start(self, session_id: str) -> WorkerProcess:
+        mine_ctl, theirs_ctl = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        mine_sync, theirs_sync = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        limits = self._limits
+
+        def fork() -> int:
+            try:
+                pid = zygote().fork(theirs_ctl, theirs_sync, limits)
+            finally:
+                theirs_ctl.close()
+                theirs_sync.close()
+            mine_ctl.settimeout(_START_SECONDS)
+            try:
+                kind, _ = _wire.read_frame(mine_ctl)
+            except (_wire.WireError, OSError) as exc:
+                zygote().kill(pid)
+                status = zygote().wait_status(pid, 1.0)
+                raise EngineUnavailable(
+                    f"an engine worker {describe_status(status)} before it was ready ({exc})"
+                ) from None
+            finally:
+                mine_ctl.settimeout(None)
+            if kind != _wire.READY:
+                zygote().kill(pid)
+                raise EngineUnavailable("an engine worker sent something else than ready")
+            return pid
+
+        try:
+            pid = await anyio.to_thread.run_sync(fork)
+        except BaseException:
+            mine_ctl.close()
+            mine_sync.close()
+            raise
+        mine_ctl.setblocking(False)
+        return WorkerProcess(pid, mine_ctl, mine_sync, session_id)
+
+    def release(self, worker: WorkerProcess) -> None:
+        """A program ended: its worker goes idle for its session, or is replaced when it died,
+        misbehaved or ran its share of programs."""
+        self._busy.pop(worker.pid, None)
+        worker.handler = None
+        worker.runs += 1
+        if worker.dead or self._closed or worker.runs >= _MAX_RUNS:
+            self._retire(worker)
+        else:
+            self._idle[worker.pid] = worker
+        self._wake()
+
+    def kill(self, worker: WorkerProcess) -> None:
+        """Kill a worker now (it stopped answering, or broke the protocol)."""
+        worker.dead = True
+        try:
+            zygote().kill(worker.pid)
+        except EngineUnavailable:
+            pass
+
+    def _retire(self, worker: WorkerProcess) -> None:
+        self._count -= 1
+        worker.close()
+        self._wake()
+
+    def _wake(self) -> None:
+        self._freed.set()
+        self._freed = anyio.Event()
+
+    def forget_session(self, session_id: str) -> None:
+        """End the idle workers of a session that ended."""
+        for pid, worker in list(self._idle.items()):
+            if worker.session_id == session_id:
+                del self._idle[pid]
+                self._retire(worker)
+
+    def close(self) -> None:
+        """End every idle worker; busy ones end when their programs do."""
+        self._closed = True
+        while self._idle:
+            _, worker = self._idle.popitem()
+            self._retire(worker)
+
+    def worker_pids(self) -> list[int]:
+        """The pids of the idle workers (tests, doctor)."""
+        return list(self._idle)
+
+    def busy_pids(self) -> list[int]:
+        """The pids of the workers running a program (tests, doctor)."""
+        return list(self._busy)

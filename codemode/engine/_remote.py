@@ -1,0 +1,281 @@
+"""One program in a worker process (engine mode ``process``): the host's side of its run.
+
+The host sends the program (`_wire.RUN`) to a worker of the calling session and serves it like a
+program on a thread: posted calls come as `CALLS` frames and go to the same `LoopCalls` (checked,
+asked about, run, their results sent back as `RESULT`), the program's waits for inline tools and
+the store come over the sync socket to the same `HostCalls`, printed text streams as `OUTPUT`,
+and the end comes as `END`. A worker that dies, breaks the protocol or stops answering ends
+only this program, with ``engine_crashed``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.to_thread
+
+from codemode.engine import _wire
+from codemode.engine._calls import LoopCalls
+from codemode.engine._guest import GuestEnd, GuestError
+from codemode.engine._loop import LoopSpawner
+from codemode.engine._outcome import CallGate, EngineLimits, ProgramCalls, ProgramOutcome, outcome_of
+from codemode.engine._processes import (
+    EngineUnavailable,
+    ProcessPool,
+    WorkerProcess,
+    crashed,
+    describe_status,
+    log,
+    zygote,
+)
+from codemode.engine._program import HostCalls, strip_typescript
+
+if TYPE_CHECKING:
+    from codemode.engine._runtime import RunView
+from codemode.tools import ToolContext, ToolRegistry
+
+_RUN_ID = struct.Struct(">I")
+_PRINTED = struct.Struct(">IQ")
+# How long past its own wall limit a worker may take to report its end before it is killed
+# (it keeps the limit itself; this is the backstop for one that stopped answering).
+_GRACE_SECONDS = 10.0
+# How long a stopped program's worker gets to say it stopped before it is killed.
+_STOP_SECONDS = 2.0
+
+_next_run = 0
+
+
+class _RemoteChannel:
+    """`LoopCalls`'s channel for a program in a worker: calls from its `CALLS` frames, results
+    to `RESULT` frames."""
+
+    def __init__(self, worker: WorkerProcess, run_id: int) -> None:
+        self.worker = worker
+        self.run_id = run_id
+        self.incoming: list[tuple[int, str, str, int]] = []
+        self.reported_unread = 0
+        self.posted_since_report = 0
+
+    def take_calls(self) -> list[tuple[int, str, str, int]]:
+        calls, self.incoming = self.incoming, []
+        return calls
+
+    def post(self, call_id: int, ok: bool, payload: str, is_text: bool, /) -> None:
+        self.posted_since_report += 1
+        head = _wire.RESULT_HEAD.pack(self.run_id, call_id, ok, is_text)
+        self.worker.send(_wire.RESULT, head + payload.encode("utf-8", "surrogatepass"))
+
+    @property
+    def unread(self) -> int:
+        # At most this many results are unread: those unread at the worker's last report, and
+        # those posted since (some of which it may have read). Keeping too many is safe.
+        return self.reported_unread + self.posted_since_report
+
+
+class _NoChannel:
+    """The channel of a program that never started."""
+
+    def take_calls(self) -> list[tuple[int, str, str, int]]:
+        return []
+
+    def post(self, call_id: int, ok: bool, payload: str, is_text: bool, /) -> None:
+        pass
+
+    @property
+    def unread(self) -> int:
+        return 0
+
+
+def _sync_handler(host: HostCalls) -> Callable[[int, bytes], bytes]:
+    """Answers a program's waits (on the worker's sync thread): hostCall, and TypeScript."""
+
+    def handle(kind: int, body: bytes) -> bytes:
+        if kind == _wire.STRIP:
+            stripped = strip_typescript(body.decode("utf-8", "replace"))
+            if isinstance(stripped, GuestError):
+                reply: dict[str, Any] = {"error": [stripped.message, stripped.line, stripped.column]}
+            else:
+                reply = {"js": stripped} if stripped is not None else {}
+            return json.dumps(reply).encode("utf-8")
+        call_kind, call_id, name, payload_json, size = json.loads(body)
+        answer = host(str(call_kind), int(call_id), str(name), str(payload_json), int(size))
+        return answer.encode("utf-8", "surrogatepass")
+
+    return handle
+
+
+class _Run:
+    """The loop's view of one program in a worker: frames in, its end (or its worker's death)."""
+
+    def __init__(self, worker: WorkerProcess, run_id: int, calls: LoopCalls, channel: _RemoteChannel) -> None:
+        self.worker = worker
+        self.run_id = run_id
+        self.calls = calls
+        self.channel = channel
+        self.reader = _wire.FrameReader()
+        self.ended = anyio.Event()
+        self.end: GuestEnd | None = None
+        self.broken: str | None = None  # why the worker is dead or unusable
+        self.stream: Callable[[str], object] | None = None
+        self.printed = 0
+
+    @property
+    def printed_chars(self) -> int:
+        """Characters printed so far, as the worker last reported (progress reports)."""
+        return self.printed
+
+    @property
+    def tool_calls(self) -> int:
+        """Tool calls started so far."""
+        return self.calls.shared.tool_calls
+
+    def on_readable(self) -> None:
+        """The control socket has bytes: read what is there, handle whole frames (on the loop)."""
+        try:
+            while True:
+                try:
+                    data = self.worker.ctl.recv(1 << 20)
+                except BlockingIOError:
+                    return
+                if not data:
+                    self._broke("ended")
+                    return
+                for kind, body in self.reader.feed(data):
+                    self._frame(kind, body)
+        except (_wire.WireError, ValueError, KeyError, TypeError, OSError) as exc:
+            self._broke(f"broke the protocol ({exc})")
+
+    def _frame(self, kind: int, body: bytes) -> None:
+        if kind == _wire.CALLS:
+            run_id, unread, calls = json.loads(body)
+            if run_id != self.run_id or self.ended.is_set():
+                return  # calls an earlier program left: it has ended
+            self.channel.reported_unread = int(unread)
+            self.channel.posted_since_report = 0
+            self.channel.incoming.extend(
+                (int(call_id), str(name), str(payload), int(size)) for call_id, name, payload, size in calls
+            )
+            self.calls.on_posted()
+        elif kind == _wire.OUTPUT:
+            (run_id,) = _RUN_ID.unpack_from(body)
+            if run_id == self.run_id and self.stream is not None:
+                text = body[_RUN_ID.size :].decode("utf-8", "replace")
+                self.printed += len(text)
+                self.stream(text)
+        elif kind == _wire.PRINTED:
+            run_id, printed = _PRINTED.unpack(body)
+            if run_id == self.run_id:
+                self.printed = printed
+        elif kind == _wire.END:
+            data = json.loads(body)
+            if data.get("run") != self.run_id:
+                raise _wire.WireError("an end of another run")
+            self.end = GuestEnd.from_json(data)
+            self.ended.set()
+        else:
+            raise _wire.WireError(f"unexpected frame {kind}")
+
+    def _broke(self, why: str) -> None:
+        if self.broken is None:
+            self.broken = why
+        self.worker.dead = True
+        self.ended.set()
+
+
+async def run_in_worker(
+    pool: ProcessPool,
+    registry: ToolRegistry,
+    limits: EngineLimits,
+    source: str,
+    context: ToolContext,
+    *,
+    timeout_seconds: float,
+    gate: CallGate | None,
+    spawner: LoopSpawner,
+    stream: Callable[[str], object] | None,
+    view: RunView | None = None,
+) -> tuple[ProgramOutcome, LoopCalls]:
+    """Run one program in a worker of its session; its outcome, and the loop's side of its calls
+    (whose pending ones the engine settles).
+
+    Raises:
+        EngineUnavailable: No worker can be made here.
+    """
+    global _next_run
+    _next_run = (_next_run + 1) & 0xFFFFFFFF
+    run_id = _next_run
+    shared = ProgramCalls()
+    try:
+        worker = await pool.acquire(context.session_id)
+    except EngineUnavailable as exc:
+        log.error("%s", exc)
+        error = GuestError(
+            "internal", "EngineUnavailable", f"{exc} (a problem of the host, not of the program)"
+        )
+        outcome = ProgramOutcome(output="", error=error, tool_calls=0, cancelled=[], cpu_seconds=0.0)
+        return outcome, LoopCalls(registry, context, limits, gate, _NoChannel(), spawner, shared)
+    channel = _RemoteChannel(worker, run_id)
+    calls = LoopCalls(registry, context, limits, gate, channel, spawner, shared)
+    run = _Run(worker, run_id, calls, channel)
+    run.stream = stream
+    if view is not None:
+        view._program = run
+    worker.handler = _sync_handler(HostCalls(registry, context, limits, shared, gate))
+    batches = gate is not None and gate.batches
+    message = {
+        "run": run_id,
+        "immediate": not batches,
+        "stream": stream is not None,
+        "spec": {
+            "source": source,
+            "limits": asdict(limits),
+            "timeout_seconds": timeout_seconds,
+            "effectful_json": registry.effectful_names_json(),
+            "namespaces_json": registry.namespaces_json(),
+            # With batched decisions every call goes to the loop, where they are asked about.
+            "inline_json": "[]" if batches else registry.inline_names_json(),
+        },
+    }
+    fd = worker.ctl.fileno()
+    spawner.watch_readable(fd, run.on_readable)
+    finished = False
+    try:
+        worker.send(_wire.RUN, json.dumps(message, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        with anyio.move_on_after(timeout_seconds + _GRACE_SECONDS):
+            await run.ended.wait()
+        finished = True
+    finally:
+        if not finished:  # this call was cancelled: stop the program, give it a moment to say so
+            spawner.close()
+            worker.send(_wire.STOP, _RUN_ID.pack(run_id))
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_STOP_SECONDS):
+                await run.ended.wait()
+        spawner.unwatch_readable(fd)
+        if run.end is None:
+            if run.broken is None:
+                run.broken = "stopped answering"
+            pool.kill(worker)
+        pool.release(worker)
+    if run.end is not None:
+        return outcome_of(run.end, shared), calls
+    how = run.broken or "ended"
+    if how == "ended":
+        status = await anyio.to_thread.run_sync(lambda: zygote().wait_status(worker.pid, 1.0))
+        how = describe_status(status)
+    pending = dict(calls.pending_names())
+    return (
+        ProgramOutcome(
+            output="",
+            error=crashed(how),
+            tool_calls=shared.tool_calls,
+            cancelled=list(pending.values()),
+            pending_calls=pending,
+            cpu_seconds=0.0,
+        ),
+        calls,
+    )

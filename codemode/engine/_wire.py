@@ -1,0 +1,139 @@
+"""The messages between the host and an engine worker process: framed bytes on two stream sockets.
+
+A frame is a 4-byte big-endian length (of what follows), one byte saying what it is, and its
+body. The *control* socket carries a program's run (host -> worker: `RUN`, `RESULT`, `STOP`;
+worker -> host: `CALLS`, `OUTPUT`, `END`); the *sync* socket carries the calls the program's
+thread waits for (worker -> host: `HOST_CALL`, `STRIP`; the host answers each with `REPLY`).
+Standard library only: the worker imports it without the host.
+
+The host trusts nothing a worker sends: a frame over `MAX_FRAME`, an unknown kind or a body that
+does not decode ends that worker (`WireError`), never the host.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+
+# host -> worker (control)
+RUN = 1
+"""A program: JSON ``{"spec": GuestSpec fields, "immediate": bool, "stream": bool}``."""
+RESULT = 2
+"""A call's result: `RESULT_HEAD` (run id, call id, ok, is text) then the payload (UTF-8)."""
+STOP = 3
+"""Stop the running program (empty body)."""
+# worker -> host (control)
+CALLS = 4
+"""Calls the program posted: JSON ``[unread, [[id, name, arguments JSON, size], ...]]``."""
+OUTPUT = 5
+"""Printed text collected (UTF-8), sent only when the run streams its output."""
+END = 6
+"""How the program ended: JSON of `GuestEnd.to_json`."""
+READY = 7
+"""The worker is confined and waits for programs (empty body)."""
+PRINTED = 11
+"""How many characters the program has printed (run id, count: ``>IQ``), sent for progress
+reports as printed text is collected when the run does not stream it."""
+# sync socket
+HOST_CALL = 8
+"""worker -> host: JSON ``[kind, call id, name, payload JSON, size]`` of the prelude's hostCall."""
+STRIP = 9
+"""worker -> host: a source QuickJS rejected (UTF-8), to be stripped of TypeScript types."""
+REPLY = 10
+"""host -> worker: the answer to `HOST_CALL` (UTF-8) or `STRIP` (JSON)."""
+
+KINDS = frozenset({RUN, RESULT, STOP, CALLS, OUTPUT, END, READY, HOST_CALL, STRIP, REPLY, PRINTED})
+RESULT_HEAD = struct.Struct(">IQ??")
+_HEAD = struct.Struct(">IB")
+MAX_FRAME = 256 * 1024 * 1024
+"""No frame is larger: a program's data is capped well below (tool data 64 MiB, output 8 MiB
+of characters, at most 4 bytes each in UTF-8)."""
+
+
+class WireError(Exception):
+    """The other side broke the protocol or went away."""
+
+
+def frame(kind: int, body: bytes) -> bytes:
+    """One frame's bytes."""
+    return _HEAD.pack(len(body) + 1, kind) + body
+
+
+class Sender:
+    """Writes whole frames on a blocking socket, from any thread (one frame at a time)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._lock = threading.Lock()
+
+    def send(self, kind: int, body: bytes = b"") -> None:
+        """Send one frame.
+
+        Raises:
+            OSError: The socket is closed or the peer went away.
+        """
+        data = frame(kind, body)
+        with self._lock:
+            self._sock.sendall(data)
+
+
+def read_frame(sock: socket.socket) -> tuple[int, bytes]:
+    """The next frame from a blocking socket.
+
+    Raises:
+        WireError: The peer closed the socket or sent a frame that breaks the protocol.
+    """
+    head = _read_exactly(sock, _HEAD.size)
+    size, kind = _HEAD.unpack(head)
+    _check(size, kind)
+    return kind, _read_exactly(sock, size - 1)
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < n:
+        try:
+            chunk = sock.recv(min(n - len(chunks), 1 << 20))
+        except OSError as exc:
+            raise WireError(f"the socket failed: {exc}") from None
+        if not chunk:
+            raise WireError("the peer closed the socket")
+        chunks += chunk
+    return bytes(chunks)
+
+
+def _check(size: int, kind: int) -> None:
+    if size < 1 or size > MAX_FRAME + 1:
+        raise WireError(f"a frame of {size} bytes")
+    if kind not in KINDS:
+        raise WireError(f"a frame of unknown kind {kind}")
+
+
+class FrameReader:
+    """Frames out of bytes read from a non-blocking socket as they come (the host's event loop)."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        """The frames ``data`` completes, in order.
+
+        Raises:
+            WireError: A frame breaks the protocol.
+        """
+        buffer = self._buffer
+        buffer += data
+        frames: list[tuple[int, bytes]] = []
+        at = 0
+        while len(buffer) - at >= _HEAD.size:
+            size, kind = _HEAD.unpack_from(buffer, at)
+            _check(size, kind)
+            end = at + 4 + size
+            if len(buffer) < end:
+                break
+            frames.append((kind, bytes(buffer[at + _HEAD.size : end])))
+            at = end
+        if at:
+            del buffer[:at]
+        return frames

@@ -1,0 +1,206 @@
+"""One engine worker: runs the programs the host sends, one at a time, each on a fresh context.
+
+Two threads: the main one runs a program's JavaScript (`GuestRun`), answered at once by the host
+over the sync socket for its inline calls; the relay moves the program's posted calls to the host
+and their results back into its channel, over the control socket. Every frame names the run it
+belongs to, so that a late result of an earlier program never reaches a later one. The worker
+ends when the host closes its sockets (or kills it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import select
+import socket
+import struct
+import threading
+from typing import Any
+
+from codemode.engine import _qjs, _wire
+from codemode.engine._guest import EngineLimits, GuestError, GuestRun, GuestSpec
+from codemode.engine._watchdog import WATCHDOG
+from codemode.engine.worker import _confine
+
+_RUN_ID = struct.Struct(">I")
+_PRINTED = struct.Struct(">IQ")
+
+
+class _Current:
+    """The program the relay serves: its run id and channel (made by the relay when the run
+    comes), its run (set by the main thread when it starts it), and whether it was stopped."""
+
+    def __init__(self, run_id: int, channel: _qjs.Channel) -> None:
+        self.run_id = run_id
+        self.channel = channel
+        self.guest: GuestRun | None = None
+        self.stopped = False
+
+
+class Worker:
+    """The worker's side of its two sockets."""
+
+    def __init__(self, ctl: socket.socket, sync: socket.socket) -> None:
+        self.ctl = ctl
+        self.sync = sync
+        self.ctl_out = _wire.Sender(ctl)
+        self.sync_out = _wire.Sender(sync)
+        self.runs: queue.SimpleQueue[tuple[_Current, dict[str, Any]]] = queue.SimpleQueue()
+        self.current: _Current | None = None  # written by the relay only
+        self.poller = select.poll()
+        self.poller.register(ctl.fileno(), select.POLLIN)
+        self.watched: int | None = None  # the channel fd the relay watches
+
+    # -- the relay thread ---------------------------------------------------------------------
+
+    def relay(self) -> None:
+        """Move frames between the control socket and the current program's channel; exits the
+        process when the host goes away."""
+        try:
+            while True:
+                for fd, _events in self.poller.poll():
+                    if fd == self.ctl.fileno():
+                        self._from_host()
+                    elif fd == self.watched:
+                        self._send_calls()
+        except _wire.WireError:
+            os._exit(0)  # the host closed the socket: nothing left to do
+        except BaseException:
+            os._exit(70)
+
+    def _from_host(self) -> None:
+        kind, body = _wire.read_frame(self.ctl)
+        if kind == _wire.RUN:
+            message = json.loads(body)
+            started = _Current(int(message["run"]), _qjs.Channel(bool(message["immediate"])))
+            self.current = started
+            self._watch(started.channel.fileno())
+            self.runs.put((started, message))
+        elif kind == _wire.RESULT:
+            run_id, call_id, ok, is_text = _wire.RESULT_HEAD.unpack_from(body)
+            current = self.current
+            if current is not None and current.run_id == run_id:
+                current.channel.post(call_id, ok, body[_wire.RESULT_HEAD.size :].decode("utf-8"), is_text)
+        elif kind == _wire.STOP:
+            (run_id,) = _RUN_ID.unpack_from(body)
+            current = self.current
+            if current is not None and current.run_id == run_id:
+                current.stopped = True
+                guest = current.guest
+                if guest is not None:
+                    guest.cancel()
+        else:
+            raise _wire.WireError(f"unexpected frame {kind} from the host")
+
+    def _watch(self, fd: int) -> None:
+        """Watch this channel's eventfd instead of the last one's."""
+        if self.watched is not None:
+            self.poller.unregister(self.watched)
+        self.poller.register(fd, select.POLLIN)
+        self.watched = fd
+
+    def _send_calls(self) -> None:
+        current = self.current
+        if current is None:
+            return
+        calls = current.channel.take_calls()
+        body = json.dumps([current.run_id, current.channel.unread, calls], ensure_ascii=False)
+        self.ctl_out.send(_wire.CALLS, body.encode("utf-8"))
+
+    # -- the main thread ----------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Run programs as they come, one at a time (never returns)."""
+        while True:
+            current, message = self.runs.get()
+            self._run(current, message)
+
+    def _run(self, current: _Current, message: dict[str, Any]) -> None:
+        spec_data = message["spec"]
+        spec = GuestSpec(
+            source=str(spec_data["source"]),
+            limits=EngineLimits(**spec_data["limits"]),
+            timeout_seconds=float(spec_data["timeout_seconds"]),
+            effectful_json=str(spec_data["effectful_json"]),
+            namespaces_json=str(spec_data["namespaces_json"]),
+            inline_json=str(spec_data["inline_json"]),
+        )
+        run_id = current.run_id
+        head = _RUN_ID.pack(run_id)
+
+        stream = bool(message.get("stream"))
+        printed = 0
+
+        def output(text: str) -> None:
+            nonlocal printed
+            if stream:
+                self.ctl_out.send(_wire.OUTPUT, head + text.encode("utf-8", "surrogatepass"))
+            else:  # progress reports need the count only
+                printed += len(text)
+                self.ctl_out.send(_wire.PRINTED, _PRINTED.pack(run_id, printed))
+
+        guest = GuestRun(
+            spec,
+            current.channel,
+            self._host_call,
+            self._strip,
+            lambda: True,  # the host knows which calls changed things: always ask JS for its report
+            output,
+        )
+        current.guest = guest
+        if current.stopped:  # stopped before it started
+            guest.cancel()
+        ctx = _qjs.take_ready() or _qjs.Context()
+        end = guest.run(ctx)
+        ctx.free()
+        data = end.to_json()
+        data["run"] = run_id
+        self.ctl_out.send(_wire.END, json.dumps(data, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+
+    def _ask(self, kind: int, body: bytes) -> bytes:
+        self.sync_out.send(kind, body)
+        reply_kind, reply = _wire.read_frame(self.sync)
+        if reply_kind != _wire.REPLY:
+            raise _wire.WireError(f"unexpected frame {reply_kind} on the sync socket")
+        return reply
+
+    def _host_call(self, kind: str, call_id: int, name: str, payload_json: str, size: int) -> str:
+        body = json.dumps([kind, call_id, name, payload_json, size], ensure_ascii=False)
+        try:
+            return self._ask(_wire.HOST_CALL, body.encode("utf-8", "surrogatepass")).decode("utf-8")
+        except _wire.WireError:
+            os._exit(0)  # the host went away mid-call
+
+    def _strip(self, source: str) -> str | GuestError | None:
+        try:
+            reply = json.loads(self._ask(_wire.STRIP, source.encode("utf-8", "surrogatepass")))
+        except _wire.WireError:
+            os._exit(0)
+        if "js" in reply:
+            return str(reply["js"])
+        if "error" in reply:
+            message, line, column = reply["error"]
+            return GuestError("syntax_error", "TypeScriptError", str(message), line, column)
+        return None
+
+
+def run_worker(ctl_fd: int, sync_fd: int, limits: dict[str, int]) -> None:
+    """The forked worker's life: limits, threads, seal, serve. Never returns."""
+    try:
+        ctl = socket.socket(fileno=ctl_fd)
+        sync = socket.socket(fileno=sync_fd)
+        worker = Worker(ctl, sync)
+        _confine.set_limits(limits["address_space_bytes"], limits["cpu_seconds"])
+        first = _qjs.Context()  # starts the keeper thread, which makes the next one ahead
+        first.free()
+        WATCHDOG.prestart()
+        threading.Thread(target=worker.relay, name="codemode-relay", daemon=True).start()
+        _confine.seal()
+        worker.ctl_out.send(_wire.READY, b"")
+    except BaseException:
+        os._exit(71)
+    try:
+        worker.serve()
+    finally:
+        os._exit(70)

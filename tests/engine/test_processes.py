@@ -1,0 +1,152 @@
+"""Engine mode ``process``: each program runs in a confined worker process forked by the zygote;
+a crash costs that program only, a worker serves one session, and the pool waits when full.
+
+Real zygote, real workers, real signals; no timing thresholds."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import anyio
+import pytest
+
+from codemode import Host, RunResult
+from codemode.engine import _processes, _remote
+from tests.host_support import MakeHost
+
+pytestmark = pytest.mark.anyio
+
+
+def _workers(host: Host) -> list[int]:
+    pool = host.engine.processes
+    assert pool is not None
+    return pool.worker_pids()
+
+
+def _busy_worker(host: Host) -> int:
+    """The pid of the one worker of ``host`` that is running a program."""
+    pool = host.engine.processes
+    assert pool is not None
+    busy = pool.busy_pids()
+    assert len(busy) == 1, busy
+    return busy[0]
+
+
+async def test_a_crashed_worker_costs_its_program_only(make_host: MakeHost) -> None:
+    async with make_host(engine="process") as (host, probe):
+        assert (await host.run_code("print(1)", session_id="other")).ok
+        results: dict[str, RunResult] = {}
+
+        async def run(name: str, source: str, session: str) -> None:
+            results[name] = await host.run_code(source, session_id=session)
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run, "victim", "await tools.slow({}); for (;;) {}", "victim")
+                while probe.slow_calls < 1:
+                    await anyio.sleep(0.01)
+                victim = _busy_worker(host)
+                tg.start_soon(run, "bystander", "print('still here')", "other")
+                os.kill(victim, signal.SIGSEGV)
+                probe.release.set()
+        crashed = results["victim"]
+        assert not crashed.ok and crashed.error is not None
+        assert crashed.error.kind == "engine_crashed"
+        assert (
+            "SIGSEGV" in crashed.error.message and "nothing of the program's state" in crashed.error.message
+        )
+        assert results["bystander"].text == "still here\n"
+        after = await host.run_code("print('next')", session_id="victim")
+        assert after.text == "next\n", after.text
+        assert victim not in _workers(host)
+
+
+async def test_a_worker_is_confined(make_host: MakeHost) -> None:
+    async with make_host(engine="process") as (host, _probe):
+        assert (await host.run_code("print(1)")).ok
+        (pid,) = _workers(host)
+        status = dict(
+            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
+        )
+        assert status["Seccomp"].strip() == "2"
+        assert status["NoNewPrivs"].strip() == "1"
+        for field in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+            assert int(status[field].strip(), 16) == 0, (field, status[field])
+        if os.geteuid() == 0:
+            assert status["Uid"].split()[0] == "65534"
+        fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        sockets = [fd for fd in fds if fd.startswith("socket:")]
+        assert len(sockets) == 2, fds  # its two sockets to the host
+        assert fds - set(sockets) <= {"/dev/null", "anon_inode:[eventfd]"}, fds
+
+
+async def test_a_worker_serves_one_session(make_host: MakeHost) -> None:
+    async with make_host(engine="process") as (host, _probe):
+        assert (await host.run_code("print(1)", session_id="a")).ok
+        (first,) = _workers(host)
+        assert (await host.run_code("print(1)", session_id="a")).ok
+        assert _workers(host) == [first]  # reused by its session
+        assert (await host.run_code("print(1)", session_id="b")).ok
+        assert sorted(_workers(host)) != [first] and first in _workers(host)
+        await host.close_session("a")
+        assert first not in _workers(host)
+
+
+async def test_programs_beyond_the_pool_wait_for_a_worker(make_host: MakeHost) -> None:
+    async with make_host(engine="process", max_workers=1) as (host, probe):
+        results: list[RunResult] = []
+
+        async def run(source: str, session: str) -> None:
+            results.append(await host.run_code(source, session_id=session))
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run, "print(await tools.slow({}))", "a")
+                while probe.slow_calls < 1:
+                    await anyio.sleep(0.01)
+                tg.start_soon(run, "print('second')", "b")
+                pool = host.engine.processes
+                assert pool is not None
+                while pool.waiting < 1:
+                    await anyio.sleep(0.01)
+                assert results == []  # the second waits for the only worker
+                probe.release.set()
+        assert sorted(r.text for r in results) == ["released\n", "second\n"]
+
+
+async def test_a_worker_that_stops_answering_is_killed(
+    make_host: MakeHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_remote, "_GRACE_SECONDS", 0.5)
+    async with make_host(engine="process") as (host, probe):
+        result: list[RunResult] = []
+
+        async def run() -> None:
+            result.append(await host.run_code('// @run_code: {"timeout_seconds": 1}\nawait tools.slow({})'))
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run)
+                while probe.slow_calls < 1:
+                    await anyio.sleep(0.01)
+                os.kill(_busy_worker(host), signal.SIGSTOP)  # it can keep no limit now
+        (stopped,) = result
+        assert stopped.error is not None and stopped.error.kind == "engine_crashed"
+        assert "stopped answering" in stopped.error.message
+        probe.release.set()
+        assert (await host.run_code("print('next')")).text == "next\n"
+
+
+async def test_thread_mode_runs_in_this_process(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    async with Host(workspace=tmp_path / "ws", state_dir=tmp_path / "state", engine="thread") as host:
+        assert host.engine.processes is None
+        assert (await host.run_code("print(1)")).text == "1\n"
+
+
+def test_describe_status_names_the_signal() -> None:
+    assert _processes.describe_status(signal.SIGSEGV) == "was killed by SIGSEGV"
+    assert _processes.describe_status(70 << 8) == "exited with status 70"
+    assert _processes.describe_status(None) == "ended"

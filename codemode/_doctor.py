@@ -18,7 +18,7 @@ def doctor_report(
 ) -> dict[str, Any]:
     """`Host.doctor`'s facts; ``state_dir`` is the open state directory, or None."""
     from codemode._version import __version__
-    from codemode.engine import ENGINE_VERSION
+    from codemode.engine import ENGINE_VERSION, worker_report
     from codemode.sandbox import landlock_status, sandbox_report
     from codemode.tools.bash import find_package_manager, os_release
 
@@ -26,7 +26,12 @@ def doctor_report(
     status = landlock_status()
     counter.count("x" * 4096)  # force the encoding to load (or fall back) now
     return {
-        "engine": {"quickjs-ng": ENGINE_VERSION, "codemode": __version__},
+        "engine": {
+            "quickjs-ng": ENGINE_VERSION,
+            "codemode": __version__,
+            "mode": config.engine,
+            "workers": worker_report() if config.engine == "process" else None,
+        },
         "tokenizer": {
             "encoding": counter.encoding_name,
             "exact": counter.exact,

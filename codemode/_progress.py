@@ -27,6 +27,8 @@ class Progress(pydantic.BaseModel):
         printed_chars: Characters the program has printed (``run_code``; None for a direct call).
         tool_calls: Tool calls the program has started (``run_code``; None for a direct call).
         output_bytes: Bytes written so far by the commands this call runs in the foreground.
+        waiting_for_worker: The program has not started: every engine worker is busy (process
+            mode; the pool's maximum is ``max_workers``).
     """
 
     model_config = pydantic.ConfigDict(frozen=True)
@@ -35,9 +37,12 @@ class Progress(pydantic.BaseModel):
     printed_chars: int | None = None
     tool_calls: int | None = None
     output_bytes: int = 0
+    waiting_for_worker: bool = False
 
     def message(self) -> str:
         """One line for a person: ``"3 s: 1,204 characters printed, 2 tool calls, ..."``."""
+        if self.waiting_for_worker:
+            return f"{self.elapsed_seconds:.0f} s: waiting for an engine worker (all are busy)"
         parts = []
         if self.printed_chars is not None:
             parts.append(f"{self.printed_chars:,} characters printed")

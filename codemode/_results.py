@@ -62,7 +62,7 @@ class HostConfig(pydantic.BaseModel):
             like a command and more (no file, no socket, no exec, no root), so a crash or an
             exploit of QuickJS costs that program only; ``thread``: in a thread of this process,
             the lowest latency, for programs you trust. ``$CODEMODE_ENGINE`` sets the default.
-        max_workers: Worker processes at once in process mode (default 4 per CPU, at least 16);
+        max_workers: Worker processes at once in process mode (default 4 per CPU, at least 64);
             programs beyond wait for one.
         sandbox: Sandbox mode for commands and file tools.
         network: Whether confined commands may open TCP connections.

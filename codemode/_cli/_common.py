@@ -48,6 +48,13 @@ def common(parser: argparse.ArgumentParser, json_help: str | None = "print the w
         "--network", choices=["on", "off"], default="on", help="TCP for sandboxed commands (default: on)"
     )
     parser.add_argument(
+        "--engine",
+        choices=["process", "thread"],
+        default=None,
+        help="where programs run: process (a confined worker process each; default, or $CODEMODE_ENGINE) "
+        "or thread (in this process: lowest latency, for trusted programs)",
+    )
+    parser.add_argument(
         "--deny-command",
         action="append",
         default=[],
@@ -143,6 +150,7 @@ def cli_host(args: argparse.Namespace, workspace: Path | None = None) -> Host:
         session_id=args.session or ("mcp-" + uuid.uuid4().hex[:12] if mcp else "cli"),
         sandbox=SandboxMode(args.sandbox),
         network=args.network == "on",
+        **({"engine": args.engine} if args.engine else {}),
         command_policy=CommandPolicy(
             deny=frozenset(args.deny_command),
             strict=args.strict_commands,

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +145,8 @@ def _print_findings(findings: list[dict[str, str]], facts: dict[str, Any] | None
         box = facts["sandbox"]
         state = facts["state_dir"]
         lines = [
-            f"engine        quickjs-ng {facts['engine']['quickjs-ng']}, codemode {facts['engine']['codemode']}",
+            f"engine        quickjs-ng {facts['engine']['quickjs-ng']}, codemode {facts['engine']['codemode']}, "
+            f"programs in {_engine_mode(facts['engine'])}",
             f"tokenizer     {tok['encoding']}: "
             + (
                 "loaded (exact counts)"
@@ -183,3 +185,13 @@ def _server_line(server: dict[str, Any]) -> str:
         state = f"NOT reachable: {server['reason']}"
     confined = f", {server['sandbox']}" if server["transport"] == "stdio" else ""
     return f"mcp server    {server['name']} ({server['transport']}{confined}: {where}): {state}"
+
+
+def _engine_mode(engine: Mapping[str, Any]) -> str:
+    """Where programs run, in words: worker processes and how they are held, or threads."""
+    if engine.get("mode") != "process":
+        return "threads of this process (engine thread)"
+    workers = engine.get("workers") or {}
+    if not workers.get("available"):
+        return f"worker processes: UNAVAILABLE ({workers.get('problem')})"
+    return f"confined worker processes ({workers['identity']}; Landlock: {workers['landlock']}; seccomp {workers['seccomp']})"

@@ -3,6 +3,7 @@
 from codemode.engine._header import HeaderError, HeaderOptions, parse_header
 from codemode.engine._loop import LoopSpawner
 from codemode.engine._outcome import CallGate, EngineLimits, GuestError, ProgramOutcome
+from codemode.engine._processes import worker_report
 from codemode.engine._qjs import ENGINE_VERSION
 from codemode.engine._runtime import Engine, RunView
 
@@ -18,4 +19,5 @@ __all__ = [
     "ProgramOutcome",
     "RunView",
     "parse_header",
+    "worker_report",
 ]

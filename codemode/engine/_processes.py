@@ -163,6 +163,22 @@ def zygote() -> Zygote:
         return _zygote
 
 
+def worker_report() -> dict[str, object]:
+    """How engine workers are held on this machine (``codemode doctor``): starts the zygote."""
+    from codemode.sandbox import WORKER_ALLOWED
+
+    try:
+        held = zygote()
+    except EngineUnavailable as exc:
+        return {"available": False, "problem": str(exc)}
+    return {
+        "available": True,
+        "identity": "uid nobody, no capabilities, no_new_privs" if os.geteuid() == 0 else "no_new_privs",
+        "landlock": "no file, TCP, signal or abstract socket" if held.landlock is None else held.landlock,
+        "seccomp": f"allowlist of {len(set(WORKER_ALLOWED.values()))} syscalls (no open, socket, exec, clone)",
+    }
+
+
 def describe_status(status: int | None) -> str:
     """How a worker ended, in words: "killed by SIGSEGV", "exited with status 70"."""
     if status is None:
@@ -204,7 +220,7 @@ class WorkerProcess:
         self.runs = 0
         self.dead = False
         self.handler: SyncHandler | None = None  # the running program's, set per run
-        self._outbox = collections.deque[bytes]()
+        self._outbox = collections.deque[bytes | memoryview]()
         self._writing = False
         threading.Thread(target=self._serve_sync, name=f"codemode-worker-{pid}", daemon=True).start()
 
@@ -231,7 +247,7 @@ class WorkerProcess:
             self._flush()
 
     def _flush(self) -> None:
-        loop = asyncio.get_running_loop() if not self._writing else None
+        loop = asyncio.get_running_loop()
         while self._outbox:
             data = self._outbox[0]
             try:
@@ -242,16 +258,17 @@ class WorkerProcess:
                 self._outbox.clear()
                 break
             if sent < len(data):
-                self._outbox[0] = data[sent:]
+                # The rest as a view: copying it would make a large result quadratic (a 100 MiB
+                # string went out in ~500 socket-buffer pieces).
+                self._outbox[0] = memoryview(data)[sent:]
                 if not self._writing:
                     self._writing = True
-                    assert loop is not None
                     loop.add_writer(self.ctl.fileno(), self._on_writable)
                 return
             self._outbox.popleft()
         if self._writing:
             self._writing = False
-            asyncio.get_running_loop().remove_writer(self.ctl.fileno())
+            loop.remove_writer(self.ctl.fileno())
 
     def _on_writable(self) -> None:
         self._flush()
@@ -273,6 +290,15 @@ class WorkerProcess:
             sock.close()
 
 
+class _Waiter:
+    """A program waiting for a worker: handed one of its session's, or woken to try again."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.event = anyio.Event()
+        self.worker: WorkerProcess | None = None
+
+
 class ProcessPool:
     """Worker processes for one engine: per session, at most ``max_workers`` in all.
 
@@ -287,41 +313,52 @@ class ProcessPool:
         self._idle: collections.OrderedDict[int, WorkerProcess] = collections.OrderedDict()  # LRU first
         self._busy: dict[int, WorkerProcess] = {}
         self._count = 0
-        self._freed = anyio.Event()
+        self._waiters: collections.deque[_Waiter] = collections.deque()
         self._closed = False
-        self.waiting = 0  # programs waiting for a worker (status)
 
     async def acquire(self, session_id: str) -> WorkerProcess:
         """A worker for a program of this session: one of its idle ones, a new one, or, when
-        the pool is full, the next to come free.
+        the pool is full, the next to come free (first come, first served).
 
         Raises:
             EngineUnavailable: Workers cannot be made here.
         """
+        ahead = False  # woken to try again: it goes before those still waiting
         while True:
             for pid, worker in reversed(self._idle.items()):
                 if worker.session_id == session_id:
                     del self._idle[pid]
                     self._busy[pid] = worker
                     return worker
-            if self._count < self.max_workers:
+            first = ahead or not self._waiters
+            if self._count < self.max_workers and first:
                 self._count += 1
                 try:
                     started = await self._start(session_id)
                 except BaseException:
                     self._count -= 1
+                    self._wake_one()
                     raise
                 self._busy[started.pid] = started
                 return started
-            if self._idle:  # the pool is full: the least recently used idle worker of another session goes
+            if self._idle and first:  # full: the least recently used idle worker goes
                 _, victim = self._idle.popitem(last=False)
                 self._retire(victim)
                 continue
-            self.waiting += 1
+            waiter = _Waiter(session_id)
+            self._waiters.append(waiter)
             try:
-                await self._freed.wait()
-            finally:
-                self.waiting -= 1
+                await waiter.event.wait()
+            except BaseException:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+                elif waiter.worker is not None:  # handed one as it was cancelled: give it back
+                    self.release(waiter.worker, ran=False)
+                raise
+            if waiter.worker is not None:
+                self._busy[waiter.worker.pid] = waiter.worker
+                return waiter.worker
+            ahead = True  # woken because room was made: go round again
 
     async def _start(self, session_id: str) -> WorkerProcess:
         mine_ctl, theirs_ctl = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -359,17 +396,26 @@ class ProcessPool:
         mine_ctl.setblocking(False)
         return WorkerProcess(pid, mine_ctl, mine_sync, session_id)
 
-    def release(self, worker: WorkerProcess) -> None:
-        """A program ended: its worker goes idle for its session, or is replaced when it died,
-        misbehaved or ran its share of programs."""
+    def release(self, worker: WorkerProcess, *, ran: bool = True) -> None:
+        """A program ended: its worker goes to the next program of its session that waits, or
+        idle for its session; it is replaced when it died, misbehaved or ran its share of
+        programs, and retired when only programs of other sessions wait (they get a new one)."""
         self._busy.pop(worker.pid, None)
         worker.handler = None
-        worker.runs += 1
+        worker.runs += int(ran)
         if worker.dead or self._closed or worker.runs >= _MAX_RUNS:
             self._retire(worker)
-        else:
-            self._idle[worker.pid] = worker
-        self._wake()
+            return
+        for waiter in self._waiters:
+            if waiter.session_id == worker.session_id:
+                self._waiters.remove(waiter)
+                waiter.worker = worker
+                waiter.event.set()
+                return
+        if self._waiters:
+            self._retire(worker)  # makes room: the oldest waiter starts a worker of its session
+            return
+        self._idle[worker.pid] = worker
 
     def kill(self, worker: WorkerProcess) -> None:
         """Kill a worker now (it stopped answering, or broke the protocol)."""
@@ -382,11 +428,12 @@ class ProcessPool:
     def _retire(self, worker: WorkerProcess) -> None:
         self._count -= 1
         worker.close()
-        self._wake()
+        self._wake_one()
 
-    def _wake(self) -> None:
-        self._freed.set()
-        self._freed = anyio.Event()
+    def _wake_one(self) -> None:
+        """Room was made: the oldest waiting program tries again."""
+        if self._waiters:
+            self._waiters.popleft().event.set()
 
     def forget_session(self, session_id: str) -> None:
         """End the idle workers of a session that ended."""
@@ -401,6 +448,11 @@ class ProcessPool:
         while self._idle:
             _, worker = self._idle.popitem()
             self._retire(worker)
+
+    @property
+    def waiting(self) -> int:
+        """Programs waiting for a worker (status)."""
+        return len(self._waiters)
 
     def worker_pids(self) -> list[int]:
         """The pids of the idle workers (tests, doctor)."""

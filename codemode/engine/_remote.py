@@ -10,6 +10,7 @@ only this program, with ``engine_crashed``.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 from collections.abc import Callable
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from codemode.engine._runtime import RunView
 from codemode.tools import ToolContext, ToolRegistry
 
+_READ_SIZE = 1 << 20
 _RUN_ID = struct.Struct(">I")
 _PRINTED = struct.Struct(">IQ")
 # How long past its own wall limit a worker may take to report its end before it is killed
@@ -75,6 +77,12 @@ class _RemoteChannel:
         # At most this many results are unread: those unread at the worker's last report, and
         # those posted since (some of which it may have read). Keeping too many is safe.
         return self.reported_unread + self.posted_since_report
+
+
+@functools.lru_cache(maxsize=16)
+def _limits_json(limits: EngineLimits) -> dict[str, int | float]:
+    """The limits as the worker takes them (made once per limits: asdict took ~40 us a program)."""
+    return asdict(limits)
 
 
 class _NoChannel:
@@ -139,14 +147,18 @@ class _Run:
         try:
             while True:
                 try:
-                    data = self.worker.ctl.recv(1 << 20)
+                    data = self.worker.ctl.recv(_READ_SIZE)
                 except BlockingIOError:
                     return
+                except ConnectionResetError:  # it died with our frames unread
+                    data = b""
                 if not data:
                     self._broke("ended")
                     return
                 for kind, body in self.reader.feed(data):
                     self._frame(kind, body)
+                if len(data) < _READ_SIZE:
+                    return  # all there was (the loop calls again when more comes)
         except (_wire.WireError, ValueError, KeyError, TypeError, OSError) as exc:
             self._broke(f"broke the protocol ({exc})")
 
@@ -210,6 +222,8 @@ async def run_in_worker(
     _next_run = (_next_run + 1) & 0xFFFFFFFF
     run_id = _next_run
     shared = ProgramCalls()
+    if view is not None:
+        view.waiting = True
     try:
         worker = await pool.acquire(context.session_id)
     except EngineUnavailable as exc:
@@ -225,6 +239,7 @@ async def run_in_worker(
     run.stream = stream
     if view is not None:
         view._program = run
+        view.waiting = False
     worker.handler = _sync_handler(HostCalls(registry, context, limits, shared, gate))
     batches = gate is not None and gate.batches
     message = {
@@ -233,7 +248,7 @@ async def run_in_worker(
         "stream": stream is not None,
         "spec": {
             "source": source,
-            "limits": asdict(limits),
+            "limits": _limits_json(limits),
             "timeout_seconds": timeout_seconds,
             "effectful_json": registry.effectful_names_json(),
             "namespaces_json": registry.namespaces_json(),
@@ -267,6 +282,12 @@ async def run_in_worker(
     if how == "ended":
         status = await anyio.to_thread.run_sync(lambda: zygote().wait_status(worker.pid, 1.0))
         how = describe_status(status)
+    log.warning(
+        "engine worker %d %s while running a program of session %s: the program ended with engine_crashed",
+        worker.pid,
+        how,
+        context.session_id,
+    )
     pending = dict(calls.pending_names())
     return (
         ProgramOutcome(

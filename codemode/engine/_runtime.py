@@ -40,6 +40,7 @@ class RunView:
 
     def __init__(self) -> None:
         self._program: _Viewed | None = None
+        self.waiting = False  # for an engine worker (process mode: every one is busy)
 
     @property
     def printed_chars(self) -> int:
@@ -72,10 +73,12 @@ def _streamer(spawner: LoopSpawner, hook: Callable[[str], object]) -> Callable[[
 
 
 EngineMode = Literal["process", "thread"]
-# Worker processes a process-mode engine may hold at least, whatever the CPUs: a program awaiting
-# a long tool call keeps its worker (~7 MiB of its own, the rest shared with the zygote), so
-# programs that mostly wait must not queue behind a handful of them.
-_MIN_WORKERS = 16
+# Worker processes a process-mode engine may hold at least, whatever the CPUs: as many programs
+# as thread mode runs at once (max_programs' default). A program awaiting a long tool call keeps
+# its worker (~4 MiB of its own, PSS; the rest is shared with the zygote), so programs that
+# mostly wait must not queue behind a handful of them: 200 programs awaiting a 20 ms tool ran at
+# 0.24x thread mode's rate with 16 workers (bench/bench_engine_modes.py).
+_MIN_WORKERS = 64
 # What a worker process may map beside its program's heap (the interpreter, its threads' stacks
 # and malloc arenas): its RLIMIT_AS is the program's memory limit plus this.
 _WORKER_OVERHEAD_BYTES = 1024 * 1024 * 1024
@@ -94,7 +97,7 @@ class Engine:
         mode: ``process``: each program runs in a confined worker process (a crash or an
             exploit of QuickJS costs that program only); ``thread``: in a thread of this
             process (the lowest latency, for programs you trust).
-        max_workers: Worker processes at once in process mode (default 4 per CPU, at least 16);
+        max_workers: Worker processes at once in process mode (default 4 per CPU, at least 64);
             programs beyond wait for one.
     """
 

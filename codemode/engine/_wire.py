@@ -132,7 +132,8 @@ class FrameReader:
             end = at + 4 + size
             if len(buffer) < end:
                 break
-            frames.append((kind, bytes(buffer[at + _HEAD.size : end])))
+            with memoryview(buffer) as view:  # one copy of the body, not two
+                frames.append((kind, bytes(view[at + _HEAD.size : end])))
             at = end
         if at:
             del buffer[:at]

@@ -249,6 +249,7 @@ class Runner:
                 printed_chars=view.printed_chars,
                 tool_calls=view.tool_calls,
                 output_bytes=output,
+                waiting_for_worker=view.waiting,
             )
 
         async with reporting(on_progress, sample):

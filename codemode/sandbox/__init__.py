@@ -47,6 +47,7 @@ from codemode.sandbox._safeopen import (
     rename_at,
     write_fresh_at,
 )
+from codemode.sandbox._seccomp import WORKER_ALLOWED
 from codemode.sandbox._spawn import Process
 from codemode.sandbox._state_dirs import register_state_dir, with_state_dirs
 from codemode.sandbox._tmpfs import (
@@ -70,6 +71,7 @@ __all__ = [
     "INBOX_SUFFIX",
     "OWNER_SUFFIX",
     "SHIM_DIR_NAME",
+    "WORKER_ALLOWED",
     "CgroupRoot",
     "Changed",
     "Confinement",

@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from codemode import Host, RunResult
+from codemode import Host, Progress, RunResult
 from codemode.engine import _processes, _remote
 from tests.host_support import MakeHost
 
@@ -97,9 +97,13 @@ async def test_a_worker_serves_one_session(make_host: MakeHost) -> None:
 async def test_programs_beyond_the_pool_wait_for_a_worker(make_host: MakeHost) -> None:
     async with make_host(engine="process", max_workers=1) as (host, probe):
         results: list[RunResult] = []
+        said: list[str] = []
+
+        async def progress(report: Progress) -> None:
+            said.append(report.message())
 
         async def run(source: str, session: str) -> None:
-            results.append(await host.run_code(source, session_id=session))
+            results.append(await host.run_code(source, session_id=session, on_progress=progress))
 
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tg:
@@ -111,6 +115,8 @@ async def test_programs_beyond_the_pool_wait_for_a_worker(make_host: MakeHost) -
                 assert pool is not None
                 while pool.waiting < 1:
                     await anyio.sleep(0.01)
+                while not any("waiting for an engine worker" in line for line in said):
+                    await anyio.sleep(0.05)  # its status says why it has not started
                 assert results == []  # the second waits for the only worker
                 probe.release.set()
         assert sorted(r.text for r in results) == ["released\n", "second\n"]

@@ -16,6 +16,7 @@ import select
 import socket
 import struct
 import threading
+import time
 from typing import Any
 
 from codemode.engine import _qjs, _wire
@@ -25,6 +26,10 @@ from codemode.engine.worker import _confine
 
 _RUN_ID = struct.Struct(">I")
 _PRINTED = struct.Struct(">IQ")
+# How long after a program printed the relay tells the host how much (progress reports tick in
+# seconds; a frame per print would wake the host's loop for nothing, and a program that ends
+# sooner says it all in its end).
+_PRINTED_EVERY = 0.25
 
 
 class _Current:
@@ -36,6 +41,7 @@ class _Current:
         self.channel = channel
         self.guest: GuestRun | None = None
         self.stopped = False
+        self.ended = False
 
 
 class Worker:
@@ -51,26 +57,49 @@ class Worker:
         self.poller = select.poll()
         self.poller.register(ctl.fileno(), select.POLLIN)
         self.watched: int | None = None  # the channel fd the relay watches
+        self.reader = _wire.FrameReader()
+        # What the current program has printed (run id, characters), written by its thread, and
+        # what the relay last told the host (progress reports; see _PRINTED_EVERY).
+        self.printed = (0, 0)
+        self.printed_told = (0, 0)
 
     # -- the relay thread ---------------------------------------------------------------------
 
     def relay(self) -> None:
         """Move frames between the control socket and the current program's channel; exits the
         process when the host goes away."""
+        ctl = self.ctl.fileno()
+        told_at = time.monotonic()
         try:
             while True:
-                for fd, _events in self.poller.poll():
-                    if fd == self.ctl.fileno():
+                current = self.current
+                running = current is not None and not current.ended
+                untold = self.printed != self.printed_told
+                # While a program runs, look now and then whether it printed (its thread does
+                # not wake this one for that).
+                ready = self.poller.poll(_PRINTED_EVERY * 1000 if running or untold else None)
+                for fd, _events in ready:
+                    if fd == ctl:
                         self._from_host()
                     elif fd == self.watched:
                         self._send_calls()
+                if untold and (not ready or time.monotonic() - told_at >= _PRINTED_EVERY):
+                    told_at = time.monotonic()
+                    self.printed_told = printed = self.printed
+                    self.ctl_out.send(_wire.PRINTED, _PRINTED.pack(*printed))
         except _wire.WireError:
             os._exit(0)  # the host closed the socket: nothing left to do
         except BaseException:
             os._exit(70)
 
     def _from_host(self) -> None:
-        kind, body = _wire.read_frame(self.ctl)
+        data = self.ctl.recv(1 << 20)
+        if not data:
+            raise _wire.WireError("the host closed the socket")
+        for kind, body in self.reader.feed(data):
+            self._frame(kind, body)
+
+    def _frame(self, kind: int, body: bytes) -> None:
         if kind == _wire.RUN:
             message = json.loads(body)
             started = _Current(int(message["run"]), _qjs.Channel(bool(message["immediate"])))
@@ -136,9 +165,9 @@ class Worker:
             nonlocal printed
             if stream:
                 self.ctl_out.send(_wire.OUTPUT, head + text.encode("utf-8", "surrogatepass"))
-            else:  # progress reports need the count only
-                printed += len(text)
-                self.ctl_out.send(_wire.PRINTED, _PRINTED.pack(run_id, printed))
+                return
+            printed += len(text)  # progress reports need the count only: the relay tells it
+            self.printed = (run_id, printed)
 
         guest = GuestRun(
             spec,
@@ -153,6 +182,7 @@ class Worker:
             guest.cancel()
         ctx = _qjs.take_ready() or _qjs.Context()
         end = guest.run(ctx)
+        current.ended = True
         ctx.free()
         data = end.to_json()
         data["run"] = run_id
@@ -192,6 +222,9 @@ def run_worker(ctl_fd: int, sync_fd: int, limits: dict[str, int]) -> None:
         sync = socket.socket(fileno=sync_fd)
         worker = Worker(ctl, sync)
         _confine.set_limits(limits["address_space_bytes"], limits["cpu_seconds"])
+        # No spinning wait: a waiting program would spin on the CPU its own relay thread and the
+        # host's loop need to bring its result (bench/bench_engine_modes.py).
+        _qjs.set_spin(0)
         first = _qjs.Context()  # starts the keeper thread, which makes the next one ahead
         first.free()
         WATCHDOG.prestart()

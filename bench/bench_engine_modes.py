@@ -10,6 +10,8 @@ process, ...), with the machine's load printed beside it. Targets for process mo
 3. A sequential sync (``inline``) tool call: <= 50 us.
 4. RSS of an idle worker: <= 15 MiB (PSS beside it: most pages are shared with the zygote).
 5. Throughput of 200 concurrent programs (each awaits a 20 ms tool, then prints): >= 0.8x thread mode.
+6. The worker's form: a worker forked by the zygote (to ready: its limits, threads, seal) vs a
+   fresh interpreter importing the same modules (what a worker without a zygote would cost).
 """
 
 from __future__ import annotations
@@ -98,6 +100,38 @@ async def throughput(host: Host) -> float:
     return n / (time.perf_counter() - start)
 
 
+async def fork_start(host: Host) -> float:
+    """Seconds from asking for a worker of a new session to its being ready (zygote fork)."""
+    pool = host.engine.processes
+    assert pool is not None
+    start = time.perf_counter()
+    worker = await pool.acquire(f"fresh-{time.perf_counter_ns()}")
+    elapsed = time.perf_counter() - start
+    pool.release(worker, ran=False)
+    pool.forget_session(worker.session_id)
+    return elapsed
+
+
+def fresh_interpreter() -> float:
+    """Seconds for a fresh ``python -I -S`` to import what a worker holds (no zygote)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent / "codemode"
+    code = (
+        "import sys, types\n"
+        f"root = {str(root)!r}\n"
+        "for n, p in (('codemode', root), ('codemode.engine', root + '/engine'), "
+        "('codemode.engine.worker', root + '/engine/worker'), ('codemode.sandbox', root + '/sandbox')):\n"
+        "    m = types.ModuleType(n); m.__path__ = [p]; sys.modules[n] = m\n"
+        "from codemode.engine.worker import _serve, _confine\n"
+        "from codemode.engine import _text\n"
+        "_text._set_prelude(1)\n"
+    )
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-I", "-S", "-c", code], check=True)
+    return time.perf_counter() - start
+
+
 def worker_memory(host: Host) -> tuple[float, float]:
     """RSS and PSS (MiB) of an idle worker of ``host``."""
     pool = host.engine.processes
@@ -138,6 +172,8 @@ async def main() -> None:
                     for mode in order:
                         results.setdefault((name, mode), []).append(await measure(hosts[mode]))
                 memory.append(worker_memory(hosts["process"]))
+                results.setdefault(("fork", "process"), []).append(await fork_start(hosts["process"]))
+                results.setdefault(("fresh", "process"), []).append(fresh_interpreter())
                 loads.append(load())
         finally:
             for host in hosts.values():
@@ -160,6 +196,8 @@ async def main() -> None:
     print(f"4. idle worker      RSS {rss:5.1f} MiB, PSS {pss:5.1f} MiB   (target RSS <= 15 MiB)")
     p, t = med("200 programs/s", "process"), med("200 programs/s", "thread")
     print(f"5. 200 at once      process {p:7.0f}/s   thread {t:7.0f}/s   ratio {p / t:4.2f}x (>= 0.8x)")
+    f, n = med("fork", "process"), med("fresh", "process")
+    print(f"6. a new worker     forked {f * 1e3:6.1f} ms   fresh interpreter {n * 1e3:6.1f} ms")
 
 
 if __name__ == "__main__":

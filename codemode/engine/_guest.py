@@ -16,8 +16,8 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
 
 from codemode.engine import _qjs
 from codemode.engine._output import PrintedOutput
@@ -130,19 +130,38 @@ class GuestEnd:
     unobserved: list[int] = field(default_factory=list)
     images: list[tuple[str, str]] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> GuestEndJson:
         """The fields as JSON values (a worker's last message)."""
-        data = asdict(self)
-        data["pending"] = [[call_id, name] for call_id, name in self.pending.items()]
-        return data
+        error = self.error
+        return {
+            "output": self.output,
+            "error": None
+            if error is None
+            else {
+                "kind": error.kind,
+                "name": error.name,
+                "message": error.message,
+                "line": error.line,
+                "column": error.column,
+                "stack": error.stack,
+                "tool": error.tool,
+                "data": error.data,
+            },
+            "cpu_seconds": self.cpu_seconds,
+            "output_dropped_bytes": self.output_dropped_bytes,
+            "dropped_timers": self.dropped_timers,
+            "pending": list(self.pending.items()),
+            "unobserved": list(self.unobserved),
+            "images": list(self.images),
+        }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> GuestEnd:
+    def from_json(cls, data: GuestEndJson) -> GuestEnd:
         """What `to_json` gave, back (from a worker, which may lie: only the types are trusted)."""
         error = data.get("error")
         return cls(
             output=str(data["output"]),
-            error=None if error is None else GuestError(**{k: error[k] for k in error if k in _ERROR_FIELDS}),
+            error=None if error is None else _error_of(error),
             cpu_seconds=float(data["cpu_seconds"]),
             output_dropped_bytes=int(data["output_dropped_bytes"]),
             dropped_timers=int(data["dropped_timers"]),
@@ -152,7 +171,70 @@ class GuestEnd:
         )
 
 
-_ERROR_FIELDS = frozenset(GuestError.__dataclass_fields__)
+class GuestErrorJson(TypedDict):
+    """`GuestError`'s fields as JSON (in `GuestEndJson`)."""
+
+    kind: str
+    name: str
+    message: str
+    line: int | None
+    column: int | None
+    stack: str
+    tool: str | None
+    data: str | None
+
+
+class GuestEndJson(TypedDict):
+    """`GuestEnd.to_json`: how a program ended, as a worker sends it (``pending`` as pairs)."""
+
+    output: str
+    error: GuestErrorJson | None
+    cpu_seconds: float
+    output_dropped_bytes: int
+    dropped_timers: int
+    pending: list[tuple[int, str]]
+    unobserved: list[int]
+    images: list[tuple[str, str]]
+
+
+class EngineLimitsJson(TypedDict):
+    """`EngineLimits`'s fields as JSON (in a worker's run message)."""
+
+    memory_bytes: int
+    stack_bytes: int
+    cpu_seconds: float
+    tool_concurrency: int
+    tool_data_bytes: int
+    output_bytes_in_memory: int
+    calls_in_flight: int
+
+
+def limits_json(limits: EngineLimits) -> EngineLimitsJson:
+    """The limits as a worker takes them (``EngineLimits(**limits_json(limits))`` is equal)."""
+    return {
+        "memory_bytes": limits.memory_bytes,
+        "stack_bytes": limits.stack_bytes,
+        "cpu_seconds": limits.cpu_seconds,
+        "tool_concurrency": limits.tool_concurrency,
+        "tool_data_bytes": limits.tool_data_bytes,
+        "output_bytes_in_memory": limits.output_bytes_in_memory,
+        "calls_in_flight": limits.calls_in_flight,
+    }
+
+
+def _error_of(data: GuestErrorJson) -> GuestError:
+    """A `GuestErrorJson` back (its optional fields may be missing; others are ignored)."""
+    return GuestError(
+        kind=str(data["kind"]),
+        name=str(data["name"]),
+        message=str(data["message"]),
+        line=data.get("line"),
+        column=data.get("column"),
+        stack=str(data.get("stack", "")),
+        tool=data.get("tool"),
+        data=data.get("data"),
+    )
+
 
 # A program's first stretch on the event loop's thread (GuestRun.first_stretch) runs at most
 # this long: print(1) takes ~0.05 ms; the loop must never be held 10 ms.
@@ -208,6 +290,10 @@ class GuestRun:
         any_effects: Whether a call of a tool that changes things has delivered (else the end
             needs no report of unobserved calls when no call is pending).
         on_output: Given each piece of printed text as it is collected; thread-safe, non-blocking.
+        wait: Where the program waits for a call's result or a timer, called with when to return
+            at the latest (time.monotonic) instead of waiting inside the engine: a worker process
+            reads its results there itself. It returns early once a result was posted or the
+            program was stopped.
     """
 
     def __init__(
@@ -218,6 +304,7 @@ class GuestRun:
         strip: Strip,
         any_effects: Callable[[], bool],
         on_output: Callable[[str], None] | None = None,
+        wait: Callable[[float], None] | None = None,
     ) -> None:
         # Lone surrogates (non-UTF-8 input) cannot be compiled: they become U+FFFD.
         self.source = _js_text(spec.source)
@@ -228,6 +315,7 @@ class GuestRun:
         self.strip = strip
         self.any_effects = any_effects
         self.on_output = on_output
+        self.wait = wait
         self.cancelled = False
         self._output = PrintedOutput(self.limits.output_bytes_in_memory)
         self._done: tuple[bool, str, str] | None = None
@@ -430,16 +518,19 @@ class GuestRun:
     def _loop(self, ctx: _qjs.Context, *, wait: bool) -> GuestError | str | None:
         """Run the program to its end: None when it ended well, else its error; or, without
         ``wait``, `WAITING` where it would wait for a call or a timer."""
+        hook = self.wait if wait else None
         try:
             while True:
-                event, drained = ctx.run(self._deadline, self._next_timer(), wait)
+                event, drained = ctx.run(self._deadline, self._next_timer(), wait and hook is None)
                 if event == "drain":
                     assert drained is not None
                     self._drain(ctx, drained)
                     if self._done is not None:
                         return self._finish_error()
                 elif event == "wait":
-                    return WAITING
+                    if hook is None:
+                        return WAITING
+                    hook(min(self._deadline, self._next_timer()))
                 elif event == "timer":
                     self._fire_due(ctx)
                 elif event == "idle":

@@ -29,7 +29,6 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -65,7 +64,7 @@ class Zygote:
             start_new_session=True,
         )
         theirs.close()
-        self._replies: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self._replies: queue.SimpleQueue[_wire.ZygoteReport] = queue.SimpleQueue()
         self._died: dict[int, int] = {}
         self._died_cond = threading.Condition()
         self._sock.settimeout(_START_SECONDS)
@@ -100,7 +99,7 @@ class Zygote:
                 with self._died_cond:
                     self._died_cond.notify_all()
                 return
-            message = json.loads(data)
+            message: _wire.ZygoteReport = json.loads(data)
             if "died" in message:
                 with self._died_cond:
                     self._died[int(message["died"])] = int(message["status"])
@@ -108,7 +107,7 @@ class Zygote:
             else:
                 self._replies.put(message)
 
-    def fork(self, ctl: socket.socket, sync: socket.socket, limits: dict[str, int]) -> int:
+    def fork(self, ctl: socket.socket, sync: socket.socket, limits: _wire.WorkerLimits) -> int:
         """Fork a worker holding these two sockets; its pid (blocking: call in a worker thread).
 
         Raises:
@@ -118,7 +117,8 @@ class Zygote:
         with self._lock:
             try:
                 self._sock.sendmsg(
-                    [json.dumps({"fork": limits}).encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)]
+                    [json.dumps(_wire.ZygoteOrder(fork=limits)).encode()],
+                    [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)],
                 )
             except OSError as exc:
                 raise EngineUnavailable(f"the engine's zygote is gone: {exc}") from None
@@ -130,7 +130,7 @@ class Zygote:
     def kill(self, pid: int) -> None:
         """Kill one of the zygote's live workers (it refuses any other pid)."""
         try:
-            self._sock.send(json.dumps({"kill": pid}).encode())
+            self._sock.send(json.dumps(_wire.ZygoteOrder(kill=pid)).encode())
         except OSError:
             pass
 
@@ -309,7 +309,10 @@ class ProcessPool:
 
     def __init__(self, max_workers: int, address_space_bytes: int) -> None:
         self.max_workers = max_workers
-        self._limits = {"address_space_bytes": address_space_bytes, "cpu_seconds": _WORKER_CPU_SECONDS}
+        self._limits: _wire.WorkerLimits = {
+            "address_space_bytes": address_space_bytes,
+            "cpu_seconds": _WORKER_CPU_SECONDS,
+        }
         self._idle: collections.OrderedDict[int, WorkerProcess] = collections.OrderedDict()  # LRU first
         self._busy: dict[int, WorkerProcess] = {}
         self._count = 0

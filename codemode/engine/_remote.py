@@ -10,19 +10,17 @@ only this program, with ``engine_crashed``.
 
 from __future__ import annotations
 
-import functools
 import json
 import struct
 from collections.abc import Callable
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
 
 from codemode.engine import _wire
 from codemode.engine._calls import LoopCalls
-from codemode.engine._guest import GuestEnd, GuestError
+from codemode.engine._guest import GuestEnd, GuestError, limits_json
 from codemode.engine._loop import LoopSpawner
 from codemode.engine._outcome import CallGate, EngineLimits, ProgramCalls, ProgramOutcome, outcome_of
 from codemode.engine._processes import (
@@ -79,12 +77,6 @@ class _RemoteChannel:
         return self.reported_unread + self.posted_since_report
 
 
-@functools.lru_cache(maxsize=16)
-def _limits_json(limits: EngineLimits) -> dict[str, int | float]:
-    """The limits as the worker takes them (made once per limits: asdict took ~40 us a program)."""
-    return asdict(limits)
-
-
 class _NoChannel:
     """The channel of a program that never started."""
 
@@ -106,7 +98,7 @@ def _sync_handler(host: HostCalls) -> Callable[[int, bytes], bytes]:
         if kind == _wire.STRIP:
             stripped = strip_typescript(body.decode("utf-8", "replace"))
             if isinstance(stripped, GuestError):
-                reply: dict[str, Any] = {"error": [stripped.message, stripped.line, stripped.column]}
+                reply: dict[str, object] = {"error": [stripped.message, stripped.line, stripped.column]}
             else:
                 reply = {"js": stripped} if stripped is not None else {}
             return json.dumps(reply).encode("utf-8")
@@ -184,7 +176,7 @@ class _Run:
             if run_id == self.run_id:
                 self.printed = printed
         elif kind == _wire.END:
-            data = json.loads(body)
+            data: _wire.EndMessage = json.loads(body)
             if data.get("run") != self.run_id:
                 raise _wire.WireError("an end of another run")
             self.end = GuestEnd.from_json(data)
@@ -242,13 +234,13 @@ async def run_in_worker(
         view.waiting = False
     worker.handler = _sync_handler(HostCalls(registry, context, limits, shared, gate))
     batches = gate is not None and gate.batches
-    message = {
+    message: _wire.RunMessage = {
         "run": run_id,
         "immediate": not batches,
         "stream": stream is not None,
         "spec": {
             "source": source,
-            "limits": _limits_json(limits),
+            "limits": limits_json(limits),
             "timeout_seconds": timeout_seconds,
             "effectful_json": registry.effectful_names_json(),
             "namespaces_json": registry.namespaces_json(),

@@ -4,7 +4,9 @@ A frame is a 4-byte big-endian length (of what follows), one byte saying what it
 body. The *control* socket carries a program's run (host -> worker: `RUN`, `RESULT`, `STOP`;
 worker -> host: `CALLS`, `OUTPUT`, `END`); the *sync* socket carries the calls the program's
 thread waits for (worker -> host: `HOST_CALL`, `STRIP`; the host answers each with `REPLY`).
-Standard library only: the worker imports it without the host.
+Standard library only (and `_guest`, the JSON forms of what a run carries): the worker imports
+it without the host. The zygote's messages (`ZygoteOrder`, `ZygoteHello`, `ZygoteReport`) are
+JSON objects, one per datagram on its own socket.
 
 The host trusts nothing a worker sends: a frame over `MAX_FRAME`, an unknown kind or a body that
 does not decode ends that worker (`WireError`), never the host.
@@ -15,10 +17,13 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+from typing import TypedDict
+
+from codemode.engine._guest import EngineLimitsJson, GuestEndJson
 
 # host -> worker (control)
 RUN = 1
-"""A program: JSON ``{"spec": GuestSpec fields, "immediate": bool, "stream": bool}``."""
+"""A program: JSON `RunMessage`."""
 RESULT = 2
 """A call's result: `RESULT_HEAD` (run id, call id, ok, is text) then the payload (UTF-8)."""
 STOP = 3
@@ -29,7 +34,7 @@ CALLS = 4
 OUTPUT = 5
 """Printed text collected (UTF-8), sent only when the run streams its output."""
 END = 6
-"""How the program ended: JSON of `GuestEnd.to_json`."""
+"""How the program ended: JSON `EndMessage` (`GuestEnd.to_json` and the run id)."""
 READY = 7
 """The worker is confined and waits for programs (empty body)."""
 PRINTED = 11
@@ -49,6 +54,67 @@ _HEAD = struct.Struct(">IB")
 MAX_FRAME = 256 * 1024 * 1024
 """No frame is larger: a program's data is capped well below (tool data 64 MiB, output 8 MiB
 of characters, at most 4 bytes each in UTF-8)."""
+
+
+class RunSpec(TypedDict):
+    """A program as a worker gets it: `GuestSpec`'s fields."""
+
+    source: str
+    limits: EngineLimitsJson
+    timeout_seconds: float
+    effectful_json: str
+    namespaces_json: str
+    inline_json: str
+
+
+class RunMessage(TypedDict):
+    """The body of `RUN`: the run's id, whether its calls are answered at once (no batched
+    decisions), whether its printed text streams, and the program."""
+
+    run: int
+    immediate: bool
+    stream: bool
+    spec: RunSpec
+
+
+class EndMessage(GuestEndJson):
+    """The body of `END`: how the program ended, and which run."""
+
+    run: int
+
+
+class WorkerLimits(TypedDict):
+    """What the zygote sets on a worker it forks (`_confine.set_limits`)."""
+
+    address_space_bytes: int
+    cpu_seconds: int
+
+
+class ZygoteOrder(TypedDict, total=False):
+    """host -> zygote (one JSON datagram, with the worker's two sockets for ``fork``): fork a
+    worker with these limits, or kill one of its workers by pid."""
+
+    fork: WorkerLimits
+    kill: int
+
+
+class ZygoteHello(TypedDict):
+    """zygote -> host, first: its pid, why it could not drop privileges (or None), why Landlock
+    is missing (or None)."""
+
+    hello: int
+    problem: str | None
+    landlock: str | None
+
+
+class ZygoteReport(TypedDict, total=False):
+    """zygote -> host after its hello: a worker forked (its pid), or one that ended (its pid and
+    wait status); ``gone`` is the host's own mark for a zygote that went away."""
+
+    forked: int
+    died: int
+    status: int
+    gone: bool
 
 
 class WireError(Exception):

@@ -20,20 +20,19 @@ import select
 import signal
 import socket
 import sys
-from typing import Any
 
-from codemode.engine import _text
+from codemode.engine import _text, _wire
 from codemode.engine.worker import _confine
 from codemode.engine.worker._serve import run_worker
 
 _MAX_MESSAGE = 65536
 
 
-def _send(sock: socket.socket, message: dict[str, Any]) -> None:
+def _send(sock: socket.socket, message: _wire.ZygoteHello | _wire.ZygoteReport) -> None:
     sock.send(json.dumps(message).encode("utf-8"))
 
 
-def _receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+def _receive(sock: socket.socket) -> tuple[_wire.ZygoteOrder | None, list[int]]:
     """The next message and the descriptors it carried; (None, []) when the host went away."""
     fds = array.array("i")
     data, ancillary, _flags, _address = sock.recvmsg(_MAX_MESSAGE, socket.CMSG_SPACE(2 * fds.itemsize))
@@ -42,7 +41,8 @@ def _receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
             fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
     if not data:
         return None, list(fds)
-    return json.loads(data), list(fds)
+    order: _wire.ZygoteOrder = json.loads(data)
+    return order, list(fds)
 
 
 def main() -> None:
@@ -84,7 +84,7 @@ def main() -> None:
                     sock.close()
                     os.close(wake_r)
                     os.close(wake_w)
-                    for stdio in (0, 1, 2):
+                    for stdio in (0, 1):
                         os.dup2(devnull, stdio)
                     os.close(devnull)
                     run_worker(fds[0], fds[1], message["fork"])

@@ -1,0 +1,65 @@
+"""The JSON a worker process and the host exchange keeps every field of what it carries: a
+field added to `EngineLimits`, `GuestError` or `GuestEnd` and not to its JSON form fails here
+(in a worker it would silently take its default)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+
+from codemode.engine._guest import (
+    EngineLimits,
+    EngineLimitsJson,
+    GuestEnd,
+    GuestEndJson,
+    GuestError,
+    GuestErrorJson,
+    limits_json,
+)
+
+
+def _through_json(value: object) -> typing.Any:
+    return json.loads(json.dumps(value))
+
+
+def test_the_json_forms_name_every_field() -> None:
+    for model, form in (
+        (EngineLimits, EngineLimitsJson),
+        (GuestError, GuestErrorJson),
+        (GuestEnd, GuestEndJson),
+    ):
+        assert set(typing.get_type_hints(form)) == {f.name for f in dataclasses.fields(model)}, form
+
+
+def test_limits_cross_unchanged() -> None:
+    limits = EngineLimits(
+        **{f.name: getattr(EngineLimits(), f.name) + 1 for f in dataclasses.fields(EngineLimits)}
+    )
+    assert limits != EngineLimits()
+    assert EngineLimits(**_through_json(limits_json(limits))) == limits
+
+
+def test_an_end_crosses_unchanged() -> None:
+    end = GuestEnd(
+        output="out",
+        error=GuestError("uncaught", "ToolError", "failed", 3, 7, "at line 3", "bash", '{"x":1}'),
+        cpu_seconds=0.5,
+        output_dropped_bytes=10,
+        dropped_timers=2,
+        pending={4: "bash", 9: "read_file"},
+        unobserved=[4],
+        images=[("image/png", "aGk=")],
+    )
+    assert GuestEnd.from_json(_through_json(end.to_json())) == end
+    plain = GuestEnd(output="", error=None, cpu_seconds=0.0)
+    assert GuestEnd.from_json(_through_json(plain.to_json())) == plain
+
+
+def test_an_end_from_a_lying_worker_keeps_the_types() -> None:
+    data = _through_json(GuestEnd(output="x", error=None, cpu_seconds=1.0, pending={1: "a"}).to_json())
+    data.update(output=5, cpu_seconds="2", pending=[["3", 4]])
+    data["error"] = {"kind": "uncaught", "name": 1, "message": "m", "extra": "ignored"}
+    end = GuestEnd.from_json(data)
+    assert (end.output, end.cpu_seconds, end.pending) == ("5", 2.0, {3: "4"})
+    assert end.error == GuestError("uncaught", "1", "m")

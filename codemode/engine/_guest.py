@@ -290,10 +290,6 @@ class GuestRun:
         any_effects: Whether a call of a tool that changes things has delivered (else the end
             needs no report of unobserved calls when no call is pending).
         on_output: Given each piece of printed text as it is collected; thread-safe, non-blocking.
-        wait: Where the program waits for a call's result or a timer, called with when to return
-            at the latest (time.monotonic) instead of waiting inside the engine: a worker process
-            reads its results there itself. It returns early once a result was posted or the
-            program was stopped.
     """
 
     def __init__(
@@ -304,7 +300,6 @@ class GuestRun:
         strip: Strip,
         any_effects: Callable[[], bool],
         on_output: Callable[[str], None] | None = None,
-        wait: Callable[[float], None] | None = None,
     ) -> None:
         # Lone surrogates (non-UTF-8 input) cannot be compiled: they become U+FFFD.
         self.source = _js_text(spec.source)
@@ -315,7 +310,6 @@ class GuestRun:
         self.strip = strip
         self.any_effects = any_effects
         self.on_output = on_output
-        self.wait = wait
         self.cancelled = False
         self._output = PrintedOutput(self.limits.output_bytes_in_memory)
         self._done: tuple[bool, str, str] | None = None
@@ -518,19 +512,16 @@ class GuestRun:
     def _loop(self, ctx: _qjs.Context, *, wait: bool) -> GuestError | str | None:
         """Run the program to its end: None when it ended well, else its error; or, without
         ``wait``, `WAITING` where it would wait for a call or a timer."""
-        hook = self.wait if wait else None
         try:
             while True:
-                event, drained = ctx.run(self._deadline, self._next_timer(), wait and hook is None)
+                event, drained = ctx.run(self._deadline, self._next_timer(), wait)
                 if event == "drain":
                     assert drained is not None
                     self._drain(ctx, drained)
                     if self._done is not None:
                         return self._finish_error()
                 elif event == "wait":
-                    if hook is None:
-                        return WAITING
-                    hook(min(self._deadline, self._next_timer()))
+                    return WAITING
                 elif event == "timer":
                     self._fire_due(ctx)
                 elif event == "idle":

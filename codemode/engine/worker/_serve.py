@@ -57,13 +57,6 @@ class Worker:
         self.poller.register(ctl.fileno(), select.POLLIN)
         self.watched: int | None = None  # the channel fd the relay watches
         self.reader = _wire.FrameReader()
-        # Whoever reads the control socket holds this: the relay, or the program's thread while
-        # the program waits (`_wait`), which then reads its results itself: two thread wake-ups
-        # fewer per tool call (bench/bench_engine_modes.py).
-        self.reading = threading.Lock()
-        self.taking = threading.Lock()  # a take of posted calls and its frame, in order
-        self.waits = select.poll()
-        self.waits.register(ctl.fileno(), select.POLLIN)
         # What the current program has printed (run id, characters), written by its thread, and
         # what the relay last told the host (progress reports; see _PRINTED_EVERY).
         self.printed = (0, 0)
@@ -86,8 +79,7 @@ class Worker:
                 ready = self.poller.poll(_PRINTED_EVERY * 1000 if running or untold else None)
                 for fd, _events in ready:
                     if fd == ctl:
-                        with self.reading:
-                            self._from_host()
+                        self._from_host()
                     elif fd == self.watched:
                         self._send_calls()
                 if untold and (not ready or time.monotonic() - told_at >= _PRINTED_EVERY):
@@ -97,39 +89,28 @@ class Worker:
         except _wire.WireError:
             os._exit(0)  # the host closed the socket: nothing left to do
         except BaseException:
-            import traceback; traceback.print_exc()
             os._exit(70)
 
-    def _from_host(self) -> bool:
-        """Handle what the control socket holds now (the reading lock held): whether a result of
-        the current program was posted or it was stopped."""
-        try:
-            data = self.ctl.recv(1 << 20, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return False  # the other reader took it
+    def _from_host(self) -> None:
+        data = self.ctl.recv(1 << 20)
         if not data:
             raise _wire.WireError("the host closed the socket")
-        woke = False
         for kind, body in self.reader.feed(data):
-            woke = self._frame(kind, body) or woke
-        return woke
+            self._frame(kind, body)
 
-    def _frame(self, kind: int, body: bytes) -> bool:
+    def _frame(self, kind: int, body: bytes) -> None:
         if kind == _wire.RUN:
             message = json.loads(body)
             started = _Current(int(message["run"]), _qjs.Channel(bool(message["immediate"])))
             self.current = started
             self._watch(started.channel.fileno())
             self.runs.put((started, message))
-            return False
-        if kind == _wire.RESULT:
+        elif kind == _wire.RESULT:
             run_id, call_id, ok, is_text = _wire.RESULT_HEAD.unpack_from(body)
             current = self.current
             if current is not None and current.run_id == run_id:
                 current.channel.post(call_id, ok, body[_wire.RESULT_HEAD.size :].decode("utf-8"), is_text)
-                return True
-            return False
-        if kind == _wire.STOP:
+        elif kind == _wire.STOP:
             (run_id,) = _RUN_ID.unpack_from(body)
             current = self.current
             if current is not None and current.run_id == run_id:
@@ -137,9 +118,8 @@ class Worker:
                 guest = current.guest
                 if guest is not None:
                     guest.cancel()
-                return True
-            return False
-        raise _wire.WireError(f"unexpected frame {kind} from the host")
+        else:
+            raise _wire.WireError(f"unexpected frame {kind} from the host")
 
     def _watch(self, fd: int) -> None:
         """Watch this channel's eventfd instead of the last one's."""
@@ -152,24 +132,9 @@ class Worker:
         current = self.current
         if current is None:
             return
-        with self.taking:
-            calls = current.channel.take_calls()
-            if calls:
-                body = json.dumps([current.run_id, current.channel.unread, calls], ensure_ascii=False)
-                self.ctl_out.send(_wire.CALLS, body.encode("utf-8"))
-
-    def _wait(self, channel: _qjs.Channel, until: float) -> None:
-        """The program waits (for a result or a timer, until ``until``): send its calls, then read
-        the control socket on this thread until one of its results came, it was stopped, or
-        ``until`` passed."""
-        self._send_calls()
-        with self.reading:
-            while channel.unread == 0:
-                left = until - time.monotonic()
-                if left <= 0 or not self.waits.poll(min(left, 3600.0) * 1000):
-                    return
-                if self._from_host():
-                    return
+        calls = current.channel.take_calls()
+        body = json.dumps([current.run_id, current.channel.unread, calls], ensure_ascii=False)
+        self.ctl_out.send(_wire.CALLS, body.encode("utf-8"))
 
     # -- the main thread ----------------------------------------------------------------------
 
@@ -210,7 +175,6 @@ class Worker:
             self._strip,
             lambda: True,  # the host knows which calls changed things: always ask JS for its report
             output,
-            wait=lambda until: self._wait(current.channel, until),
         )
         current.guest = guest
         if current.stopped:  # stopped before it started
@@ -269,7 +233,5 @@ def run_worker(ctl_fd: int, sync_fd: int, limits: _wire.WorkerLimits) -> None:
         os._exit(71)
     try:
         worker.serve()
-    except BaseException:
-        import traceback; traceback.print_exc()
     finally:
         os._exit(70)

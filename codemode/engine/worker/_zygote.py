@@ -84,7 +84,7 @@ def main() -> None:
                     sock.close()
                     os.close(wake_r)
                     os.close(wake_w)
-                    for stdio in (0, 1):
+                    for stdio in (0, 1, 2):
                         os.dup2(devnull, stdio)
                     os.close(devnull)
                     run_worker(fds[0], fds[1], message["fork"])

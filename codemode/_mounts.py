@@ -4,7 +4,7 @@ mounts no server, bench/bench_cold.py), with the loop tasks their sessions run o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,14 +13,14 @@ from codemode.errors import UserError
 from codemode.sandbox import SandboxPolicy
 from codemode.state import State
 from codemode.tools import Extension, ToolRegistry
-from codemode.tools.upstream import McpServerConfig, load_mcp_config, parse_mcp_config
+from codemode.tools.upstream import McpServerConfig, McpServerReport, load_mcp_config, parse_mcp_config
 
 if TYPE_CHECKING:
     from codemode.tools.upstream import UpstreamServers
 
 __all__ = ["McpServers", "Mounts"]
 
-McpServers = str | Path | dict[str, Any] | list[McpServerConfig] | tuple[McpServerConfig, ...]
+McpServers = str | Path | Mapping[str, object] | list[McpServerConfig] | tuple[McpServerConfig, ...]
 """What ``Host(mcp_servers=...)`` takes: an ``mcpServers`` JSON file, its parsed object, or
 `McpServerConfig`s."""
 
@@ -35,7 +35,7 @@ def server_configs(servers: McpServers | None) -> list[McpServerConfig]:
         return []
     if isinstance(servers, str | Path):
         return load_mcp_config(servers)
-    if isinstance(servers, dict):
+    if isinstance(servers, Mapping):
         return parse_mcp_config(servers)
     return list(servers)
 
@@ -97,7 +97,7 @@ class Mounts:
             if connect:
                 await servers.ensure_connected()
 
-    def add(self, name: str, server: dict[str, Any], state: State | None) -> str:
+    def add(self, name: str, server: Mapping[str, object], state: State | None) -> str:
         """Mount one more server; its identifier (its name until the host opens).
 
         Raises:
@@ -114,7 +114,7 @@ class Mounts:
         if self._upstream is not None:
             await self._upstream.ensure_connected()
 
-    async def report(self) -> list[dict[str, Any]]:
+    async def report(self) -> list[McpServerReport]:
         """Each server's report (connecting it first)."""
         return [] if self._upstream is None else await self._upstream.report()
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -41,8 +41,12 @@ from codemode.sandbox import (
     tmp_mounts,
 )
 from codemode.state import Archive, State, compile_rules_soon
-from codemode.tools import Extension, Tool, ToolRegistry, builtin_extensions
+from codemode.tools import Extension, Tool, ToolDescription, ToolRegistry, builtin_extensions
 from codemode.tools.bash import Notification, ProcessManager
+
+if TYPE_CHECKING:
+    from codemode._doctor import DoctorReport
+    from codemode.tools.upstream import McpServerReport
 
 log = logging.getLogger("codemode.host")
 
@@ -190,7 +194,7 @@ class Host:
             sweep_stale_tmp(state.archive.state_dir / "tmp")
         await self._mounts.open(state, self._connect_mcp_at_open)
 
-    def add_mcp_server(self, name: str, server: dict[str, Any] | None = None, **fields: Any) -> str:
+    def add_mcp_server(self, name: str, server: Mapping[str, object] | None = None, **fields: Any) -> str:
         """Mount one more MCP server (``mcpServers`` fields: ``command``/``args``/``env``/``cwd``,
         or ``url``/``headers``; ``timeout``, ``sandbox``). It connects on first use.
 
@@ -207,7 +211,7 @@ class Host:
         guidance, its calls and ``mcp_servers_report``. Idempotent."""
         await self._mounts.connect()
 
-    async def mcp_servers_report(self) -> list[dict[str, Any]]:
+    async def mcp_servers_report(self) -> list[McpServerReport]:
         """Each MCP server (connecting it first): reachable or why not, tool count, server
         version, transport, its log file; no env or header values."""
         return await self._mounts.report()
@@ -420,7 +424,7 @@ class Host:
         """Ranked ``{name, description}`` for a query (what ``searchTools`` returns)."""
         return self.registry.search(query, limit=limit)
 
-    def describe_tool(self, name: str) -> dict[str, Any]:
+    def describe_tool(self, name: str) -> ToolDescription:
         """Schema and TypeScript signature of one tool (what ``describeTool`` returns).
 
         Raises:
@@ -492,7 +496,7 @@ class Host:
 
     # -- diagnostics ------------------------------------------------------------------------
 
-    def doctor(self) -> dict[str, Any]:
+    def doctor(self) -> DoctorReport:
         """Facts for ``codemode doctor``: engine, tokenizer, state dir, sandbox."""
         state_dir = self.archive.state_dir if self._state is not None else None
         from codemode._doctor import doctor_report  # only `codemode doctor` loads it

@@ -8,9 +8,8 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -23,6 +22,10 @@ from codemode._cli._common import (
 from codemode._results import default_state_dir
 from codemode.errors import CodemodeError, UserError
 from codemode.sandbox import SandboxMode
+
+if TYPE_CHECKING:
+    from codemode._doctor import DoctorReport, EngineFacts
+    from codemode.tools.upstream import McpServerReport
 
 
 def add_doctor(sub: Subparsers) -> None:
@@ -59,7 +62,7 @@ def _settings_finding(exc: UserError) -> dict[str, str]:
     }
 
 
-def _layer_findings(facts: dict[str, Any]) -> list[dict[str, str]]:
+def _layer_findings(facts: DoctorReport) -> list[dict[str, str]]:
     """A confined mode refuses every command when one of these layers cannot be applied."""
     box = facts["sandbox"]
     if box["mode"] == SandboxMode.FULL_ACCESS.value:
@@ -99,7 +102,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             f" (the sandbox was checked with an empty temporary workspace, {scratch}, instead)"
         )
 
-    async def body() -> dict[str, Any]:
+    async def body() -> DoctorReport:
         try:
             await host.open()
         except CodemodeError as exc:
@@ -135,7 +138,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if findings else 0
 
 
-def _print_findings(findings: list[dict[str, str]], facts: dict[str, Any] | None, as_json: bool) -> None:
+def _print_findings(findings: list[dict[str, str]], facts: DoctorReport | None, as_json: bool) -> None:
     if as_json:
         emit(json.dumps({**(facts or {}), "findings": findings}, indent=2))
         return
@@ -175,7 +178,7 @@ def _print_findings(findings: list[dict[str, str]], facts: dict[str, Any] | None
     emit("\n".join(lines))
 
 
-def _server_line(server: dict[str, Any]) -> str:
+def _server_line(server: McpServerReport) -> str:
     """One doctor line for an MCP server (no env or header values: their names at most)."""
     where = server.get("url") or " ".join([server["command"], *server["args"]])
     if server["reachable"]:
@@ -187,7 +190,7 @@ def _server_line(server: dict[str, Any]) -> str:
     return f"mcp server    {server['name']} ({server['transport']}{confined}: {where}): {state}"
 
 
-def _engine_mode(engine: Mapping[str, Any]) -> str:
+def _engine_mode(engine: EngineFacts) -> str:
     """Where programs run, in words: worker processes and how they are held, or threads."""
     if engine.get("mode") != "process":
         return "threads of this process (engine thread)"

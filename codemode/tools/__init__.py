@@ -15,7 +15,7 @@ from codemode.tools._model import (
     to_tool_result,
     tool,
 )
-from codemode.tools._registry import GUIDE_INLINE_CHARS, ArgumentProblem, ToolRegistry
+from codemode.tools._registry import GUIDE_INLINE_CHARS, ArgumentProblem, ToolDescription, ToolRegistry
 from codemode.tools._signature import schema_to_ts, typescript_signature
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "TextContent",
     "Tool",
     "ToolContext",
+    "ToolDescription",
     "ToolFailure",
     "ToolRegistry",
     "ToolResult",

@@ -6,10 +6,11 @@ import difflib
 import json
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 import anyio.to_thread
 
+from codemode._json import JsonObject
 from codemode.errors import ErrorCode, ToolError, UserError
 from codemode.tools._model import (
     Extension,
@@ -29,6 +30,23 @@ def _tool_names(extension: Extension | LazyExtension) -> list[str]:
     if isinstance(extension, LazyExtension):
         return list(extension.tool_names)
     return [t.name for t in extension.tools]
+
+
+class ToolDescription(TypedDict):
+    """`ToolRegistry.describe`: what ``describeTool`` returns. ``guide``: its extension's
+    guidance when too long for run_code's description; ``origin`` and ``result_type`` for an
+    upstream MCP tool (its original names; whether its result type is declared, observed or
+    unknown)."""
+
+    name: str
+    title: str | None
+    description: str
+    input_schema: JsonObject
+    output_schema: JsonObject | None
+    signature: str
+    guide: NotRequired[str]
+    origin: NotRequired[dict[str, str]]
+    result_type: NotRequired[Literal["unknown", "observed", "declared"]]
 
 
 @dataclass(frozen=True)
@@ -344,7 +362,7 @@ class ToolRegistry:
             if name in tools
         ]
 
-    def describe(self, name: str) -> dict[str, Any]:
+    def describe(self, name: str) -> ToolDescription:
         """Name, title, description, input and output JSON Schema and a TypeScript signature;
         ``guide``: its extension's guidance, when too long for run_code's description.
 
@@ -357,7 +375,7 @@ class ToolRegistry:
         if t is None:
             check_name(name)
             raise ToolError(self.unknown_tool_message(name), code=ErrorCode.UNKNOWN_TOOL)
-        described: dict[str, Any] = {
+        described: ToolDescription = {
             "name": t.name,
             "title": t.title,
             "description": t.description,

@@ -471,7 +471,8 @@ def test_describe_gives_schema_signature_and_output_schema() -> None:
     assert described["description"] == "Basic statistics."
     assert described["input_schema"]["properties"]["values"]["type"] == "array"
     assert described["signature"] == "tools.stats(args: { values: number[] }): Promise<{ mean: number }>"
-    assert described["output_schema"]["required"] == ["mean"]
+    output = described["output_schema"]
+    assert output is not None and output["required"] == ["mean"]
     with pytest.raises(ToolError, match="stats") as info:
         registry.describe("stat")
     assert info.value.code is ErrorCode.UNKNOWN_TOOL

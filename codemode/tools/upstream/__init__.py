@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any
 from codemode.tools.upstream._config import (
     DEFAULT_CALL_TIMEOUT,
     McpServerConfig,
+    McpServerReport,
+    PublicConfig,
     load_mcp_config,
     parse_mcp_config,
 )
@@ -46,6 +48,8 @@ __all__ = [
     "EXTENSION_PREFIX",
     "Connection",
     "McpServerConfig",
+    "McpServerReport",
+    "PublicConfig",
     "Spawn",
     "UpstreamServers",
     "UpstreamTool",

@@ -20,19 +20,69 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, TypedDict
 
 import pydantic
 
 from codemode.errors import UserError
 from codemode.state import Redactor
 
-__all__ = ["McpServerConfig", "load_mcp_config", "parse_mcp_config"]
+__all__ = [
+    "McpServerConfig",
+    "McpServerReport",
+    "PublicConfig",
+    "Reachability",
+    "ServerInfo",
+    "load_mcp_config",
+    "parse_mcp_config",
+]
 
 DEFAULT_CALL_TIMEOUT = 60.0
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class PublicConfig(TypedDict):
+    """What may be shown of a server's configuration (`McpServerConfig.public`): ``command``,
+    ``args`` and ``sandbox`` (``unconfined`` when None) for a stdio server, ``url`` for an HTTP
+    one; ``env`` and ``headers``: their names only, when there are any."""
+
+    name: str
+    transport: Literal["stdio", "http"]
+    timeout: float
+    command: NotRequired[str]
+    args: NotRequired[list[str]]
+    sandbox: NotRequired[str]
+    env: NotRequired[list[str]]
+    url: NotRequired[str | None]
+    headers: NotRequired[list[str]]
+
+
+class ServerInfo(TypedDict):
+    """A connected server's name and version, as it gave them."""
+
+    name: str
+    version: str
+
+
+class Reachability(TypedDict):
+    """Whether a server is reachable, with how many tools (``server``: its name and version),
+    or why not (``reason``, ``log_tail``: the end of its log)."""
+
+    reachable: bool
+    tools: int
+    server: NotRequired[ServerInfo]
+    reason: NotRequired[str]
+    log_tail: NotRequired[str]
+
+
+class McpServerReport(PublicConfig, Reachability):
+    """One server in ``codemode doctor`` (`Host.mcp_servers_report`): its shown configuration,
+    its identifier and log file, and whether it is reachable."""
+
+    identifier: str
+    log: str
 
 
 class McpServerConfig(pydantic.BaseModel):
@@ -92,15 +142,22 @@ class McpServerConfig(pydantic.BaseModel):
                 secrets[f"MCP_{_upper(self.name)}_{_upper(key)}_TOKEN"] = token
         return Redactor(secrets)
 
-    def public(self) -> dict[str, Any]:
-        """What may be shown (doctor, errors): no env or header values, only their names."""
-        shown: dict[str, Any] = {"name": self.name, "transport": self.transport, "timeout": self.timeout}
+    def public(self, redact: Callable[[str], str] = str) -> PublicConfig:
+        """What may be shown (doctor, errors): no env or header values, only their names;
+        ``redact`` is applied to the texts a ``${VAR}`` may have filled (name, command, args, url)."""
+        shown: PublicConfig = {
+            "name": redact(self.name),
+            "transport": self.transport,
+            "timeout": self.timeout,
+        }
         if self.command is not None:
-            shown.update(command=self.command, args=list(self.args), sandbox=self.sandbox or "unconfined")
+            shown["command"] = redact(self.command)
+            shown["args"] = [redact(a) for a in self.args]
+            shown["sandbox"] = self.sandbox or "unconfined"
             if self.env:
                 shown["env"] = sorted(self.env)
         else:
-            shown["url"] = self.url
+            shown["url"] = None if self.url is None else redact(self.url)
             if self.headers:
                 shown["headers"] = sorted(self.headers)
         return shown

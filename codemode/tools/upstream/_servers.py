@@ -20,7 +20,7 @@ from codemode.errors import UserError
 from codemode.sandbox import SandboxPolicy
 from codemode.state import State
 from codemode.tools._model import Extension, ToolContext, ToolResult
-from codemode.tools.upstream._config import McpServerConfig
+from codemode.tools.upstream._config import McpServerConfig, McpServerReport, Reachability
 from codemode.tools.upstream._connection import Connection, Spawn
 from codemode.tools.upstream._convert import observed_schema, to_result
 from codemode.tools.upstream._names import identifier, unique_identifiers
@@ -195,27 +195,28 @@ class UpstreamServers:
 
     # -- diagnostics --------------------------------------------------------------------
 
-    async def report(self) -> list[dict[str, Any]]:
+    async def report(self) -> list[McpServerReport]:
         """For ``codemode doctor``: each server, reachable or why not, tool count, version."""
         await self.ensure_connected()
-        rows: list[dict[str, Any]] = []
+        rows: list[McpServerReport] = []
         for ident, conn in self._connections.items():
-            row: dict[str, Any] = {**conn.config.public(), "identifier": ident, "log": str(conn.log_path)}
-            if "args" in row:
-                row["args"] = [conn.redact(a) for a in row["args"]]
-            if conn.connected and conn.server_info is not None:
-                row.update(
-                    reachable=True,
-                    tools=len(conn.tools),
-                    server={"name": conn.server_info.name, "version": conn.server_info.version},
-                )
+            # A url or an argument may hold a ${VAR} expanded from a secret: every text redacted.
+            redact = conn.redact
+            info = conn.server_info
+            state: Reachability
+            if conn.connected and info is not None:
+                state = {
+                    "reachable": True,
+                    "tools": len(conn.tools),
+                    "server": {"name": info.name, "version": info.version},
+                }
             else:
-                row.update(reachable=False, reason=conn.last_error or "not connected", tools=0)
+                state = {"reachable": False, "reason": redact(conn.last_error or "not connected"), "tools": 0}
                 tail = conn.stderr_tail()
                 if tail:
-                    row["log_tail"] = tail
-            # A url or an argument may hold a ${VAR} expanded from a secret.
-            rows.append({k: conn.redact(v) if isinstance(v, str) else v for k, v in row.items()})
+                    state["log_tail"] = redact(tail)
+            shown = conn.config.public(redact)
+            rows.append({**shown, "identifier": redact(ident), "log": redact(str(conn.log_path)), **state})
         return rows
 
     def read_log(self, name: str) -> str:

@@ -53,7 +53,8 @@ async def test_declared_and_observed_result_types(tmp_path: Path) -> None:
     async with _host(tmp_path, {"up": stdio_server()}) as host:
         await host.connect_mcp_servers()
         typed = host.describe_tool("up.typed_sum")
-        assert typed["result_type"] == "declared" and typed["output_schema"]["properties"]["total"]
+        declared = typed["output_schema"]
+        assert typed["result_type"] == "declared" and declared is not None and declared["properties"]["total"]
         assert "Promise<{ total: number; inputs: number[] }>" in typed["signature"]
         before = host.describe_tool("up.user_info")
         assert before["result_type"] == "unknown" and before["signature"].endswith("Promise<any>")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from collections.abc import Mapping
 
 from codemode.state._database import Database, host_faults
 
@@ -19,7 +19,7 @@ class LearnedTypes:
         self._db = db
 
     @host_faults
-    def for_server(self, server: str) -> dict[str, dict[str, Any]]:
+    def for_server(self, server: str) -> dict[str, dict[str, object]]:
         """The server's learned schemas, by the tool's original name."""
         with self._db.connection() as conn:
             rows = conn.execute(
@@ -28,7 +28,7 @@ class LearnedTypes:
         return {tool: json.loads(schema) for tool, schema in rows}
 
     @host_faults
-    def put(self, server: str, tool: str, schema: dict[str, Any]) -> None:
+    def put(self, server: str, tool: str, schema: Mapping[str, object]) -> None:
         """Keep the schema observed for one tool (replacing an older one)."""
         self._db.execute(
             "INSERT OR REPLACE INTO upstream_result_types (server, tool, schema, observed) VALUES (?, ?, ?, ?)",

@@ -18,8 +18,7 @@ import bisect
 import heapq
 import math
 import re
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 from codemode.errors import ErrorCode, ToolError
 from codemode.tools._model import Tool
@@ -49,18 +48,23 @@ def words(text: str) -> list[str]:
     return _WORD.findall(spaced.lower())
 
 
-def argument_names(schema: dict[str, Any]) -> list[str]:
+def argument_names(schema: Mapping[str, object]) -> list[str]:
     """The argument names of an input schema: its properties, or those of each object of a union
     at its root (bash: one object per action), each name once."""
-    defs = schema.get("$defs", {})
-    options = schema.get("anyOf") or schema.get("oneOf") or []
-    names: dict[str, None] = dict.fromkeys(schema.get("properties", {}))
-    for option in options:
-        if isinstance(option, dict) and isinstance(option.get("$ref"), str):
+    defs = schema.get("$defs")
+    options = schema.get("anyOf") or schema.get("oneOf")
+    names: dict[str, None] = dict.fromkeys(_property_names(schema))
+    for option in options if isinstance(options, list) else []:
+        if isinstance(option, dict) and isinstance(option.get("$ref"), str) and isinstance(defs, dict):
             option = defs.get(option["$ref"].rsplit("/", 1)[-1], {})
         if isinstance(option, dict):
-            names.update(dict.fromkeys(option.get("properties", {})))
+            names.update(dict.fromkeys(_property_names(option)))
     return list(names)
+
+
+def _property_names(schema: Mapping[str, object]) -> list[str]:
+    properties = schema.get("properties")
+    return list(properties) if isinstance(properties, dict) else []
 
 
 def check_query(query: str) -> None:

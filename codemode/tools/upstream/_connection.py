@@ -282,7 +282,7 @@ class Connection:
 
     # -- calls --------------------------------------------------------------------------
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(self, tool: str, arguments: dict[str, object]) -> types.CallToolResult:
         """Call one upstream tool (its original name).
 
         Raises:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Required, TypedDict
 
 from genson import SchemaBuilder  # type: ignore[import-untyped]
 from mcp import types
@@ -28,11 +28,25 @@ __all__ = ["observed_schema", "to_result"]
 _ERROR_TEXT_MAX = 4000
 
 
+class ContentBlock(TypedDict, total=False):
+    """One content block of a result with binary or resource blocks, as the program gets it:
+    ``text``; ``image``, ``audio`` or ``resource`` (archived: ``ref`` and its ``bytes``);
+    ``resource_link``; or any other type (its name only)."""
+
+    type: Required[str]
+    text: str
+    uri: str
+    name: str
+    mimeType: str | None
+    bytes: int
+    ref: str
+
+
 def _archive_bytes(archive: Archive, data: bytes, kind: str, session: str) -> str:
     return archive.put(data, kind=kind, session_id=session).ref
 
 
-def _block(block: Any, archive: Archive, session: str, redact: Callable[[str], str]) -> dict[str, Any]:
+def _block(block: Any, archive: Archive, session: str, redact: Callable[[str], str]) -> ContentBlock:
     """One content block as JSON data; binary and resource payloads archived (a ref)."""
     if isinstance(block, types.TextContent):
         return {"type": "text", "text": redact(block.text)}
@@ -115,10 +129,10 @@ def to_result(
     return ToolResult(content=[TextContent(text=shown)], structured_content=blocks), False
 
 
-def observed_schema(value: Any) -> dict[str, Any]:
+def observed_schema(value: Any) -> dict[str, object]:
     """A JSON Schema of one observed value (genson), without its ``$schema`` line."""
     builder = SchemaBuilder(schema_uri=None)
     builder.add_object(value)
-    schema: dict[str, Any] = builder.to_schema()
+    schema: dict[str, object] = builder.to_schema()
     schema.pop("$schema", None)
     return schema

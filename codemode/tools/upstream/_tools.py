@@ -20,7 +20,7 @@ __all__ = ["UpstreamArguments", "UpstreamTool", "make_upstream_tool"]
 class UpstreamArguments(pydantic.BaseModel):
     """The arguments of an upstream call, checked against the tool's ``inputSchema``."""
 
-    values: dict[str, Any]
+    values: dict[str, object]
 
 
 Call = Callable[[UpstreamArguments, ToolContext], Awaitable[ToolResult]]
@@ -97,7 +97,7 @@ def make_upstream_tool(
     server: str,
     spec: types.Tool,
     call: Call,
-    observed: dict[str, Any] | None,
+    observed: dict[str, object] | None,
 ) -> UpstreamTool:
     """The codemode tool for one upstream tool (``name``: ``server_ident.tool_ident``)."""
     annotations = spec.annotations

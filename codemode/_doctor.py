@@ -63,6 +63,7 @@ class SandboxFacts(TypedDict):
 
     mode: str
     network: bool
+    network_allow: list[str] | None
     writable_roots: list[str]
     landlock_abi: int
     fs_rights: list[str]
@@ -125,6 +126,7 @@ def doctor_report(
         "sandbox": {
             "mode": policy.mode.value,
             "network": policy.network,
+            "network_allow": None if policy.network_allow is None else list(policy.network_allow),
             "writable_roots": [str(r) for r in policy.writable_roots],
             "landlock_abi": status.abi,
             "fs_rights": list(status.fs_rights),

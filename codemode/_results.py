@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -125,7 +126,7 @@ class HostConfig(pydantic.BaseModel):
     tool_permissions: dict[str, Literal["allow", "ask", "deny"]] = pydantic.Field(default_factory=dict)
 
 
-def host_config(config: HostConfig | None, options: dict[str, Any]) -> HostConfig:
+def host_config(config: HostConfig | None, options: Mapping[str, object]) -> HostConfig:
     """The configuration ``Host(config)`` or ``Host(**options)`` names, checked.
 
     Raises:
@@ -134,7 +135,7 @@ def host_config(config: HostConfig | None, options: dict[str, Any]) -> HostConfi
     if config is not None and options:
         raise UserError("pass either a HostConfig or keyword options, not both")
     try:
-        checked = config if config is not None else HostConfig(**options)
+        checked = config if config is not None else HostConfig.model_validate(options)
     except Exception as exc:
         raise UserError(f"invalid Host configuration: {exc}") from exc
     if checked.max_output_tokens > checked.max_output_tokens_limit:
@@ -261,7 +262,7 @@ class CallResult(pydantic.BaseModel):
     images: list[RunImage] = pydantic.Field(default_factory=list)
 
 
-def error_content(code: ErrorCode, data: Any) -> dict[str, Any]:
+def error_content(code: ErrorCode, data: Any) -> dict[str, object]:
     """A failed direct call's structured content, as every front hands it on (an MCP client,
     a framework's tool message, ``codemode call --json``): ``code``, then the failure's
     details (``data``'s keys; ``data`` under its own key when it is not an object or has a

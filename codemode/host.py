@@ -394,7 +394,7 @@ class Host:
     async def call_tool(
         self,
         name: str,
-        args: dict[str, Any] | None = None,
+        args: Mapping[str, object] | None = None,
         *,
         session_id: str | None = None,
         call_id: str | None = None,

@@ -48,6 +48,14 @@ def common(parser: argparse.ArgumentParser, json_help: str | None = "print the w
         "--network", choices=["on", "off"], default="on", help="TCP for sandboxed commands (default: on)"
     )
     parser.add_argument(
+        "--network-allow",
+        action="append",
+        default=None,
+        metavar="DOMAIN",
+        help="sandboxed commands reach only these domains, through the host's proxy (repeatable; "
+        "*.example.org for its subdomains)",
+    )
+    parser.add_argument(
         "--engine",
         choices=["process", "thread"],
         default=None,
@@ -150,6 +158,7 @@ def cli_host(args: argparse.Namespace, workspace: Path | None = None) -> Host:
         session_id=args.session or ("mcp-" + uuid.uuid4().hex[:12] if mcp else "cli"),
         sandbox=SandboxMode(args.sandbox),
         network=args.network == "on",
+        network_allow=None if args.network_allow is None else tuple(args.network_allow),
         **({"engine": args.engine} if args.engine else {}),
         command_policy=CommandPolicy(
             deny=frozenset(args.deny_command),

@@ -162,7 +162,13 @@ def _print_findings(findings: list[dict[str, str]], facts: DoctorReport | None, 
             f"{facts['temp_dirs']['detail']}",
             f"os            {facts['os']['name']}, packages: "
             + (" ".join(facts["os"]["install"]) if facts["os"]["install"] else "no package manager found"),
-            f"sandbox       {box['mode']}, network {'on' if box['network'] else 'off'}, "
+            f"sandbox       {box['mode']}, network "
+            + (
+                f"only {', '.join(box['network_allow']) or 'nothing'} (through the proxy)"
+                if box["network"] and box["network_allow"] is not None
+                else ("on" if box["network"] else "off")
+            )
+            + ", "
             f"writable: {', '.join(box['writable_roots'])}",
             *box["summary"],
             "layers (checked by starting one confined command):",

@@ -109,25 +109,22 @@ def _load(name: str) -> _Loaded:
     reason = _missing_cache_reason(name)
     if reason is not None:
         return _Loaded(None, f"{reason}; {_download_in_background(name)}")
-    box: dict[str, Any] = {}
+    loaded: list[_Loaded] = []  # what the loading thread found, once it is done
 
     def work() -> None:
         try:
             import tiktoken
 
-            box["encoding"] = tiktoken.get_encoding(name)
+            loaded.append(_Loaded(tiktoken.get_encoding(name), None))
         except Exception as exc:  # any failure means: fall back, and say why
-            box["error"] = exc
+            loaded.append(_Loaded(None, f"encoding {name} could not be loaded: {type(exc).__name__}: {exc}"))
 
     thread = threading.Thread(target=work, name=f"tiktoken-load-{name}", daemon=True)
     thread.start()
     thread.join(LOAD_TIMEOUT_SECONDS)
     if thread.is_alive():
         return _Loaded(None, f"loading encoding {name} took over {LOAD_TIMEOUT_SECONDS:.0f} s")
-    if "error" in box:
-        exc = box["error"]
-        return _Loaded(None, f"encoding {name} could not be loaded: {type(exc).__name__}: {exc}")
-    return _Loaded(box["encoding"], None)
+    return loaded[0]
 
 
 def _get(name: str) -> _Loaded:

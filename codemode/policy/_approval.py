@@ -81,7 +81,7 @@ class ApprovalRequest(pydantic.BaseModel):
     id: str
     kind: ApprovalKind
     tool: str
-    arguments: dict[str, Any]
+    arguments: dict[str, object]
     summary: str
     session_id: str
     rule: str

@@ -12,7 +12,7 @@ import hashlib
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -308,7 +308,7 @@ class Runner:
     async def call_tool(
         self,
         name: str,
-        args: dict[str, Any] | None,
+        args: Mapping[str, object] | None,
         *,
         session_id: str | None,
         call_id: str | None,
@@ -375,7 +375,7 @@ class Runner:
             images=images,
         )
 
-    async def _approve(self, name: str, arguments: dict[str, Any], session: str) -> str | None:
+    async def _approve(self, name: str, arguments: Mapping[str, object], session: str) -> str | None:
         """Ask the approvals about one direct call; the refusal, or None."""
         tool = self.registry.get(name)
         if tool is None:

@@ -10,6 +10,7 @@ from codemode.sandbox._cgroup import (
     pids_refused,
     pids_refused_note,
 )
+from codemode.sandbox._denial import network_refusal_note
 from codemode.sandbox._enforce import (
     ENFORCEMENT_FAILED_EXIT,
     ENFORCEMENT_FAILED_MARKER,
@@ -103,6 +104,7 @@ __all__ = [
     "locate_writable",
     "make_dir_at",
     "make_session_tmp",
+    "network_refusal_note",
     "open_anchor",
     "open_at",
     "open_dir_at",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -15,7 +16,7 @@ from codemode.sandbox._policy import (
     is_within,
 )
 
-__all__ = ["ENFORCEMENT_FAILED_MARKER", "explain_denial"]
+__all__ = ["ENFORCEMENT_FAILED_MARKER", "explain_denial", "network_refusal_note"]
 
 #: Start of the line a child writes to fd 2 when its confinement could not be enforced.
 ENFORCEMENT_FAILED_MARKER = "codemode sandbox: confining the command:"
@@ -239,6 +240,15 @@ def explain_denial(
     auth = next((line for line in output.splitlines() if _AUTH_FAILURE.search(line)), None)
     if auth is not None:
         return f"Credentials were refused ({auth.strip()[:80]}): report the credential problem to the user."
+    if policy.proxied:
+        what = _network_denial(output) or ("a name lookup" if _NO_LOOKUP.search(output) else None)
+        if what is not None:
+            return (
+                f"Sandbox denied {what}: this command reaches the network only through the host's HTTP "
+                f"proxy (HTTP_PROXY, HTTPS_PROXY), to {', '.join(policy.network_allow or ()) or 'no domain'}; "
+                "clients that ignore proxies (git over SSH, raw sockets, their own DNS lookups) cannot "
+                "connect. Use an https URL, or pass network: true for this call (asks the user)."
+            )
     if not policy.network:
         what = _network_denial(output)
         if what is not None:
@@ -266,6 +276,35 @@ def explain_denial(
                 "to the user and stop."
             )
     return None
+
+
+_NO_LOOKUP = re.compile(
+    r"could not resolve|temporary failure in name resolution|name or service not known"
+    r"|getaddrinfo|no address associated|resolve host",
+    re.IGNORECASE,
+)
+
+
+def network_refusal_note(refusals: list[str] | None, policy: SandboxPolicy) -> str | None:
+    """One line naming what the network proxy refused the command (``host:port (reason)`` each),
+    and how to allow it; None when it refused nothing."""
+    if not refusals:
+        return None
+    seen = list(dict.fromkeys(refusals))
+    missing = [
+        text.rpartition(" (")[0].rpartition(":")[0]
+        for text in seen
+        if text.endswith("(not on the allowlist)")
+    ]
+    wanted = list(dict.fromkeys([*(policy.network_allow or ()), *missing]))
+    more = f" and {len(seen) - 5} more" if len(seen) > 5 else ""
+    how = (
+        f" To reach {', '.join(dict.fromkeys(missing))}, pass network: {json.dumps({'allow': wanted})} "
+        "(asks the user when the host's list does not cover it)."
+        if missing
+        else ""
+    )
+    return f"Network: the proxy refused {'; '.join(seen[:5])}{more}.{how}"
 
 
 def _same_user_process(pid: int) -> bool:

@@ -16,9 +16,11 @@ applies every layer in one place, in a fixed order, and executes the command (``
    session sees its shared memory;
 3. capabilities: bounding, ambient, effective, permitted and inheritable sets all emptied;
 4. ``no_new_privs``: setuid binaries and file capabilities grant nothing;
+   With a network allowlist also a network namespace of its own, loopback only, where the
+   host's filtering proxy listens (:mod:`._netns`);
 5. Landlock: the filesystem rules of the policy (reads everywhere but the protected state
-   directory, writes beneath the writable roots only), TCP with the network off, and the
-   signal / abstract-socket scopes;
+   directory, writes beneath the writable roots only), TCP with the network off (with an
+   allowlist: connect to the proxy's port only), and the signal / abstract-socket scopes;
 6. seccomp: :mod:`._seccomp`'s filter (terminal injection, raw and packet sockets, ptrace,
    mounts, namespaces, host-wide settings, resource calls on other processes, ...).
 
@@ -41,11 +43,12 @@ import shutil
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 
 from codemode._host_secrets import without_host_secrets
 from codemode.errors import SandboxUnavailable, UserError
+from codemode.network import PROXY_PORT, proxy_env
 from codemode.sandbox._cgroup import cgroup_root
 from codemode.sandbox._denial import ENFORCEMENT_FAILED_MARKER, explain_denial
 from codemode.sandbox._landlock import (
@@ -62,12 +65,14 @@ from codemode.sandbox._landlock import (
     LandlockStatus,
     RulesetAttr,
     add_path_rule,
+    add_port_rule,
     create_ruleset,
     landlock_status,
     mask_for,
     ruleset_attr_size,
 )
 from codemode.sandbox._launcher import launcher_fd, launcher_unavailable_reason
+from codemode.sandbox._netns import open_proxy_channel
 from codemode.sandbox._policy import (
     WRITABLE_DEVICES,
     SandboxPolicy,
@@ -140,6 +145,8 @@ class Confinement:
         env: Variables the policy adds to the command's environment (``TMPDIR``).
         description: One line saying what is enforced (for logs and ``doctor``).
         confined: Whether the layers are applied (False in full-access).
+        network_refusals: With a network allowlist, the connections the proxy refused (it
+            appends while the command runs); None otherwise.
     """
 
     env: dict[str, str]
@@ -149,6 +156,8 @@ class Confinement:
     _ruleset: int | None = None
     _seccomp: int | None = None
     _shm: int | None = None
+    _net: int | None = None
+    network_refusals: list[str] | None = None
     _closed: bool = field(default=False, repr=False)
 
     def fds(self) -> Layers:
@@ -164,13 +173,14 @@ class Confinement:
             ruleset_fd=self._ruleset,
             seccomp_fd=self._seccomp,
             shm_fd=self._shm,
+            net_fd=self._net,
         )
 
     def close(self) -> None:
-        """Close the ruleset and shm directory fds in this (parent) process."""
+        """Close the ruleset, shm directory and proxy channel fds in this (parent) process."""
         if not self._closed:
             self._closed = True
-            for fd in (self._ruleset, self._shm):
+            for fd in (self._ruleset, self._shm, self._net):
                 if fd is not None:
                     os.close(fd)
 
@@ -209,7 +219,7 @@ def launch(spec: LaunchSpec) -> Process:
         if spec.cgroup is not None:
             procs_fd = os.open(os.path.join(spec.cgroup, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
         try:
-            return spawn_helper(
+            proc = spawn_helper(
                 **conf.fds(),
                 program=program,
                 argv=spec.argv,
@@ -220,6 +230,8 @@ def launch(spec: LaunchSpec) -> Process:
                 cgroup_procs_fd=procs_fd,
                 cgroup=spec.cgroup,
             )
+            proc.network_refusals = conf.network_refusals
+            return proc
         finally:
             if procs_fd is not None:
                 os.close(procs_fd)
@@ -345,9 +357,10 @@ def prepare_confinement(policy: SandboxPolicy) -> Confinement:
     status = landlock_status()
     if status.abi < 3:
         raise SandboxUnavailable(_unavailable_message(policy, status))
-    if not policy.network and not status.network_rules:
+    if (not policy.network or policy.proxied) and not status.network_rules:
+        what = "a network allowlist" if policy.proxied else "network: false"
         raise SandboxUnavailable(
-            f"network: false needs Landlock network rules (ABI 4, Linux 6.7 or later), but this kernel has "
+            f"{what} needs Landlock network rules (ABI 4, Linux 6.7 or later), but this kernel has "
             f"Landlock ABI {status.abi}; the command was not run. Use a newer kernel, or turn the network "
             "on (network=True / --network on)."
         )
@@ -359,7 +372,7 @@ def prepare_confinement(policy: SandboxPolicy) -> Confinement:
             "'full-access' (no confinement) on this machine."
         )
     try:
-        seccomp = filter_fd(policy.network)
+        seccomp = filter_fd(policy.network, proxied=policy.proxied)
     except OSError as exc:
         raise SandboxUnavailable(
             f"The seccomp filter could not be prepared ({exc.strerror or exc}); the command was not run."
@@ -372,6 +385,20 @@ def prepare_confinement(policy: SandboxPolicy) -> Confinement:
             os.close(shm)
         raise
     net = "on" if policy.network else "off (every socket but netlink route refused, TCP denied by Landlock)"
+    net_fd, refusals = None, None
+    if policy.proxied:
+        allow = policy.network_allow or ()
+        net = f"only through the proxy to {', '.join(allow) or 'nothing'} (a network namespace of its own)"
+        env.update(proxy_env())
+        try:
+            net_fd, refusals = open_proxy_channel(allow)
+        except OSError as exc:
+            for held in (fd, shm):
+                if held is not None:
+                    os.close(held)
+            raise SandboxUnavailable(
+                f"The channel to the network proxy could not be made ({exc}); the command was not run."
+            ) from exc
     writable = [str(p) for p in policy.all_writable()]
     roots = ", ".join(writable) if writable else "none"
     description = (
@@ -379,7 +406,7 @@ def prepare_confinement(policy: SandboxPolicy) -> Confinement:
         f"/dev/shm: {policy.shm_dir or 'the host one (no session temp dir)'}; capabilities dropped, "
         "no_new_privs, seccomp"
     )
-    return Confinement(env, description, True, helper, fd, seccomp, shm)
+    return Confinement(env, description, True, helper, fd, seccomp, shm, net_fd, refusals)
 
 
 def _open_shm_dir(policy: SandboxPolicy) -> int | None:
@@ -520,6 +547,8 @@ def _cached_ruleset(policy: SandboxPolicy, abi: int) -> int:
     """A private O_CLOEXEC fd of a ruleset for ``policy`` (the caller owns and closes it)."""
     # Whether the shim dir exists is part of the key: one made after a ruleset was built needs
     # its rule.
+    # The ruleset depends on whether the network is proxied, not on the allowlist itself.
+    policy = replace(policy, network_allow=() if policy.network_allow is not None else None)
     key = (policy, abi, policy.shim_dir is not None and policy.shim_dir.is_dir())
     with _cache_lock:
         hit = _cache.get(key)
@@ -566,7 +595,7 @@ def _build_ruleset(policy: SandboxPolicy, abi: int, read_paths: Sequence[str]) -
     fs_all = mask_for(FS_RIGHTS, abi)
     attr = RulesetAttr(
         handled_access_fs=fs_all,
-        handled_access_net=0 if policy.network else mask_for(NET_RIGHTS, abi),
+        handled_access_net=0 if policy.network and not policy.proxied else mask_for(NET_RIGHTS, abi),
         scoped=mask_for(SCOPES, abi),
     )
     try:
@@ -578,6 +607,8 @@ def _build_ruleset(policy: SandboxPolicy, abi: int, read_paths: Sequence[str]) -
         ) from exc
     writable = fs_all & ~_NEVER
     try:
+        if policy.proxied:  # the proxy's port in the command's own network namespace, nothing else
+            add_port_rule(fd, PROXY_PORT, mask_for((NET_RIGHTS[1],), abi))
         add_path_rule(fd, "/", FS_READ_DIR)
         for path in read_paths:
             try:

@@ -32,6 +32,7 @@ SYS_RESTRICT_SELF = 446
 PR_SET_NO_NEW_PRIVS = 38
 CREATE_RULESET_VERSION = 1 << 0
 RULE_PATH_BENEATH = 1
+RULE_NET_PORT = 2
 
 #: The newest Landlock ABI whose rights this module knows. A newer kernel still works, but
 #: rights added after this ABI are not handled (``LandlockStatus.reason`` says so).
@@ -111,6 +112,12 @@ class PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+class NetPortAttr(ctypes.Structure):
+    """``struct landlock_net_port_attr``."""
+
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
 def ruleset_attr_size(abi: int) -> int:
     """How many bytes of :class:`RulesetAttr` this ABI understands (more makes it fail E2BIG)."""
     if abi >= 6:
@@ -182,6 +189,26 @@ def add_path_rule(ruleset_fd: int, path: str, allowed: int, *, follow: bool = Tr
             raise OSError(err, f"landlock_add_rule({path!r}): {os.strerror(err)}")
     finally:
         os.close(path_fd)
+
+
+def add_port_rule(ruleset_fd: int, port: int, allowed: int) -> None:
+    """Allow ``allowed`` (TCP bind/connect rights) on ``port`` (ABI 4 and later).
+
+    Raises:
+        OSError: The kernel refused the rule.
+    """
+    attr = NetPortAttr(allowed, port)
+    ctypes.set_errno(0)
+    result = syscall_fn()(
+        ctypes.c_long(SYS_ADD_RULE),
+        ctypes.c_long(ruleset_fd),
+        ctypes.c_long(RULE_NET_PORT),
+        ctypes.byref(attr),
+        ctypes.c_uint32(0),
+    )
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"landlock_add_rule(port {port}): {os.strerror(err)}")
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,9 @@ class SandboxPolicy:
         mode: The sandbox mode.
         writable_roots: Directories (resolved, absolute) writable in ``workspace-write``.
         network: Whether TCP connect/bind are allowed for confined commands.
+        network_allow: With ``network``, the domains commands may reach (checked entries of
+            ``codemode.network``): then a command has a network namespace of its own whose one
+            way out is the host's filtering proxy. None: the host's network, unfiltered.
         temp_dir: The private per-session temp dir (``TMPDIR``), writable in
             ``workspace-write``; ``None`` until the host creates it.
         protected: Directories never writable from inside the sandbox (the state dir).
@@ -40,9 +43,15 @@ class SandboxPolicy:
     mode: SandboxMode = SandboxMode.WORKSPACE_WRITE
     writable_roots: tuple[Path, ...] = ()
     network: bool = True
+    network_allow: tuple[str, ...] | None = None
     temp_dir: Path | None = None
     protected: tuple[Path, ...] = field(default=())
     trash_inbox: Path | None = None
+
+    @property
+    def proxied(self) -> bool:
+        """Whether confined commands reach the network only through the filtering proxy."""
+        return self.network and self.network_allow is not None and self.confined
 
     @property
     def confined(self) -> bool:

@@ -12,7 +12,7 @@ from codemode.sandbox._policy import SandboxMode, SandboxPolicy
 __all__ = ["policy_from_json", "policy_to_json"]
 
 _VERSION = 1
-_KEYS = {"version", "mode", "writable_roots", "network", "temp_dir", "protected"}
+_KEYS = {"version", "mode", "writable_roots", "network", "network_allow", "temp_dir", "protected"}
 
 
 def policy_to_json(policy: SandboxPolicy) -> str:
@@ -30,6 +30,7 @@ def policy_to_json(policy: SandboxPolicy) -> str:
             "mode": policy.mode.value,
             "writable_roots": [str(p) for p in policy.writable_roots],
             "network": policy.network,
+            "network_allow": None if policy.network_allow is None else list(policy.network_allow),
             "temp_dir": None if policy.temp_dir is None else str(policy.temp_dir),
             "protected": [str(p) for p in policy.protected],
         },
@@ -77,6 +78,11 @@ def policy_from_json(text: str) -> SandboxPolicy:
     network = data.get("network")
     if not isinstance(network, bool):
         raise UserError(f"Sandbox policy JSON: 'network' must be true or false, got {network!r}.")
+    allow = data.get("network_allow")
+    if allow is not None and not (isinstance(allow, list) and all(isinstance(a, str) for a in allow)):
+        raise UserError(
+            f"Sandbox policy JSON: 'network_allow' must be a list of domains or null, got {allow!r}."
+        )
     temp_dir = data.get("temp_dir")
     if temp_dir is not None and not (isinstance(temp_dir, str) and temp_dir.startswith("/")):
         raise UserError(
@@ -86,6 +92,7 @@ def policy_from_json(text: str) -> SandboxPolicy:
         mode=mode,
         writable_roots=_paths(data, "writable_roots"),
         network=network,
+        network_allow=None if allow is None else tuple(allow),
         temp_dir=None if temp_dir is None else Path(temp_dir),
         protected=_paths(data, "protected"),
     )

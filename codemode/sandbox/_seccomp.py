@@ -29,6 +29,7 @@ from dataclasses import dataclass
 __all__ = [
     "DENIED",
     "NETWORK_OFF",
+    "NETWORK_PROXIED",
     "WORKER_ALLOWED",
     "Deny",
     "Test",
@@ -126,7 +127,8 @@ def _not_self_who(which_self: int) -> tuple[tuple[Test, ...], ...]:
 
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
 _AF_UNIX, _AF_INET, _AF_INET6, _AF_NETLINK, _AF_PACKET = 1, 2, 10, 16, 17
-_SOCK_RAW, _SOCK_PACKET, _SOCK_TYPE_MASK = 3, 10, 0xF
+_SOCK_STREAM, _SOCK_RAW, _SOCK_PACKET, _SOCK_TYPE_MASK = 1, 3, 10, 0xF
+_IPPROTO_TCP = 6
 #: The one netlink protocol kept: NETLINK_ROUTE. glibc's getaddrinfo (AI_ADDRCONFIG) and
 #: if_nameindex read interfaces through it, and ``ip addr``/``ip route`` only read; every change
 #: it can make needs CAP_NET_ADMIN, which a confined command has dropped. Every other protocol
@@ -184,6 +186,19 @@ NETWORK_OFF: tuple[Deny, ...] = (
     Deny("socket", "every socket but netlink route (network off)", ((Test(0, _AF_NETLINK, equal=False),),)),
 )
 
+#: Added with a network allowlist (the command's own network namespace, the proxy its one way
+#: out): unix, netlink route, and IPv4/IPv6 TCP sockets only; no UDP (no DNS but the proxy's),
+#: no other family (vsock would reach the hypervisor, which no network namespace separates).
+NETWORK_PROXIED: tuple[Deny, ...] = (
+    Deny("socket", "every socket but unix, netlink route and TCP (network through the proxy)",
+         ((Test(0, _AF_UNIX, equal=False), Test(0, _AF_INET, equal=False), Test(0, _AF_INET6, equal=False),
+           Test(0, _AF_NETLINK, equal=False)),
+          *((Test(0, family), Test(1, _SOCK_STREAM, equal=False, mask=_SOCK_TYPE_MASK))
+            for family in (_AF_INET, _AF_INET6)),
+          *((Test(0, family), Test(2, 0, equal=False), Test(2, _IPPROTO_TCP, equal=False))
+            for family in (_AF_INET, _AF_INET6)))),
+)  # fmt: skip
+
 
 def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("<HBBI", code, jt, jf, k)
@@ -230,7 +245,7 @@ def _tree(items: list[tuple[int, list[bytes]]]) -> list[bytes]:
     return [_insn(_JGE_K, items[mid][0], len(left), 0), *left, *right]
 
 
-def build_program(network: bool) -> bytes:
+def build_program(network: bool, *, proxied: bool = False) -> bytes:
     """The classic BPF program (``struct sock_filter[]``) for a confined command.
 
     Every call pays for the filter (a command makes thousands), so the rules are reached by a
@@ -239,6 +254,7 @@ def build_program(network: bool) -> bytes:
 
     Args:
         network: Whether the command may open network sockets.
+        proxied: With ``network``: TCP only, through the proxy (:data:`NETWORK_PROXIED`).
 
     Returns:
         The program's bytes, 8 per instruction.
@@ -247,7 +263,8 @@ def build_program(network: bool) -> bytes:
         ValueError: The rules do not fit one program (a bug in the table).
     """
     by_nr: dict[int, list[Deny]] = {}
-    for rule in DENIED if network else (*DENIED, *NETWORK_OFF):
+    extra = (NETWORK_PROXIED if proxied else ()) if network else NETWORK_OFF
+    for rule in (*DENIED, *extra):
         by_nr.setdefault(X86_64[rule.syscall], []).append(rule)
     program = [
         _insn(_LD_W_ABS, _ARCH),
@@ -266,22 +283,22 @@ def build_program(network: bool) -> bytes:
 _MFD_CLOEXEC, _MFD_ALLOW_SEALING = 0x0001, 0x0002
 _SEALS = 0x0001 | 0x0002 | 0x0004 | 0x0008  # F_SEAL_SEAL | SHRINK | GROW | WRITE
 _lock = threading.Lock()
-_fds: dict[tuple[bool, int], int] = {}
+_fds: dict[tuple[bool, bool, int], int] = {}
 
 
-def filter_fd(network: bool) -> int:
+def filter_fd(network: bool, *, proxied: bool = False) -> int:
     """A sealed memfd (O_CLOEXEC, this process's own) holding :func:`build_program`'s bytes.
 
     Raises:
         OSError: The memfd cannot be created.
     """
-    key = (network, os.getpid())
+    key = (network, proxied, os.getpid())
     with _lock:
         fd = _fds.get(key)
         if fd is None:
             fd = os.memfd_create("codemode-seccomp", _MFD_CLOEXEC | _MFD_ALLOW_SEALING)
             try:
-                os.write(fd, build_program(network))
+                os.write(fd, build_program(network, proxied=proxied))
                 fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
             except BaseException:
                 os.close(fd)

@@ -28,6 +28,7 @@ class Layers(TypedDict):
     ruleset_fd: int | None
     seccomp_fd: int | None
     shm_fd: NotRequired[int | None]
+    net_fd: NotRequired[int | None]
 
 
 class Process:
@@ -38,12 +39,15 @@ class Process:
         args: The command's argv.
         returncode: None while it runs; its exit status, or ``-signal`` when a signal ended it.
         cgroup: The cgroup directory the command was started in, or None.
+        network_refusals: With a network allowlist, the connections the host's proxy refused
+            (``host:port (reason)``, appended while it runs); None otherwise.
     """
 
     def __init__(self, pid: int, args: list[str], cgroup: str | None = None) -> None:
         self.pid = pid
         self.args = args
         self.cgroup = cgroup
+        self.network_refusals: list[str] | None = None
         self.returncode: int | None = None
         self._lock = threading.Lock()
 
@@ -160,6 +164,7 @@ def spawn_helper(
     ruleset_fd: int | None = None,
     seccomp_fd: int | None = None,
     shm_fd: int | None = None,
+    net_fd: int | None = None,
     cgroup: str | None = None,
 ) -> Process:
     """Start ``argv`` (``program`` is its resolved path) through the launcher, in a new session.
@@ -182,6 +187,8 @@ def spawn_helper(
         seccomp_fd: The seccomp program (a memfd).
         shm_fd: An O_PATH fd of the session's ``/dev/shm`` directory, bind-mounted on
             ``/dev/shm`` in a mount namespace of the command's own (None: the host's).
+        net_fd: The command's end of the socketpair to the host's proxy: the command gets a
+            network namespace of its own with only the proxy in it (None: the host's network).
         cgroup: The cgroup directory, kept on the returned Process.
 
     Returns:
@@ -196,7 +203,7 @@ def spawn_helper(
     twin_fd = _open_twin(cgroup) if cgroup_procs_fd is not None else None
     try:
         cgroups = [fd for fd in (cgroup_procs_fd, twin_fd) if fd is not None]
-        layers = [*cgroups, *(fd for fd in (ruleset_fd, seccomp_fd, shm_fd) if fd is not None)]
+        layers = [*cgroups, *(fd for fd in (ruleset_fd, seccomp_fd, shm_fd, net_fd) if fd is not None)]
         if min([helper_fd, *layers, *(stdio or ())]) < 3:
             raise ValueError("spawn_helper needs every fd it passes to be 3 or above")
         actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = []
@@ -213,6 +220,8 @@ def spawn_helper(
         words = [f"cgroup={fd}" for fd in cgroups]
         if shm_fd is not None:
             words.append(f"shm={shm_fd}")
+        if net_fd is not None:
+            words.append(f"net={net_fd}")
         if ruleset_fd is not None and seccomp_fd is not None:
             words += [f"ruleset={ruleset_fd}", f"seccomp={seccomp_fd}"]
         elif ruleset_fd is not None or seccomp_fd is not None:

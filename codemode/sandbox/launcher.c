@@ -12,14 +12,18 @@
  *   seccomp=FD   a seccomp BPF program       } one without the other is refused
  *   shm=FD       a new mount namespace in which the directory FD (O_PATH, the session's own,
  *                inside its disk quota) is bind-mounted on /dev/shm, nosuid and nodev
+ *   net=FD       a new network namespace with loopback only, in which the launcher listens on
+ *                127.0.0.1:3128 (the host's filtering proxy, codemode/network) and hands that
+ *                listening socket and a pidfd of itself to the host over FD, a unix socket
+ *                (SCM_RIGHTS); the host's proxy accepts on it until the command exits
  *   cwd=DIR      the directory to change to (default: the caller's)
- * A later step adds a network namespace here (net=...), entered in the same place as shm.
  *
  * Steps, in this order; every failure writes one line to fd 2 that starts with the marker
  * ("codemode sandbox: confining the command: ") and exits 126 before the command runs:
  *   1. join each cgroup
- *   2. shm: unshare(CLONE_NEWNS) (as root; otherwise with CLONE_NEWUSER and an identity map),
- *      make every mount a slave (nothing mounted here reaches the host), bind the directory
+ *   2. shm and net: unshare(CLONE_NEWNS and/or CLONE_NEWNET) (as root; otherwise with
+ *      CLONE_NEWUSER and an identity map); shm: make every mount a slave (nothing mounted here
+ *      reaches the host), bind the directory; net: bring up lo, listen, hand the socket over
  *   3. chdir(cwd)
  *   confined only:
  *   4. drop every capability from the bounding set (PR_CAPBSET_DROP up to the first EINVAL);
@@ -41,11 +45,15 @@
 #include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -55,6 +63,9 @@
 #endif
 #ifndef SYS_close_range
 #define SYS_close_range 436
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
 #endif
 #ifndef SECCOMP_FILTER_FLAG_SPEC_ALLOW
 #define SECCOMP_FILTER_FLAG_SPEC_ALLOW (1UL << 2)
@@ -69,6 +80,7 @@
 #define EXIT_NOT_FOUND 127
 #define MAX_CGROUPS 4
 #define MAX_FILTER 32768 /* BPF_MAXINSNS instructions of 8 bytes */
+#define PROXY_PORT 3128  /* codemode.network.PROXY_PORT */
 
 extern char **environ;
 
@@ -157,42 +169,110 @@ static void fd_path(char *out, int fd) {
     strcat(out, p);
 }
 
-/* Step 2: a mount namespace of this process alone, with the session's directory on /dev/shm.
- * A bind mount's source must be a mount of the caller's own namespace, and the fd was opened
- * in the host's: the directory is looked up again by its path in the new namespace (no link
- * followed in its last component) and must be the very inode the host opened. */
-static void private_shm(int dir) {
-    char link[40], path[4096];
-    struct stat given, found;
-    fd_path(link, dir);
-    ssize_t n = readlink(link, path, sizeof(path) - 1);
-    if (n <= 0 || fstat(dir, &given) != 0) refuse("finding the session's /dev/shm directory", errno);
-    path[n] = '\0';
+/* Step 2: the namespaces of this process alone (CLONE_NEWNS and/or CLONE_NEWNET); a user
+ * other than root needs a user namespace of its own too, with an identity map. */
+static void unshare_namespaces(int flags) {
+    int net = (flags & CLONE_NEWNET) != 0;
     if (geteuid() == 0) {
-        if (unshare(CLONE_NEWNS) != 0) refuse("unsharing the mount namespace", errno);
-    } else {
-        uid_t uid = geteuid();
-        gid_t gid = getegid();
-        char map[48];
-        if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
-            refuse("unsharing the user and mount namespaces (unprivileged user namespaces)", errno);
-        write_file("/proc/self/setgroups", "deny", "writing /proc/self/setgroups");
-        id_map(map, (unsigned)uid);
-        write_file("/proc/self/uid_map", map, "writing /proc/self/uid_map");
-        id_map(map, (unsigned)gid);
-        write_file("/proc/self/gid_map", map, "writing /proc/self/gid_map");
+        if (unshare(flags) == 0) return;
+        refuse(net ? "making the command a network namespace of its own (a network allowlist needs one)"
+                   : "unsharing the mount namespace",
+               errno);
     }
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+    char map[48];
+    if (unshare(CLONE_NEWUSER | flags) != 0)
+        refuse(net ? "making the command user and network namespaces of its own (a network allowlist "
+                     "needs them; unprivileged user namespaces)"
+                   : "unsharing the user and mount namespaces (unprivileged user namespaces)",
+               errno);
+    write_file("/proc/self/setgroups", "deny", "writing /proc/self/setgroups");
+    id_map(map, (unsigned)uid);
+    write_file("/proc/self/uid_map", map, "writing /proc/self/uid_map");
+    id_map(map, (unsigned)gid);
+    write_file("/proc/self/gid_map", map, "writing /proc/self/gid_map");
+}
+
+/* Before unsharing: the path and inode of the session's /dev/shm directory (its fd). */
+static void find_shm(int dir, char *path, size_t size, struct stat *given) {
+    char link[40];
+    fd_path(link, dir);
+    ssize_t n = readlink(link, path, size - 1);
+    if (n <= 0 || fstat(dir, given) != 0) refuse("finding the session's /dev/shm directory", errno);
+    path[n] = '\0';
+}
+
+/* In the new mount namespace, the session's directory on /dev/shm. A bind mount's source must
+ * be a mount of the caller's own namespace, and the fd was opened in the host's: the directory
+ * is looked up again by its path in the new namespace (no link followed in its last component)
+ * and must be the very inode the host opened. */
+static void private_shm(const char *path, const struct stat *given) {
+    char link[40];
+    struct stat found;
     if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0)
         refuse("making the mounts private to the command", errno);
     int again = open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (again < 0 || fstat(again, &found) != 0) refuse("opening the session's /dev/shm directory", errno);
-    if (found.st_dev != given.st_dev || found.st_ino != given.st_ino)
+    if (found.st_dev != given->st_dev || found.st_ino != given->st_ino)
         refuse("opening the session's /dev/shm directory (it was replaced)", EXDEV);
     fd_path(link, again);
     if (mount(link, "/dev/shm", NULL, MS_BIND, NULL) != 0) refuse("mounting the private /dev/shm", errno);
     if (mount(NULL, "/dev/shm", NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) != 0)
         refuse("remounting the private /dev/shm nosuid,nodev", errno);
     close(again);
+}
+
+/* In the new network namespace: loopback up, a listener on 127.0.0.1:PROXY_PORT, and that
+ * listener with a pidfd of this process (the command's, after execve) sent to the host over
+ * the channel. The command connects; the host's proxy accepts. */
+static void proxy_listener(int channel) {
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    strcpy(ifr.ifr_name, "lo");
+    int probe = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (probe < 0 || ioctl(probe, SIOCGIFFLAGS, &ifr) != 0) refuse("reading the loopback interface", errno);
+    ifr.ifr_flags |= IFF_UP;
+    if (ioctl(probe, SIOCSIFFLAGS, &ifr) != 0) refuse("bringing up the loopback interface", errno);
+    close(probe);
+    struct sockaddr_in address;
+    memset(&address, 0, sizeof(address));
+    address.sin_family = AF_INET;
+    address.sin_port = htons(PROXY_PORT);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listener < 0 || bind(listener, (struct sockaddr *)&address, sizeof(address)) != 0 ||
+        listen(listener, 128) != 0)
+        refuse("listening for the network proxy", errno);
+    int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+    if (pidfd < 0) refuse("pidfd_open (Linux 5.3 or later)", errno);
+    int fds[2] = {listener, pidfd};
+    char byte = 'n';
+    struct iovec iov = {&byte, 1};
+    union {
+        char buffer[CMSG_SPACE(sizeof(fds))];
+        struct cmsghdr align;
+    } control;
+    memset(&control, 0, sizeof(control));
+    struct msghdr message;
+    memset(&message, 0, sizeof(message));
+    message.msg_iov = &iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.buffer;
+    message.msg_controllen = sizeof(control.buffer);
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(fds));
+    memcpy(CMSG_DATA(header), fds, sizeof(fds));
+    ssize_t sent;
+    do {
+        sent = sendmsg(channel, &message, MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+    if (sent != 1) refuse("handing the proxy's listening socket to the host", sent < 0 ? errno : EIO);
+    close(listener);
+    close(pidfd);
+    close(channel);
 }
 
 /* Step 4: empty the bounding set; EPERM (no CAP_SETPCAP) is fine only for a non-root user. */
@@ -228,7 +308,7 @@ static void install_filter(int fd) {
 
 int main(int argc, char **argv) {
     int cgroups[MAX_CGROUPS];
-    int ncgroups = 0, ruleset = -1, seccomp = -1, shm = -1, i = 1;
+    int ncgroups = 0, ruleset = -1, seccomp = -1, shm = -1, net = -1, i = 1;
     const char *cwd = NULL, *value;
 
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
@@ -240,6 +320,8 @@ int main(int argc, char **argv) {
             seccomp = parse_fd(value);
         else if ((value = starts(argv[i], "shm=")) != NULL && shm < 0)
             shm = parse_fd(value);
+        else if ((value = starts(argv[i], "net=")) != NULL && net < 0)
+            net = parse_fd(value);
         else if ((value = starts(argv[i], "cwd=")) != NULL && cwd == NULL)
             cwd = value;
         else
@@ -253,7 +335,14 @@ int main(int argc, char **argv) {
     for (int c = 0; c < ncgroups; c++) {
         if (write(cgroups[c], "0", 1) != 1) refuse("joining its cgroup", errno);
     }
-    if (shm >= 0) private_shm(shm);
+    if (shm >= 0 || net >= 0) {
+        char shm_path[4096];
+        struct stat shm_stat;
+        if (shm >= 0) find_shm(shm, shm_path, sizeof(shm_path), &shm_stat);
+        unshare_namespaces((shm >= 0 ? CLONE_NEWNS : 0) | (net >= 0 ? CLONE_NEWNET : 0));
+        if (shm >= 0) private_shm(shm_path, &shm_stat);
+        if (net >= 0) proxy_listener(net);
+    }
     if (cwd != NULL && cwd[0] != '\0' && chdir(cwd) != 0) {
         put("codemode sandbox: cannot change to directory ");
         put(cwd);

@@ -40,6 +40,7 @@ from codemode.sandbox import (
     cgroup_remove,
     cgroup_root,
     launch,
+    network_refusal_note,
     pids_refused,
     pids_refused_note,
     prepare_confinement,
@@ -576,6 +577,7 @@ def finish(
     notes = (
         pids_refused_note(running.proc.cgroup, running.forks_refused),
         tmp_full_note(spec.policy.temp_dir),
+        network_refusal_note(running.proc.network_refusals, spec.policy),
     )
     blocks, structured = build_result(
         command=spec.command,

@@ -105,8 +105,8 @@ def sudo_argv(argv: list[str], environ: Mapping[str, str], policy: SandboxPolicy
 
 
 def _with_capabilities(ctx: ToolContext, args: BashRunArgs) -> SandboxPolicy:
-    """The call's policy: the host's, plus the per-call capabilities it asked for (``network``,
-    ``write_paths``). The host's approvals decided on them before the call got here (without an
+    """The call's policy: the host's, plus the per-call capabilities it asked for (``network``:
+    on, or an allowlist; ``write_paths``). The host's approvals decided on them before the call got here (without an
     approval callback, asking for more than the host allows is refused there).
 
     Raises:
@@ -114,8 +114,11 @@ def _with_capabilities(ctx: ToolContext, args: BashRunArgs) -> SandboxPolicy:
             directory writable (code ``denied_by_sandbox``).
     """
     policy = ctx.policy
-    if args.network and not policy.network:
-        policy = replace(policy, network=True)
+    if args.network is True and (not policy.network or policy.network_allow is not None):
+        policy = replace(policy, network=True, network_allow=None)
+    elif args.network is not None and not isinstance(args.network, bool):
+        # An allowlist: it narrows the host's network, or (approved) widens it to these domains.
+        policy = replace(policy, network=True, network_allow=tuple(args.network.allow))
     for raw in args.write_paths or ():
         path = (ctx.workspace / raw).resolve() if not os.path.isabs(raw) else Path(raw).resolve()
         if not path.is_dir():

@@ -10,6 +10,7 @@ import pydantic
 import pydantic_core
 
 from codemode._json import JsonObject
+from codemode.network import MAX_ENTRIES, check_entries
 from codemode.tools._model import Handler, Tool, ToolContext, ToolResult, make_tool
 from codemode.tools.bash._limits import (
     DEFAULT_READ_BYTES,
@@ -64,6 +65,22 @@ class _ActionArgs(pydantic.BaseModel):
         return data
 
 
+class NetworkAllow(pydantic.BaseModel):
+    """A run's network as an allowlist: only these domains, through the host's proxy."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    allow: list[str] = pydantic.Field(max_length=MAX_ENTRIES)
+
+    @pydantic.field_validator("allow")
+    @classmethod
+    def _domains(cls, value: list[str]) -> list[str]:
+        try:
+            return list(check_entries(value))
+        except ValueError as exc:
+            raise pydantic_core.PydanticCustomError("network_allow", str(exc)) from None
+
+
 class BashRunArgs(_ActionArgs):
     """Run a command (the default action)."""
 
@@ -97,9 +114,9 @@ class BashRunArgs(_ActionArgs):
         max_length=MAX_REPORT_KEYWORDS,
         description="background: keywords whose lines are reported (default error, fail, panic, ...; [] none).",
     )
-    network: bool | None = pydantic.Field(
+    network: bool | NetworkAllow | None = pydantic.Field(
         default=None,
-        description="needs network (asks where off).",
+        description='true: needs network (asks where off); {"allow": [domains]}: only those, *.x.org for subdomains.',
     )
     write_paths: list[str] | None = pydantic.Field(
         default=None,

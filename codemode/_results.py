@@ -11,6 +11,7 @@ from typing import Any, Literal
 import pydantic
 
 from codemode.errors import ErrorCode, UserError
+from codemode.network import check_entries
 from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy, with_state_dirs
 from codemode.state import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES, MIN_LOG_CAP_BYTES, MIN_QUOTA_BYTES
 
@@ -67,6 +68,11 @@ class HostConfig(pydantic.BaseModel):
             programs beyond wait for one.
         sandbox: Sandbox mode for commands and file tools.
         network: Whether confined commands may open TCP connections.
+        network_allow: With ``network``, the domains confined commands may reach (``pypi.org``;
+            ``*.githubusercontent.com`` for its subdomains; an IP address as written): each
+            command then has a network namespace of its own whose one way out is the host's
+            filtering proxy (HTTP CONNECT and plain HTTP). None: the whole network. A bash call's
+            own list narrows it; an entry it does not cover asks (a ``capability`` approval).
         writable_roots: Extra writable directories besides the workspace.
         handoff_seconds: Foreground commands still running after this long move to the
             background (None: never; they run to their timeout).
@@ -114,6 +120,7 @@ class HostConfig(pydantic.BaseModel):
     max_workers: int | None = pydantic.Field(None, ge=1)
     sandbox: SandboxMode = SandboxMode.WORKSPACE_WRITE
     network: bool = True
+    network_allow: tuple[str, ...] | None = None
     writable_roots: tuple[Path, ...] = ()
     handoff_seconds: float | None = 10.0
     max_background_per_session: int = pydantic.Field(32, ge=1)
@@ -124,6 +131,19 @@ class HostConfig(pydantic.BaseModel):
     tmp_quota_mb: int = pydantic.Field(512, ge=1)
     preload_tokenizer: bool = True
     tool_permissions: dict[str, Literal["allow", "ask", "deny"]] = pydantic.Field(default_factory=dict)
+
+    @pydantic.field_validator("network_allow")
+    @classmethod
+    def _domains(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if value is None else check_entries(value)
+
+    @pydantic.model_validator(mode="after")
+    def _allowlist_needs_network(self) -> HostConfig:
+        if self.network_allow is not None and not self.network:
+            raise ValueError(
+                "network_allow lists domains to reach, and network is off: turn it on or drop the list"
+            )
+        return self
 
 
 def host_config(config: HostConfig | None, options: Mapping[str, object]) -> HostConfig:
@@ -155,6 +175,7 @@ def sandbox_policy(config: HostConfig, workspace: Path) -> SandboxPolicy:
             mode=config.sandbox,
             writable_roots=(workspace, *(Path(r).expanduser().resolve() for r in config.writable_roots)),
             network=config.network,
+            network_allow=config.network_allow,
             protected=(config.state_dir.expanduser().resolve(),),
         )
     )

@@ -106,6 +106,7 @@ class Host:
             approve,
             permissions=self.config.tool_permissions,
             network_default=self.config.network,
+            network_allow=self.config.network_allow,
             redact=lambda text: self.archive.redactor.redact(text),
             audit=lambda request, decision: record_approval(self.state.approvals, request, decision),
             commands=approval_commands(self.command_policy, workspace),

@@ -4,7 +4,8 @@ session's standing decisions.
 A call needs approval when its tool's permission is ``ask`` (per tool: allow / ask / deny;
 by default read-only tools are allowed and tools that declare they change things ask), or
 when it asks for a capability beyond the host's defaults (``network: true`` on a bash run while
-the host keeps the network off; ``write_paths``). Calls a program starts together (one drain
+the host keeps the network off or to a list of domains; a ``network: {"allow": [...]}`` entry
+the host's list does not cover; ``write_paths``). Calls a program starts together (one drain
 of its queue: ``Promise.all``) reach the callback as one batch; each gets its own decision.
 ``allow_session`` turns a decision into a standing rule for the session (the tool, the command's
 first words, or the capability), so the same request is not asked again.
@@ -24,6 +25,7 @@ from typing import Any, Literal, Protocol
 import anyio.to_thread
 import pydantic
 
+from codemode.network import check_entries, uncovered
 from codemode.state import ApprovalLog
 from codemode.tools import Tool
 
@@ -168,6 +170,9 @@ class Approvals:
         permissions: Per-tool permission overrides, by tool name.
         network_default: Whether commands get the network by default; when not, a call's
             ``network: true`` is a capability request.
+        network_allow: The host's network allowlist (None: the whole network, when on): a
+            call's ``network: true`` widens it, and so does an entry of a call's list it does
+            not cover (a capability request naming those domains); a list within it narrows.
         redact: Redacts arguments and summaries before a request leaves the host.
         audit: Called with each request and its decision (the host keeps them in the state dir).
         commands: The commands of a call that need approval (the command policy's verdicts);
@@ -181,6 +186,7 @@ class Approvals:
         *,
         permissions: Mapping[str, ToolPermission | str] | None = None,
         network_default: bool = True,
+        network_allow: Sequence[str] | None = None,
         redact: Callable[[str], str] = lambda text: text,
         audit: Callable[[ApprovalRequest, Decision], None] | None = None,
         commands: CommandsHook | None = None,
@@ -189,6 +195,7 @@ class Approvals:
         self.callback = callback
         self.permissions = {name: ToolPermission(value) for name, value in (permissions or {}).items()}
         self.network_default = network_default
+        self.network_allow = None if network_allow is None else tuple(network_allow)
         self._redact = redact
         self._audit = audit
         self._sessions: dict[str, _Session] = {}
@@ -240,8 +247,8 @@ class Approvals:
         commands = [] if escalations else [a.text for a in asks if a.kind == "command"]
         # Per-call capabilities: network only while the host keeps it off; write_paths always.
         capabilities: list[tuple[str, str, Any]] = []
-        if arguments.get("network") is True and not self.network_default and not escalations:
-            capabilities.append(("network", "reach the network", True))
+        if not escalations:
+            capabilities += self._network_capability(arguments.get("network"))
         if arguments.get("write_paths") and not escalations:
             capabilities.append(("write_paths", "write to", arguments["write_paths"]))
         if permission is ToolPermission.ALLOW and not commands and not capabilities and not escalations:
@@ -255,8 +262,11 @@ class Approvals:
             rule = " ".join(words[:2]) if words else command
             wanted.append((ApprovalKind.COMMAND, rule, f"run `{_short(self._redact(command))}`"))
         for capability, verb, value in capabilities:
-            what = f"{verb} {_short(value)}" if capability == "write_paths" else verb
-            wanted.append((ApprovalKind.CAPABILITY, capability, f"{tool.name}: {what}"))
+            what = verb if value is True else f"{verb} {_short(value)}"
+            rule = (
+                f"network {' '.join(value)}" if capability == "network" and value is not True else capability
+            )
+            wanted.append((ApprovalKind.CAPABILITY, rule, f"{tool.name}: {what}"))
         for text in escalations:
             summary = _short(self._redact(text), 300)
             wanted.append((ApprovalKind.ESCALATION, summary.split(":", 1)[0], summary))
@@ -275,6 +285,21 @@ class Approvals:
             # No standing rule covers an escalation: it is asked on every call.
             if kind is ApprovalKind.ESCALATION or (kind.value, rule) not in rules
         ]
+
+    def _network_capability(self, network: Any) -> list[tuple[str, str, Any]]:
+        """What a call's ``network`` argument asks beyond the host's network: the whole network
+        (``True``), or the entries of its allowlist the host's list does not cover."""
+        whole = self.network_default and self.network_allow is None
+        if network is True:
+            return [] if whole else [("network", "reach the network", True)]
+        if not isinstance(network, Mapping) or whole:
+            return []
+        try:
+            entries = check_entries(network.get("allow") or ())
+        except (ValueError, TypeError):
+            return []  # the tool's own validation refuses it
+        wider = uncovered(self.network_allow or (), entries) if self.network_default else entries
+        return [("network", "reach", list(wider))] if wider else []
 
     async def decide(self, requests: list[ApprovalRequest]) -> list[Decision]:
         """Ask the callback about a batch; one decision per request, in order.

@@ -10,8 +10,7 @@
    inline tool <= 8 us, an async def tool <= 40 us (issue 14). ``echo_inline`` is a plain
    sync function registered ``inline=True`` (it runs on the program's own thread); ``echo``
    is an ``async def`` tool, whose every call goes to the event loop and back. Beside them:
-   the same loop calling a plain JS function (the JS floor), the async call with the
-   program's spinning wait turned off (what the spin buys), and Python's own thread -> loop ->
+   the same loop calling a plain JS function (the JS floor) and Python's own thread -> loop ->
    thread hand-off (what the bridge's channel replaces).
 3. ``Promise.all`` of 32 tools that each sleep 100 ms. Target: wall <= 150 ms (baseline: one
    such call).
@@ -166,7 +165,6 @@ async def _bench(workspace: Path, state: Path) -> None:
         per_call = []
         per_floor = []
         per_inline = []
-        per_parked = []
         for _ in range(3):
             start = time.perf_counter()
             result = await host.run_code(inline_program)
@@ -176,13 +174,6 @@ async def _bench(workspace: Path, state: Path) -> None:
             result = await host.run_code(program)
             per_call.append((time.perf_counter() - start) / n)
             assert result.ok and result.text.strip() == str(n * (n - 1) // 2), result.text
-            spin = _qjs.set_spin(0)
-            try:
-                start = time.perf_counter()
-                await host.run_code(program)
-                per_parked.append((time.perf_counter() - start) / n)
-            finally:
-                _qjs.set_spin(spin)
             start = time.perf_counter()
             await host.run_code(floor_program)
             per_floor.append((time.perf_counter() - start) / n)
@@ -191,10 +182,6 @@ async def _bench(workspace: Path, state: Path) -> None:
         print(
             f"   echo, async def        {min(per_call) * 1e6:8.1f} us   (targets <= 50 us, <= 40 us: a trip to the "
             "event loop and back)"
-        )
-        print(
-            f"   async def, no spinning {min(per_parked) * 1e6:8.1f} us   (the program sleeps while it waits: "
-            f"{min(per_parked) / min(per_call):.1f}x)"
         )
         print(f"   plain JS await floor   {min(per_floor) * 1e6:8.2f} us")
         hop = await thread_ping_pong(n)

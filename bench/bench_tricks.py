@@ -69,16 +69,6 @@ def load() -> str:
 
 
 @contextlib.contextmanager
-def spin_off() -> Iterator[None]:
-    """A waiting program parks on its futex at once instead of spinning first."""
-    previous = _qjs.set_spin(0)
-    try:
-        yield
-    finally:
-        _qjs.set_spin(previous)
-
-
-@contextlib.contextmanager
 def eager_step_off() -> Iterator[None]:
     """A tool call's job waits for its runner task to wake instead of taking its first step
     at once as that task (`LoopSpawner._hand`)."""
@@ -200,15 +190,6 @@ def tricks(host: Host, workspace: Path, state: Path) -> list[Trick]:
 
     return [
         Trick(
-            "spinning wait",
-            "engine/_qjs.c (wait_result: spin, then the futex)",
-            "async tool call",
-            spin_off,
-            lambda n: _per_call(host, "echo", n),
-            2000,
-            guarded=False,  # not shown to pay yet: see bench/TRICKS.md
-        ),
-        Trick(
             "eager first step",
             "engine/_loop.py (LoopSpawner._hand, _step_as)",
             "async tool call",
@@ -232,7 +213,6 @@ def tricks(host: Host, workspace: Path, state: Path) -> list[Trick]:
             json_scan_off,
             lambda n: _per_call(host, "echo_inline", n),
             5000,
-            guarded=False,  # not shown to pay yet: see bench/TRICKS.md
         ),
         Trick(
             "cached Landlock ruleset",
@@ -263,7 +243,11 @@ async def measure(rounds: int, scale: float, only: set[str] | None = None) -> li
         workspace, state = Path(tmp, "ws"), Path(tmp, "state")
         workspace.mkdir()
         (state / "tmp").mkdir(parents=True)
-        async with Host(workspace=workspace, state_dir=Path(tmp, "host-state"), builtin_tools=False) as host:
+        # Engine mode thread: the switches are this process's, where its programs then run.
+        host = Host(
+            workspace=workspace, state_dir=Path(tmp, "host-state"), builtin_tools=False, engine="thread"
+        )
+        async with host:
             add_tools(host)
             chosen = [t for t in tricks(host, workspace, state) if only is None or t.name in only]
             samples: dict[tuple[str, bool], list[float]] = {}

@@ -13,9 +13,9 @@
  *   a thread that is about to drop it (each is a futex wake). Here a program's JS never needs
  *   the GIL for an async call: the call goes into this channel's queue and an eventfd wakes the
  *   loop; the loop thread validates it, runs the tool and posts the result's JSON text back;
- *   the JS thread, which waits for it without the GIL (spinning for a bounded time first, at
- *   most one spinner per spare CPU, then on a futex), settles the promise itself. A round trip
- *   costs ~3 us where the Python hand-off cost ~45 us.
+ *   the JS thread, which waits for it without the GIL (on a futex), settles the promise
+ *   itself. (It used to spin up to 100 us first: at a load near 1 on 2 cores that made an
+ *   async call 15-34% slower in most runs, bench/TRICKS.md.)
  * - Starting a program: a fresh context loads the prelude's bytecode (compiled once per
  *   process) without the GIL, so preparing the next context never holds up the event loop.
  *
@@ -38,7 +38,6 @@
 #include <linux/futex.h>
 #include <math.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -50,7 +49,7 @@
 
 #include "quickjs.h"
 
-/* ---- time, spinning --------------------------------------------------------------------- */
+/* ---- time -------------------------------------------------------------------------------- */
 
 static double
 monotonic(void)
@@ -59,23 +58,6 @@ monotonic(void)
     clock_gettime(CLOCK_MONOTONIC, &t); /* the clock of Python's time.monotonic() on Linux */
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
-
-static inline void
-cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-/* How long a JS thread waiting for a result spins before it parks, and how many may spin at
- * once (CPUs this process may use, minus one for the event loop: a spinner must never take
- * the CPU the loop needs to produce its result). set_spin() changes the time, for benchmarks. */
-static _Atomic int64_t spin_ns = 100000;
-static int max_spinners = 0;
-static _Atomic int spinners = 0;
 
 /* ---- strings ------------------------------------------------------------------------------ */
 
@@ -1504,32 +1486,6 @@ has_calls(Channel *ch)
     return any;
 }
 
-/* Spin until a result or interrupt arrives (1) or the spin time is over (0). */
-static int
-spin_wait(Channel *ch, uint32_t seen)
-{
-    int64_t ns = atomic_load(&spin_ns);
-    if (ns <= 0)
-        return 0;
-    if (atomic_fetch_add(&spinners, 1) >= max_spinners) {
-        atomic_fetch_sub(&spinners, 1);
-        return 0;
-    }
-    double end = monotonic() + (double)ns * 1e-9;
-    int got = 0;
-    for (unsigned i = 1;; i++) {
-        if (atomic_load_explicit(&ch->seq, memory_order_acquire) != seen) {
-            got = 1;
-            break;
-        }
-        cpu_relax();
-        if ((i & 63) == 0 && monotonic() >= end)
-            break;
-    }
-    atomic_fetch_sub(&spinners, 1);
-    return got;
-}
-
 /* Sleep until seq moves past `seen` or `until` (time.monotonic seconds). */
 static void
 park_wait(Channel *ch, uint32_t seen, double until)
@@ -1588,8 +1544,6 @@ run_loop(Context *self, double deadline, double timer_at, int wait, char **text,
             d = drain(self, 1, text, len);
             return d != 0 ? (d > 0 ? EV_DRAIN : EV_ERROR) : EV_WAIT;
         }
-        if (self->outstanding > 0 && spin_wait(ch, seen))
-            continue;
         /* About to sleep: printed text goes to the host first (progress reports count it). */
         d = drain(self, 1, text, len);
         if (d != 0)
@@ -1896,16 +1850,6 @@ qjs_keeper_stats(PyObject *module, PyObject *unused)
                          "freed_by_caller", d, "ready", ready);
 }
 
-static PyObject *
-qjs_set_spin(PyObject *module, PyObject *arg)
-{
-    double us = PyFloat_AsDouble(arg);
-    if (us == -1.0 && PyErr_Occurred())
-        return NULL;
-    int64_t before = atomic_exchange(&spin_ns, (int64_t)(us * 1000.0));
-    return PyFloat_FromDouble((double)before / 1000.0);
-}
-
 static PyMethodDef module_methods[] = {
     {"compile", qjs_compile, METH_VARARGS, "compile(source, filename) -> bytes: a script's bytecode."},
     {"set_prelude", qjs_set_prelude, METH_VARARGS,
@@ -1915,8 +1859,6 @@ static PyMethodDef module_methods[] = {
      "A fresh context the keeper made ahead, or None (never made nor waited for here)."},
     {"keeper_stats", qjs_keeper_stats, METH_NOARGS,
      "How contexts were had and freed so far: ahead by the keeper thread, or by the caller."},
-    {"set_spin", qjs_set_spin, METH_O,
-     "set_spin(microseconds) -> the previous value: how long a waiting program spins before it parks."},
     {NULL}};
 
 static struct PyModuleDef module_def = {
@@ -1928,9 +1870,6 @@ PyMODINIT_FUNC
 PyInit__qjs(void)
 {
     pthread_atfork(NULL, NULL, keeper_after_fork);
-    cpu_set_t cpus;
-    int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    max_spinners = ncpu > 1 ? ncpu - 1 : 0;
     if (PyType_Ready(&ChannelType) < 0 || PyType_Ready(&ContextType) < 0)
         return NULL;
     KIND_CALL = PyUnicode_InternFromString("call");
@@ -1945,8 +1884,7 @@ PyInit__qjs(void)
     if (JSError == NULL || PyModule_AddObjectRef(m, "JSError", JSError) < 0 ||
         PyModule_AddObjectRef(m, "Channel", (PyObject *)&ChannelType) < 0 ||
         PyModule_AddObjectRef(m, "Context", (PyObject *)&ContextType) < 0 ||
-        PyModule_AddStringConstant(m, "ENGINE_VERSION", JS_GetVersion()) < 0 ||
-        PyModule_AddIntConstant(m, "MAX_SPINNERS", max_spinners) < 0) {
+        PyModule_AddStringConstant(m, "ENGINE_VERSION", JS_GetVersion()) < 0) {
         Py_DECREF(m);
         return NULL;
     }

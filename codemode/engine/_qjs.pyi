@@ -2,8 +2,6 @@
 
 ENGINE_VERSION: str
 """The version of the QuickJS-ng engine linked in (vendor/quickjs-ng)."""
-MAX_SPINNERS: int
-"""How many waiting programs may spin at once (CPUs this process may use, minus one)."""
 
 class JSError(Exception):
     """A JavaScript exception: its text (``String(exception)``), a newline, then its stack."""
@@ -92,9 +90,6 @@ def compile(source: str, filename: str, /) -> bytes:
 
 def set_prelude(bytecode: bytes, spare: int, /) -> None:
     """The prelude every Context() gets (once per process), and how many contexts to keep ready."""
-
-def set_spin(microseconds: float, /) -> float:
-    """How long a waiting program spins before it parks; returns the previous value."""
 
 def take_ready() -> Context | None:
     """A fresh context the keeper made ahead, or None (never made nor waited for here)."""

@@ -200,14 +200,6 @@ def test_run_reports_a_deadline_a_timer_and_nothing_left_to_wait_for() -> None:
     assert idle.run(time.monotonic() + 60, float("inf"))[0] == "idle"
 
 
-def test_spin_time_can_be_changed_and_restored() -> None:
-    before = _qjs.set_spin(0)
-    try:
-        assert _qjs.set_spin(before) == 0
-    finally:
-        _qjs.set_spin(before)
-
-
 PLAIN_VALUES = [
     "{}",
     "[]",

@@ -220,9 +220,6 @@ def run_worker(ctl_fd: int, sync_fd: int, limits: _wire.WorkerLimits) -> None:
         sync = socket.socket(fileno=sync_fd)
         worker = Worker(ctl, sync)
         _confine.set_limits(limits["address_space_bytes"], limits["cpu_seconds"])
-        # No spinning wait: a waiting program would spin on the CPU its own relay thread and the
-        # host's loop need to bring its result (bench/bench_engine_modes.py).
-        _qjs.set_spin(0)
         first = _qjs.Context()  # starts the keeper thread, which makes the next one ahead
         first.free()
         WATCHDOG.prestart()

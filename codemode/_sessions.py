@@ -16,7 +16,7 @@ import anyio.to_thread
 from codemode._ids import check_id
 from codemode.sandbox import SandboxPolicy, make_session_tmp, remove_session_tmp, session_inbox
 from codemode.state import State
-from codemode.tools import ToolContext
+from codemode.tools import ToolContext, WriterTurn
 from codemode.tools.bash import Notification, ProcessManager
 
 __all__ = ["Sessions"]
@@ -43,6 +43,8 @@ class Sessions:
         state: The open state directory (raises `UserError` when the host is not open).
         processes: The process manager, or None (not open, or no built-in tools).
         notify_in_results: Whether results carry the session's pending notifications.
+        serialize_writers: Give each session a `WriterTurn` (the command policy's
+            ``serialize_writers``): its calls that may change things run one at a time.
     """
 
     def __init__(
@@ -55,6 +57,7 @@ class Sessions:
         state: Callable[[], State],
         processes: Callable[[], ProcessManager | None],
         notify_in_results: bool,
+        serialize_writers: bool = True,
     ) -> None:
         self._default = default
         self._workspace = workspace
@@ -64,6 +67,8 @@ class Sessions:
         self._processes = processes
         self._notify_in_results = notify_in_results
         self.temp_dirs: dict[str, Path] = {}
+        self._serialize_writers = serialize_writers
+        self._writers: dict[str, WriterTurn] = {}
 
     def check(self, session_id: str | None) -> str:
         """The session a call names (checked), or the default one.
@@ -75,7 +80,7 @@ class Sessions:
 
     def context(self, session_id: str, call_id: str | None) -> ToolContext:
         """A call's context: the session's temp dir (made now if it has none), the policy in
-        force with it, the archive, the session's store."""
+        force with it, the archive, the session's store, its writers' turn."""
         state = self._state()
         temp = self.temp_dirs.get(session_id)
         if temp is None:
@@ -91,6 +96,7 @@ class Sessions:
             archive=state.archive,
             call_id=call_id,
             store=state.values.for_session(session_id),
+            writers=self._writers.setdefault(session_id, WriterTurn()) if self._serialize_writers else None,
         )
 
     async def remove_idle_temp_dirs(self) -> None:
@@ -111,6 +117,8 @@ class Sessions:
     async def drop(self, session_id: str, file_trash: Callable[[], object] | None) -> None:
         """Remove the session's temp dir (its end), after ``file_trash`` (run in a worker
         thread) filed what its commands moved to the trash inbox inside it."""
+        if not self._writers.get(session_id):  # (a call still in its line keeps it)
+            self._writers.pop(session_id, None)
         temp = self.temp_dirs.pop(session_id, None)
         if temp is not None:
             if file_trash is not None:

@@ -86,6 +86,9 @@ class CommandVerdict(pydantic.BaseModel):
         message: Why it is refused, and what to do instead ("" when allowed).
         executables: Every command name found, in order (wrappers included).
         unchecked: What could not be checked (the permissive policy runs it anyway).
+        read_only: Every command is on the read-only list (or a neutral wrapper), everything
+            could be checked and no redirection writes a file (``/dev/null`` aside): the run
+            only looks, so it need not wait for the session's writers.
     """
 
     model_config = pydantic.ConfigDict(frozen=True)
@@ -95,6 +98,7 @@ class CommandVerdict(pydantic.BaseModel):
     message: str = ""
     executables: tuple[str, ...] = ()
     unchecked: tuple[str, ...] = ()
+    read_only: bool = False
 
     @property
     def allowed(self) -> bool:
@@ -117,6 +121,11 @@ class CommandPolicy(pydantic.BaseModel):
             ls, cat, grep, find without -exec, ...; a sensitive path cancels a match) needs
             an approval decision (verdict ``ask``): the host's ``approve`` callback, or the
             MCP client's user, decides. Off by default.
+        serialize_writers: Within a session, a run that is not read-only (see
+            `CommandVerdict.read_only`; what cannot be checked counts as a writer), and every
+            ``write_file``/``edit_file``, waits for the writers that came before it; read-only
+            runs never wait. A background run holds the turn only until it has started. On by
+            default.
     """
 
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
@@ -127,6 +136,7 @@ class CommandPolicy(pydantic.BaseModel):
     protected_deletes: bool = True
     refuse_redacted: bool = True
     approve_commands: bool = False
+    serialize_writers: bool = True
 
     @pydantic.field_validator("deny")
     @classmethod
@@ -240,7 +250,12 @@ class CommandPolicy(pydantic.BaseModel):
                     executables=executables,
                     unchecked=unchecked,
                 )
-        return CommandVerdict(verdict=Verdict.ALLOW, executables=executables, unchecked=unchecked)
+        return CommandVerdict(
+            verdict=Verdict.ALLOW,
+            executables=executables,
+            unchecked=unchecked,
+            read_only=_only_looks(found, walk),
+        )
 
     def _path_refusal(self, found: list[_Found], argv_mode: bool) -> str | None:
         """Under the strict policy, in argv mode and inside ``sh -c`` strings, every program is
@@ -274,6 +289,19 @@ class CommandPolicy(pydantic.BaseModel):
                     'bash({action: "read", process_id, wait_ms})'
                 )
         return None
+
+
+_HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+
+
+def _only_looks(found: list[_Found], walk: _Walk) -> bool:
+    """Whether a run only looks: see `CommandVerdict.read_only`."""
+    return (
+        bool(found)
+        and not walk.problems
+        and all(target in _HARMLESS_TARGETS for target in walk.written)
+        and all(is_read_only(f.words) or f.name in NEUTRAL_WRAPPERS for f in found)
+    )
 
 
 # -- what runs what -------------------------------------------------------------------------

@@ -58,6 +58,7 @@ class CommandGuard:
     def __init__(self, policy: CommandPolicy, trash: Trash | None) -> None:
         self.policy = policy
         self.trash = trash if policy.protected_deletes else None
+        self.serialize_writers = policy.serialize_writers
 
     def plan(
         self,
@@ -82,12 +83,14 @@ class CommandGuard:
             code = verdict.code or ErrorCode.DENIED_BY_POLICY
             raise ToolError(verdict.message, {"executables": list(verdict.executables)}, code=code)
         direct = plain_argv(command) if command is not None else None
+        writes = not verdict.read_only
         temp = ctx.policy.temp_dir
         # `sudo rm` really deletes: sudo's program is never the rm shim (a plain rm still is).
         if self.trash is None or temp is None or (argv is not None and argv[0] == "sudo"):
-            return CommandPlan(direct=direct)
+            return CommandPlan(direct=direct, writes=writes)
         env = self.trash.env(temp, ctx.policy.trash_inbox)
-        return CommandPlan(direct=direct, env=env, path_prepend=(str(install_rm_shim(self.trash.state_dir)),))
+        shim = str(install_rm_shim(self.trash.state_dir))
+        return CommandPlan(direct=direct, env=env, path_prepend=(shim,), writes=writes)
 
     def check_input(self, text: str) -> None:
         """Refuse input that holds a redaction marker.

@@ -17,12 +17,14 @@ from codemode.tools._model import (
 )
 from codemode.tools._registry import GUIDE_INLINE_CHARS, ArgumentProblem, ToolDescription, ToolRegistry
 from codemode.tools._signature import schema_to_ts, typescript_signature
+from codemode.tools._turns import Place, WriterTurn
 
 __all__ = [
     "GUIDE_INLINE_CHARS",
     "ArgumentProblem",
     "Extension",
     "LazyExtension",
+    "Place",
     "ProgramScope",
     "TextContent",
     "Tool",
@@ -31,6 +33,7 @@ __all__ = [
     "ToolFailure",
     "ToolRegistry",
     "ToolResult",
+    "WriterTurn",
     "builtin_extensions",
     "failure_of",
     "make_tool",

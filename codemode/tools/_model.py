@@ -20,6 +20,7 @@ from codemode._json import JsonObject
 from codemode.errors import ErrorCode, ToolError, UserError
 from codemode.sandbox import SandboxPolicy
 from codemode.tools._signature import typescript_signature
+from codemode.tools._turns import WriterTurn
 
 if TYPE_CHECKING:
     from codemode.state import Archive, SessionValues
@@ -161,6 +162,9 @@ class ToolContext:
         store: The session's store values (what a program's ``store`` reaches); None where
             the caller gave none (a program's ``store`` calls then fail with a clear error).
         program: Set for a call made by a program (`ProgramScope`), None for a direct call.
+        writers: The session's line of calls that may change things (`WriterTurn`): a
+            writer waits there for the writers before it; None lets every call run at once
+            (the command policy's ``serialize_writers`` off, or no host).
     """
 
     session_id: str
@@ -170,6 +174,7 @@ class ToolContext:
     call_id: str | None = None
     store: SessionValues | None = None
     program: ProgramScope | None = None
+    writers: WriterTurn | None = None
 
 
 Handler = Callable[..., Any]

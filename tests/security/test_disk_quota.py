@@ -84,7 +84,7 @@ async def test_a_write_past_the_temp_dir_quota_fails_and_the_host_stays_fine(
         assert "$TMPDIR is full (its quota is 8 MiB" in text, text
         assert any("$TMPDIR is full" in note for note in data["limits_hit"]), data
         # The state dir's disk is untouched: the bytes went to the session's tmpfs.
-        temp = Path(host._session_tmp[host.config.session_id])
+        temp = Path(host._sessions.temp_dirs[host.config.session_id])
         assert tmp_form(temp) == "tmpfs"
         assert os.statvfs(temp).f_blocks * os.statvfs(temp).f_frsize == 8 * 1024 * 1024
         # The next command runs; once the model cleans up, the note goes away.
@@ -109,7 +109,7 @@ async def test_each_session_has_its_own_quota_and_closing_it_unmounts(
             "bash", {"command": 'head -c 3000000 /dev/zero > "$TMPDIR/b" && echo fits'}, session_id="two"
         )
         assert not result.is_error and "fits" in result.text, result.text
-        one = host._session_tmp["one"]
+        one = host._sessions.temp_dirs["one"]
         assert str(one) in tmp_mounts(one.parent)
         await host.close_session("one")
         assert str(one) not in tmp_mounts(one.parent) and not one.exists()
@@ -244,7 +244,7 @@ async def test_where_the_host_cannot_mount_a_session_over_its_share_gets_no_new_
     async with make_host(tmp_quota_mb=2, handoff_seconds=None) as (host, _probe):
         text, _data, failed = await _bash(host, 'head -c 3000000 /dev/urandom > "$TMPDIR/big"; echo wrote')
         assert not failed and "wrote" in text, text  # counted, not bounded, while it runs
-        temp = host._session_tmp[host.config.session_id]
+        temp = host._sessions.temp_dirs[host.config.session_id]
         assert tmp_form(temp) == "counted" and not is_mounted(temp)
         result = await host.call_tool("bash", {"command": "echo never"})
         assert result.is_error and "never" not in result.text, result.text

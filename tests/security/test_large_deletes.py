@@ -62,7 +62,7 @@ async def test_rm_rf_of_a_tree_bigger_than_the_temp_quota_goes_to_the_trash_and_
         assert "No space left" not in result.text, result.text
         assert [item["path"] for item in data["trashed"]] == [str(build)], data
         assert not build.exists()
-        temp = Path(host._session_tmp[host.config.session_id])
+        temp = Path(host._sessions.temp_dirs[host.config.session_id])
         assert tmp_form(temp) == "tmpfs"
         assert sorted(os.listdir(session_inbox(temp))) == []  # filed whole
         host.trash.restore(data["trashed"][0]["id"])

@@ -24,11 +24,14 @@ class CommandPlan:
         direct: The argv to execute without a shell (None: ``bash -c`` the command).
         env: Variables added to the command's environment.
         path_prepend: Directories put first on the command's PATH.
+        writes: It may change things: it waits for the session's writers before it (False:
+            every command only looks).
     """
 
     direct: tuple[str, ...] | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     path_prepend: tuple[str, ...] = ()
+    writes: bool = True
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,14 @@ class AfterRun:
 
 
 class CommandGate(Protocol):
-    """The host's checks in front of every bash run."""
+    """The host's checks in front of every bash run.
+
+    Attributes:
+        serialize_writers: A session's runs that may change things go one at a time (the host
+            gives each call its session's `codemode.tools.WriterTurn`; the guidance says so).
+    """
+
+    serialize_writers: bool
 
     def plan(
         self,

@@ -11,6 +11,8 @@ interpreter, and its lines say when it is absent (jsbox has no command of its ow
 
 1. A cold ``codemode run`` of ``print(1)`` (a fresh process; targets <= 0.5x of 700973a).
 2. The one-shot API, ``codemode.run_code("print(1)")`` in a fresh process (<= 0.5x).
+   Both in this checkout's default engine mode (process: a zygote and a confined worker) and
+   in mode thread (``CODEMODE_ENGINE=thread``, programs on the host's own threads).
 3. The host's RSS after ten small programs, and the tokenizer's own share (what loading it
    adds): target <= 60 MiB plus that share.
 
@@ -32,6 +34,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
+# the encoding for the tokenizer's share, where the tests find it (no download)
+os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(HERE.parent / "shared" / "tiktoken-cache"))
 
 RSS = """
 def rss():
@@ -99,6 +103,10 @@ def commands(
         out[f"codemode run print(1)   [{label}]"] = (run, env)
         shot = [sys.executable, "-c", ONE_SHOT, str(ws), str(state)]
         out[f"codemode.run_code()     [{label}]"] = (shot, env)
+        if label == "this":  # the same two in engine mode thread (programs on the host's threads)
+            threaded = {**env, "CODEMODE_ENGINE": "thread"}
+            out[f"codemode run print(1)   [{label}, thread]"] = (run, threaded)
+            out[f"codemode.run_code()     [{label}, thread]"] = (shot, threaded)
     if jsbox is not None:
         env = {**base_env, "PYTHONPATH": str(jsbox)}
         out["jsbox Runtime().eval     [peer]"] = ([sys.executable, "-c", JSBOX_ONE_SHOT], env)
@@ -173,18 +181,20 @@ def main() -> None:
     print(f"before: {load()}")
     with tempfile.TemporaryDirectory(prefix="codemode-start-") as tmp:
         medians = time_commands(commands(Path(tmp), checkouts, jsbox), args.n)
+        print(f"after:  {load()}   (medians of {args.n} rotated rounds)")
+        for name, median in medians.items():
+            line = f"{name:36s} {median * 1e3:7.0f} ms"
+            if "[this" in name and "base" in checkouts:
+                base = name.replace("[this]", "[base]").replace("[this, thread]", "[base]")
+                line += f"   {median / medians[base]:.2f}x of base"
+            print(line, flush=True)
+        if jsbox is None:
+            print("jsbox: not installed (no `jsbox` command, no module; pip install --target DIR jsbox)")
         rss = host_rss(checkouts, Path(tmp), max(3, args.n // 3))
-    print(f"after:  {load()}   (medians of {args.n} rotated rounds)")
-    for name, median in medians.items():
-        line = f"{name:36s} {median * 1e3:7.0f} ms"
-        if "[this]" in name and "base" in checkouts:
-            line += f"   {median / medians[name.replace('[this]', '[base]')]:.2f}x of base"
-        print(line)
-    if jsbox is None:
-        print("jsbox: not installed (no `jsbox` command, no module; pip install --target DIR jsbox)")
     for label, (mib, tokenizer) in rss.items():
         print(
             f"host RSS after ten programs [{label}]  {mib:6.1f} MiB   the tokenizer's share {tokenizer:5.1f} MiB"
+            f"   ({load()})"
         )
     print("targets: this <= 0.5x of 700973a (cold run, one-shot); RSS <= 60 MiB + the tokenizer's share")
 

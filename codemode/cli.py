@@ -83,6 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     # The first word names the subcommand (the top level takes only --help and --version).
     only = words[0] if words and words[0] in _SUBCOMMANDS else None
+    if only == "run":
+        _start_zygote_early(words[1:])
     args = build_parser(only).parse_args(words)
     handler: Callable[[argparse.Namespace], int] = _part(args.command, "cmd_")
     try:
@@ -102,6 +104,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a host fault: one line, never a traceback
         sys.stderr.write(f"codemode: internal error: {type(exc).__name__}: {exc}\n")
         return 3
+
+
+def _start_zygote_early(words: list[str]) -> None:
+    """``codemode run`` in engine mode process: start the engine's zygote before the host's
+    modules import (most of a cold run), so that its interpreter boots meanwhile on another CPU
+    instead of after them. Only the mode is read here; a bad one is refused later as usual."""
+    probe = argparse.ArgumentParser(add_help=False)
+    probe.add_argument("--engine")
+    known, _ = probe.parse_known_args(words)
+    mode = known.engine or os.environ.get("CODEMODE_ENGINE", "").strip() or "process"
+    if mode == "process":
+        from codemode import _zygote_start
+
+        _zygote_start.launch_early()
 
 
 def entry_point() -> NoReturn:

@@ -92,3 +92,14 @@ def test_importing_codemode_leaves_what_only_commands_need_unloaded() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_importing_codemode_loads_its_names_at_first_use() -> None:
+    # `codemode run` imports the engine's zygote starter before the host (cli._start_zygote_early):
+    # the package's names load when first used, not with the package.
+    probe = (
+        "import sys, codemode; before = sorted(m for m in sys.modules if m.startswith('codemode.')); "
+        "codemode.Host; print(before, 'codemode.host' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['codemode._version'] True"

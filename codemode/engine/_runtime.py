@@ -20,7 +20,7 @@ from codemode.engine._calls import LoopCalls
 from codemode.engine._guest import START_OVER, WAITING
 from codemode.engine._loop import LoopSpawner
 from codemode.engine._outcome import CallGate, EngineLimits, ProgramCalls, ProgramOutcome, as_result
-from codemode.engine._processes import ProcessPool
+from codemode.engine._processes import ProcessPool, start_zygote_soon
 from codemode.engine._program import ProgramThread
 from codemode.engine._remote import run_in_worker
 from codemode.engine._text import prepare_context
@@ -124,6 +124,12 @@ class Engine:
             if mode == "process"
             else None
         )
+
+    def start_soon(self) -> None:
+        """In process mode, start the zygote now on a thread (`start_zygote_soon`): it boots while
+        the host opens instead of when the first program needs a worker."""
+        if self._processes is not None:
+            start_zygote_soon()
 
     @property
     def processes(self) -> ProcessPool | None:

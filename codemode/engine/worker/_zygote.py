@@ -29,13 +29,19 @@ _MAX_MESSAGE = 65536
 
 
 def _send(sock: socket.socket, message: _wire.ZygoteHello | _wire.ZygoteReport) -> None:
-    sock.send(json.dumps(message).encode("utf-8"))
+    try:
+        sock.send(json.dumps(message).encode("utf-8"))
+    except OSError:  # the host went away (a `codemode run` that started it early and failed)
+        os._exit(0)
 
 
 def _receive(sock: socket.socket) -> tuple[_wire.ZygoteOrder | None, list[int]]:
     """The next message and the descriptors it carried; (None, []) when the host went away."""
     fds = array.array("i")
-    data, ancillary, _flags, _address = sock.recvmsg(_MAX_MESSAGE, socket.CMSG_SPACE(2 * fds.itemsize))
+    try:
+        data, ancillary, _flags, _address = sock.recvmsg(_MAX_MESSAGE, socket.CMSG_SPACE(2 * fds.itemsize))
+    except ConnectionResetError:  # it went away without reading what this sent (its hello)
+        return None, []
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])

@@ -1,0 +1,44 @@
+"""The engine's zygote started early (`codemode run` in mode process): adopted once, alive."""
+
+from __future__ import annotations
+
+import json
+
+from codemode import _zygote_start
+
+
+def _hello(started: _zygote_start.Started) -> dict[str, object]:
+    process, sock = started
+    sock.settimeout(30)
+    try:
+        hello: dict[str, object] = json.loads(sock.recv(65536))
+    finally:
+        process.kill()
+        process.wait()
+        sock.close()
+    return hello
+
+
+def test_the_zygote_started_early_is_the_one_taken_once() -> None:
+    _zygote_start.launch_early()
+    early = _zygote_start._early
+    assert early is not None
+    _zygote_start.launch_early()  # once: a second call starts nothing
+    assert _zygote_start._early is early
+    taken = _zygote_start.take()
+    assert taken is early and _zygote_start._early is None
+    assert _hello(taken)["hello"] == early[0].pid
+    again = _zygote_start.take()  # none left early: a new one
+    assert again[0].pid != early[0].pid
+    assert _hello(again)["hello"] == again[0].pid
+
+
+def test_an_early_zygote_that_died_is_replaced() -> None:
+    _zygote_start.launch_early()
+    early = _zygote_start._early
+    assert early is not None
+    early[0].kill()
+    early[0].wait()
+    taken = _zygote_start.take()
+    assert taken[0].pid != early[0].pid and early[1].fileno() == -1  # its socket closed
+    assert _hello(taken)["hello"] == taken[0].pid

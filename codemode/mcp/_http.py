@@ -41,6 +41,7 @@ from codemode.errors import UserError
 from codemode.mcp._server import create_failed_server, create_server
 from codemode.mcp._sessions import ConnectionSessions
 from codemode.mcp._startup import HostSource, open_host
+from codemode.network import protect_front, release_front
 
 __all__ = ["DEFAULT_PORT", "HttpOptions", "create_http_app", "parse_bind", "serve_http"]
 
@@ -226,7 +227,13 @@ async def serve_http(
                     f"codemode: listening on {options.host}, beyond this machine: whoever reaches it with the "
                     "token runs commands as this user; put TLS in front (a reverse proxy), keep the token secret\n"
                 )
-            await http.serve(sockets=[sock])
+            # Commands with a network allowlist never reach this front through the proxy.
+            front = sock.getsockname()
+            protect_front(str(front[0]), int(front[1]))
+            try:
+                await http.serve(sockets=[sock])
+            finally:
+                release_front(str(front[0]), int(front[1]))
             signals.cancel_scope.cancel()
     # Here the sessions' closes have run (the task group waited for them), then the host closed.
 

@@ -114,9 +114,9 @@ class BashRunArgs(_ActionArgs):
         max_length=MAX_REPORT_KEYWORDS,
         description="background: keywords whose lines are reported (default error, fail, panic, ...; [] none).",
     )
-    network: bool | NetworkAllow | None = pydantic.Field(
+    network: NetworkAllow | bool | None = pydantic.Field(
         default=None,
-        description='true: needs network (asks where off); {"allow": [domains]}: only those, *.x.org for subdomains.',
+        description="true: needs network (asks where off); {allow: [domains]}: those only.",
     )
     write_paths: list[str] | None = pydantic.Field(
         default=None,

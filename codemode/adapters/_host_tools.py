@@ -138,13 +138,14 @@ class HostTools:
         called = await self.host.call_tool(real or name, args, session_id=self.session_id)
         return ToolOutput(called.text, called.is_error, called.structured_content, called.images)
 
-    async def _run_code(self, args: JsonObject) -> ToolOutput:
-        code, call_id = args.get("code"), args.get("call_id")
+    async def _run_code(self, args: Mapping[str, object]) -> ToolOutput:
+        code, given_id = args.get("code"), args.get("call_id")
         if not isinstance(code, str):
             return ToolOutput('run_code needs {"code": "<JavaScript program>"}', True)
-        if call_id is not None:
+        call_id = None
+        if given_id is not None:
             try:
-                check_id(call_id, "call_id")
+                call_id = check_id(given_id, "call_id")
             except UserError as exc:
                 return ToolOutput(f"run_code: {exc}; nothing ran", True)
         result = await self.host.run_code(code, session_id=self.session_id, call_id=call_id)

@@ -192,15 +192,16 @@ def create_server(
         return types.CallToolResult(content=content, structured_content=structured, is_error=called.is_error)
 
     async def run_code(
-        args: JsonObject, session: str | None, on_progress: ProgressCallback | None
+        args: Mapping[str, object], session: str | None, on_progress: ProgressCallback | None
     ) -> types.CallToolResult:
         code = args.get("code")
         if not isinstance(code, str):
             return _error('run_code needs {"code": "<JavaScript program>"}')
-        call_id = args.get("call_id")
-        if call_id is not None:
+        given_id = args.get("call_id")
+        call_id = None
+        if given_id is not None:
             try:
-                check_id(call_id, "call_id")
+                call_id = check_id(given_id, "call_id")
             except UserError as exc:
                 return _error(f"run_code: {exc}; nothing ran")
         result = await host.run_code(code, session_id=session, call_id=call_id, on_progress=on_progress)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,14 +52,17 @@ class Notification:
     data: JsonObject | None = None
 
 
-def _redact_note(text: str, data: JsonObject | None, redactor: Redactor) -> tuple[str, JsonObject | None]:
+def _redact_note(
+    text: str, data: Mapping[str, object] | None, redactor: Redactor
+) -> tuple[str, dict[str, object] | None]:
     """A notification's text and data, redacted as one result: a value found by its context in
     one of its texts (``password = 'X'`` in a report's output) is cut in the others (its line)."""
     if data is None:
         return redactor.redact(text), None
-    keys = [k for k, v in data.items() if isinstance(v, str)]
+    strings = {k: v for k, v in data.items() if isinstance(v, str)}
+    keys = list(strings)
     texts = [
-        clean_terminal_text(data[k].encode()) if k in ("output", "output_tail") else data[k] for k in keys
+        clean_terminal_text(v.encode()) if k in ("output", "output_tail") else v for k, v in strings.items()
     ]
     shown = redactor.redact_together([text, *texts])
     return shown[0], {

@@ -175,6 +175,7 @@ class RunSpec:
     call_id: str | None = None  # the surrounding run_code or direct call (progress reports)
     direct: tuple[str, ...] | None = None  # exec this argv without a shell
     shell_fallback: bool = False  # direct came from a command string: bash runs it if not found
+    writes: bool = True  # may change things: waits for the session's writers (ToolContext.writers)
 
     def record_fields(self) -> RecordFields:
         """The fields of a process record that come from this request."""

@@ -224,7 +224,7 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
         return Extension(
             name="bash",
             tools=[bash_tool(self._handle, self._handoff, install)],
-            guidance=guidance(self._handoff),
+            guidance=guidance(self._handoff, self._gate is not None and self._gate.serialize_writers),
         )
 
     async def _handle(self, args: BashArgs, ctx: ToolContext) -> ToolResult:
@@ -323,6 +323,7 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
         environ = self._environ
         direct = tuple(argv) if argv is not None else None
         shell_fallback = False
+        writes = True  # without a gate nothing is classified: every run may change things
         if self._gate is not None:
             plan = self._gate.plan(command=command, argv=argv, cwd=resolved, background=background, ctx=ctx)
             if plan.env or plan.path_prepend:
@@ -331,6 +332,7 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
                     environ["PATH"] = os.pathsep.join((*plan.path_prepend, environ.get("PATH", os.defpath)))
             if direct is None and plan.direct is not None:
                 direct, shell_fallback = plan.direct, True
+            writes = plan.writes
         return RunSpec(
             command=shown or command or "",
             cwd=resolved,
@@ -345,6 +347,7 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
             completion_mode=completion_mode or "resume",
             environ=environ,
             call_id=ctx.call_id,
+            writes=writes,
         )
 
     def _prepare(self, args: BashRunArgs, ctx: ToolContext) -> RunSpec:
@@ -362,7 +365,23 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
         return spec
 
     async def _run(self, args: BashRunArgs, ctx: ToolContext) -> ToolResult:
-        spec = await anyio.to_thread.run_sync(self._prepare, args, ctx)
+        # Its place in the session's line is taken now, in the order calls came; a run that
+        # only looks leaves it once classified, a writer waits there for the writers before it
+        # and holds the turn to its end (a background run: until it has started).
+        place = ctx.writers.enter() if ctx.writers is not None else None
+        try:
+            spec = await anyio.to_thread.run_sync(self._prepare, args, ctx)
+            if place is not None:
+                if spec.writes:
+                    await place.wait()
+                else:
+                    place.leave()
+            return await self._run_spec(spec, args, ctx)
+        finally:
+            if place is not None:
+                place.leave()
+
+    async def _run_spec(self, spec: RunSpec, args: BashRunArgs, ctx: ToolContext) -> ToolResult:
         if args.run_in_background:
             # Shielded: once started, the process runs whatever happens to this call, so the
             # call finishes and says which process it started (also when its program ended

@@ -368,8 +368,15 @@ def description(handoff_seconds: float | None, install: str | None = None) -> st
     )
 
 
-def guidance(handoff_seconds: float | None) -> str:
-    """The text the bash tool adds to the run_code description."""
+_WRITERS_LINE = (
+    "- In a session, commands that may change things (all but read-only ones: ls, cat, grep, git "
+    "status, ...) and write_file/edit_file run one at a time, in call order; read-only ones run at once."
+)
+
+
+def guidance(handoff_seconds: float | None, writers_in_turn: bool = False) -> str:
+    """The text the bash tool adds to the run_code description (``writers_in_turn``: the
+    session's writers run one at a time, `codemode.policy.CommandPolicy.serialize_writers`)."""
     return "\n".join(
         [
             "### bash",
@@ -394,5 +401,6 @@ def guidance(handoff_seconds: float | None) -> str:
             "`watcher_in_foreground` (watchers, dev servers, `tail -f`: use `run_in_background: true`) or "
             "`redacted_value` (a `[REDACTED:…]` value cannot be passed back: read the secret inside the "
             "command). `rm` of workspace files moves them to a trash the user can restore from.",
+            *([_WRITERS_LINE] if writers_in_turn else []),
         ]
     )

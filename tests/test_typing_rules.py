@@ -7,11 +7,12 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "codemode"
 UNTYPED = re.compile(r"dict\[str, Any\]|JsonObject")
-# Lines with `dict[str, Any]` or the alias `JsonObject` (codemode/_json.py), its definition
-# not counted: the same count as `grep -rnE "dict\[str, Any\]|JsonObject" codemode`. Lower it
-# as modules get models or TypedDicts; the issue's target is 40, each left at a JSON boundary
-# (JSON Schema documents, a model's tool arguments, MCP payloads).
-LIMIT = 78
+# Lines with `dict[str, Any]` or the alias `JsonObject`, codemode/_json.py (the alias itself)
+# not counted: `grep -rnE "dict\[str, Any\]|JsonObject" codemode` less that file's 4 lines.
+# Lower it as modules get models or TypedDicts. The issue's target was 40 (the grep's count);
+# what is left sits at a JSON boundary: JSON Schema documents (a tool's input and output
+# schemas, what MCP lists, the redaction rules' specs) and a notification's free-form data.
+LIMIT = 34
 
 
 def untyped_lines() -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import ipaddress
+import json
 import math
 import signal
 import socket
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import uvicorn
 from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
 from mcp.server.auth.provider import AccessToken
@@ -34,10 +36,11 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from codemode._surface import SurfaceName
 from codemode.errors import UserError
+from codemode.mcp._disconnect import SCOPE_KEY, Disconnect
 from codemode.mcp._server import create_failed_server, create_server
 from codemode.mcp._sessions import ConnectionSessions
 from codemode.mcp._startup import HostSource, open_host
@@ -170,14 +173,78 @@ class _LogRefusals:
         sys.stderr.flush()
 
 
-def create_http_app(server: Server[Any], options: HttpOptions) -> Starlette:
-    """The ASGI app serving ``server`` at ``/mcp`` (its lifespan runs the session manager)."""
+class _SessionEnds:
+    """Between the bearer check and the SDK's session manager: a request's calls are cancelled
+    when its client goes away before the answer (`Disconnect`); a ``DELETE`` is noted as the
+    client closing its session; the SDK's bare 404 for an MCP session id it does not hold
+    becomes a JSON-RPC error that says how that session ended and to start a new one (the MCP
+    spec's rule: a client answered 404 for its session id must initialize again)."""
+
+    def __init__(self, app: ASGIApp, sessions: ConnectionSessions | None) -> None:
+        self._app = app
+        self._sessions = sessions
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        session_id = next(
+            (value.decode("latin-1") for name, value in scope["headers"] if name == b"mcp-session-id"), None
+        )
+        if session_id is not None and scope["method"] == "DELETE" and self._sessions is not None:
+            self._sessions.closing(session_id)
+        disconnect = Disconnect()
+        answered = False
+        replaced = False
+
+        async def watched_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.disconnect" and not answered:
+                disconnect.client_gone()
+            return message
+
+        async def watched_send(message: Message) -> None:
+            nonlocal answered, replaced
+            if replaced:
+                return  # the SDK's own body of a 404 answered here
+            if message["type"] == "http.response.start" and message["status"] == 404 and session_id:
+                replaced = True
+                await self._session_not_found(session_id, send)
+                answered = True
+                return
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                answered = True
+            await send(message)
+
+        await self._app({**scope, SCOPE_KEY: disconnect}, watched_receive, watched_send)
+
+    async def _session_not_found(self, session_id: str, send: Send) -> None:
+        if self._sessions is not None:
+            message = await anyio.to_thread.run_sync(self._sessions.ended_message, session_id)
+        else:
+            message = (
+                "Session not found; start a new session (send initialize without an Mcp-Session-Id header)"
+            )
+        body = json.dumps(
+            {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
+        ).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 404, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def create_http_app(
+    server: Server[Any], options: HttpOptions, sessions: ConnectionSessions | None = None
+) -> Starlette:
+    """The ASGI app serving ``server`` at ``/mcp`` (its lifespan runs the session manager);
+    ``sessions`` tell an old session id how its session ended."""
     manager = StreamableHTTPSessionManager(
         app=server,
         security_settings=options.security(),
         session_idle_timeout=options.idle_timeout_seconds,
     )
-    endpoint = _LogRefusals(RequireAuthMiddleware(StreamableHTTPASGIApp(manager), required_scopes=[]))
+    ends = _SessionEnds(StreamableHTTPASGIApp(manager), sessions)
+    endpoint = _LogRefusals(RequireAuthMiddleware(ends, required_scopes=[]))
     return Starlette(
         routes=[Route(ENDPOINT, endpoint=endpoint)],
         middleware=[
@@ -204,11 +271,12 @@ async def serve_http(
     sock = _listen(options.host, options.port)
     bound = f"[{options.host}]" if ":" in options.host else options.host
     url = f"http://{bound}:{sock.getsockname()[1]}{ENDPOINT}"
+    sessions: ConnectionSessions | None = None
     async with open_host(host) as opened, anyio.create_task_group() as closing:
         if isinstance(opened, str):
             server = create_failed_server(opened)
         else:
-            sessions = ConnectionSessions(opened, closing.start_soon)
+            sessions = ConnectionSessions(opened, closing.start_soon, options.idle_timeout_seconds)
             server = create_server(
                 opened,
                 session_of=sessions,
@@ -216,11 +284,11 @@ async def serve_http(
                 surface=options.surface,
                 output_schemas=options.output_schemas,
             )
-        app = create_http_app(server, options)
+        app = create_http_app(server, options, sessions)
         config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
         http = _Uvicorn(config)
         async with anyio.create_task_group() as signals:
-            signals.start_soon(_stop_on_signal, http)
+            signals.start_soon(_stop_on_signal, http, sessions)
             (announce or _announce)(url)
             if not _loopback(options.host):
                 sys.stderr.write(
@@ -234,6 +302,8 @@ async def serve_http(
                 await http.serve(sockets=[sock])
             finally:
                 release_front(str(front[0]), int(front[1]))
+            if sessions is not None:
+                sessions.stopping()
             signals.cancel_scope.cancel()
     # Here the sessions' closes have run (the task group waited for them), then the host closed.
 
@@ -247,9 +317,11 @@ class _Uvicorn(uvicorn.Server):
         yield
 
 
-async def _stop_on_signal(http: uvicorn.Server) -> None:
+async def _stop_on_signal(http: uvicorn.Server, sessions: ConnectionSessions | None) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
         async for signum in received:
+            if sessions is not None:
+                sessions.stopping()  # the sessions that end from now on end for that
             # uvicorn's own handler (which sse-starlette hooks to end the open event streams
             # at once, not after the graceful-shutdown timeout)
             http.handle_exit(signum, None)

@@ -46,6 +46,7 @@ from codemode.budget import TokenCounter
 from codemode.errors import ErrorCode, GuestErrorKind, UserError
 from codemode.host import Host
 from codemode.mcp._approval import Elicitor
+from codemode.mcp._disconnect import of_request
 from codemode.mcp._sessions import NoSession, SessionOf
 from codemode.tools import Tool
 
@@ -120,6 +121,9 @@ def create_server(
         host.approvals.callback = elicitor
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        if session_of is not None:  # a session that lists its tools is held from then on
+            with contextlib.suppress(NoSession):
+                session_of(ctx)
         tools = [_run_code_tool(host.run_code_description(), output_schemas=output_schemas)]
         for listed in listed_tools(host.registry, surface):
             t = listed.tool
@@ -154,11 +158,15 @@ def create_server(
             if elicitor is not None
             else contextlib.nullcontext()
         )
+        disconnect = of_request(ctx.request)
+        watch = disconnect.calls() if disconnect is not None else contextlib.nullcontext()
         try:
-            with serving:
+            with serving, watch:
                 return await dispatch(params, session, _progress_callback(ctx))
         except Exception as exc:  # a host fault: an error result, never a protocol error
             return _error(f"{params.name} failed on the host: {type(exc).__name__}: {exc}")
+        # Here only when the client went away first: nobody reads this answer.
+        return _error(f"{params.name} was cancelled: its client disconnected before the answer")
 
     async def dispatch(
         params: types.CallToolRequestParams, session: str | None, on_progress: ProgressCallback | None

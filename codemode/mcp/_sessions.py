@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
 from typing import Any
 
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 
+from codemode._ids import check_id
+from codemode.errors import UserError
 from codemode.host import Host
+from codemode.state import EndReason
 
 __all__ = ["ConnectionSessions", "NoSession", "SessionOf"]
 
@@ -26,22 +30,27 @@ class NoSession(Exception):
 class ConnectionSessions:
     """One codemode session per MCP session (streamable HTTP): ``mcp-<Mcp-Session-Id>``.
 
-    Nothing is kept here: the id comes from the request's connection, and the session's state
-    (store, processes, archived text) lives in the state directory. The first call of an MCP
-    session puts a close on the SDK's per-connection exit stack, which unwinds when the MCP
-    session ends (the client's DELETE, the idle timeout, the server stopping): it stops the
-    session's ``lifecycle: session`` processes and drops its temp dir. The close runs through
-    ``spawn`` (the front's task group), so the SDK's time bound on connection cleanup never
-    cuts a stop short.
+    Nothing is kept here but the sessions open now: the id comes from the request's connection,
+    and the session's state (store, processes, archived text) lives in the state directory. The
+    first request of an MCP session holds it (`Host.hold_session`: it ends with this process,
+    also when this process dies) and puts a close on the SDK's per-connection exit stack, which
+    unwinds when the MCP session ends (the client's DELETE, the idle timeout, the server
+    stopping): it stops the session's ``lifecycle: session`` processes, drops its temp dir and
+    records why it ended. The close runs through ``spawn`` (the front's task group), so the
+    SDK's time bound on connection cleanup never cuts a stop short.
 
     Args:
         host: The open host.
         spawn: Starts an async function in a task group that outlives the connections.
+        idle_timeout_seconds: The front's idle timeout (named in the message of an expired session).
     """
 
-    def __init__(self, host: Host, spawn: Spawn) -> None:
+    def __init__(self, host: Host, spawn: Spawn, idle_timeout_seconds: float | None = None) -> None:
         self._host = host
         self._spawn = spawn
+        self._idle = idle_timeout_seconds
+        self._open: dict[str, EndReason | None] = {}  # session -> why it is ending, once known
+        self._stopping = False
 
     def __call__(self, ctx: ServerRequestContext[Any]) -> str:
         """The codemode session of the request's MCP session.
@@ -61,8 +70,48 @@ class ConnectionSessions:
         session = f"mcp-{connection.session_id}"
         if connection.state.get(_STATE_KEY) != session:
             connection.state[_STATE_KEY] = session
-            connection.exit_stack.callback(self._spawn, functools.partial(self._host.close_session, session))
+            self._host.hold_session(session)
+            self._open[session] = None
+            connection.exit_stack.callback(self._spawn, functools.partial(self._close, session))
         return session
+
+    def closing(self, mcp_session_id: str) -> None:
+        """The client asked to end this MCP session (``DELETE``)."""
+        session = f"mcp-{mcp_session_id}"
+        if session in self._open:
+            self._open[session] = "closed"
+
+    def stopping(self) -> None:
+        """The server is stopping: the sessions that end from now on end for that."""
+        self._stopping = True
+
+    async def _close(self, session: str) -> None:
+        reason = self._open.pop(session, None) or ("server_stopped" if self._stopping else "expired")
+        await self._host.close_session(session, reason)
+
+    def ended_message(self, mcp_session_id: str) -> str:
+        """What a request presenting an MCP session id this process does not hold is told
+        (answered with 404: per the MCP spec the client must then start a new session)."""
+        again = "; start a new session (send initialize without an Mcp-Session-Id header)"
+        try:
+            end = self._host.session_end(check_id(f"mcp-{mcp_session_id}", "session_id"))
+        except UserError:
+            end = None
+        if end is None:
+            return (
+                "Session not found: this server holds no MCP session with this id (it ended, or "
+                f"never existed here){again}"
+            )
+        when = datetime.fromtimestamp(end.ended_at, UTC).isoformat(timespec="seconds")
+        why = {
+            "closed": "the client closed it (DELETE)",
+            "expired": "it was idle longer than the server's idle timeout"
+            + (f" ({self._idle:g} s)" if self._idle is not None else ""),
+            "server_stopped": f"the server process that held it (pid {end.holder_pid}) stopped",
+            "server_died": f"the server process that held it (pid {end.holder_pid}) died and the server "
+            "was restarted; its lifecycle=session processes were stopped",
+        }[end.reason]
+        return f"Session ended at {when}: {why}{again}"
 
 
 def _connection(ctx: ServerRequestContext[Any]) -> Connection:

@@ -5,6 +5,7 @@ One state directory (mode 0700) holds the database and the archived files; each 
 while it is written and the directory has a quota. `State` opens all of it.
 """
 
+from codemode.state import _holds as session_holds
 from codemode.state import _processes as process_records
 from codemode.state._archive import (
     COMPACT_KEEP_BYTES,
@@ -22,6 +23,7 @@ from codemode.state._capped import (
     MIN_QUOTA_BYTES,
 )
 from codemode.state._database import Database
+from codemode.state._holds import EndReason, SessionEnd
 from codemode.state._learned import LearnedTypes
 from codemode.state._processes import ProcessRecord
 from codemode.state._redact import Redactor, compile_rules_soon, redact_json
@@ -53,12 +55,14 @@ __all__ = [
     "ArchivePage",
     "ArchiveRef",
     "Database",
+    "EndReason",
     "LearnedTypes",
     "LogWriter",
     "ProcessRecord",
     "Redactor",
     "RunRecord",
     "RunRecords",
+    "SessionEnd",
     "SessionValues",
     "State",
     "StreamRedactor",
@@ -66,4 +70,5 @@ __all__ = [
     "compile_rules_soon",
     "process_records",
     "redact_json",
+    "session_holds",
 ]

@@ -19,7 +19,7 @@ from codemode.errors import StateDirError
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "init_schema"]
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 # The bash tool's tables as version 6 had them (what migration 5 -> 6 creates).
 _BASH_TABLES_V6 = """
@@ -121,6 +121,18 @@ CREATE TABLE IF NOT EXISTS notifications (
 CREATE INDEX IF NOT EXISTS notifications_pending ON notifications (session_id, delivered_at);
 """
 
+# Sessions held open by a front process (``PIDxSTART``) and how each ended (`_holds`).
+_HOLD_TABLES = """
+CREATE TABLE IF NOT EXISTS session_holds (
+    session_id TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    opened_at REAL NOT NULL,
+    ended_at REAL,
+    reason TEXT
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS session_holds_open ON session_holds (ended_at);
+"""
+
 # Approval requests and their decisions (the audit of codemode.policy's approvals).
 _APPROVAL_TABLES = """
 CREATE TABLE IF NOT EXISTS approval_records (
@@ -200,6 +212,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     + _BASH_TABLES
     + _APPROVAL_TABLES
     + _LEARNED_TABLES
+    + _HOLD_TABLES
 )
 """Every table, as a new database gets it."""
 
@@ -313,6 +326,13 @@ def _migrate_8_to_9(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX notifications_pending ON notifications (session_id, delivered_at)")
 
 
+def _migrate_9_to_10(conn: sqlite3.Connection) -> None:
+    """Sessions held open by a front process are recorded, with how each ended."""
+    for statement in _HOLD_TABLES.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
 # _MIGRATIONS[v] brings a database from version v to v + 1, inside the caller's transaction.
 _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _migrate_1_to_2,
@@ -323,6 +343,7 @@ _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     6: _migrate_6_to_7,
     7: _migrate_7_to_8,
     8: _migrate_8_to_9,
+    9: _migrate_9_to_10,
 }
 
 

@@ -35,9 +35,14 @@ class HttpServer:
 
 @contextmanager
 def http_server(
-    tmp_path: Path, *extra: str, name: str = "srv", env: dict[str, str] | None = None
+    tmp_path: Path,
+    *extra: str,
+    name: str = "srv",
+    env: dict[str, str] | None = None,
+    bind: str = "127.0.0.1:0",
 ) -> Iterator[HttpServer]:
-    """Start `codemode mcp --http 127.0.0.1:0` (a free port) and stop it (SIGTERM) after."""
+    """Start `codemode mcp --http 127.0.0.1:0` (a free port; or ``bind``) and stop it (SIGTERM)
+    after."""
     workspace = tmp_path / "ws"
     workspace.mkdir(exist_ok=True)
     state_dir = tmp_path / "state"
@@ -46,7 +51,7 @@ def http_server(
     args = ["--workspace", str(workspace), "--state-dir", str(state_dir), *extra]
     with stderr.open("wb") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "codemode", "mcp", "--http", "127.0.0.1:0", *args],
+            [sys.executable, "-m", "codemode", "mcp", "--http", bind, *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=sink,

@@ -333,7 +333,12 @@ def foreground_marker(tag: str) -> str:
     return f"f_{tag}_{_host_identity()}_{secrets.token_hex(6)}"
 
 
-def _host_is_gone(host: str) -> bool:
+def host_identity() -> str:
+    """``PIDxSTART`` of this host (see `_host_identity`)."""
+    return _host_identity()
+
+
+def host_is_gone(host: str) -> bool:
     """Whether the host named ``PIDxSTART`` (see `_host_identity`) no longer runs."""
     pid_text, _, started_text = host.partition("x")
     if not (pid_text.isdigit() and started_text.isdigit()):
@@ -348,7 +353,7 @@ def orphaned_foreground_markers(tag: str) -> list[str]:
     orphans = []
     for marker in markers_with_prefix(f"f_{tag}_"):
         parts = marker.split("_")
-        if len(parts) == 4 and _host_is_gone(parts[2]):
+        if len(parts) == 4 and host_is_gone(parts[2]):
             orphans.append(marker)
     return orphans
 
@@ -361,7 +366,7 @@ def orphaned_foreground_cgroups(tag: str) -> list[str]:
     return [
         path
         for owner in root.owners()
-        if owner.startswith(prefix) and _host_is_gone(owner[len(prefix) :])
+        if owner.startswith(prefix) and host_is_gone(owner[len(prefix) :])
         for path in root.children(owner)
     ]
 

@@ -1,6 +1,13 @@
 """Reaping and upkeep: start-up reconcile, log finishing and pinning, expiry of old records,
 foreground commands of dead hosts ended; promoted runs reaped; what a session's finished runs
-left behind ended with it."""
+left behind ended with it; sessions held by a host that died ended.
+
+The rule after a crash: a host that starts on a state directory looks at every live record.
+One whose supervisor is gone (pid and start time no longer match) is lost, and what is left
+of its command is ended. One whose supervisor is alive is kept (re-adopted: any host on the
+state directory reads, waits for and stops it through its record), unless its session was
+held by a host that died (`hold_session`): that session has ended, so its ``lifecycle:
+session`` processes are stopped as its close would have; ``managed`` ones live on."""
 
 from __future__ import annotations
 
@@ -15,10 +22,13 @@ import anyio.to_thread
 
 from codemode.errors import ToolError
 from codemode.sandbox import cgroup_kill, cgroup_remove
-from codemode.state import Archive, ProcessRecord
+from codemode.state import Archive, EndReason, ProcessRecord, SessionEnd
 from codemode.state import process_records as _records
+from codemode.state import session_holds as _holds
 from codemode.tools.bash._foreground import (
     TERM_GRACE_SECONDS,
+    host_identity,
+    host_is_gone,
     orphaned_foreground_cgroups,
     orphaned_foreground_markers,
     state_tag,
@@ -58,11 +68,20 @@ class Reaping:
         Foreground commands left running by a host that died are ended too (found by the
         marker variable, which names their host's pid and start time).
 
+        Sessions held by a host that died are ended: their ``lifecycle: session`` processes
+        are stopped (see the module's rule).
+
         Returns:
             Counts: ``lost`` (records reconciled), ``expired`` (records removed), ``orphans``
-            (foreground commands of dead hosts ended).
+            (foreground commands of dead hosts ended), ``ended_sessions`` (sessions of dead
+            hosts ended), ``stopped`` (their processes stopped).
         """
-        counts = {"lost": 0, "expired": 0, "orphans": 0}
+        counts = {"lost": 0, "expired": 0, "orphans": 0, "ended_sessions": 0, "stopped": 0}
+        with self._db() as conn:
+            orphaned = [session for session, holder in _holds.held(conn) if host_is_gone(holder)]
+        for session_id in orphaned:
+            counts["stopped"] += self._end_orphaned_session(session_id)
+            counts["ended_sessions"] += 1
         with self._db() as conn:
             live = _records.live_records(conn)
         kept_markers: set[str] = set()
@@ -94,6 +113,7 @@ class Reaping:
                 for row in conn.execute("SELECT process_id FROM notifications WHERE delivered_at IS NULL")
             }
             records = _records.for_session(conn, None)
+            _holds.expire(conn, time.time() - _holds.KEEP_SECONDS)
         for record in records:
             if record.live or record.log_ref is None:
                 continue
@@ -129,8 +149,36 @@ class Reaping:
                 with self._lock:
                     self._adopted.pop(process_id, None)
 
-    async def close_session(self, session_id: str) -> None:
-        """Stop the session's ``lifecycle: session`` processes."""
+    def _end_orphaned_session(self, session_id: str) -> int:
+        """End a session whose holder died: stop its ``lifecycle: session`` processes (each
+        identity checked by `_stop`), record the end; how many were stopped."""
+        with self._db() as conn:
+            live = _records.live_records(conn, session_id)
+        stopped = 0
+        for record in live:
+            if record.lifecycle == "session":
+                with contextlib.suppress(ToolError):
+                    self._stop(record)
+                    stopped += 1
+        with self._db() as conn:
+            _holds.end(conn, session_id, "server_died")
+        return stopped
+
+    def hold_session(self, session_id: str) -> None:
+        """Record that this host holds ``session_id`` open, so that the session ends with it:
+        when this host dies without closing it, the next host on the state directory ends it
+        (`maintain`), stopping its ``lifecycle: session`` processes."""
+        with self._db() as conn:
+            _holds.hold(conn, session_id, host_identity())
+
+    def session_end(self, session_id: str) -> SessionEnd | None:
+        """How a held session ended (None: still held, or never held)."""
+        with self._db() as conn:
+            return _holds.ending(conn, session_id)
+
+    async def close_session(self, session_id: str, reason: EndReason = "closed") -> None:
+        """Stop the session's ``lifecycle: session`` processes; a held session's end is recorded
+        with ``reason``."""
         with self._db() as conn:
             live = _records.live_records(conn, session_id)
         with anyio.CancelScope(shield=True):
@@ -139,6 +187,8 @@ class Reaping:
                     with contextlib.suppress(ToolError):
                         await anyio.to_thread.run_sync(self._stop, record)
             await anyio.to_thread.run_sync(self._end_leftovers, session_id)
+            with self._db() as conn:
+                _holds.end(conn, session_id, reason)
 
     def _end_leftovers(self, session_id: str | None) -> None:
         """End what finished foreground runs of one session (None: every session) left running."""

@@ -1,0 +1,79 @@
+"""Which host holds a session open, and how each held session ended (SQLite).
+
+A front whose sessions end with it (the MCP server: an MCP session lives in one server
+process) records each session it holds, with that process's identity (``PIDxSTART``). When
+the session ends its row says why. A host that starts on the state directory ends the
+sessions of holders that died without ending them (`ProcessManager.maintain`), and a front
+asked about a session id it does not hold can say how that session ended.
+
+Standard library only, on the process records' connection (`_processes.connect`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+EndReason = Literal["closed", "expired", "server_stopped", "server_died"]
+"""Why a held session ended: the client closed it (MCP ``DELETE``), it was idle past the
+server's idle timeout, its server stopped (and ended it), or its server died without ending it
+(found by the next host on the state directory)."""
+
+KEEP_SECONDS = 30 * 24 * 3600
+"""How long the row of an ended session is kept (to answer for its id)."""
+
+
+@dataclass(frozen=True)
+class SessionEnd:
+    """How a held session ended: ``reason``, when (seconds since the epoch), and the pid of the
+    process that held it."""
+
+    reason: EndReason
+    ended_at: float
+    holder_pid: int
+
+
+def hold(conn: sqlite3.Connection, session_id: str, holder: str) -> None:
+    """Record that ``holder`` (``PIDxSTART``) holds ``session_id`` open (again, if it had ended)."""
+    conn.execute(
+        "INSERT INTO session_holds (session_id, holder, opened_at) VALUES (?, ?, ?) ON CONFLICT (session_id)"
+        " DO UPDATE SET holder = excluded.holder, opened_at = excluded.opened_at, ended_at = NULL,"
+        " reason = NULL",
+        (session_id, holder, time.time()),
+    )
+
+
+def end(conn: sqlite3.Connection, session_id: str, reason: EndReason) -> bool:
+    """Record that a held session ended (the first end recorded wins); False when it was not
+    held or had ended already."""
+    cur = conn.execute(
+        "UPDATE session_holds SET ended_at = ?, reason = ? WHERE session_id = ? AND ended_at IS NULL",
+        (time.time(), reason, session_id),
+    )
+    return cur.rowcount > 0
+
+
+def ending(conn: sqlite3.Connection, session_id: str) -> SessionEnd | None:
+    """How ``session_id`` ended; None when it is still held or was never held."""
+    row = conn.execute(
+        "SELECT holder, ended_at, reason FROM session_holds WHERE session_id = ? AND ended_at IS NOT NULL",
+        (session_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    holder, ended_at, reason = row
+    pid = str(holder).partition("x")[0]
+    return SessionEnd(reason=reason, ended_at=float(ended_at), holder_pid=int(pid) if pid.isdigit() else 0)
+
+
+def held(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    """``(session_id, holder)`` of every session still held."""
+    rows = conn.execute("SELECT session_id, holder FROM session_holds WHERE ended_at IS NULL").fetchall()
+    return [(str(session), str(holder)) for session, holder in rows]
+
+
+def expire(conn: sqlite3.Connection, before: float) -> int:
+    """Remove the rows of sessions that ended before ``before``; how many."""
+    return conn.execute("DELETE FROM session_holds WHERE ended_at < ?", (before,)).rowcount

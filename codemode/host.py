@@ -40,7 +40,7 @@ from codemode.sandbox import (
     sweep_stale_tmp,
     tmp_mounts,
 )
-from codemode.state import Archive, State, compile_rules_soon
+from codemode.state import Archive, EndReason, SessionEnd, State, compile_rules_soon
 from codemode.tools import Extension, Tool, ToolDescription, ToolRegistry, builtin_extensions
 from codemode.tools.bash import Notification, ProcessManager
 
@@ -120,8 +120,8 @@ class Host:
             state=lambda: self.state,
             processes=lambda: self._processes,
             notify_in_results=self.config.notify_in_results,
+            serialize_writers=self.command_policy.serialize_writers,
         )
-        self._session_tmp = self._sessions.temp_dirs  # each session's temp dir, made at its first call
         self._mounts = Mounts(
             mcp_servers, registry=self.registry, workspace=workspace, policy=lambda: self._policy
         )
@@ -251,7 +251,7 @@ class Host:
                     log.exception("closing the host: %s failed; the rest still closes", what)
         finally:
             self._processes = None
-            self._session_tmp.clear()
+            self._sessions.temp_dirs.clear()
             if self._state is not None:
                 self._state.close()
                 self._state = None
@@ -473,9 +473,9 @@ class Host:
         async for note in self._sessions.follow(self._sessions.check(session_id), poll_seconds):
             yield note
 
-    async def close_session(self, session_id: str) -> None:
+    async def close_session(self, session_id: str, reason: EndReason = "closed") -> None:
         """Stop the session's ``lifecycle: session`` processes, drop its temp dir and its
-        standing approval decisions.
+        standing approval decisions; a held session's end is recorded with ``reason``.
 
         Raises:
             UserError: ``session_id`` is not a valid id.
@@ -483,9 +483,20 @@ class Host:
         check_id(session_id, "session_id")
         self.approvals.forget_session(session_id)
         if self._processes is not None:
-            await self._processes.close_session(session_id)
+            await self._processes.close_session(session_id, reason)
         await self._sessions.drop(session_id, self.trash.file_all if self._state is not None else None)
         self._runner.forget_session(session_id)
+
+    def hold_session(self, session_id: str) -> None:
+        """Make ``session_id`` end with this host (a front's session): if the host dies without
+        closing it, the next host on the state directory ends it, stopping its ``lifecycle:
+        session`` processes. `session_end` then says how it ended."""
+        if self._processes is not None:
+            self._processes.hold_session(check_id(session_id, "session_id"))
+
+    def session_end(self, session_id: str) -> SessionEnd | None:
+        """How a held session ended (None: still held, or never held)."""
+        return None if self._processes is None else self._processes.session_end(session_id)
 
     def session_exists(self, session_id: str) -> bool:
         """Whether the state directory knows this session: it ran a program or a tool that

@@ -99,6 +99,11 @@ class HostConfig(pydantic.BaseModel):
             ``approve`` callback decides) or ``deny``. Tools not named: read-only and
             undeclared tools allowed, tools that declare they change things (write_file,
             edit_file) ask; bash's commands are judged one by one.
+        tracing: OpenTelemetry spans for each program, tool call, approval wait and bash
+            process (the ``otel`` extra; README, "Traces"). None (default): when a
+            ``tracer_provider`` is given or this process has set a global TracerProvider;
+            True: always; False: never. Untraced, OpenTelemetry is not even imported.
+        tracer_provider: The OpenTelemetry TracerProvider spans go to (default: the global one).
     """
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
@@ -131,6 +136,8 @@ class HostConfig(pydantic.BaseModel):
     tmp_quota_mb: int = pydantic.Field(512, ge=1)
     preload_tokenizer: bool = True
     tool_permissions: dict[str, Literal["allow", "ask", "deny"]] = pydantic.Field(default_factory=dict)
+    tracing: bool | None = None
+    tracer_provider: object = pydantic.Field(None, repr=False)
 
     @pydantic.field_validator("network_allow")
     @classmethod

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import anyio.to_thread
 
+from codemode._trace import current
 from codemode.engine._bridge import failure_json, parse_call, result_payload
 from codemode.engine._loop import LoopSpawner
 from codemode.engine._outcome import CallGate, EngineLimits, ProgramCalls
@@ -58,6 +59,7 @@ class LoopCalls:
         self.channel = channel
         self.spawner = spawner
         self.shared = shared
+        self.trace = current()  # the program's span, when it is traced: its calls' spans nest under it
         self._pending: dict[int, tuple[str, int]] = {}  # posted and not answered: tool name, argument size
         self._running = 0
         self._waiting: collections.deque[_Admitted] = collections.deque()
@@ -149,9 +151,15 @@ class LoopCalls:
     def _run(self, call_id: int, tool: Tool, args: Any) -> None:
         # An inline tool gets here when its call needed a decision, or when decisions are
         # batched (every call comes to the loop): it is cheap, it runs here.
+        trace = self.trace
         if tool.inline:
             try:
-                value = self.registry.invoke_inline(tool, args, self.context)
+                if trace is None:
+                    value = self.registry.invoke_inline(tool, args, self.context)
+                else:
+                    value = self.registry.invoke_inline(
+                        tool, args, self.context, trace=trace, call_id=self._span_id(call_id)
+                    )
             except Exception as exc:  # a UserError from the handler: still only this call fails
                 value = ToolResult.failed(failure_of(exc, tool.name))
             self._deliver(call_id, tool, value)
@@ -163,7 +171,12 @@ class LoopCalls:
 
         async def job() -> None:
             try:
-                value = await self.registry.invoke_raw(tool, args, self.context)
+                if trace is None:
+                    value = await self.registry.invoke_raw(tool, args, self.context)
+                else:
+                    value = await self.registry.invoke_raw(
+                        tool, args, self.context, trace=trace, call_id=self._span_id(call_id)
+                    )
             except Exception as exc:  # invoke_raw maps handler errors; this is a last resort
                 value = ToolResult.failed(failure_of(exc, tool.name))
             finally:
@@ -171,6 +184,10 @@ class LoopCalls:
             self._deliver(call_id, tool, value)
 
         self.spawner.run_now(job, self._ran)  # refused: the program has ended (reported as cancelled)
+
+    def _span_id(self, call_id: int) -> str:
+        """A call's ``gen_ai.tool.call.id``: its program's call id, then its number there."""
+        return f"{self.context.call_id}.{call_id}"
 
     def pending_names(self) -> list[tuple[int, str]]:
         """The calls posted and not answered: (call id, tool name)."""

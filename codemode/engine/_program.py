@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from codemode._images import archived_image
+from codemode._trace import Trace, current
 from codemode.engine import _qjs
 from codemode.engine._bridge import error_json, failure_json, result_payload
 from codemode.engine._guest import GuestEnd, GuestError, GuestRun, GuestSpec
@@ -49,6 +50,7 @@ class HostCalls:
     limits: EngineLimits
     calls: ProgramCalls
     gate: CallGate | None = None
+    trace: Trace | None = field(default_factory=current)  # made in the program's context
 
     def __call__(self, kind: str, call_id: int, name: str, payload_json: str, size: int) -> str:
         """The prelude's ``hostCall``: one call answered at once, from inside JS; never raises.
@@ -83,8 +85,13 @@ class HostCalls:
             if need:
                 return "q"  # it needs a decision: the loop holds it and asks
         self.calls.inline_calls += 1
+        trace = self.trace
         try:
-            value = self.registry.invoke_inline(tool, args, self.context)
+            if trace is None:
+                value = self.registry.invoke_inline(tool, args, self.context)
+            else:  # (this thread has not the program's context: its span is handed over)
+                span_id = f"{self.context.call_id}.{call_id}"
+                value = self.registry.invoke_inline(tool, args, self.context, trace=trace, call_id=span_id)
         except Exception as exc:  # a UserError from the handler: still only this call fails
             value = ToolResult.failed(failure_of(exc, tool.name))
         if tool.destructive is True:  # what the prelude tracks (effectful_names_json)

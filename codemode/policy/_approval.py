@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import json
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -25,6 +26,7 @@ from typing import Any, Literal, Protocol
 import anyio.to_thread
 import pydantic
 
+from codemode._trace import Attributes, current
 from codemode.network import check_entries, uncovered
 from codemode.state import ApprovalLog
 from codemode.tools import Tool
@@ -306,9 +308,32 @@ class Approvals:
 
         A callback that fails, or answers with the wrong number of decisions, denies the
         whole batch (with a reason naming the problem): approvals fail closed.
+
+        Traced, the wait is a span (``codemode.approval``): the requests' kinds and tools, the
+        decisions and the milliseconds waited; no summary or argument.
         """
         if not requests:
             return []
+        trace = current()
+        if trace is None:
+            return await self._decide(requests)
+        attributes: Attributes = {
+            "codemode.approval.kinds": [request.kind.value for request in requests],
+            "codemode.approval.tools": [request.tool for request in requests],
+            "codemode.approval.asked": self.callback is not None,
+        }
+        with trace.span("codemode.approval", attributes) as span:
+            started = time.perf_counter()
+            decisions = await self._decide(requests)
+            span.set_attributes(
+                {
+                    "codemode.approval.decisions": [decision.verdict for decision in decisions],
+                    "codemode.approval.waited_ms": (time.perf_counter() - started) * 1000,
+                }
+            )
+        return decisions
+
+    async def _decide(self, requests: list[ApprovalRequest]) -> list[Decision]:
         if self.callback is None:
             decisions = self.default_decisions(requests)
         else:

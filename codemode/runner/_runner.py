@@ -22,6 +22,7 @@ from codemode._ids import check_id
 from codemode._progress import Progress, ProgressCallback, reporting
 from codemode._results import CallResult, HostConfig, RunError, RunImage, RunResult, error_content
 from codemode._sessions import Sessions
+from codemode._trace import Tracing, current, failed
 from codemode.budget import MIN_BUDGET, TokenCounter
 from codemode.engine import Engine, EngineLimits, HeaderError, RunView, parse_header
 from codemode.errors import ErrorCode, ToolError, UserError
@@ -93,6 +94,7 @@ class Runner:
         self._connect = connect
         self._sessions_noted: set[str] = set()  # sessions this runner has marked known in the state dir
         self._in_flight: dict[tuple[str, str], anyio.Event] = {}
+        self.tracing = Tracing(config.tracing, config.tracer_provider)
 
     def forget_session(self, session_id: str) -> None:
         """A server front keeps nothing per ended session (nor its idle engine workers)."""
@@ -112,7 +114,35 @@ class Runner:
         on_progress: ProgressCallback | None,
         on_output: Callable[[str], object] | None,
     ) -> RunResult:
-        """`Host.run_code`: run one program, or replay the result recorded under its call id."""
+        """`Host.run_code`: run one program, or replay the result recorded under its call id.
+
+        Traced, in a span of its own (GenAI's ``execute_tool run_code``): its session and call
+        id, its limits and its usage as attributes; its calls, approvals and commands under it.
+        """
+        trace = self.tracing.root()
+        if trace is None:
+            return await self._run_code(
+                source, session_id, call_id, max_output_tokens, timeout_seconds, on_progress, on_output
+            )
+        with trace.span("execute_tool run_code", _run_attributes(self.config)) as span:
+            result = await self._run_code(
+                source, session_id, call_id, max_output_tokens, timeout_seconds, on_progress, on_output
+            )
+            span.set_attributes(_usage_attributes(result))
+            if result.error is not None:
+                failed(span, result.error.kind)
+        return result
+
+    async def _run_code(
+        self,
+        source: str,
+        session_id: str | None,
+        call_id: str | None,
+        max_output_tokens: int | None,
+        timeout_seconds: float | None,
+        on_progress: ProgressCallback | None,
+        on_output: Callable[[str], object] | None,
+    ) -> RunResult:
         runs = self._state().runs
         await self._connect()
         if timeout_seconds is not None and not (math.isfinite(timeout_seconds) and timeout_seconds > 0):
@@ -236,6 +266,11 @@ class Runner:
                 f"timeout_seconds {timeout:g} is above this host's limit; clamped to {config.max_timeout_seconds:g}"
             )
             timeout = config.max_timeout_seconds
+        trace = current()
+        if trace is not None:
+            trace.annotate(
+                {"codemode.limits.timeout_seconds": timeout, "codemode.limits.max_output_tokens": budget}
+            )
         # Calls of the program wait for their answers up to its deadline (see ProgramScope).
         scope = ProgramScope(deadline=time.monotonic() + timeout)
         context = replace(self.sessions.context(session, call), program=scope)
@@ -315,7 +350,37 @@ class Runner:
         max_output_tokens: int | None,
         on_progress: ProgressCallback | None,
     ) -> CallResult:
-        """`Host.call_tool`: one tool called directly, its text fit to the budget."""
+        """`Host.call_tool`: one tool called directly, its text fit to the budget.
+
+        Traced, in a span of its own (GenAI's ``execute_tool``), its approval and command under it.
+        """
+        trace = self.tracing.root()
+        if trace is None:
+            return await self._call_tool(name, args, session_id, call_id, max_output_tokens, on_progress)
+        attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name}
+        if call_id is not None:
+            attributes["gen_ai.tool.call.id"] = call_id
+        with trace.span(f"execute_tool {name}", attributes) as span:
+            result = await self._call_tool(name, args, session_id, call_id, max_output_tokens, on_progress)
+            span.set_attributes(
+                {
+                    "codemode.session.id": self.sessions.check(session_id),
+                    "codemode.truncated": result.truncated,
+                }
+            )
+            if result.code is not None:
+                failed(span, result.code.value)
+        return result
+
+    async def _call_tool(
+        self,
+        name: str,
+        args: Mapping[str, object] | None,
+        session_id: str | None,
+        call_id: str | None,
+        max_output_tokens: int | None,
+        on_progress: ProgressCallback | None,
+    ) -> CallResult:
         session = self.sessions.check(session_id)
         if call_id is not None:
             check_id(call_id, "call_id")
@@ -386,3 +451,33 @@ class Runner:
             return None  # the call itself reports its invalid arguments; nothing to approve
         refusal = await self.approvals.approve_call(tool, arguments, session)
         return None if refusal is None else f"{name}: {refusal}"
+
+
+def _run_attributes(config: HostConfig) -> dict[str, str | int | float]:
+    """A program span's attributes known before it runs: the host's limits of every program."""
+    return {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "run_code",
+        "codemode.engine": config.engine,
+        "codemode.limits.cpu_seconds": config.cpu_seconds,
+        "codemode.limits.memory_mb": config.memory_mb,
+        "codemode.limits.tool_concurrency": config.tool_concurrency,
+        "codemode.limits.calls_in_flight": config.calls_in_flight,
+    }
+
+
+def _usage_attributes(result: RunResult) -> dict[str, str | int | float | bool]:
+    """A program span's attributes from its result: who ran it, what it used, how it ended."""
+    usage = result.usage
+    return {
+        "gen_ai.tool.call.id": result.call_id,
+        "codemode.session.id": result.session_id,
+        "codemode.limits.max_output_tokens": usage.max_output_tokens,
+        "codemode.usage.output_tokens": usage.output_tokens,
+        "codemode.usage.printed_bytes": usage.printed_bytes,
+        "codemode.usage.tool_calls": usage.tool_calls,
+        "codemode.usage.cpu_ms": usage.cpu_ms,
+        "codemode.usage.wall_ms": usage.wall_ms,
+        "codemode.truncated": result.truncated,
+        "codemode.cancelled_calls": len(result.cancelled_calls),
+    }

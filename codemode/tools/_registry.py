@@ -5,12 +5,14 @@ from __future__ import annotations
 import difflib
 import json
 import threading
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 import anyio.to_thread
 
 from codemode._json import JsonObject
+from codemode._trace import Trace, failed
 from codemode.errors import ErrorCode, ToolError, UserError
 from codemode.tools._model import (
     Extension,
@@ -24,6 +26,9 @@ from codemode.tools._model import (
 )
 from codemode.tools._search import MAX_NAME_CHARS, SearchIndex, check_name, check_query, words
 from codemode.tools._signature import typescript_signature
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 
 def _tool_names(extension: Extension | LazyExtension) -> list[str]:
@@ -435,25 +440,37 @@ class ToolRegistry:
             return ToolResult.failure(ErrorCode.UNKNOWN_TOOL, message, {"name": name})
         return await self.invoke(t, args, ctx)
 
-    async def invoke(self, t: Tool, args: Any, ctx: ToolContext) -> ToolResult:
+    async def invoke(
+        self, t: Tool, args: Any, ctx: ToolContext, *, trace: Trace | None = None, call_id: str | None = None
+    ) -> ToolResult:
         """Run a tool on JSON arguments (or its parsed input model), mapping failures to results.
 
         Raises:
             UserError: The handler raised one.
         """
-        value = await self.invoke_raw(t, args, ctx)
+        value = await self.invoke_raw(t, args, ctx, trace=trace, call_id=call_id)
         try:
             return to_tool_result(value)
         except Exception as exc:  # a value pydantic cannot serialise
             return self._failure(t, exc)
 
-    async def invoke_raw(self, t: Tool, args: Any, ctx: ToolContext) -> Any:
+    async def invoke_raw(
+        self, t: Tool, args: Any, ctx: ToolContext, *, trace: Trace | None = None, call_id: str | None = None
+    ) -> Any:
         """Like `invoke`, but return what the handler returned as it is (a `ToolResult` or
         plain data; `to_tool_result` makes it a result). Failures are error results.
+
+        ``trace``: the call runs in a span of its own under it (GenAI's ``execute_tool``, its
+        ``gen_ai.tool.call.id`` ``call_id``), current while the handler runs.
 
         Raises:
             UserError: The handler raised one.
         """
+        if trace is not None:
+            with _call_span(trace, t.name, call_id, ctx.session_id) as span:
+                value = await self.invoke_raw(t, args, ctx)
+                _note(span, value)
+            return value
         model = self._parsed(t, args)
         if isinstance(model, ToolResult):
             return model
@@ -467,15 +484,22 @@ class ToolRegistry:
             return self._failure(t, exc)
         return t.check_result(value) or value
 
-    def invoke_inline(self, t: Tool, args: Any, ctx: ToolContext) -> Any:
+    def invoke_inline(
+        self, t: Tool, args: Any, ctx: ToolContext, *, trace: Trace | None = None, call_id: str | None = None
+    ) -> Any:
         """Run an ``inline`` tool's sync handler on the calling thread (the program's JS thread).
 
         Returns:
-            What the handler returned, as `invoke_raw` does.
+            What the handler returned, as `invoke_raw` does (``trace`` and ``call_id`` too).
 
         Raises:
             UserError: The handler raised one.
         """
+        if trace is not None:
+            with _call_span(trace, t.name, call_id, ctx.session_id) as span:
+                value = self.invoke_inline(t, args, ctx)
+                _note(span, value)
+            return value
         model = self._parsed(t, args)
         if isinstance(model, ToolResult):
             return model
@@ -502,3 +526,21 @@ class ToolRegistry:
         if isinstance(exc, UserError):
             raise exc
         return ToolResult.failed(failure_of(exc, t.name))
+
+
+def _call_span(trace: Trace, name: str, call_id: str | None, session: str) -> AbstractContextManager[Span]:
+    """A tool call's span: GenAI's ``execute_tool`` (no argument or result is recorded)."""
+    attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": name,
+        "codemode.session.id": session,
+    }
+    if call_id is not None:
+        attributes["gen_ai.tool.call.id"] = call_id
+    return trace.span(f"execute_tool {name}", attributes)
+
+
+def _note(span: Span, value: Any) -> None:
+    """A failed call's code as its span's ``error.type``."""
+    if isinstance(value, ToolResult) and value.error is not None:
+        failed(span, value.error.code.value)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, TypedDict
 import anyio
 import anyio.to_thread
 
+from codemode._trace import current
 from codemode.errors import ErrorCode, SandboxUnavailable, ToolError
 from codemode.sandbox import (
     Confinement,
@@ -625,6 +626,10 @@ async def run_foreground(
 ) -> Outcome:
     """Run one foreground command to its end, its timeout, or its hand-off.
 
+    Traced (`codemode._trace.current`), in a span of its own (``codemode.bash``): the command
+    redacted and cut (``process.command_line``), its pid, exit code, and the background
+    process it became when it was handed off.
+
     Args:
         spec: The request.
         archive: Where the log goes.
@@ -643,6 +648,47 @@ async def run_foreground(
     Raises:
         ToolError: The command could not be started.
     """
+    trace = current()
+    if trace is None:
+        return await _run_foreground(spec, archive, redactor, handoff_seconds, promote, track, program)
+    with trace.span("codemode.bash", process_attributes(spec, redactor)) as span:
+
+        def tracked(running: Running, started: bool) -> None:
+            if started:
+                span.set_attribute("process.pid", running.proc.pid)
+            if track is not None:
+                track(running, started)
+
+        outcome = await _run_foreground(spec, archive, redactor, handoff_seconds, promote, tracked, program)
+        ended = outcome.structured
+        promoted = ended.get("promoted_process_id")
+        if isinstance(promoted, str):
+            span.set_attribute("codemode.process.id", promoted)
+        elif isinstance(code := ended.get("exit_code"), int):
+            span.set_attribute("process.exit.code", code)
+        span.set_attribute("codemode.process.timed_out", ended.get("timed_out") is True)
+    return outcome
+
+
+def process_attributes(spec: RunSpec, redactor: Redactor) -> dict[str, str]:
+    """A command's span attributes before it runs: its command line redacted and cut to 256
+    characters, the sandbox mode it runs in."""
+    return {
+        "process.command_line": redactor.one_line(spec.command, 256),
+        "codemode.sandbox.mode": spec.policy.mode.value,
+    }
+
+
+async def _run_foreground(
+    spec: RunSpec,
+    archive: Archive,
+    redactor: Redactor,
+    handoff_seconds: float | None,
+    promote: Callable[[Running], str | None],
+    track: Callable[[Running, bool], None] | None,
+    program: ProgramScope | None,
+) -> Outcome:
+    """`run_foreground`'s work, untraced."""
     # Spawning is quick (vfork) and happens on the loop, as asyncio's own subprocesses do.
     running = spawn(spec, archive, foreground_marker(state_tag(archive)), redactor)
     if track is not None:

@@ -11,14 +11,13 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from codemode._trace import current
 from codemode.errors import ErrorCode, ToolError
-from codemode.state import Archive, ProcessRecord
+from codemode.state import Archive, ProcessRecord, Redactor
 from codemode.state import process_records as _records
 from codemode.tools.bash._answers import StartedAnswer
 from codemode.tools.bash._background import adopt, start_background
-from codemode.tools.bash._foreground import (
-    RunSpec,
-)
+from codemode.tools.bash._foreground import RunSpec, process_attributes
 from codemode.tools.bash._proctree import create_time
 
 if TYPE_CHECKING:
@@ -36,6 +35,7 @@ class Starting:
     _lock: threading.Lock
     _max_background: int
     _max_watchers: int
+    _redactor: Redactor
     _start_lock: threading.Lock
 
     if TYPE_CHECKING:
@@ -54,6 +54,17 @@ class Starting:
         return count < (self._max_watchers if watchers else self._max_background)
 
     def _start_background(self, spec: RunSpec, settings: Mapping[str, object] | None = None) -> StartedAnswer:
+        """Start a background process (in a worker thread). Traced, the start is a span
+        (``codemode.bash``, as a foreground run's) naming the process it started."""
+        trace = current()
+        if trace is None:
+            return self._start_untraced(spec, settings)
+        with trace.span("codemode.bash", process_attributes(spec, self._redactor)) as span:
+            started = self._start_untraced(spec, settings)
+            span.set_attributes({"process.pid": started["pid"], "codemode.process.id": started["process_id"]})
+        return started
+
+    def _start_untraced(self, spec: RunSpec, settings: Mapping[str, object] | None) -> StartedAnswer:
         process_id = f"p_{secrets.token_hex(6)}"
         with self._start_lock:  # the cap check and the start are one step
             if not self._check_cap(spec.session_id):

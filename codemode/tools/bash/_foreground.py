@@ -297,6 +297,11 @@ class _CgroupPool:
             self._free.setdefault(os.path.basename(os.path.dirname(path)), []).append(path)
         return True
 
+    def keeps_any(self) -> bool:
+        """Whether it keeps a cgroup of any owner (none before a host's first command)."""
+        with self._lock:
+            return any(self._free.values())
+
     def clear(self, owner: str) -> None:
         """Remove the kept cgroups of ``owner`` (its host's shutdown)."""
         with self._lock:

@@ -444,7 +444,8 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
             while self._foreground and time.monotonic() < deadline:
                 await anyio.sleep(0.01)
             await anyio.to_thread.run_sync(self._end_leftovers, None)
-            CGROUPS.clear(host_cgroup_owner(state_tag(self._archive)))
+            if CGROUPS.keeps_any():  # naming the owner reads this process's start time (psutil)
+                CGROUPS.clear(host_cgroup_owner(state_tag(self._archive)))
         with self._db() as conn:
             conn.close()
 

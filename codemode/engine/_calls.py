@@ -6,7 +6,7 @@ the host's end of a worker's control socket in process mode."""
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
 import anyio.to_thread
@@ -188,6 +188,12 @@ class LoopCalls:
     def _span_id(self, call_id: int) -> str:
         """A call's ``gen_ai.tool.call.id``: its program's call id, then its number there."""
         return f"{self.context.call_id}.{call_id}"
+
+    @property
+    def pending_ids(self) -> Collection[int]:
+        """The ids of the calls posted and not answered (a worker process's posts are checked
+        against them)."""
+        return self._pending.keys()
 
     def pending_names(self) -> list[tuple[int, str]]:
         """The calls posted and not answered: (call id, tool name)."""

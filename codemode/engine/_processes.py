@@ -10,7 +10,9 @@ and programs beyond wait for one.
 Everything a worker sends is untrusted: frames are checked (`_wire`), its answers are parsed
 into plain values, and a worker that breaks the protocol is killed. The host never blocks on a
 worker: the control socket is read and written by the event loop without blocking; the sync
-socket (the calls a program's thread waits for) is served by one host thread per worker.
+socket (the calls a program's thread waits for) is served by one host thread per worker, which
+answers only while a program of the worker runs, and kills the worker when it breaks the
+protocol there.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ log = logging.getLogger("codemode.engine")
 _START_SECONDS = 30.0  # a zygote or a worker that has not said it is ready by then is broken
 _MAX_RUNS = 10_000  # programs one worker runs before it is replaced (its CPU rlimit is a total)
 _WORKER_CPU_SECONDS = 24 * 3600
+# How long the end of a program waits for a call its worker's sync thread is answering (a
+# worker that asked as its program ended; inline tools are quick).
+_END_CALLS_SECONDS = 5.0
 
 
 class EngineUnavailable(Exception):
@@ -154,6 +159,14 @@ def zygote() -> Zygote:
         return _zygote
 
 
+def _kill_worker(pid: int) -> None:
+    """Have the zygote kill its worker ``pid`` (it refuses any other pid); from any thread,
+    without starting a zygote (a worker of one that ended is gone with its sockets)."""
+    held = _zygote
+    if held is not None and held.alive:
+        held.kill(pid)
+
+
 def worker_report() -> dict[str, object]:
     """How engine workers are held on this machine (``codemode doctor``): starts the zygote."""
     from codemode.sandbox import WORKER_ALLOWED
@@ -223,8 +236,14 @@ class WorkerProcess:
         self.session_id = session_id
         self.runs = 0
         self.dead = False
+        self.broken: str | None = None  # how it broke the protocol on its sync socket (that thread's)
         self.handler: SyncHandler | None = None  # the running program's, set per run
-        self._outbox = collections.deque[bytes | memoryview]()
+        self._answering = threading.Lock()  # held by the sync thread while it answers a call
+        self._closing = threading.Lock()  # its sockets are shut down (sync thread) or closed (loop)
+        # Frames not yet written whole, and whether each is a call's result (not yet sent, so
+        # not yet read by the program: calls it still holds in flight).
+        self._outbox = collections.deque[tuple[bytes | memoryview, bool]]()
+        self.results_queued = 0
         self._writing = False
         threading.Thread(target=self._serve_sync, name=f"codemode-worker-{pid}", daemon=True).start()
 
@@ -233,43 +252,89 @@ class WorkerProcess:
         try:
             while True:
                 kind, body = _wire.read_frame(self.sync)
-                handler = self.handler
-                if kind not in (_wire.HOST_CALL, _wire.STRIP) or handler is None:
+                if kind not in (_wire.HOST_CALL, _wire.STRIP):
                     raise _wire.WireError(f"unexpected frame {kind} on the sync socket")
-                sender.send(_wire.REPLY, handler(kind, body))
-        except (_wire.WireError, OSError, ValueError):
-            pass  # the worker ended (or broke the protocol: the control side sees it too)
+                with self._answering:
+                    handler = self.handler
+                    if handler is None:
+                        raise _wire.WireError("a call when no program of it runs")
+                    reply = handler(kind, body)
+                sender.send(_wire.REPLY, reply)
+        except (_wire.PeerClosed, OSError):
+            pass  # the worker ended (its control socket says so too), or the host closed it
+        except Exception as exc:  # a frame no worker of ours sends, or what it made the host do
+            if not self.dead:
+                self._break(f"broke the protocol on its sync socket ({exc})")
+
+    def _break(self, why: str) -> None:
+        """The worker broke the protocol on its sync socket (on that thread): kill it; its
+        program, if one runs, ends with ``engine_crashed`` when its control socket closes."""
+        log.warning("engine worker %d %s", self.pid, why)
+        self.broken = why
+        self.dead = True
+        _kill_worker(self.pid)
+        with self._closing:  # its program's loop side sees the end now (and sends it nothing more)
+            for sock in (self.ctl, self.sync):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    async def end_calls(self) -> None:
+        """Its program ended: no call more is answered, and one being answered is waited for
+        (up to `_END_CALLS_SECONDS`), so that none runs once the program's end is returned."""
+        self.handler = None
+        if self._answering.acquire(blocking=False):
+            self._answering.release()
+            return
+        answering = self._answering
+        if await anyio.to_thread.run_sync(lambda: answering.acquire(timeout=_END_CALLS_SECONDS)):
+            answering.release()
 
     # -- the control socket, from the event loop ---------------------------------------------
+
+    def closed(self) -> bool:
+        """Whether the worker has closed its control socket (it died while idle); without
+        blocking, and leaving what it sent (a late progress report) for its next program."""
+        try:
+            return self.ctl.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
 
     def send(self, kind: int, body: bytes) -> None:
         """Queue one frame to the worker; written without blocking the loop (on the loop)."""
         if self.dead:
             return
-        self._outbox.append(_wire.frame(kind, body))
+        result = kind == _wire.RESULT
+        self.results_queued += result
+        self._outbox.append((_wire.frame(kind, body), result))
         if not self._writing:
             self._flush()
 
     def _flush(self) -> None:
         loop = asyncio.get_running_loop()
         while self._outbox:
-            data = self._outbox[0]
+            data, result = self._outbox[0]
             try:
                 sent = self.ctl.send(data, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 sent = 0
             except OSError:
                 self._outbox.clear()
+                self.results_queued = 0
                 break
             if sent < len(data):
                 # The rest as a view: copying it would make a large result quadratic (a 100 MiB
                 # string went out in ~500 socket-buffer pieces).
-                self._outbox[0] = memoryview(data)[sent:]
+                self._outbox[0] = (memoryview(data)[sent:], result)
                 if not self._writing:
                     self._writing = True
                     loop.add_writer(self.ctl.fileno(), self._on_writable)
                 return
             self._outbox.popleft()
+            self.results_queued -= result
         if self._writing:
             self._writing = False
             loop.remove_writer(self.ctl.fileno())
@@ -286,12 +351,13 @@ class WorkerProcess:
                 pass
             self._writing = False
         self.dead = True
-        for sock in (self.ctl, self.sync):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
+        with self._closing:
+            for sock in (self.ctl, self.sync):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                sock.close()
 
 
 class _Waiter:
@@ -332,11 +398,10 @@ class ProcessPool:
         """
         ahead = False  # woken to try again: it goes before those still waiting
         while True:
-            for pid, worker in reversed(self._idle.items()):
-                if worker.session_id == session_id:
-                    del self._idle[pid]
-                    self._busy[pid] = worker
-                    return worker
+            idle = self._idle_of(session_id)
+            if idle is not None:
+                self._busy[idle.pid] = idle
+                return idle
             first = ahead or not self._waiters
             if self._count < self.max_workers and first:
                 self._count += 1
@@ -366,6 +431,18 @@ class ProcessPool:
                 self._busy[waiter.worker.pid] = waiter.worker
                 return waiter.worker
             ahead = True  # woken because room was made: go round again
+
+    def _idle_of(self, session_id: str) -> WorkerProcess | None:
+        """The session's most recently used idle worker, taken from the idle list; one that
+        died while idle, or broke the protocol (its sync thread killed it), is retired instead."""
+        for pid, worker in reversed(self._idle.items()):
+            if worker.session_id == session_id:
+                del self._idle[pid]
+                if not worker.dead and not worker.closed():
+                    return worker
+                self._retire(worker)
+                return self._idle_of(session_id)
+        return None
 
     async def _start(self, session_id: str) -> WorkerProcess:
         mine_ctl, theirs_ctl = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -427,10 +504,7 @@ class ProcessPool:
     def kill(self, worker: WorkerProcess) -> None:
         """Kill a worker now (it stopped answering, or broke the protocol)."""
         worker.dead = True
-        try:
-            zygote().kill(worker.pid)
-        except EngineUnavailable:
-            pass
+        _kill_worker(worker.pid)
 
     def _retire(self, worker: WorkerProcess) -> None:
         self._count -= 1

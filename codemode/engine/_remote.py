@@ -6,6 +6,11 @@ asked about, run, their results sent back as `RESULT`), the program's waits for 
 the store come over the sync socket to the same `HostCalls`, printed text streams as `OUTPUT`,
 and the end comes as `END`. A worker that dies, breaks the protocol or stops answering ends
 only this program, with ``engine_crashed``.
+
+Everything the worker sends is read as untrusted (`_worker_frames`): bounded, typed, and checked
+against what the program may hold (its calls in flight, their data, its output). The loop reads
+a bounded amount per wake-up, so that a worker that floods its socket cannot hold it; the sync
+socket answers calls only while the program runs (`WorkerProcess.end_calls`).
 """
 
 from __future__ import annotations
@@ -33,12 +38,16 @@ from codemode.engine._processes import (
     zygote,
 )
 from codemode.engine._program import HostCalls, strip_typescript
+from codemode.engine._text import _js_text
+from codemode.engine._worker_frames import check_posted, read_calls, read_end, read_host_call
 
 if TYPE_CHECKING:
     from codemode.engine._runtime import RunView
 from codemode.tools import ToolContext, ToolRegistry
 
-_READ_SIZE = 1 << 20
+# What the loop reads of a worker's control socket when it wakes (once: it is woken again while
+# more is there), so that a worker flooding its socket with tiny frames holds it ~20 ms at most.
+_READ_SIZE = 256 * 1024
 _RUN_ID = struct.Struct(">I")
 _PRINTED = struct.Struct(">IQ")
 # How long past its own wall limit a worker may take to report its end before it is killed
@@ -91,19 +100,27 @@ class _NoChannel:
         return 0
 
 
-def _sync_handler(host: HostCalls) -> Callable[[int, bytes], bytes]:
-    """Answers a program's waits (on the worker's sync thread): hostCall, and TypeScript."""
+def _sync_handler(host: HostCalls, source: str) -> Callable[[int, bytes], bytes]:
+    """Answers a program's waits (on the worker's sync thread): hostCall, and TypeScript.
+
+    What is stripped of TypeScript is the program's own source as the host sent it (as the
+    worker compiles it: `_js_text`), once: never text a worker chose.
+    """
+    stripped_once = False
 
     def handle(kind: int, body: bytes) -> bytes:
+        nonlocal stripped_once
         if kind == _wire.STRIP:
-            stripped = strip_typescript(body.decode("utf-8", "replace"))
+            if stripped_once:
+                raise _wire.WireError("a second STRIP in one run")
+            stripped_once = True
+            stripped = strip_typescript(_js_text(source))
             if isinstance(stripped, GuestError):
                 reply: dict[str, object] = {"error": [stripped.message, stripped.line, stripped.column]}
             else:
                 reply = {"js": stripped} if stripped is not None else {}
             return json.dumps(reply).encode("utf-8")
-        call_kind, call_id, name, payload_json, size = json.loads(body)
-        answer = host(str(call_kind), int(call_id), str(name), str(payload_json), int(size))
+        answer = host(*read_host_call(body))
         return answer.encode("utf-8", "surrogatepass")
 
     return handle
@@ -112,11 +129,19 @@ def _sync_handler(host: HostCalls) -> Callable[[int, bytes], bytes]:
 class _Run:
     """The loop's view of one program in a worker: frames in, its end (or its worker's death)."""
 
-    def __init__(self, worker: WorkerProcess, run_id: int, calls: LoopCalls, channel: _RemoteChannel) -> None:
+    def __init__(
+        self,
+        worker: WorkerProcess,
+        run_id: int,
+        calls: LoopCalls,
+        channel: _RemoteChannel,
+        limits: EngineLimits,
+    ) -> None:
         self.worker = worker
         self.run_id = run_id
         self.calls = calls
         self.channel = channel
+        self.limits = limits
         self.reader = _wire.FrameReader()
         self.ended = anyio.Event()
         self.end: GuestEnd | None = None
@@ -135,36 +160,44 @@ class _Run:
         return self.calls.shared.tool_calls
 
     def on_readable(self) -> None:
-        """The control socket has bytes: read what is there, handle whole frames (on the loop)."""
+        """The control socket has bytes: read some (`_READ_SIZE`), handle the whole frames
+        (on the loop). Whatever handling a frame raises breaks the protocol: the worker is
+        killed, this program ends, the loop goes on."""
+        if self.broken is not None:
+            return
         try:
-            while True:
-                try:
-                    data = self.worker.ctl.recv(_READ_SIZE)
-                except BlockingIOError:
-                    return
-                except ConnectionResetError:  # it died with our frames unread
-                    data = b""
-                if not data:
-                    self._broke("ended")
-                    return
-                for kind, body in self.reader.feed(data):
-                    self._frame(kind, body)
-                if len(data) < _READ_SIZE:
-                    return  # all there was (the loop calls again when more comes)
-        except (_wire.WireError, ValueError, KeyError, TypeError, OSError) as exc:
+            try:
+                data = self.worker.ctl.recv(_READ_SIZE)
+            except BlockingIOError:
+                return
+            except ConnectionResetError:  # it died with our frames unread
+                data = b""
+            if not data:
+                self._broke("ended")
+                return
+            for kind, body in self.reader.feed(data):
+                self._frame(kind, body)
+        except Exception as exc:  # a frame no worker of ours sends, or what it made the host do
+            log.warning("engine worker %d broke the protocol: %r", self.worker.pid, exc)
             self._broke(f"broke the protocol ({exc})")
 
     def _frame(self, kind: int, body: bytes) -> None:
+        if self.ended.is_set():
+            return  # what follows its end (or its break) is not read
         if kind == _wire.CALLS:
-            run_id, unread, calls = json.loads(body)
-            if run_id != self.run_id or self.ended.is_set():
+            calls = self.calls
+            run_id, unread, posted = read_calls(body, self.limits.calls_in_flight)
+            if run_id != self.run_id:
                 return  # calls an earlier program left: it has ended
-            self.channel.reported_unread = int(unread)
+            # The calls the host holds for the program: not answered, or answered with a result
+            # not yet sent (the program can have read neither).
+            pending = calls.pending_ids
+            held = len(pending) + len(self.channel.incoming) + self.worker.results_queued
+            check_posted(posted, pending, held, calls.shared.args_held, self.limits)
+            self.channel.reported_unread = unread
             self.channel.posted_since_report = 0
-            self.channel.incoming.extend(
-                (int(call_id), str(name), str(payload), int(size)) for call_id, name, payload, size in calls
-            )
-            self.calls.on_posted()
+            self.channel.incoming.extend(posted)
+            calls.on_posted()
         elif kind == _wire.OUTPUT:
             (run_id,) = _RUN_ID.unpack_from(body)
             if run_id == self.run_id and self.stream is not None:
@@ -176,10 +209,10 @@ class _Run:
             if run_id == self.run_id:
                 self.printed = printed
         elif kind == _wire.END:
-            data: _wire.EndMessage = json.loads(body)
-            if data.get("run") != self.run_id:
+            run_id, end = read_end(body, self.limits, self.calls.shared.tool_calls)
+            if run_id != self.run_id:
                 raise _wire.WireError("an end of another run")
-            self.end = GuestEnd.from_json(data)
+            self.end = end
             self.ended.set()
         else:
             raise _wire.WireError(f"unexpected frame {kind}")
@@ -227,12 +260,12 @@ async def run_in_worker(
         return outcome, LoopCalls(registry, context, limits, gate, _NoChannel(), spawner, shared)
     channel = _RemoteChannel(worker, run_id)
     calls = LoopCalls(registry, context, limits, gate, channel, spawner, shared)
-    run = _Run(worker, run_id, calls, channel)
+    run = _Run(worker, run_id, calls, channel, limits)
     run.stream = stream
     if view is not None:
         view._program = run
         view.waiting = False
-    worker.handler = _sync_handler(HostCalls(registry, context, limits, shared, gate))
+    worker.handler = _sync_handler(HostCalls(registry, context, limits, shared, gate), source)
     batches = gate is not None and gate.batches
     message: _wire.RunMessage = {
         "run": run_id,
@@ -265,12 +298,14 @@ async def run_in_worker(
         spawner.unwatch_readable(fd)
         if run.end is None:
             if run.broken is None:
-                run.broken = "stopped answering"
+                run.broken = worker.broken or "stopped answering"
             pool.kill(worker)
+        with anyio.CancelScope(shield=True):
+            await worker.end_calls()  # no call of the program is answered once it has ended
         pool.release(worker)
-    if run.end is not None:
+    if run.end is not None and worker.broken is None:
         return outcome_of(run.end, shared), calls
-    how = run.broken or "ended"
+    how = worker.broken or run.broken or "ended"
     if how == "ended":
         status = await anyio.to_thread.run_sync(lambda: zygote().wait_status(worker.pid, 1.0))
         how = describe_status(status)

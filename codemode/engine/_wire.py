@@ -121,6 +121,10 @@ class WireError(Exception):
     """The other side broke the protocol or went away."""
 
 
+class PeerClosed(WireError):
+    """The other side closed the socket (it ended): no break of the protocol."""
+
+
 def frame(kind: int, body: bytes) -> bytes:
     """One frame's bytes."""
     return _HEAD.pack(len(body) + 1, kind) + body
@@ -164,7 +168,7 @@ def _read_exactly(sock: socket.socket, n: int) -> bytes:
         except OSError as exc:
             raise WireError(f"the socket failed: {exc}") from None
         if not chunk:
-            raise WireError("the peer closed the socket")
+            raise PeerClosed("the peer closed the socket")
         chunks += chunk
     return bytes(chunks)
 

@@ -1,0 +1,151 @@
+"""A hostile worker on its sync socket, where the host answers the calls a program's thread waits
+for (inline tools, the store, TypeScript) on a thread of its own.
+
+It can reach only its own session's program: the host answers nothing once that program has
+ended (a call after its end kills the worker, and runs nothing), strips only the program's own
+source (once), and kills the worker for a frame that breaks the protocol there, which ends its
+program with ``engine_crashed``."""
+
+from __future__ import annotations
+
+import json
+import struct
+import threading
+
+import anyio
+import pytest
+
+from codemode import Host
+from codemode.engine import _wire
+from tests.host_support import MakeHost, assert_healthy
+from tests.security.hostile_worker import HostileWorker
+
+pytestmark = pytest.mark.anyio
+
+
+def _store_set(key: str, value: str) -> bytes:
+    """A HOST_CALL body: store.set(key, value) as the prelude asks it."""
+    return json.dumps(["sync", 1, "store.set", json.dumps([key, json.dumps(value)]), 0]).encode()
+
+
+async def _stored(host: Host, session: str, key: str) -> str:
+    result = await host.run_code(
+        f"print(JSON.stringify(await store.get({json.dumps(key)})))", session_id=session
+    )
+    assert result.ok, result.text
+    return result.text.strip()
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        _wire.frame(99, b""),  # an unknown kind
+        _wire.frame(_wire.CALLS, b"[]"),  # a control frame on the sync socket
+        _wire.frame(_wire.HOST_CALL, b"not json"),
+        _wire.frame(_wire.HOST_CALL, b"[" * 100_000),
+        _wire.frame(_wire.HOST_CALL, json.dumps(["call", -1, "echo", "{}", 2]).encode()),
+        _wire.frame(_wire.HOST_CALL, json.dumps([["call"], 1, "echo", "{}", 2]).encode()),
+        struct.pack(">IB", _wire.MAX_FRAME + 2, _wire.HOST_CALL),
+    ],
+    ids=[
+        "unknown kind",
+        "control kind",
+        "not json",
+        "deep",
+        "negative id",
+        "kind not text",
+        "over MAX_FRAME",
+    ],
+)
+async def test_a_broken_sync_frame_ends_its_program_only(
+    make_host: MakeHost, monkeypatch: pytest.MonkeyPatch, frame: bytes
+) -> None:
+    def attack(worker: HostileWorker) -> None:
+        worker.take_run()
+        worker.sync.sendall(frame)
+        worker.wait_closed()
+
+    async with make_host(engine="process") as (host, _probe):
+        with HostileWorker() as worker:
+            worker.install(host, monkeypatch, attack)
+            with anyio.fail_after(30):
+                result = await host.run_code("print(1)", session_id="attacker")
+            worker.check()
+        assert result.error is not None and result.error.kind == "engine_crashed", result.text
+        assert "broke the protocol on its sync socket" in result.error.message
+        await assert_healthy(host)
+
+
+async def test_no_call_is_answered_after_its_program_ended(
+    make_host: MakeHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    go = threading.Event()
+    answers: list[tuple[int, bytes]] = []
+
+    def attack(worker: HostileWorker) -> None:
+        run_id = worker.take_run()["run"]
+        worker.end(run_id, output="done\n")
+        go.wait(30)
+        answers.append(worker.ask(_wire.HOST_CALL, _store_set("late", "written after the end")))
+
+    async with make_host(engine="process") as (host, _probe):
+        with HostileWorker() as worker:
+            worker.install(host, monkeypatch, attack)
+            result = await host.run_code("print(1)", session_id="attacker")
+            assert result.text == "done\n"
+            process = worker.process
+            assert process is not None
+            go.set()  # the program has ended: the worker waits idle for the next
+            with anyio.fail_after(30):
+                while not process.dead:
+                    await anyio.sleep(0.01)
+            worker.check()
+        assert answers == []  # no answer: the worker was killed
+        assert process.broken is not None and "no program of it runs" in process.broken
+        assert await _stored(host, "attacker", "late") == "null"  # (on a new worker)
+
+
+async def test_a_workers_calls_reach_its_own_session_only(
+    make_host: MakeHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answers: list[tuple[int, bytes]] = []
+
+    def attack(worker: HostileWorker) -> None:
+        run_id = worker.take_run()["run"]
+        answers.append(worker.ask(_wire.HOST_CALL, _store_set("k", "from the worker")))
+        worker.end(run_id)
+        worker.wait_closed()
+
+    async with make_host(engine="process") as (host, _probe):
+        assert await _stored(host, "victim", "k") == "null"
+        with HostileWorker() as worker:
+            worker.install(host, monkeypatch, attack)
+            assert (await host.run_code("print(1)", session_id="attacker")).ok
+            await host.close_session("attacker")  # its idle worker goes
+            worker.check()
+        assert answers == [(_wire.REPLY, b"jnull")]
+        assert await _stored(host, "attacker", "k") == '"from the worker"'
+        assert await _stored(host, "victim", "k") == "null"
+
+
+async def test_only_the_programs_own_source_is_stripped_once(
+    make_host: MakeHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answers: list[tuple[int, bytes]] = []
+
+    def attack(worker: HostileWorker) -> None:
+        worker.take_run()
+        typescript = b"const x: number = 1; print(x)"
+        answers.append(worker.ask(_wire.STRIP, typescript))
+        answers.append(worker.ask(_wire.STRIP, typescript))
+
+    async with make_host(engine="process") as (host, _probe):
+        with HostileWorker() as worker:
+            worker.install(host, monkeypatch, attack)
+            with anyio.fail_after(30):
+                result = await host.run_code("print(1)", session_id="attacker")
+            worker.check()
+        # The program is JavaScript: nothing to strip, whatever text the worker sent.
+        assert answers == [(_wire.REPLY, b"{}")]
+        assert result.error is not None and "broke the protocol on its sync socket" in result.error.message
+        await assert_healthy(host)

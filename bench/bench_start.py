@@ -3,7 +3,7 @@ what a host holds, for this checkout beside another one (700973a) and jsbox, in 
 
     PYTHONPATH=. python bench/bench_start.py [--base DIR] [--jsbox DIR] [-n N]
 
-``--base DIR`` is a checkout with its extension built in place (for 700973a:
+``--before DIR`` is this checkout before a change, timed in the same rounds. ``--base DIR`` is a checkout with its extension built in place (for 700973a:
 ``git worktree add /tmp/base-700973a 700973a && cd /tmp/base-700973a && python setup.py
 build_ext --inplace --build-temp /tmp/build-base``). ``--jsbox DIR`` is a directory holding
 the jsbox package (``pip install --target DIR jsbox``); without it jsbox is looked up on this
@@ -53,7 +53,8 @@ import asyncio, sys
 from codemode import Host
 
 async def main():
-    async with Host(workspace=sys.argv[1], state_dir=sys.argv[2]) as host:
+    options = {"preload_tokenizer": False} if sys.argv[3:] == ["lazy"] else {}
+    async with Host(workspace=sys.argv[1], state_dir=sys.argv[2], **options) as host:
         for i in range(10):
             result = await host.run_code(f"const xs = [1, 2, {i}]; print(xs.map(x => x * 2).join(','))")
             assert result.ok, result.text
@@ -103,7 +104,7 @@ def commands(
         out[f"codemode run print(1)   [{label}]"] = (run, env)
         shot = [sys.executable, "-c", ONE_SHOT, str(ws), str(state)]
         out[f"codemode.run_code()     [{label}]"] = (shot, env)
-        if label == "this":  # the same two in engine mode thread (programs on the host's threads)
+        if label in ("this", "before"):  # the same two in engine mode thread (on the host's threads)
             threaded = {**env, "CODEMODE_ENGINE": "thread"}
             out[f"codemode run print(1)   [{label}, thread]"] = (run, threaded)
             out[f"codemode.run_code()     [{label}, thread]"] = (shot, threaded)
@@ -129,29 +130,36 @@ def time_commands(cases: dict[str, tuple[list[str], dict[str, str]]], rounds: in
     return {name: statistics.median(samples) for name, samples in times.items()}
 
 
-def host_rss(checkouts: dict[str, Path], tmp: Path, rounds: int) -> dict[str, tuple[float, float]]:
-    """Median MiB of a host's RSS after ten programs, and of what loading the tokenizer adds."""
-    samples: dict[str, list[tuple[int, int]]] = {label: [] for label in checkouts}
+def host_rss(checkouts: dict[str, Path], tmp: Path, rounds: int) -> dict[str, tuple[float, float, float]]:
+    """Median MiB of a host's RSS after ten programs, of what loading the tokenizer adds, and
+    of a host's RSS after ten programs that never loads it (``preload_tokenizer=False``, short
+    outputs: "-" where the checkout has no such option)."""
+    samples: dict[str, list[tuple[int, int, int]]] = {label: [] for label in checkouts}
     for _ in range(rounds):
         for label in random.sample(list(checkouts), len(checkouts)):
             ws, state = tmp / f"rss-ws-{label}", tmp / f"rss-state-{label}"
             ws.mkdir(exist_ok=True)
             env = {**os.environ, "PYTHONPATH": str(checkouts[label])}
             kib = []
-            for child in (RSS_CHILD, TOKENIZER_CHILD):
+            lazy = ["lazy"] if label != "base" else ["skip"]
+            for child, extra in ((RSS_CHILD, []), (TOKENIZER_CHILD, []), (RSS_CHILD, lazy)):
+                if extra == ["skip"]:
+                    kib.append(0)
+                    continue
                 done = subprocess.run(
-                    [sys.executable, "-c", child, str(ws), str(state)],
+                    [sys.executable, "-c", child, str(ws), str(state), *extra],
                     env=env,
                     check=True,
                     capture_output=True,
                     text=True,
                 )
                 kib.append(int(done.stdout))
-            samples[label].append((kib[0], kib[1]))
+            samples[label].append((kib[0], kib[1], kib[2]))
     return {
         label: (
             statistics.median(s[0] for s in values) / 1024,
             statistics.median(s[1] for s in values) / 1024,
+            statistics.median(s[2] for s in values) / 1024,
         )
         for label, values in samples.items()
     }
@@ -169,10 +177,15 @@ def jsbox_dir(given: str | None) -> Path | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=Path, help="a checkout to compare with (extension built in place)")
+    parser.add_argument(
+        "--before", type=Path, help="this checkout before a change (its rows beside this one's, same run)"
+    )
     parser.add_argument("--jsbox", help="a directory holding the jsbox package")
     parser.add_argument("-n", type=int, default=10, help="rounds (default 10)")
     args = parser.parse_args()
     checkouts = {"this": HERE}
+    if args.before is not None:
+        checkouts["before"] = args.before.resolve()
     if args.base is not None:
         checkouts["base"] = args.base.resolve()
     for root in checkouts.values():  # as an install has it (pip compiles the bytecode)
@@ -184,17 +197,18 @@ def main() -> None:
         print(f"after:  {load()}   (medians of {args.n} rotated rounds)")
         for name, median in medians.items():
             line = f"{name:36s} {median * 1e3:7.0f} ms"
-            if "[this" in name and "base" in checkouts:
-                base = name.replace("[this]", "[base]").replace("[this, thread]", "[base]")
+            if ("[this" in name or "[before" in name) and "base" in checkouts:
+                base = name.split("[")[0] + "[base]"
                 line += f"   {median / medians[base]:.2f}x of base"
             print(line, flush=True)
         if jsbox is None:
             print("jsbox: not installed (no `jsbox` command, no module; pip install --target DIR jsbox)")
         rss = host_rss(checkouts, Path(tmp), max(3, args.n // 3))
-    for label, (mib, tokenizer) in rss.items():
+    for label, (mib, tokenizer, lazy) in rss.items():
+        never = f"{lazy:6.1f} MiB" if lazy else "     -"
         print(
             f"host RSS after ten programs [{label}]  {mib:6.1f} MiB   the tokenizer's share {tokenizer:5.1f} MiB"
-            f"   ({load()})"
+            f"   never loading it {never}   ({load()})"
         )
     print("targets: this <= 0.5x of 700973a (cold run, one-shot); RSS <= 60 MiB + the tokenizer's share")
 

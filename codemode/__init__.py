@@ -68,7 +68,7 @@ _HOMES = {
     "UserError": "codemode.errors",
     "load_mcp_config": "codemode.tools.upstream",
     "make_tool": "codemode.tools",
-    "run_code": "codemode.host",
+    "run_code": "codemode._sync",
     "tool": "codemode.tools",
 }
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from codemode._results import RunResult
 from codemode.errors import UserError
+
+if TYPE_CHECKING:
+    from codemode._results import RunResult
 
 __all__ = ["run_code"]
 
@@ -23,6 +26,7 @@ def run_code(source: str, **options: Any) -> RunResult:
     Raises:
         UserError: Called inside a running event loop (use ``await host.run_code`` there).
     """
+    _start_zygote_early(options)
     from codemode.host import Host  # the Host imports this module (it re-exports run_code)
 
     try:
@@ -48,3 +52,17 @@ def run_code(source: str, **options: Any) -> RunResult:
             return await host.run_code(source, **run_options)
 
     return anyio.run(main)
+
+
+def _start_zygote_early(options: dict[str, Any]) -> None:
+    """In engine mode process, start the engine's zygote before the host's modules import (the
+    first call in a process imports them: ~150 ms), so that it boots meanwhile on another CPU.
+    Only the mode is read here; a bad one is refused by the Host as usual."""
+    config = options.get("config")
+    mode = options.get("engine") or getattr(config, "engine", None)
+    if mode is None:
+        mode = os.environ.get("CODEMODE_ENGINE", "").strip() or "process"
+    if mode == "process":
+        from codemode import _zygote_start
+
+        _zygote_start.launch_early()

@@ -19,6 +19,7 @@ WORKER_DIR = Path(__file__).parent / "engine" / "worker"
 Started = tuple["subprocess.Popen[bytes]", socket.socket]
 
 _early: Started | None = None
+_taken = False  # the engine took one: it starts (and restarts) its zygote itself from then on
 _lock = threading.Lock()
 
 
@@ -49,11 +50,11 @@ def launch() -> Started:
 
 
 def launch_early() -> None:
-    """Start a zygote now for the engine to adopt at its first program (once; a failure is
-    left for that program's own start to report)."""
+    """Start a zygote now for the engine to adopt at its first program (once, and only before
+    the engine took one; a failure is left for that program's own start to report)."""
     global _early
     with _lock:
-        if _early is None:
+        if _early is None and not _taken:
             try:
                 _early = launch()
             except OSError:
@@ -66,9 +67,10 @@ def take() -> Started:
     Raises:
         OSError: A new one could not be started.
     """
-    global _early
+    global _early, _taken
     with _lock:
         early, _early = _early, None
+        _taken = True
     if early is not None:
         if early[0].poll() is None:
             return early

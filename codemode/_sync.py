@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -54,7 +55,7 @@ def run_code(source: str, **options: Any) -> RunResult:
     return anyio.run(main)
 
 
-def _start_zygote_early(options: dict[str, Any]) -> None:
+def _start_zygote_early(options: Mapping[str, object]) -> None:
     """In engine mode process, start the engine's zygote before the host's modules import (the
     first call in a process imports them: ~150 ms), so that it boots meanwhile on another CPU.
     Only the mode is read here; a bad one is refused by the Host as usual."""

@@ -65,6 +65,21 @@ class _ActionArgs(pydantic.BaseModel):
         return data
 
 
+# What the model reads of `network` (a model of its own would cost a `$defs` entry, ~60 tokens
+# more on every listing: bench/bench_tokens.py); the field is still checked as NetworkAllow | bool.
+_NETWORK_SCHEMA = {
+    "description": "true: needs network (asks where off); {allow: [domains]}: only those.",
+    "anyOf": [
+        {"type": "boolean"},
+        {
+            "type": "object",
+            "properties": {"allow": {"type": "array", "items": {"type": "string"}}},
+            "required": ["allow"],
+        },
+    ],
+}
+
+
 class NetworkAllow(pydantic.BaseModel):
     """A run's network as an allowlist: only these domains, through the host's proxy."""
 
@@ -109,14 +124,18 @@ class BashRunArgs(_ActionArgs):
     scope: Literal["targeted", "affected", "full"] | None = pydantic.Field(
         default=None, description="what a verification command covers (recorded)."
     )
-    report_on: list[Annotated[str, pydantic.Field(min_length=1, max_length=100)]] | None = pydantic.Field(
-        default=None,
-        max_length=MAX_REPORT_KEYWORDS,
-        description="background: keywords whose lines are reported (default error, fail, panic, ...; [] none).",
-    )
-    network: NetworkAllow | bool | None = pydantic.Field(
-        default=None,
-        description="true: needs network (asks where off); {allow: [domains]}: those only.",
+    report_on: Annotated[
+        list[Annotated[str, pydantic.Field(min_length=1, max_length=100)]] | None,
+        pydantic.WithJsonSchema(
+            {
+                "description": "background: report lines with these words (default error, fail, panic...; [] none).",
+                "type": "array",
+                "items": {"type": "string"},
+            }
+        ),  # (its bounds are checked, not listed: ~15 tokens on every listing)
+    ] = pydantic.Field(default=None, max_length=MAX_REPORT_KEYWORDS)
+    network: Annotated[NetworkAllow | bool | None, pydantic.WithJsonSchema(_NETWORK_SCHEMA)] = pydantic.Field(
+        default=None
     )
     write_paths: list[str] | None = pydantic.Field(
         default=None,
@@ -353,8 +372,8 @@ def _handoff_words(handoff_seconds: float | None) -> str:
     if handoff_seconds is None:
         return "Commands run to their timeout (default 300 s), then their whole process tree is stopped."
     return (
-        f"Commands still running after {handoff_seconds:g} s move to the background (same process, "
-        "kept by a supervisor that outlives this host) and return a promoted_process_id."
+        f"Commands still running after {handoff_seconds:g} s move to the background and return a "
+        "promoted_process_id."
     )
 
 
@@ -363,8 +382,7 @@ def description(handoff_seconds: float | None, install: str | None = None) -> st
     return (
         "Run a bash command (new non-interactive shell per call: cd/exports do not carry over; "
         "stdin closed). Returns stdout then stderr as a terminal shows them, long output cut to head "
-        f"and tail, full log archived. {_handoff_words(handoff_seconds)} A run_in_background "
-        "process takes other actions by its process_id." + (f" {install}" if install else "")
+        f"and tail, full log archived. {_handoff_words(handoff_seconds)}" + (f" {install}" if install else "")
     )
 
 

@@ -18,8 +18,8 @@ from codemode.tools.files._text import decode_for_edit, encode
 EDIT_DESCRIPTION = (
     "Replace exact text in a file. `old_text` must occur exactly once (include enough surrounding lines "
     "to make it unique) unless `replace_all` is true. No match or several matches change nothing and "
-    "report the matching line numbers or the closest near-miss. Keeps encoding, BOM, CRLF line endings "
-    "(give LF; they are converted) and a missing final newline. Returns a unified diff. Files up to "
+    "report the matching line numbers or the closest near-miss. Keeps encoding, BOM, CRLF (give LF) "
+    "and a missing final newline. Returns a unified diff. Files up to "
     f"{limits.EDIT_MAX_BYTES // (1024 * 1024)} MiB."
 )
 

@@ -16,15 +16,15 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "codemode" / "state"))
+sys.path.insert(0, str(ROOT))
 
-import _redact  # noqa: E402 - the redactor loads by path, without the codemode package
+from codemode.state import _secret_rules  # noqa: E402
 
-OUT = _redact.RULES_DIR / "rules.json"
+OUT = _secret_rules.RULES_DIR / "rules.json"
 
 
 def render() -> str:
-    data = {"digest": _redact.rules_digest(), **_redact.rule_specs_from_toml()}
+    data = {"digest": _secret_rules.rules_digest(), **_secret_rules.rule_specs_from_toml()}
     return json.dumps(data, ensure_ascii=False, indent=1, sort_keys=True) + "\n"
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from codemode.state import Redactor, StreamRedactor
-from codemode.state._redact import RULES_DIR, _Engine, load_rules, rule_specs, rule_specs_from_toml
+from codemode.state._redact import _Engine
+from codemode.state._secret_rules import RULES_DIR, load_rules, rule_specs, rule_specs_from_toml
 from tests.state.secret_fixtures import families, ordinary_output, pem
 
 R = Redactor(environ={})

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
+from codemode._builtins import install_builtins, ready_state_dir
 from codemode._description import run_code_description
 from codemode._ids import check_id
 from codemode._mounts import McpServers, Mounts
@@ -36,12 +37,9 @@ from codemode.sandbox import (
     SandboxMode,
     SandboxPolicy,
     check_policy,
-    register_state_dir,
-    sweep_stale_tmp,
-    tmp_mounts,
 )
 from codemode.state import Archive, EndReason, SessionEnd, State, compile_rules_soon
-from codemode.tools import Extension, Tool, ToolDescription, ToolRegistry, builtin_extensions
+from codemode.tools import Extension, Tool, ToolDescription, ToolRegistry
 from codemode.tools.bash import Notification, ProcessManager
 
 if TYPE_CHECKING:
@@ -172,28 +170,10 @@ class Host:
             ).start()
             compile_rules_soon()
         if self.config.builtin_tools:
-            # The process manager pins the logs of completions not yet delivered (so they
-            # survive the archive's compaction and expiry below).
-            self._processes = ProcessManager(
-                state.archive,
-                handoff_seconds=self.config.handoff_seconds,
-                max_background_per_session=self.config.max_background_per_session,
-                command_gate=CommandGuard(self.command_policy, self.trash),
-                tmp_share_bytes=self.config.tmp_quota_mb * 1024 * 1024,
-            )
-            # A reopened host replaces the built-ins of its previous opening (new manager).
-            for name in ("files", "archive", "bash", "monitor"):
-                self.registry.remove_extension(name)
-            # Loaded at the first use of one of their tools. The monitor is on by default;
-            # host.disable_extension("monitor") removes its tools and guidance.
-            for extension in builtin_extensions(self._processes):
-                self.registry.add_extension(extension)
+            guard = CommandGuard(self.command_policy, self.trash)
+            self._processes = install_builtins(self.registry, state.archive, self.config, guard)
         state.maintain()
-        # Listed for every host of this user: their commands never read this state dir.
-        register_state_dir(state.archive.state_dir)
-        if tmp_mounts(state.archive.state_dir / "tmp"):  # session tmpfs left by a killed host
-            await anyio.to_thread.run_sync(self.trash.file_all)  # what rm moved there, before its mount goes
-            sweep_stale_tmp(state.archive.state_dir / "tmp")
+        await ready_state_dir(state.archive.state_dir, self.trash.file_all)
         await self._mounts.open(state, self._connect_mcp_at_open)
 
     def add_mcp_server(self, name: str, server: Mapping[str, object] | None = None, **fields: Any) -> str:

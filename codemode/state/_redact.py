@@ -151,6 +151,7 @@ class _Engine:
                     flags=[0] * len(self.rules),
                 )
                 self._database = database
+                _return_compile_scratch()
             return self._database
 
     def spans(
@@ -258,6 +259,20 @@ _SHORT_TEXT = 512  # bytes; see _Engine.matches
 _SHORT_TEXTS = 32  # short texts checked rule by rule before the database's compile starts
 _ENGINE: _Engine | None = None
 _ENGINE_LOCK = threading.Lock()
+
+
+def _return_compile_scratch() -> None:
+    """Give the heap pages hyperscan's compile freed back to the system. glibc keeps them in
+    the compiling thread's arena: a host that compiled the database on a thread of its own
+    (`compile_rules_soon`) held ~20 MiB more RSS after ten small programs than one that never
+    compiled it, ~15 MiB of it free pages that ``malloc_trim(0)`` returns. Not glibc: nothing."""
+    import ctypes  # only a process that compiles the database pays for the import
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # another allocator: it returns memory its own way
+        return
+    trim(0)
 
 
 def compile_rules_soon() -> None:

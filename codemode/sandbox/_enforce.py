@@ -42,7 +42,7 @@ import platform
 import shutil
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 
@@ -488,12 +488,13 @@ def _refresh(cached: _Cached) -> bool:
         except OSError:
             return False
         seen = cached.seen[directory]
+        on_the_way = _on_the_way(cached.targets)
         for entry in entries:
             key = (entry.name, entry.inode())
             if key in seen:
                 continue
             seen.add(key)
-            if entry.is_symlink() or any(is_within(t, entry.path) for t in cached.targets):
+            if entry.is_symlink() or entry.path in on_the_way:
                 continue
             try:
                 add_path_rule(cached.fd, entry.path, _READ, follow=False)
@@ -517,11 +518,14 @@ def read_grants(protected: Sequence[str]) -> tuple[list[str], dict[str, set[tupl
         The paths to grant, and each split directory with the (name, inode) of the entries it
         held (a new entry in one of them needs a rule of its own).
     """
-    targets = [p.rstrip("/") or "/" for p in protected]
+    targets = {p.rstrip("/") or "/" for p in protected}
     if not targets or "/" in targets:
         return ([] if "/" in targets else ["/"]), {}
     grants: list[str] = []
     split: dict[str, set[tuple[str, int]]] = {}
+    # One set lookup per entry, not a scan of the targets: a split directory may hold thousands
+    # of entries (a temp dir of many sessions' state dirs) and the registry names up to 64 targets.
+    on_the_way = _on_the_way(targets)
 
     def walk(directory: str) -> None:
         seen = split.setdefault(directory, set())
@@ -534,7 +538,7 @@ def read_grants(protected: Sequence[str]) -> tuple[list[str], dict[str, set[tupl
             path = entry.path
             if path in targets or entry.is_symlink():
                 continue
-            if any(is_within(t, path) for t in targets):
+            if path in on_the_way:
                 walk(path)
             else:
                 grants.append(path)
@@ -577,6 +581,19 @@ def _cached_ruleset(policy: SandboxPolicy, abi: int) -> int:
             while len(_cache) > _CACHE_SIZE:
                 os.close(_cache.popitem(last=False)[1].fd)
     return fd
+
+
+def _on_the_way(targets: Iterable[str]) -> frozenset[str]:
+    """Every target (a real path without a trailing slash) and every directory above one."""
+    found: set[str] = set()
+    for target in targets:
+        path = target.rstrip("/") or "/"
+        while path not in found:
+            found.add(path)
+            if path == "/":
+                break
+            path = os.path.dirname(path)
+    return frozenset(found)
 
 
 def _split_dirs(protected: Sequence[str]) -> list[str]:

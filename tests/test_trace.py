@@ -124,7 +124,9 @@ async def test_no_secret_reaches_a_span(make_host: MakeHost, spans: Spans) -> No
     program = f"""
         await tools.echo({{value: "{SECRET}"}});
         await tools.bash({{command: "echo {SECRET} > /dev/null"}});
-        await tools.bash({{command: "sleep 0 {SECRET}", run_in_background: true}});
+        const bg = await tools.bash({{command: "sleep 0 {SECRET}", run_in_background: true}});
+        // read to its exit: a process still running at the host's close keeps its session's tmpfs
+        while (!(await tools.bash({{action: "read", process_id: bg.process_id, wait_ms: 1000}})).exited) {{}}
         throw new Error("{SECRET}");
     """
     async with make_host(tracer_provider=spans.provider) as (host, _):

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.blackbox
+
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -16,6 +16,8 @@ import pytest
 
 from codemode import Host
 
+pytestmark = pytest.mark.blackbox
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 _BLOCK = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```", re.M | re.S)
 # Words that stand for something the reader fills in: a line holding one is not run as written.

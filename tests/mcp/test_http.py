@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.host_support import alive
 from tests.mcp.http_support import TOKEN, HttpServer, http_server, session, wait_until_gone
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.blackbox]
 
 _INITIALIZE = {
     "jsonrpc": "2.0",

@@ -33,7 +33,7 @@ from codemode.tools.bash._proctree import find_members
 from tests.host_support import alive, survivors
 from tests.mcp.http_support import TOKEN, HttpServer, http_server, session, wait_until_gone
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.blackbox]
 
 _HEADERS = {
     "Authorization": f"Bearer {TOKEN}",

@@ -20,7 +20,7 @@ from codemode.budget import TokenCounter
 from codemode.mcp._server import _fit_structured, _output_schema
 from codemode.tools.bash._tool import bash_tool
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.blackbox]
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from codemode.sandbox import landlock_status
 from codemode.tools.upstream import parse_mcp_config, unique_identifiers
 from tests.tools.upstream.upstream_support import SERVER, read_marks, stdio_server
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.blackbox]
 
 
 def _host(tmp_path: Path, servers: dict[str, Any], **options: Any) -> Host:

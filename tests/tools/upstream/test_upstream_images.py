@@ -18,7 +18,7 @@ from codemode.adapters import anthropic as anthropic_adapter
 from codemode.mcp import create_server
 from tests.tools.upstream.upstream_support import stdio_server
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.blackbox]
 
 # What upstream_server.py's picture tool returns: a 1x1 PNG's signature and IHDR.
 PICTURE = base64.b64encode(

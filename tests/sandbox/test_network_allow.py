@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from codemode import Host, UserError
@@ -122,3 +123,30 @@ async def test_a_bad_entry_and_an_allowlist_with_the_network_off_are_refused(
     assert result.is_error and "is not a domain" in result.text
     with pytest.raises(UserError, match="network is off"):
         Host(workspace=tmp_path, state_dir=tmp_path / "s2", network=False, network_allow=("pypi.org",))
+
+
+async def _read_to_exit(host: Host, process_id: str) -> dict[str, Any]:
+    while True:
+        result = await host.call_tool("bash", {"action": "read", "process_id": process_id, "wait_ms": 1000})
+        data: dict[str, Any] = result.structured_content or {}
+        if data.get("exited"):
+            return data
+
+
+async def test_a_background_command_reaches_the_list_too_and_its_refusals_are_named(
+    host: Host, server: CountingServer
+) -> None:
+    command = (
+        f"curl -sS -m 20 http://localhost:{server.port}/bg; curl -sS -m 20 http://127.0.0.1:{server.port}/no"
+    )
+    started = await host.call_tool("bash", {"command": command, "run_in_background": True})
+    assert not started.is_error, started.text
+    process_id = (started.structured_content or {})["process_id"]
+    with anyio.fail_after(30):  # its completion, not read yet
+        while not (pending := host.pending_notifications()):
+            await anyio.sleep(0.02)
+    note = f"Network: the proxy refused 127.0.0.1:{server.port} (not on the allowlist)"
+    assert [n.process_id for n in pending] == [process_id] and note in pending[0].text
+    data = await _read_to_exit(host, process_id)
+    assert "hello /bg" in data["output"] and server.connections == 1
+    assert note in data["note"] and '"allow": ["localhost", "*.example.org", "127.0.0.1"]' in data["note"]

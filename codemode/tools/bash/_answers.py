@@ -161,10 +161,12 @@ class EventsAnswer(TypedDict):
 
 class SupervisorAnswer(TypedDict, total=False):
     """A supervisor's one-line JSON answer to its spec: ``ok`` and the command's ``pid`` and
-    ``pid_started``, or ``error``; the host adds the log's ``log_ref`` to a started one."""
+    ``pid_started``, or ``error``; the host adds the log's ``log_ref`` to a started one, and the
+    list its proxy appends each refused connection to (``network_refusals``, while it runs)."""
 
     ok: bool
     pid: int
     pid_started: float
     error: str
     log_ref: str
+    network_refusals: list[str] | None  # with an allowlist: what the host's proxy refused it

@@ -189,6 +189,7 @@ def start_background(
                 "ruleset_fd": fds["ruleset_fd"],
                 "seccomp_fd": fds["seccomp_fd"],
                 "shm_fd": fds.get("shm_fd"),  # the session's /dev/shm (launcher.c)
+                "net_fd": fds.get("net_fd"),  # with an allowlist: the channel to the host's proxy
                 "cgroup_procs_fd": procs_fd,
             }
             payload = {
@@ -239,7 +240,7 @@ def start_background(
     with contextlib.suppress(OSError):
         if err_path.stat().st_size == 0:
             err_path.unlink()
-    return {**answer, "log_ref": log.ref}
+    return {**answer, "log_ref": log.ref, "network_refusals": conf.network_refusals}
 
 
 def adopt(

@@ -99,6 +99,7 @@ class Completions:
         def _db(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
         def _reconcile(self, record: ProcessRecord) -> ProcessRecord: ...
         def _reap_adopted(self) -> None: ...
+        def _network_note(self, process_id: str) -> str | None: ...
         def _verification(self, record: ProcessRecord) -> VerificationData | None: ...
 
     def pending_notifications(self, session_id: str, *, reconcile: bool = True) -> list[Notification]:
@@ -156,6 +157,9 @@ class Completions:
             )
             if verification is not None:
                 data = {**(data or {}), "verification": verification}
+            network = self._network_note(row["process_id"])
+            if network is not None:
+                text = f"{text}\n{network}"
         return Notification(
             row["id"],
             row["process_id"],

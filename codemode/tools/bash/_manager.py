@@ -204,6 +204,8 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
         self._adopted: dict[str, Running] = {}
         # Cgroups of finished foreground runs that left processes running, per session.
         self._leftovers: dict[str, set[str]] = {}
+        # Background processes started with a network allowlist: what the proxy refused each.
+        self._network_refusals: dict[str, tuple[list[str], SandboxPolicy]] = {}
         self._lock = threading.Lock()
         self._start_lock = threading.Lock()
         self._db_lock = threading.RLock()

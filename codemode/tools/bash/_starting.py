@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from codemode._trace import current
 from codemode.errors import ErrorCode, ToolError
+from codemode.sandbox import SandboxPolicy, network_refusal_note
 from codemode.state import Archive, ProcessRecord, Redactor
 from codemode.state import process_records as _records
 from codemode.tools.bash._answers import StartedAnswer
@@ -35,6 +36,7 @@ class Starting:
     _lock: threading.Lock
     _max_background: int
     _max_watchers: int
+    _network_refusals: dict[str, tuple[list[str], SandboxPolicy]]
     _redactor: Redactor
     _start_lock: threading.Lock
 
@@ -44,6 +46,12 @@ class Starting:
         @property
         def _me(self) -> tuple[int, float | None]: ...
         def _reconcile(self, record: ProcessRecord) -> ProcessRecord: ...
+
+    def _network_note(self, process_id: str) -> str | None:
+        """What the host's proxy refused a background process this host started, and how to
+        allow it (`network_refusal_note`); None when it refused nothing."""
+        kept = self._network_refusals.get(process_id)
+        return network_refusal_note(*kept) if kept is not None else None
 
     def _check_cap(self, session_id: str, kind: str = "background") -> bool:
         """Whether the session may start one more background process (or watcher: ``kind``)."""
@@ -77,6 +85,11 @@ class Starting:
             answer = start_background(
                 spec, process_id=process_id, archive=self._archive, db=self._db, settings=settings
             )
+            refusals = answer.get("network_refusals")
+            if refusals is not None:  # (each list holds at most 100 lines; the newest 1,024 kept)
+                self._network_refusals[process_id] = (refusals, spec.policy)
+                while len(self._network_refusals) > 1024:
+                    del self._network_refusals[next(iter(self._network_refusals))]
         return {
             "process_id": process_id,
             "state": "running",

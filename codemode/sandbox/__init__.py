@@ -17,18 +17,17 @@ from codemode.sandbox._enforce import (
     Confinement,
     LandlockStatus,
     LaunchSpec,
-    Layer,
     check_policy,
     explain_denial,
     landlock_status,
     launch,
     prepare_confinement,
-    sandbox_report,
 )
 from codemode.sandbox._fs import Changed, Walk, open_at, pseudo_fs, rename_into, reopen
 from codemode.sandbox._paths import locate_readable, locate_writable
 from codemode.sandbox._policy import SHIM_DIR_NAME, SandboxMode, SandboxPolicy
 from codemode.sandbox._policy_json import policy_from_json, policy_to_json
+from codemode.sandbox._report import Layer, sandbox_report
 from codemode.sandbox._safeopen import (
     UnsafePath,
     anchor,

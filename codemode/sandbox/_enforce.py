@@ -49,7 +49,6 @@ from types import TracebackType
 from codemode._host_secrets import without_host_secrets
 from codemode.errors import SandboxUnavailable, UserError
 from codemode.network import PROXY_PORT, proxy_env
-from codemode.sandbox._cgroup import cgroup_root
 from codemode.sandbox._denial import ENFORCEMENT_FAILED_MARKER, explain_denial
 from codemode.sandbox._landlock import (
     FS_EXECUTE,
@@ -89,13 +88,11 @@ __all__ = [
     "Confinement",
     "LandlockStatus",
     "LaunchSpec",
-    "Layer",
     "check_policy",
     "explain_denial",
     "landlock_status",
     "launch",
     "prepare_confinement",
-    "sandbox_report",
 ]
 
 #: Exit status of a child whose confinement could not be enforced (it never ran the command).
@@ -661,113 +658,3 @@ def _build_ruleset(policy: SandboxPolicy, abi: int, read_paths: Sequence[str]) -
             "or ask explicitly for full-access."
         ) from exc
     return fd
-
-
-@dataclass(frozen=True)
-class Layer:
-    """One confinement layer as ``codemode doctor`` shows it.
-
-    Attributes:
-        name: The layer.
-        state: ``on`` (applied to every confined command), ``off`` (not in this mode) or
-            ``unavailable`` (confined commands are refused, or the fallback is named).
-        detail: What it covers here, or why it is unavailable.
-    """
-
-    name: str
-    state: str
-    detail: str
-
-
-def sandbox_report(policy: SandboxPolicy) -> list[Layer]:
-    """Every layer's state for ``policy``, checked by starting one real confined command.
-
-    The probe (``/proc/self/status`` and ``/proc/self/cgroup`` read from inside the sandbox)
-    shows what a command actually gets, not what the host meant to apply.
-    """
-    status = landlock_status()
-    cgroups = cgroup_root()
-    layers = [
-        Layer(
-            "launcher",
-            "on" if launcher_fd() is not None else "unavailable",
-            "applies every layer before the command runs"
-            if launcher_fd() is not None
-            else f"{launcher_unavailable_reason()}: every command is refused",
-        ),
-        Layer(
-            "cgroup per command",
-            "on" if cgroups.path else "unavailable",
-            f"under {cgroups.path}: stop and session close end every descendant"
-            if cgroups.path
-            else f"{cgroups.reason}; descendants are found by process group and marker variable, so a "
-            "process that leaves its session and clears its environment can escape stop",
-        ),
-    ]
-    if not policy.confined:
-        off = "full-access: not applied"
-        layers += [
-            Layer(name, "off", off) for name in ("capabilities", "no_new_privs", "landlock", "seccomp")
-        ]
-        return layers
-    observed = _probe_confined(policy)
-    caps = observed.get("CapBnd") == observed.get("CapEff") == observed.get("CapPrm") == "0000000000000000"
-    layers += [
-        Layer(
-            "capabilities",
-            "on" if caps else "unavailable",
-            "bounding, ambient, effective, permitted and inheritable sets empty"
-            if caps
-            else observed.get("error", "the probe saw capabilities left"),
-        ),
-        Layer(
-            "no_new_privs",
-            "on" if observed.get("NoNewPrivs") == "1" else "unavailable",
-            "setuid binaries and file capabilities grant nothing",
-        ),
-        Layer(
-            "landlock",
-            "on" if status.abi >= 3 and "error" not in observed else "unavailable",
-            f"ABI {status.abi}: files beneath the state directory unreadable, writes beneath the writable "
-            f"roots only, no device nodes; network {'on' if policy.network else 'off (TCP denied)'}; "
-            + ("signals and abstract sockets scoped" if status.scopes else "no scoping (needs ABI 6)")
-            if status.abi >= 3
-            else f"{status.reason}: confined modes refuse every command",
-        ),
-        Layer(
-            "seccomp",
-            "on" if observed.get("Seccomp") == "2" else "unavailable",
-            "terminal injection, raw and packet sockets, netlink but route, ptrace, bpf, keyrings, mounts, namespaces, "
-            "host-wide settings and resource calls on other processes refused"
-            + ("" if policy.network else "; every socket but netlink route refused (network off)"),
-        ),
-    ]
-    return layers
-
-
-def _probe_confined(policy: SandboxPolicy) -> dict[str, str]:
-    """``/proc/self/status`` fields as a confined ``cat`` sees them, or ``{"error": why}``."""
-    read, write = os.pipe2(os.O_CLOEXEC)
-    devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        try:
-            proc = launch(
-                LaunchSpec(
-                    ["cat", "/proc/self/status"], "/", dict(os.environ), policy, stdio=(devnull, write, write)
-                )
-            )
-        except (SandboxUnavailable, UserError, OSError) as exc:
-            return {"error": str(exc)}
-        finally:
-            os.close(write)
-            os.close(devnull)
-        out = b""
-        while chunk := os.read(read, 65536):
-            out += chunk
-        proc.wait(timeout=10)
-    finally:
-        os.close(read)
-    text = out.decode(errors="replace")
-    if text.startswith(ENFORCEMENT_FAILED_MARKER):
-        return {"error": text.strip()}
-    return {k: v.strip() for k, _, v in (line.partition(":") for line in text.splitlines())}

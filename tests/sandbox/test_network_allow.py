@@ -150,3 +150,14 @@ async def test_a_background_command_reaches_the_list_too_and_its_refusals_are_na
     data = await _read_to_exit(host, process_id)
     assert "hello /bg" in data["output"] and server.connections == 1
     assert note in data["note"] and '"allow": ["localhost", "*.example.org", "127.0.0.1"]' in data["note"]
+
+
+async def test_doctor_says_whether_the_network_namespace_is_in_force(host: Host, tmp_path: Path) -> None:
+    layers = {layer["name"]: layer for layer in host.doctor()["sandbox"]["layers"]}
+    assert layers["network namespace"]["state"] == "on"
+    assert "reach only localhost, *.example.org, through the host's proxy" in layers["network namespace"]["detail"]
+    assert "TCP to the proxy's port only" in layers["landlock"]["detail"]
+    (tmp_path / "ws2").mkdir()
+    async with Host(workspace=tmp_path / "ws2", state_dir=tmp_path / "state2") as plain:
+        layer = {layer["name"]: layer for layer in plain.doctor()["sandbox"]["layers"]}["network namespace"]
+    assert layer["state"] == "off" and "one (--network-allow) would run each command" in layer["detail"]

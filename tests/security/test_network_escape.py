@@ -9,9 +9,11 @@ send traffic to loopback only).
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +23,7 @@ from codemode.sandbox import SandboxMode, SandboxPolicy
 from codemode.sandbox._launcher import launcher_fd
 from codemode.sandbox._spawn import spawn_helper
 from tests.network.proxy_support import CountingServer, Recorder, ask, attached, counting_server
-from tests.sandbox.sandbox_support import bash, needs_landlock
+from tests.sandbox.sandbox_support import bash, needs_landlock, run_confined
 
 
 @pytest.fixture
@@ -168,3 +170,47 @@ def test_the_launcher_fails_closed_when_the_proxy_channel_is_gone(tmp_path: Path
     assert proc.wait(timeout=30) == 126
     assert b"handing the proxy's listening socket to the host failed" in output, output
     assert not marker.exists()
+
+
+_SETPRIV = shutil.which("setpriv")
+
+
+@needs_landlock
+@pytest.mark.skipif(
+    os.geteuid() != 0 or _SETPRIV is None, reason="needs root and setpriv to start as another user"
+)
+def test_a_command_started_by_a_user_other_than_root_is_confined_the_same_way(
+    tmp_path: Path, server: CountingServer, host_proxy: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host that is not root makes the command's network namespace inside a user namespace of
+    its own (the launcher's other path). Here the launcher is started as nobody (setpriv, every
+    capability dropped) and must give the same result as for root: its own namespace, loopback
+    only, the proxy the one way out."""
+    assert _SETPRIV is not None
+    real_spawn = os.posix_spawn
+
+    def as_nobody(path: str, argv: list[str], env: dict[str, str], **options: Any) -> int:
+        helper = int(path.rpartition("/")[2])  # /proc/self/fd/N: kept open across setpriv's exec
+        options["file_actions"] = [*options.get("file_actions", []), (os.POSIX_SPAWN_DUP2, helper, helper)]
+        wrapper = [_SETPRIV, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
+        return real_spawn(_SETPRIV, [*wrapper, "--bounding-set=-all", "--", path, *argv[1:]], env, **options)
+
+    monkeypatch.setattr(os, "posix_spawn", as_nobody)
+    policy = _policy(tmp_path, ["localhost"])
+    tmp_path.chmod(0o755)  # nobody reaches the workspace
+    done = run_confined(
+        policy,
+        [
+            "bash",
+            "-c",
+            f"id -u; readlink /proc/self/ns/net; curl -sS -m 20 http://localhost:{server.port}/ok; echo; "
+            f"curl -sS -m 5 --noproxy '*' http://127.0.0.1:{server.port}/direct; echo direct=$?",
+        ],
+        cwd=Path("/"),
+    )
+    monkeypatch.undo()
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert lines[0] == "65534" and lines[1] != os.readlink("/proc/self/ns/net"), lines
+    assert "hello /ok" in done.stdout and "direct=7" in done.stdout, done.stdout + done.stderr
+    assert server.connections == 1

@@ -155,7 +155,10 @@ async def test_a_background_command_reaches_the_list_too_and_its_refusals_are_na
 async def test_doctor_says_whether_the_network_namespace_is_in_force(host: Host, tmp_path: Path) -> None:
     layers = {layer["name"]: layer for layer in host.doctor()["sandbox"]["layers"]}
     assert layers["network namespace"]["state"] == "on"
-    assert "reach only localhost, *.example.org, through the host's proxy" in layers["network namespace"]["detail"]
+    assert (
+        "reach only localhost, *.example.org, through the host's proxy"
+        in layers["network namespace"]["detail"]
+    )
     assert "TCP to the proxy's port only" in layers["landlock"]["detail"]
     (tmp_path / "ws2").mkdir()
     async with Host(workspace=tmp_path / "ws2", state_dir=tmp_path / "state2") as plain:

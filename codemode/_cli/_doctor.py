@@ -203,4 +203,7 @@ def _engine_mode(engine: EngineFacts) -> str:
     workers = engine.get("workers") or {}
     if not workers.get("available"):
         return f"worker processes: UNAVAILABLE ({workers.get('problem')})"
-    return f"confined worker processes ({workers['identity']}; Landlock: {workers['landlock']}; seccomp {workers['seccomp']})"
+    return (
+        f"confined worker processes ({workers['identity']}; Landlock: {workers['landlock']}; "
+        f"seccomp {workers['seccomp']}; cgroup: {workers['cgroup']})"
+    )

@@ -36,11 +36,16 @@ import anyio.to_thread
 from codemode import _zygote_start
 from codemode.engine import _wire
 from codemode.engine._guest import GuestError
+from codemode.sandbox import cgroup_join, cgroup_remove, cgroup_root
 
 log = logging.getLogger("codemode.engine")
 
 _START_SECONDS = 30.0  # a zygote or a worker that has not said it is ready by then is broken
 _MAX_RUNS = 10_000  # programs one worker runs before it is replaced (its CPU rlimit is a total)
+# Tasks a worker's cgroup may hold: its four threads (the program's, the relay, the keeper that
+# makes the next context, the watchdog) and room to spare; its seccomp allowlist has no clone of
+# a process, so this is the second wall.
+_WORKER_PIDS = 16
 _WORKER_CPU_SECONDS = 24 * 3600
 # How long the end of a program waits for a call its worker's sync thread is answering (a
 # worker that asked as its program ended; inline tools are quick).
@@ -97,8 +102,10 @@ class Zygote:
                 return
             message: _wire.ZygoteReport = json.loads(data)
             if "died" in message:
+                pid = int(message["died"])
+                _drop_cgroup(pid)
                 with self._died_cond:
-                    self._died[int(message["died"])] = int(message["status"])
+                    self._died[pid] = int(message["status"])
                     self._died_cond.notify_all()
             else:
                 self._replies.put(message)
@@ -159,6 +166,79 @@ def zygote() -> Zygote:
         return _zygote
 
 
+_cgroups: dict[int, str] = {}  # live worker pid -> its cgroup
+_cgroups_lock = threading.Lock()
+_swept = False
+
+
+def _give_cgroup(pid: int) -> None:
+    """Move the new worker ``pid`` into a cgroup of its own, ``codemode/engine-<host pid>/w<pid>``
+    (at most `_WORKER_PIDS` tasks; ``cgroup.kill`` ends it whole), before it runs a program
+    (blocking). Where cgroups are unavailable (`cgroup_root` says why, and ``codemode doctor``)
+    it runs without one.
+
+    Raises:
+        EngineUnavailable: cgroups are available but this one cannot be made or joined (the
+            worker is killed: nothing of a program ran in it).
+    """
+    global _swept
+    root = cgroup_root()
+    if root.path is None:
+        return
+    if not _swept:
+        _swept = True
+        _sweep_cgroups()
+    try:
+        path = root.make(f"engine-{os.getpid()}", f"w{pid}", pids_max=_WORKER_PIDS)
+        cgroup_join(path, pid)
+    except OSError as exc:
+        zygote().kill(pid)
+        raise EngineUnavailable(f"an engine worker's cgroup could not be made or joined ({exc})") from None
+    with _cgroups_lock:
+        _cgroups[pid] = path
+
+
+def _drop_cgroup(pid: int) -> None:
+    """The worker ``pid`` ended (the zygote reaped it): remove its cgroup (on the zygote's
+    reader thread)."""
+    with _cgroups_lock:
+        path = _cgroups.pop(pid, None)
+    if path is not None:
+        try:
+            cgroup_remove(path)
+        except OSError as exc:
+            log.warning("could not remove the cgroup %s of engine worker %d: %s", path, pid, exc)
+
+
+def _sweep_cgroups() -> None:
+    """Remove the worker cgroups that hosts which no longer run left (killed: no one removed
+    them); those still holding a process stay. Once per host process, at its first worker."""
+    root = cgroup_root()
+    for owner in root.owners():
+        host = owner.removeprefix("engine-")
+        if owner == host or not host.isdigit() or int(host) == os.getpid() or _alive(int(host)):
+            continue
+        for path in root.children(owner):
+            with contextlib.suppress(OSError):
+                cgroup_remove(path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def worker_cgroup(pid: int) -> str | None:
+    """The cgroup of a live worker (tests, doctor), or None."""
+    with _cgroups_lock:
+        return _cgroups.get(pid)
+
+
 def _kill_worker(pid: int) -> None:
     """Have the zygote kill its worker ``pid`` (it refuses any other pid); from any thread,
     without starting a zygote (a worker of one that ended is gone with its sockets)."""
@@ -175,7 +255,11 @@ def worker_report() -> dict[str, object]:
         held = zygote()
     except EngineUnavailable as exc:
         return {"available": False, "problem": str(exc)}
+    root = cgroup_root()
     return {
+        "cgroup": f"one per worker, at most {_WORKER_PIDS} tasks"
+        if root.path is not None
+        else f"none ({root.reason})",
         "available": True,
         "identity": "uid nobody, no capabilities, no_new_privs" if os.geteuid() == 0 else "no_new_privs",
         "landlock": "no file, TCP, signal or abstract socket" if held.landlock is None else held.landlock,
@@ -469,6 +553,7 @@ class ProcessPool:
             if kind != _wire.READY:
                 zygote().kill(pid)
                 raise EngineUnavailable("an engine worker sent something else than ready")
+            _give_cgroup(pid)
             return pid
 
         try:

@@ -3,10 +3,12 @@
 from codemode.sandbox._cgroup import (
     CgroupRoot,
     cgroup_empty,
+    cgroup_join,
     cgroup_kill,
     cgroup_members,
     cgroup_remove,
     cgroup_root,
+    pids_limit_path,
     pids_refused,
     pids_refused_note,
 )
@@ -86,6 +88,7 @@ __all__ = [
     "anchor",
     "aread_text",
     "cgroup_empty",
+    "cgroup_join",
     "cgroup_kill",
     "cgroup_members",
     "cgroup_remove",
@@ -107,6 +110,7 @@ __all__ = [
     "open_anchor",
     "open_at",
     "open_dir_at",
+    "pids_limit_path",
     "pids_refused",
     "pids_refused_note",
     "policy_from_json",

@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_PIDS_MAX",
     "CgroupRoot",
     "cgroup_empty",
+    "cgroup_join",
     "cgroup_kill",
     "cgroup_members",
     "cgroup_remove",
@@ -97,13 +98,14 @@ def pids_refused_note(path: str | None, before: int) -> str | None:
     )
 
 
-def _limit_pids(path: str) -> None:
-    """Give the new command cgroup ``path`` its pids limit (in its v1 twin on a hybrid host).
+def _limit_pids(path: str, pids_max: int | None = None) -> None:
+    """Give the new cgroup ``path`` its pids limit (in its v1 twin on a hybrid host): ``pids_max``,
+    else a command's (`PIDS_MAX_ENV`).
 
     Raises:
         OSError: A pids controller is there but the limit cannot be set.
     """
-    limit = _pids_max().encode()
+    limit = (str(pids_max) if pids_max is not None else _pids_max()).encode()
     own = os.path.join(path, "pids.max")
     if not os.path.exists(own):
         twin = pids_twin(path)
@@ -140,8 +142,9 @@ class CgroupRoot:
     path: str | None
     reason: str | None = None
 
-    def make(self, owner: str, name: str) -> str:
-        """Create (or reuse, when it exists and is empty) the cgroup ``owner/name``.
+    def make(self, owner: str, name: str, *, pids_max: int | None = None) -> str:
+        """Create (or reuse, when it exists and is empty) the cgroup ``owner/name``, holding at
+        most ``pids_max`` tasks (default: a command's limit, `PIDS_MAX_ENV`).
 
         Raises:
             OSError: It cannot be created.
@@ -164,7 +167,7 @@ class CgroupRoot:
                 if attempt == 2:
                     raise
                 continue
-            _limit_pids(path)
+            _limit_pids(path, pids_max)
             return path
         return path
 
@@ -233,6 +236,19 @@ def _probe(pid: int) -> CgroupRoot:
 def cgroup_root() -> CgroupRoot:
     """This host's command cgroup root, probed once per process."""
     return _probe(os.getpid())
+
+
+def cgroup_join(path: str, pid: int) -> None:
+    """Move the process ``pid`` (all its threads) into the cgroup ``path``, and into its pids
+    twin where the host has one (the launcher does the same for a command as it starts).
+
+    Raises:
+        OSError: It cannot be moved.
+    """
+    for directory in (path, pids_twin(path)):
+        if directory is not None and os.path.isdir(directory):
+            with open(os.path.join(directory, "cgroup.procs"), "w") as f:
+                f.write(str(pid))
 
 
 def cgroup_members(path: str) -> list[int]:

@@ -14,6 +14,7 @@ import pytest
 
 from codemode import Host, Progress, RunResult
 from codemode.engine import _processes, _remote
+from codemode.sandbox import cgroup_remove, cgroup_root, pids_limit_path
 from tests.host_support import MakeHost
 
 pytestmark = pytest.mark.anyio
@@ -80,6 +81,53 @@ async def test_a_worker_is_confined(make_host: MakeHost) -> None:
         sockets = [fd for fd in fds if fd.startswith("socket:")]
         assert len(sockets) == 2, fds  # its two sockets to the host
         assert fds - set(sockets) <= {"/dev/null", "anon_inode:[eventfd]"}, fds
+
+
+def _cgroup_of(pid: int) -> str:
+    """The cgroup v2 path of process ``pid`` (``0::`` line of /proc/<pid>/cgroup)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            return line[3:]
+    raise AssertionError(f"process {pid} has no cgroup v2 line")
+
+
+async def test_a_worker_runs_in_a_cgroup_of_its_own_removed_when_it_ends(make_host: MakeHost) -> None:
+    root = cgroup_root()
+    if root.path is None:
+        pytest.skip(f"no cgroups here: {root.reason}")
+    async with make_host(engine="process") as (host, _probe):
+        assert (await host.run_code("print(1)", session_id="a")).ok
+        (pid,) = _workers(host)
+        path = _processes.worker_cgroup(pid)
+        assert path is not None and path.endswith(f"/engine-{os.getpid()}/w{pid}")
+        assert _cgroup_of(pid).endswith(f"/engine-{os.getpid()}/w{pid}")
+        limit = pids_limit_path(path)
+        if limit is not None:  # the pids controller (v2, or its v1 twin on a hybrid host)
+            assert Path(limit).read_text().strip() == str(_processes._WORKER_PIDS)
+        await host.close_session("a")  # its worker ends
+        with anyio.fail_after(30):
+            while os.path.isdir(path):
+                await anyio.sleep(0.01)
+        assert _processes.worker_cgroup(pid) is None
+
+
+def test_cgroups_of_workers_of_a_host_that_was_killed_are_swept() -> None:
+    root = cgroup_root()
+    if root.path is None:
+        pytest.skip(f"no cgroups here: {root.reason}")
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)  # a pid that no process holds now
+    left = root.make(f"engine-{dead}", "w1", pids_max=4)
+    live = root.make(f"engine-{os.getpid()}", "w-test", pids_max=4)
+    try:
+        _processes._sweep_cgroups()
+        assert not os.path.isdir(left) and not os.path.isdir(os.path.dirname(left))
+        assert os.path.isdir(live)  # this host's own stay
+    finally:
+        cgroup_remove(live)
+        cgroup_remove(left)
 
 
 async def test_a_worker_serves_one_session(make_host: MakeHost) -> None:

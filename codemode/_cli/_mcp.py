@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -17,6 +19,9 @@ from codemode._cli._common import (
 from codemode._results import default_state_dir
 from codemode.errors import UserError
 from codemode.host import Host
+
+if TYPE_CHECKING:
+    from codemode.mcp import Tenants
 
 
 def add_mcp(sub: Subparsers) -> None:
@@ -35,6 +40,13 @@ def add_mcp(sub: Subparsers) -> None:
         help="read the bearer token HTTP clients must send from PATH (default: $CODEMODE_MCP_TOKEN, else a "
         "fresh one printed on stderr at start); keep the file in the state directory, which commands "
         "cannot read",
+    )
+    mcp.add_argument(
+        "--tenants-file",
+        default=None,
+        metavar="PATH",
+        help="instead of one token, a line `NAME TOKEN` per tenant: each MCP session belongs to the "
+        "tenant that opened it, and no other tenant's request reaches it; keep the file in the state directory",
     )
     # Refused with a pointer to the above: a command line is readable by every process here.
     mcp.add_argument("--token", default=None, help=argparse.SUPPRESS)
@@ -80,6 +92,51 @@ def add_mcp(sub: Subparsers) -> None:
 _TOKEN_FILE_LIMIT = 4096
 
 
+_TENANTS_FILE_LIMIT = 1024 * 1024
+
+
+def _read_secret_file(path: str, flag: str, limit: int, state_dir: Path | None) -> str:
+    """The text of a token or tenants file (at most ``limit`` bytes); a note on stderr when it
+    lies outside the state directory, where confined commands can read it.
+
+    Raises:
+        UserError: It cannot be read, or is larger than ``limit``.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise UserError(f"{flag} {path!r}: cannot read it ({exc.strerror or exc})") from exc
+    if len(data) > limit:
+        raise UserError(f"{flag} {path!r}: larger than {limit} bytes")
+    state = os.path.realpath((state_dir or default_state_dir()).expanduser())
+    if os.path.commonpath([state, os.path.realpath(path)]) != state:
+        # Commands run as this user and read everything but the state directory.
+        stderr_note(
+            f"{flag} {path!r} is outside the state directory {state}: confined commands "
+            "can read it (and with it, use this server); move it into the state directory"
+        )
+    return data.decode("utf-8", "replace")
+
+
+def _mcp_tenants(args: argparse.Namespace, token: str) -> Tenants | None:
+    """``--tenants-file``'s tenants, or None without one.
+
+    Raises:
+        UserError: The file cannot be read or is not valid, or a token was given too.
+    """
+    if args.tenants_file is None:
+        return None
+    if token:
+        raise UserError(
+            "--tenants-file names every token: drop --token-file and CODEMODE_MCP_TOKEN (or the tenants file)"
+        )
+    from codemode.mcp import parse_tenants
+
+    text = _read_secret_file(args.tenants_file, "--tenants-file", _TENANTS_FILE_LIMIT, args.state_dir)
+    return parse_tenants(text, f"--tenants-file {args.tenants_file!r}")
+
+
 def _mcp_token(args: argparse.Namespace) -> str:
     """The HTTP front's token: ``--token-file``, else ``$CODEMODE_MCP_TOKEN``, else "" (make one).
 
@@ -100,24 +157,19 @@ def _mcp_token(args: argparse.Namespace) -> str:
         )
     if args.token_file is None:
         return from_env
+    expected = (
+        f"--token-file {args.token_file!r}: expected one token (a single word of at most "
+        f"{_TOKEN_FILE_LIMIT} bytes, e.g. from `openssl rand -hex 32`)"
+    )
     try:
-        with open(args.token_file, "rb") as f:
-            data = f.read(_TOKEN_FILE_LIMIT + 1)
-    except OSError as exc:
-        raise UserError(f"--token-file {args.token_file!r}: cannot read it ({exc.strerror or exc})") from exc
-    token = data.decode("utf-8", "replace").strip()
-    if not token or len(data) > _TOKEN_FILE_LIMIT or any(c.isspace() for c in token):
-        raise UserError(
-            f"--token-file {args.token_file!r}: expected one token (a single word of at most "
-            f"{_TOKEN_FILE_LIMIT} bytes, e.g. from `openssl rand -hex 32`)"
-        )
-    state = os.path.realpath((args.state_dir or default_state_dir()).expanduser())
-    if os.path.commonpath([state, os.path.realpath(args.token_file)]) != state:
-        # Commands run as this user and read everything but the state directory.
-        stderr_note(
-            f"--token-file {args.token_file!r} is outside the state directory {state}: confined commands "
-            "can read it (and with it, use this server); move it into the state directory"
-        )
+        text = _read_secret_file(args.token_file, "--token-file", _TOKEN_FILE_LIMIT, args.state_dir)
+    except UserError as exc:
+        if "larger than" in str(exc):
+            raise UserError(expected) from None
+        raise
+    token = text.strip()
+    if not token or any(c.isspace() for c in token):
+        raise UserError(expected)
     return token
 
 
@@ -125,6 +177,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from codemode import mcp
 
     token = _mcp_token(args)  # first: also over stdio, the variable leaves the environment
+    tenants = _mcp_tenants(args, token)
 
     def make_host() -> Host:  # made inside the front, which serves its errors to the client
         return cli_host(args)
@@ -136,7 +189,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     bind, port = mcp.parse_bind(args.http)
     if not args.idle_timeout > 0:
         raise UserError(f"--idle-timeout must be a positive number of seconds, got {args.idle_timeout:g}")
-    generated = not token
+    generated = not token and tenants is None
     if generated:
         import secrets
 
@@ -151,6 +204,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     options = mcp.HttpOptions(
         token=token,
+        tenants=tenants,
         host=bind,
         port=port,
         allowed_origins=args.allow_origin,

@@ -1,7 +1,7 @@
 """The MCP server front: ``run_code`` and the direct tools over stdio and streamable HTTP.
 
 Over stdio a server process is one codemode session, closed when the client disconnects; over
-streamable HTTP (``/mcp``, bearer token, ``Origin`` checked) each MCP session is its own
+streamable HTTP (``/mcp``, bearer token or one per tenant, ``Origin`` checked) each MCP session is its own
 codemode session, closed when the MCP session ends. Its ``lifecycle: session`` background
 processes are stopped then; ``lifecycle: managed`` ones live on.
 """
@@ -16,6 +16,7 @@ from codemode.mcp._server import (
 )
 from codemode.mcp._sessions import ConnectionSessions
 from codemode.mcp._stdio import serve_stdio
+from codemode.mcp._tenants import Tenants, parse_tenants
 
 __all__ = [
     "DEFAULT_PORT",
@@ -23,11 +24,13 @@ __all__ = [
     "ConnectionSessions",
     "HttpOptions",
     "RunCodeOutput",
+    "Tenants",
     "create_failed_server",
     "create_http_app",
     "create_server",
     "flat_input_schema",
     "parse_bind",
+    "parse_tenants",
     "serve_http",
     "serve_stdio",
 ]

@@ -12,7 +12,6 @@ base (one machine: the state directory is SQLite and local process groups).
 from __future__ import annotations
 
 import contextlib
-import hmac
 import ipaddress
 import json
 import math
@@ -44,6 +43,7 @@ from codemode.mcp._disconnect import SCOPE_KEY, Disconnect
 from codemode.mcp._server import create_failed_server, create_server
 from codemode.mcp._sessions import ConnectionSessions
 from codemode.mcp._startup import HostSource, open_host
+from codemode.mcp._tenants import ONE_TENANT, Tenants
 from codemode.network import protect_front, release_front
 
 __all__ = ["DEFAULT_PORT", "HttpOptions", "create_http_app", "parse_bind", "serve_http"]
@@ -51,7 +51,6 @@ __all__ = ["DEFAULT_PORT", "HttpOptions", "create_http_app", "parse_bind", "serv
 DEFAULT_PORT = 8765
 ENDPOINT = "/mcp"
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
-MIN_TOKEN_CHARS = 16
 _REFUSAL_LOG_SECONDS = 10.0  # at most one line per this long about refused requests
 
 
@@ -60,7 +59,10 @@ class HttpOptions:
     """How the HTTP front listens and whom it lets in.
 
     Attributes:
-        token: The bearer token every request must carry (``Authorization: Bearer ...``).
+        token: The bearer token every request must carry (``Authorization: Bearer ...``), or
+            "" with ``tenants``.
+        tenants: One token per tenant instead (`parse_tenants`): each MCP session belongs to
+            the tenant that opened it, and no other tenant's request reaches it.
         host: The address to bind (default 127.0.0.1; the loopback interface only).
         port: The port (0: any free one, printed at start).
         allowed_origins: ``Origin`` values let in beside the loopback ones (``http://localhost:*``
@@ -74,7 +76,8 @@ class HttpOptions:
         output_schemas: List output schemas too.
     """
 
-    token: str
+    token: str = ""
+    tenants: Tenants | None = None
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     allowed_origins: Sequence[str] = field(default_factory=tuple)
@@ -86,11 +89,17 @@ class HttpOptions:
     def __post_init__(self) -> None:
         # Always required, on loopback too: a confined command reaches 127.0.0.1 when its
         # network is on, and an empty or short token is one it could guess.
-        if len(self.token) < MIN_TOKEN_CHARS:
-            raise UserError(
-                f"the HTTP front's bearer token must be at least {MIN_TOKEN_CHARS} characters (this one has "
-                f"{len(self.token)}); make one with `openssl rand -hex 32`"
-            )
+        if self.tenants is not None and self.token:
+            raise UserError("give the HTTP front one token or a tenants file, not both")
+        self.access()
+
+    def access(self) -> Tenants:
+        """The tokens let in, each with its tenant.
+
+        Raises:
+            UserError: The one token is shorter than `MIN_TOKEN_CHARS`.
+        """
+        return self.tenants if self.tenants is not None else Tenants.one(self.token)
 
     def security(self) -> TransportSecuritySettings:
         """The SDK's DNS-rebinding settings for these options."""
@@ -126,15 +135,24 @@ def parse_bind(text: str) -> tuple[str, int]:
 
 
 class _TokenVerifier:
-    """The one bearer token, compared in constant time."""
+    """The bearer tokens, each compared in constant time; the access names its tenant (the
+    SDK also refuses an MCP session to a client id other than the one that opened it)."""
 
-    def __init__(self, token: str) -> None:
-        self._token = token.encode()
+    def __init__(self, tenants: Tenants) -> None:
+        self._tenants = tenants
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        if hmac.compare_digest(token.encode(), self._token):
-            return AccessToken(token="(redacted)", client_id="codemode", scopes=[])
+        tenant = self._tenants.tenant_of(token)
+        if tenant is not None:
+            return AccessToken(token="(redacted)", client_id=tenant, scopes=[])
         return None
+
+
+def _tenant(scope: Scope) -> str:
+    """The tenant of an authenticated request (the bearer check ran before)."""
+    user = scope.get("user")
+    access = getattr(user, "access_token", None)
+    return str(getattr(access, "client_id", ONE_TENANT))
 
 
 class _LogRefusals:
@@ -191,8 +209,14 @@ class _SessionEnds:
         session_id = next(
             (value.decode("latin-1") for name, value in scope["headers"] if name == b"mcp-session-id"), None
         )
-        if session_id is not None and scope["method"] == "DELETE" and self._sessions is not None:
-            self._sessions.closing(session_id)
+        tenant = _tenant(scope)
+        sessions = self._sessions
+        if session_id is not None and sessions is not None and not sessions.belongs(session_id, tenant):
+            # Another tenant's session: answered as if it did not exist, before the SDK sees it.
+            await self._session_not_found(session_id, send, tenant)
+            return
+        if session_id is not None and scope["method"] == "DELETE" and sessions is not None:
+            sessions.closing(session_id)
         disconnect = Disconnect()
         answered = False
         replaced = False
@@ -209,18 +233,23 @@ class _SessionEnds:
                 return  # the SDK's own body of a 404 answered here
             if message["type"] == "http.response.start" and message["status"] == 404 and session_id:
                 replaced = True
-                await self._session_not_found(session_id, send)
+                await self._session_not_found(session_id, send, tenant)
                 answered = True
                 return
+            if message["type"] == "http.response.start" and session_id is None and sessions is not None:
+                opened = next((v for k, v in message.get("headers", ()) if k == b"mcp-session-id"), None)
+                if opened is not None:  # the SDK opened an MCP session: it is this tenant's
+                    sessions.claim(opened.decode("latin-1"), tenant)
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 answered = True
             await send(message)
 
         await self._app({**scope, SCOPE_KEY: disconnect}, watched_receive, watched_send)
 
-    async def _session_not_found(self, session_id: str, send: Send) -> None:
-        if self._sessions is not None:
-            message = await anyio.to_thread.run_sync(self._sessions.ended_message, session_id)
+    async def _session_not_found(self, session_id: str, send: Send, tenant: str) -> None:
+        sessions = self._sessions
+        if sessions is not None:
+            message = await anyio.to_thread.run_sync(sessions.ended_message, session_id, tenant)
         else:
             message = (
                 "Session not found; start a new session (send initialize without an Mcp-Session-Id header)"
@@ -248,7 +277,7 @@ def create_http_app(
     return Starlette(
         routes=[Route(ENDPOINT, endpoint=endpoint)],
         middleware=[
-            Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(_TokenVerifier(options.token)))
+            Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(_TokenVerifier(options.access())))
         ],
         lifespan=lambda app: manager.run(),
     )
@@ -276,7 +305,9 @@ async def serve_http(
         if isinstance(opened, str):
             server = create_failed_server(opened)
         else:
-            sessions = ConnectionSessions(opened, closing.start_soon, options.idle_timeout_seconds)
+            sessions = ConnectionSessions(
+                opened, closing.start_soon, options.idle_timeout_seconds, tenants=options.access().several
+            )
             server = create_server(
                 opened,
                 session_of=sessions,

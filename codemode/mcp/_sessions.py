@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
@@ -13,6 +14,7 @@ from mcp.server.context import ServerRequestContext
 from codemode._ids import check_id
 from codemode.errors import UserError
 from codemode.host import Host
+from codemode.mcp._tenants import ONE_TENANT
 from codemode.state import EndReason
 
 __all__ = ["ConnectionSessions", "NoSession", "SessionOf"]
@@ -21,6 +23,7 @@ SessionOf = Callable[[ServerRequestContext[Any]], str]
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]
 
 _STATE_KEY = "codemode_session"
+_ENDED_KEPT = 10_000  # ended sessions whose tenant is remembered (to tell only it how they ended)
 
 
 class NoSession(Exception):
@@ -39,18 +42,39 @@ class ConnectionSessions:
     records why it ended. The close runs through ``spawn`` (the front's task group), so the
     SDK's time bound on connection cleanup never cuts a stop short.
 
+    Each MCP session belongs to the tenant whose token opened it (`claim`); a request of another
+    tenant naming it is answered as if it did not exist (`belongs`), and is told nothing of how
+    it ended.
+
     Args:
         host: The open host.
         spawn: Starts an async function in a task group that outlives the connections.
         idle_timeout_seconds: The front's idle timeout (named in the message of an expired session).
+        tenants: Whether the front has several tenants (then an ended session's story is told
+            only to its own tenant, while this process remembers whose it was).
     """
 
-    def __init__(self, host: Host, spawn: Spawn, idle_timeout_seconds: float | None = None) -> None:
+    def __init__(
+        self, host: Host, spawn: Spawn, idle_timeout_seconds: float | None = None, *, tenants: bool = False
+    ) -> None:
         self._host = host
         self._spawn = spawn
         self._idle = idle_timeout_seconds
+        self._tenants = tenants
         self._open: dict[str, EndReason | None] = {}  # session -> why it is ending, once known
+        self._owners: dict[str, str] = {}  # MCP session id -> its tenant, while it is open
+        self._ended: collections.OrderedDict[str, str] = collections.OrderedDict()  # the same, ended
         self._stopping = False
+
+    def claim(self, mcp_session_id: str, tenant: str) -> None:
+        """The SDK opened this MCP session for a request of ``tenant``."""
+        self._owners[mcp_session_id] = tenant
+
+    def belongs(self, mcp_session_id: str, tenant: str) -> bool:
+        """Whether a request of ``tenant`` may name this MCP session: it is that tenant's, or
+        this process does not know it (the SDK then answers that it does not hold it)."""
+        owner = self._owners.get(mcp_session_id) or self._ended.get(mcp_session_id)
+        return owner is None or owner == tenant
 
     def __call__(self, ctx: ServerRequestContext[Any]) -> str:
         """The codemode session of the request's MCP session.
@@ -87,12 +111,22 @@ class ConnectionSessions:
 
     async def _close(self, session: str) -> None:
         reason = self._open.pop(session, None) or ("server_stopped" if self._stopping else "expired")
+        mcp_session_id = session.removeprefix("mcp-")
+        owner = self._owners.pop(mcp_session_id, None)
+        if owner is not None:
+            self._ended[mcp_session_id] = owner
+            while len(self._ended) > _ENDED_KEPT:
+                self._ended.popitem(last=False)
         await self._host.close_session(session, reason)
 
-    def ended_message(self, mcp_session_id: str) -> str:
-        """What a request presenting an MCP session id this process does not hold is told
-        (answered with 404: per the MCP spec the client must then start a new session)."""
+    def ended_message(self, mcp_session_id: str, tenant: str = ONE_TENANT) -> str:
+        """What a request of ``tenant`` presenting an MCP session id this process does not hold
+        (or that is another tenant's) is told, answered with 404: per the MCP spec the client
+        must then start a new session. How the session ended is told to its own tenant only."""
         again = "; start a new session (send initialize without an Mcp-Session-Id header)"
+        owner = self._owners.get(mcp_session_id) or self._ended.get(mcp_session_id)
+        if self._tenants and owner != tenant:
+            return f"Session not found: this server holds no MCP session with this id for you{again}"
         try:
             end = self._host.session_end(check_id(f"mcp-{mcp_session_id}", "session_id"))
         except UserError:

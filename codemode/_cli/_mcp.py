@@ -74,6 +74,13 @@ def add_mcp(sub: Subparsers) -> None:
         help="end an HTTP MCP session idle this long, stopping its lifecycle=session processes (default 1800)",
     )
     mcp.add_argument(
+        "--max-requests",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="HTTP requests in flight at once (default 1024); one more is answered 503 with Retry-After at once",
+    )
+    mcp.add_argument(
         "--tools",
         choices=("code", "default", "all"),
         default="default",
@@ -210,6 +217,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         allowed_origins=args.allow_origin,
         allowed_hosts=args.allow_host,
         idle_timeout_seconds=args.idle_timeout,
+        max_requests=args.max_requests,
         surface=args.tools,
         output_schemas=args.output_schemas == "on",
     )

@@ -46,12 +46,21 @@ from codemode.mcp._startup import HostSource, open_host
 from codemode.mcp._tenants import ONE_TENANT, Tenants
 from codemode.network import protect_front, release_front
 
-__all__ = ["DEFAULT_PORT", "HttpOptions", "create_http_app", "parse_bind", "serve_http"]
+__all__ = [
+    "DEFAULT_MAX_REQUESTS",
+    "DEFAULT_PORT",
+    "HttpOptions",
+    "create_http_app",
+    "parse_bind",
+    "serve_http",
+]
 
 DEFAULT_PORT = 8765
 ENDPOINT = "/mcp"
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 _REFUSAL_LOG_SECONDS = 10.0  # at most one line per this long about refused requests
+DEFAULT_MAX_REQUESTS = 1024
+_RETRY_AFTER_SECONDS = 1
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,8 @@ class HttpOptions:
             address (the names a load balancer or clients use), ``:*`` for any port.
         idle_timeout_seconds: An MCP session with no request for this long ends (its
             ``lifecycle: session`` processes are stopped); None: sessions end only on ``DELETE``.
+        max_requests: Requests (POSTs) in flight at once; one more is answered 503 at once with
+            ``Retry-After``, rather than queueing behind them.
         surface: Which tools are listed: ``code``, ``default`` or ``all`` (`create_server`).
         output_schemas: List output schemas too.
     """
@@ -83,6 +94,7 @@ class HttpOptions:
     allowed_origins: Sequence[str] = field(default_factory=tuple)
     allowed_hosts: Sequence[str] = field(default_factory=tuple)
     idle_timeout_seconds: float | None = 30 * 60
+    max_requests: int = DEFAULT_MAX_REQUESTS
     surface: SurfaceName = "default"
     output_schemas: bool = False
 
@@ -91,6 +103,8 @@ class HttpOptions:
         # network is on, and an empty or short token is one it could guess.
         if self.tenants is not None and self.token:
             raise UserError("give the HTTP front one token or a tenants file, not both")
+        if self.max_requests < 1:
+            raise UserError(f"max_requests must be 1 or more, got {self.max_requests}")
         self.access()
 
     def access(self) -> Tenants:
@@ -191,6 +205,57 @@ class _LogRefusals:
         sys.stderr.flush()
 
 
+class _Capacity:
+    """At most ``limit`` requests (POSTs: calls and notifications) in flight; one more is
+    answered at once with 503 and ``Retry-After`` (a JSON-RPC error saying so), never left to
+    queue behind the others. Streams (GET) and closes (DELETE) are not counted."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self._app = app
+        self._limit = limit
+        self._in_flight = 0
+        self._refused = 0
+        self._last_note = -math.inf
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self._app(scope, receive, send)
+            return
+        if self._in_flight >= self._limit:
+            await self._refuse(send)
+            return
+        self._in_flight += 1
+        try:
+            await self._app(scope, receive, send)
+        finally:
+            self._in_flight -= 1
+
+    async def _refuse(self, send: Send) -> None:
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._last_note >= _REFUSAL_LOG_SECONDS:  # one line per while, with the count
+            self._last_note = now
+            sys.stderr.write(
+                f"codemode: at capacity ({self._limit} requests in flight): refused {self._refused} with 503 "
+                "so far; raise --max-requests if the machine has room\n"
+            )
+            sys.stderr.flush()
+        message = (
+            f"the server is at capacity ({self._limit} requests in flight); retry after "
+            f"{_RETRY_AFTER_SECONDS} s"
+        )
+        body = json.dumps(
+            {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": message}}
+        ).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"retry-after", str(_RETRY_AFTER_SECONDS).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
 class _SessionEnds:
     """Between the bearer check and the SDK's session manager: a request's calls are cancelled
     when its client goes away before the answer (`Disconnect`); a ``DELETE`` is noted as the
@@ -273,7 +338,7 @@ def create_http_app(
         session_idle_timeout=options.idle_timeout_seconds,
     )
     ends = _SessionEnds(StreamableHTTPASGIApp(manager), sessions)
-    endpoint = _LogRefusals(RequireAuthMiddleware(ends, required_scopes=[]))
+    endpoint = _LogRefusals(RequireAuthMiddleware(_Capacity(ends, options.max_requests), required_scopes=[]))
     return Starlette(
         routes=[Route(ENDPOINT, endpoint=endpoint)],
         middleware=[

@@ -269,3 +269,52 @@ async def test_without_a_configured_token_one_is_generated_and_printed_once(tmp_
             assert _text(await a.call_tool("run_code", {"code": "print(6 * 7)"})) == "42"
         assert (await _post(server.url, {"Authorization": f"Bearer {TOKEN}"})).status_code == 401
         assert server.stderr.read_text().count(found[0]) == 1
+
+
+async def test_over_capacity_a_request_is_answered_503_at_once_with_retry_after(tmp_path: Path) -> None:
+    with http_server(tmp_path, "--max-requests", "2") as server, anyio.fail_after(90):
+        async with httpx2.AsyncClient(timeout=60) as http:
+            auth = {**_ACCEPT, "Authorization": f"Bearer {TOKEN}"}
+            sessions = []
+            for _ in range(3):
+                opened = await http.post(server.url, headers=auth, content=json.dumps(_INITIALIZE))
+                headers = {
+                    **auth,
+                    "Mcp-Session-Id": opened.headers["mcp-session-id"],
+                    "MCP-Protocol-Version": "2025-11-25",
+                }
+                await http.post(
+                    server.url,
+                    headers=headers,
+                    json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                )
+                sessions.append(headers)
+            gate = server.workspace / "go"
+
+            def slow(name: str) -> dict[str, Any]:
+                command = f"touch {name}; while [ ! -e {gate.name} ]; do sleep 0.05; done"
+                code = f"await tools.bash({{command: {json.dumps(command)}}})"
+                arguments = {"name": "run_code", "arguments": {"code": code}}
+                return {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": arguments}
+
+            answers: dict[str, int] = {}
+
+            async def call(name: str, headers: dict[str, str]) -> None:
+                answers[name] = (await http.post(server.url, headers=headers, json=slow(name))).status_code
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(call, "a", sessions[0])
+                group.start_soon(call, "b", sessions[1])
+                while not ((server.workspace / "a").exists() and (server.workspace / "b").exists()):
+                    await anyio.sleep(0.02)  # both calls are in flight (their commands run)
+                ping = {"jsonrpc": "2.0", "id": 9, "method": "ping"}
+                refused = await http.post(server.url, headers=sessions[2], json=ping)
+                assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+                assert "at capacity (2 requests in flight)" in refused.json()["error"]["message"]
+                gate.touch()
+            assert answers == {"a": 200, "b": 200}
+            again = await http.post(
+                server.url, headers=sessions[2], json={"jsonrpc": "2.0", "id": 10, "method": "ping"}
+            )
+            assert again.status_code == 200
+        assert "at capacity (2 requests in flight): refused 1 with 503" in server.stderr.read_text()

@@ -15,11 +15,11 @@ import anyio.to_thread
 
 from codemode._ids import check_id
 from codemode.sandbox import SandboxPolicy, make_session_tmp, remove_session_tmp, session_inbox
-from codemode.state import State
+from codemode.state import SessionEnd, State
 from codemode.tools import ToolContext, WriterTurn
 from codemode.tools.bash import Notification, ProcessManager
 
-__all__ = ["Sessions"]
+__all__ = ["HeldSessions", "Sessions"]
 
 log = logging.getLogger("codemode.sessions")
 
@@ -176,3 +176,46 @@ class Sessions:
                         if processes.ack(session, [note.id]):
                             yield note
             await anyio.sleep(poll_seconds)
+
+
+class HeldSessions:
+    """`Host.held`: the sessions a front holds open (an MCP session over HTTP), how each ended,
+    and the secrets that resume an ended one. All of it lives in the state directory, beside
+    the process records (nothing without built-in tools: no process manager)."""
+
+    def __init__(self, processes: Callable[[], ProcessManager | None]) -> None:
+        self._processes = processes
+
+    def hold(self, session_id: str) -> None:
+        """Make ``session_id`` end with this host: if the host dies without closing it, the next
+        host on the state directory ends it, stopping its ``lifecycle: session`` processes.
+        `end_of` then says how it ended.
+
+        Raises:
+            UserError: ``session_id`` is not a valid id.
+        """
+        held = self._processes()
+        if held is not None:
+            held.hold_session(check_id(session_id, "session_id"))
+
+    def end_of(self, session_id: str) -> SessionEnd | None:
+        """How a held session ended (None: still held, or never held)."""
+        held = self._processes()
+        return None if held is None else held.session_end(session_id)
+
+    def resume_secret(self, session_id: str, tenant: str) -> str | None:
+        """A new secret with which ``tenant`` may resume this held session's store and archive
+        once it ended (`resume_target`); the session's earlier secret stops working. None
+        without built-in tools.
+
+        Raises:
+            UserError: ``session_id`` is not a valid id.
+        """
+        held = self._processes()
+        return None if held is None else held.issue_resume(check_id(session_id, "session_id"), tenant)
+
+    def resume_target(self, secret: str, tenant: str) -> tuple[str, bool] | None:
+        """The session ``secret`` resumes for ``tenant`` and whether a front still holds it open
+        (it resumes once ended); None when no session of this tenant has this secret."""
+        held = self._processes()
+        return None if held is None else held.resume_target(secret, tenant)

@@ -19,7 +19,7 @@ from codemode._mounts import McpServers, Mounts
 from codemode._progress import ProgressCallback
 from codemode._results import CallResult, HostConfig, RunResult, host_config, sandbox_policy
 from codemode._results import dumps_result as dumps_result  # what --json prints, also here
-from codemode._sessions import Sessions
+from codemode._sessions import HeldSessions, Sessions
 from codemode._sync import run_code as run_code  # codemode.run_code, also here
 from codemode.budget import TokenCounter
 from codemode.errors import UserError
@@ -38,7 +38,7 @@ from codemode.sandbox import (
     SandboxPolicy,
     check_policy,
 )
-from codemode.state import Archive, EndReason, SessionEnd, State, compile_rules_soon
+from codemode.state import Archive, EndReason, State, compile_rules_soon
 from codemode.tools import Extension, Tool, ToolDescription, ToolRegistry
 from codemode.tools.bash import Notification, ProcessManager
 
@@ -120,6 +120,7 @@ class Host:
             notify_in_results=self.config.notify_in_results,
             serialize_writers=self.command_policy.serialize_writers,
         )
+        self.held = HeldSessions(lambda: self._processes)
         self._mounts = Mounts(
             mcp_servers, registry=self.registry, workspace=workspace, policy=lambda: self._policy
         )
@@ -466,17 +467,6 @@ class Host:
             await self._processes.close_session(session_id, reason)
         await self._sessions.drop(session_id, self.trash.file_all if self._state is not None else None)
         self._runner.forget_session(session_id)
-
-    def hold_session(self, session_id: str) -> None:
-        """Make ``session_id`` end with this host (a front's session): if the host dies without
-        closing it, the next host on the state directory ends it, stopping its ``lifecycle:
-        session`` processes. `session_end` then says how it ended."""
-        if self._processes is not None:
-            self._processes.hold_session(check_id(session_id, "session_id"))
-
-    def session_end(self, session_id: str) -> SessionEnd | None:
-        """How a held session ended (None: still held, or never held)."""
-        return None if self._processes is None else self._processes.session_end(session_id)
 
     def session_exists(self, session_id: str) -> bool:
         """Whether the state directory knows this session: it ran a program or a tool that

@@ -60,6 +60,10 @@ ENDPOINT = "/mcp"
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 _REFUSAL_LOG_SECONDS = 10.0  # at most one line per this long about refused requests
 DEFAULT_MAX_REQUESTS = 1024
+#: Sent on initialize to resume an ended session's store and archive; its value is the secret
+#: the server sent in `RESUME_SECRET_HEADER` when that session opened (or was last resumed).
+RESUME_HEADER = b"codemode-resume"
+RESUME_SECRET_HEADER = b"codemode-resume-secret"
 _RETRY_AFTER_SECONDS = 1
 
 
@@ -244,16 +248,7 @@ class _Capacity:
             f"the server is at capacity ({self._limit} requests in flight); retry after "
             f"{_RETRY_AFTER_SECONDS} s"
         )
-        body = json.dumps(
-            {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": message}}
-        ).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"retry-after", str(_RETRY_AFTER_SECONDS).encode()),
-        ]
-        await send({"type": "http.response.start", "status": 503, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await _json_error(send, 503, message, headers=[(b"retry-after", str(_RETRY_AFTER_SECONDS).encode())])
 
 
 class _SessionEnds:
@@ -282,6 +277,61 @@ class _SessionEnds:
             return
         if session_id is not None and scope["method"] == "DELETE" and sessions is not None:
             sessions.closing(session_id)
+        resume = next((v.decode("latin-1") for k, v in scope["headers"] if k == RESUME_HEADER), None)
+        resumed: str | None = None
+        if resume is not None:
+            resumed = await self._resume_target(resume, session_id, scope["method"], tenant, send)
+            if resumed is None:
+                return  # refused, and answered
+        try:
+            await self._serve(scope, receive, send, session_id, tenant, resumed)
+        finally:
+            if resumed is not None and sessions is not None:
+                sessions.release(resumed)
+
+    async def _resume_target(
+        self, secret: str, session_id: str | None, method: str, tenant: str, send: Send
+    ) -> str | None:
+        """The codemode session a ``Codemode-Resume`` secret resumes (reserved for this
+        request), or None once the refusal is answered."""
+        sessions = self._sessions
+        if sessions is None or session_id is not None or method != "POST":
+            await _json_error(
+                send,
+                400,
+                f"send {RESUME_HEADER.decode()} only with initialize, without an Mcp-Session-Id header",
+            )
+            return None
+        target = await sessions.resume_target(secret, tenant)
+        if target == "unknown":
+            await _json_error(
+                send,
+                404,
+                "this resume secret resumes no ended session of yours (a wrong secret, one a later session "
+                "replaced, one older than 30 days, or one of a session that never ran anything); start a new "
+                f"session without the {RESUME_HEADER.decode()} header",
+            )
+            return None
+        if target == "held" or not sessions.reserve(target):
+            await _json_error(
+                send,
+                409,
+                "the session of this resume secret is still open in another MCP session; end that one "
+                "(DELETE) or let it expire, then resume",
+            )
+            return None
+        return target
+
+    async def _serve(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        session_id: str | None,
+        tenant: str,
+        resumed: str | None,
+    ) -> None:
+        sessions = self._sessions
         disconnect = Disconnect()
         answered = False
         replaced = False
@@ -303,8 +353,13 @@ class _SessionEnds:
                 return
             if message["type"] == "http.response.start" and session_id is None and sessions is not None:
                 opened = next((v for k, v in message.get("headers", ()) if k == b"mcp-session-id"), None)
-                if opened is not None:  # the SDK opened an MCP session: it is this tenant's
-                    sessions.claim(opened.decode("latin-1"), tenant)
+                if opened is not None:  # the SDK opened an MCP session: this tenant's, with its secret
+                    mcp_session_id = opened.decode("latin-1")
+                    sessions.opened(mcp_session_id, tenant, resumed)
+                    secret = await anyio.to_thread.run_sync(sessions.resume_secret, mcp_session_id, tenant)
+                    if secret is not None:
+                        headers = [*message.get("headers", ()), (RESUME_SECRET_HEADER, secret.encode())]
+                        message = {**message, "headers": headers}
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 answered = True
             await send(message)
@@ -319,12 +374,17 @@ class _SessionEnds:
             message = (
                 "Session not found; start a new session (send initialize without an Mcp-Session-Id header)"
             )
-        body = json.dumps(
-            {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
-        ).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 404, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await _json_error(send, 404, message, code=-32600)
+
+
+async def _json_error(
+    send: Send, status: int, message: str, *, code: int = -32000, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    """Answer with ``status`` and a JSON-RPC error (no request id: the request was not read)."""
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
 
 
 def create_http_app(

@@ -6,8 +6,9 @@ import collections
 import functools
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
+import anyio
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 
@@ -23,6 +24,7 @@ SessionOf = Callable[[ServerRequestContext[Any]], str]
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]
 
 _STATE_KEY = "codemode_session"
+_CLOSE_WAIT_SECONDS = 10.0  # how long a resume waits for the close of the session it resumes
 _ENDED_KEPT = 10_000  # ended sessions whose tenant is remembered (to tell only it how they ended)
 
 
@@ -64,11 +66,55 @@ class ConnectionSessions:
         self._open: dict[str, EndReason | None] = {}  # session -> why it is ending, once known
         self._owners: dict[str, str] = {}  # MCP session id -> its tenant, while it is open
         self._ended: collections.OrderedDict[str, str] = collections.OrderedDict()  # the same, ended
+        self._aliases: dict[str, str] = {}  # MCP session id -> the codemode session it resumed
+        self._closed: dict[str, anyio.Event] = {}  # set when the close of a session is over
+        self._resuming: set[str] = set()  # codemode sessions a resume is opening now
         self._stopping = False
 
-    def claim(self, mcp_session_id: str, tenant: str) -> None:
-        """The SDK opened this MCP session for a request of ``tenant``."""
+    def _session(self, mcp_session_id: str) -> str:
+        return self._aliases.get(mcp_session_id) or f"mcp-{mcp_session_id}"
+
+    async def resume_target(self, secret: str, tenant: str) -> str | Literal["unknown", "held"]:
+        """The ended session a ``Codemode-Resume`` secret resumes for ``tenant``, or why not:
+        ``"unknown"`` (no session of this tenant has it) or ``"held"`` (still open). A session
+        this process is closing (its client's ``DELETE`` came, its close still runs) is waited
+        for, up to `_CLOSE_WAIT_SECONDS`: a client may resume right after its DELETE."""
+        for _ in range(2):
+            found = await anyio.to_thread.run_sync(self._host.held.resume_target, secret, tenant)
+            if found is None:
+                return "unknown"
+            session, held = found
+            if not held:
+                return session
+            if self._open.get(session) is None:
+                return "held"  # open here, not closing; or held by another process
+            done = self._closed.setdefault(session, anyio.Event())
+            with anyio.move_on_after(_CLOSE_WAIT_SECONDS):
+                await done.wait()
+        return "held"
+
+    def reserve(self, session: str) -> bool:
+        """Mark ``session`` as being resumed (on the loop); False when it is open here or another
+        resume of it is under way."""
+        if session in self._open or session in self._resuming:
+            return False
+        self._resuming.add(session)
+        return True
+
+    def release(self, session: str) -> None:
+        """A resume of ``session`` is over (opened or not)."""
+        self._resuming.discard(session)
+
+    def opened(self, mcp_session_id: str, tenant: str, resumed: str | None) -> None:
+        """The SDK opened this MCP session for ``tenant`` (on the loop): it is that tenant's,
+        and, given ``resumed``, it continues that codemode session."""
         self._owners[mcp_session_id] = tenant
+        if resumed is not None:
+            self._aliases[mcp_session_id] = resumed
+
+    def resume_secret(self, mcp_session_id: str, tenant: str) -> str | None:
+        """A new resume secret for the codemode session of this MCP session (blocking)."""
+        return self._host.held.resume_secret(self._session(mcp_session_id), tenant)
 
     def belongs(self, mcp_session_id: str, tenant: str) -> bool:
         """Whether a request of ``tenant`` may name this MCP session: it is that tenant's, or
@@ -91,17 +137,18 @@ class ConnectionSessions:
                 f"{connection.protocol_version} has no sessions); connect with the initialize handshake "
                 "(protocol 2025-11-25 or earlier; the MCP SDK does so with mode='legacy')"
             )
-        session = f"mcp-{connection.session_id}"
+        session = self._session(connection.session_id)
         if connection.state.get(_STATE_KEY) != session:
             connection.state[_STATE_KEY] = session
-            self._host.hold_session(session)
+            self._host.held.hold(session)
             self._open[session] = None
-            connection.exit_stack.callback(self._spawn, functools.partial(self._close, session))
+            close = functools.partial(self._close, session, connection.session_id)
+            connection.exit_stack.callback(self._spawn, close)
         return session
 
     def closing(self, mcp_session_id: str) -> None:
         """The client asked to end this MCP session (``DELETE``)."""
-        session = f"mcp-{mcp_session_id}"
+        session = self._session(mcp_session_id)
         if session in self._open:
             self._open[session] = "closed"
 
@@ -109,15 +156,19 @@ class ConnectionSessions:
         """The server is stopping: the sessions that end from now on end for that."""
         self._stopping = True
 
-    async def _close(self, session: str) -> None:
+    async def _close(self, session: str, mcp_session_id: str) -> None:
         reason = self._open.pop(session, None) or ("server_stopped" if self._stopping else "expired")
-        mcp_session_id = session.removeprefix("mcp-")
+        self._aliases.pop(mcp_session_id, None)
+        self._closed.setdefault(session, anyio.Event())
         owner = self._owners.pop(mcp_session_id, None)
         if owner is not None:
             self._ended[mcp_session_id] = owner
             while len(self._ended) > _ENDED_KEPT:
                 self._ended.popitem(last=False)
-        await self._host.close_session(session, reason)
+        try:
+            await self._host.close_session(session, reason)
+        finally:
+            self._closed.pop(session).set()
 
     def ended_message(self, mcp_session_id: str, tenant: str = ONE_TENANT) -> str:
         """What a request of ``tenant`` presenting an MCP session id this process does not hold
@@ -128,7 +179,7 @@ class ConnectionSessions:
         if self._tenants and owner != tenant:
             return f"Session not found: this server holds no MCP session with this id for you{again}"
         try:
-            end = self._host.session_end(check_id(f"mcp-{mcp_session_id}", "session_id"))
+            end = self._host.held.end_of(check_id(f"mcp-{mcp_session_id}", "session_id"))
         except UserError:
             end = None
         if end is None:

@@ -11,6 +11,9 @@ Standard library only, on the process records' connection (`_processes.connect`)
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -75,5 +78,44 @@ def held(conn: sqlite3.Connection) -> list[tuple[str, str]]:
 
 
 def expire(conn: sqlite3.Connection, before: float) -> int:
-    """Remove the rows of sessions that ended before ``before``; how many."""
+    """Remove the rows of sessions that ended before ``before`` (and their resume secrets); how many."""
+    conn.execute(
+        "DELETE FROM session_resume WHERE session_id IN (SELECT session_id FROM session_holds WHERE ended_at < ?)",
+        (before,),
+    )
     return conn.execute("DELETE FROM session_holds WHERE ended_at < ?", (before,)).rowcount
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def issue_resume(conn: sqlite3.Connection, session_id: str, tenant: str) -> str:
+    """A new resume secret for ``session_id``, issued to ``tenant``; the session's earlier one
+    stops working. Only its SHA-256 is kept (a 256-bit random secret needs no slow hash)."""
+    secret = secrets.token_urlsafe(32)
+    conn.execute("DELETE FROM session_resume WHERE session_id = ?", (session_id,))
+    conn.execute(
+        "INSERT INTO session_resume (secret_hash, session_id, tenant, issued_at) VALUES (?, ?, ?, ?)",
+        (_digest(secret), session_id, tenant, time.time()),
+    )
+    return secret
+
+
+def resume_target(conn: sqlite3.Connection, secret: str, tenant: str) -> tuple[str, bool] | None:
+    """The session ``secret`` resumes for ``tenant``, and whether a front still holds it open
+    (it can be resumed once it has ended: its holder closed it, or died); None when the secret
+    is no held session's of this tenant (a wrong, replaced or expired secret, one of a session
+    that never ran anything, or another tenant's: not told apart)."""
+    row = conn.execute(
+        "SELECT session_id, tenant FROM session_resume WHERE secret_hash = ?", (_digest(secret),)
+    ).fetchone()
+    if row is None or not hmac.compare_digest(str(row[1]).encode(), tenant.encode()):
+        return None
+    session_id = str(row[0])
+    held_row = conn.execute(
+        "SELECT ended_at FROM session_holds WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    if held_row is None:  # never held: it never ran anything, so there is nothing to resume
+        return None
+    return session_id, held_row[0] is None

@@ -19,7 +19,7 @@ from codemode.errors import StateDirError
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "init_schema"]
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 # The bash tool's tables as version 6 had them (what migration 5 -> 6 creates).
 _BASH_TABLES_V6 = """
@@ -133,6 +133,17 @@ CREATE TABLE IF NOT EXISTS session_holds (
 CREATE INDEX IF NOT EXISTS session_holds_open ON session_holds (ended_at);
 """
 
+# A held session's resume secret (its SHA-256) and the tenant it was issued to (`_holds`).
+_RESUME_TABLES = """
+CREATE TABLE IF NOT EXISTS session_resume (
+    secret_hash TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    issued_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS session_resume_session ON session_resume (session_id);
+"""
+
 # Approval requests and their decisions (the audit of codemode.policy's approvals).
 _APPROVAL_TABLES = """
 CREATE TABLE IF NOT EXISTS approval_records (
@@ -213,6 +224,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     + _APPROVAL_TABLES
     + _LEARNED_TABLES
     + _HOLD_TABLES
+    + _RESUME_TABLES
 )
 """Every table, as a new database gets it."""
 
@@ -333,6 +345,13 @@ def _migrate_9_to_10(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
 
 
+def _migrate_10_to_11(conn: sqlite3.Connection) -> None:
+    """A held session's resume secret (its hash) and tenant (`_holds.issue_resume`)."""
+    for statement in _RESUME_TABLES.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
 # _MIGRATIONS[v] brings a database from version v to v + 1, inside the caller's transaction.
 _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _migrate_1_to_2,
@@ -344,6 +363,7 @@ _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     7: _migrate_7_to_8,
     8: _migrate_8_to_9,
     9: _migrate_9_to_10,
+    10: _migrate_10_to_11,
 }
 
 

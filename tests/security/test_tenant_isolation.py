@@ -4,7 +4,7 @@ A front with a tenants file lets several parties in, each with its own token. An
 belongs to the tenant that opened it: a request of another tenant naming its Mcp-Session-Id
 (leaked, guessed, logged by a proxy) reaches nothing of it (no program runs in it, no store
 read, no DELETE ends it) and is answered as if it did not exist, with nothing said of how it
-ended. Two walls, each enough alone (checked by breaking both, then each): the front's own check
+ended; her resume secret resumes nothing for him. Two walls, each enough alone (checked by breaking both, then each): the front's own check
 before the SDK sees the request, and the SDK's refusal of a session to a client id other than the
 one that opened it (each tenant is its own client id). The tests drive a real
 `codemode mcp --http` with raw HTTP requests (loopback only).
@@ -57,6 +57,7 @@ async def _open(http: httpx2.AsyncClient, url: str, token: str) -> dict[str, str
         },
     )
     assert opened.status_code == 200, opened.text
+    _secrets[token] = opened.headers["codemode-resume-secret"]
     headers = {
         **auth,
         "Mcp-Session-Id": opened.headers["mcp-session-id"],
@@ -64,6 +65,9 @@ async def _open(http: httpx2.AsyncClient, url: str, token: str) -> dict[str, str
     }
     await http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
     return headers
+
+
+_secrets: dict[str, str] = {}  # token -> the resume secret of the last session it opened
 
 
 def _run(code: str) -> dict[str, Any]:
@@ -119,5 +123,19 @@ async def test_another_tenants_session_is_out_of_reach(tmp_path: Path) -> None:
             assert after.status_code == 404 and "for you" in after.text and "closed" not in after.text
             told = await http.post(server.url, headers=alice, json=_run("print(1)"))
             assert told.status_code == 404 and "the client closed it (DELETE)" in told.text
+            # Alice's resume secret is no use to Bob: his token does not resume her session.
+            initialize = {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            }
+            stolen = {**_ACCEPT, "Authorization": f"Bearer {BOB}", "Codemode-Resume": _secrets[ALICE]}
+            refused = await http.post(server.url, headers=stolen, json=initialize)
+            assert refused.status_code == 404 and "resumes no ended session of yours" in refused.text
         refusals = server.stderr.read_text()
         assert ALICE not in refusals and BOB not in refusals

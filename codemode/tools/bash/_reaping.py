@@ -176,6 +176,16 @@ class Reaping:
         with self._db() as conn:
             return _holds.ending(conn, session_id)
 
+    def issue_resume(self, session_id: str, tenant: str) -> str:
+        """A new resume secret for a held session (`session_holds.issue_resume`)."""
+        with self._db() as conn:
+            return _holds.issue_resume(conn, session_id, tenant)
+
+    def resume_target(self, secret: str, tenant: str) -> tuple[str, bool] | None:
+        """The ended session ``secret`` resumes for ``tenant`` (`session_holds.resume_target`)."""
+        with self._db() as conn:
+            return _holds.resume_target(conn, secret, tenant)
+
     async def close_session(self, session_id: str, reason: EndReason = "closed") -> None:
         """Stop the session's ``lifecycle: session`` processes; a held session's end is recorded
         with ``reason``."""

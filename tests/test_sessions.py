@@ -131,6 +131,7 @@ def _codemode(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.blackbox  # starts codemode as a separate process
 def test_cli_refuses_a_session_or_call_id_with_a_control_character(tmp_path: Path) -> None:
     bad_session = _codemode(tmp_path, "run", "-", "--session", "team\x1fvictim")
     assert bad_session.returncode == 2, bad_session
@@ -142,6 +143,7 @@ def test_cli_refuses_a_session_or_call_id_with_a_control_character(tmp_path: Pat
     assert good.returncode == 0 and good.stdout == "EXECUTED\n", good
 
 
+@pytest.mark.blackbox  # starts codemode as a separate process
 async def test_mcp_run_code_refuses_a_bad_call_id_with_a_clear_error(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()

@@ -12,7 +12,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.blackbox]
 
 # A GIF89a's header: 3x2 pixels (all the magic check and the size read look at).
 GIF = b"GIF89a\x03\x00\x02\x00\x00\x00\x00;"

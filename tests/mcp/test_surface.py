@@ -21,7 +21,7 @@ from codemode.budget import TokenCounter
 from codemode.mcp import create_server
 from codemode.mcp._server import RUN_CODE_OUTPUT_SCHEMA
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.blackbox]
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "tools" / "upstream" / "upstream_server.py"
 

@@ -117,6 +117,7 @@ def test_the_front_refuses_an_empty_or_short_token() -> None:
             HttpOptions(token=weak)
 
 
+@pytest.mark.blackbox  # starts codemode as a separate process
 async def test_a_confined_command_finds_no_token_and_the_front_refuses_it(tmp_path: Path) -> None:
     token = secrets.token_hex(32)  # the one the server uses, from its file
     env_token = secrets.token_hex(32)  # also set in its environment: it must vanish too
@@ -178,6 +179,7 @@ async def test_a_confined_command_finds_no_token_and_the_front_refuses_it(tmp_pa
         assert token not in server.stderr.read_text()  # a token from the file is never printed
 
 
+@pytest.mark.blackbox  # starts codemode as a separate process
 def test_the_token_is_refused_on_the_command_line(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "codemode", "mcp", "--http", "127.0.0.1:0", "--token", secrets.token_hex(16)],
@@ -192,6 +194,7 @@ def test_the_token_is_refused_on_the_command_line(tmp_path: Path) -> None:
     assert "serving MCP" not in done.stderr
 
 
+@pytest.mark.blackbox  # starts codemode as a separate process
 def test_an_empty_token_file_is_refused_with_what_to_put_there(tmp_path: Path) -> None:
     empty = tmp_path / "token"
     empty.write_text("\n")
@@ -206,6 +209,7 @@ def test_an_empty_token_file_is_refused_with_what_to_put_there(tmp_path: Path) -
     assert done.returncode != 0 and "expected one token" in done.stderr, done.stderr
 
 
+@pytest.mark.blackbox  # starts codemode as a separate process
 async def test_a_session_never_answers_another_sessions_approval(tmp_path: Path) -> None:
     """Approvals go to the client of the session whose program asked: a second session (say,
     one a command opened with a stolen token) is never asked, so it cannot answer for it."""
@@ -257,6 +261,7 @@ async def test_an_upstream_server_gets_only_the_environment_its_configuration_na
         assert not seen & {"CODEMODE_MCP_TOKEN", "CODEMODE_DATABASE_URL", "SOME_HOST_VARIABLE"}, seen
 
 
+@pytest.mark.blackbox  # starts codemode as a separate process
 def test_a_token_file_commands_can_read_is_pointed_out(tmp_path: Path) -> None:
     outside = tmp_path / "token"
     outside.write_text(secrets.token_hex(32))

@@ -42,6 +42,7 @@ async def test_names_and_effects_are_known_before_anything_loads(make_host: Make
         assert set(registry._lazy) == {"archive", "bash", "monitor"}  # files loaded at its first call
 
 
+@pytest.mark.blackbox  # starts codemode as a separate process
 def test_a_cold_run_of_print_loads_no_builtin_tool_module(tmp_path: Path) -> None:
     (tmp_path / "ws").mkdir()
     probe = textwrap.dedent(

@@ -81,8 +81,9 @@ def start(
 def test_a_start_records_the_process_and_answers_with_pid_and_log(
     start: Start, conn: sqlite3.Connection, archive: Archive, workspace: Path
 ) -> None:
+    # It waits for a file, so that its input channel (cleared at its end) is still recorded.
     process_id, answer = start(
-        'echo "term=$TERM marker=$CODEMODE_PROCESS_ID extra=$EXTRA_VAR"',
+        'echo "term=$TERM marker=$CODEMODE_PROCESS_ID extra=$EXTRA_VAR"; while [ ! -e go ]; do sleep 0.02; done',
         purpose="build",
         scope="pkg",
         lifecycle="detached",
@@ -101,24 +102,31 @@ def test_a_start_records_the_process_and_answers_with_pid_and_log(
         "detached",
         "silent",
     )
-    assert record.pid == answer["pid"] and record.state in ("running", "exited")
+    assert record.pid == answer["pid"] and record.state == "running"
     assert record.input_path is not None and record.input_path.startswith("@codemode-in-")
     assert record.input_token is not None and len(record.input_token) == 64
     # an empty error file is not left behind
     assert not (runtime_dir(archive) / f"{process_id}.err").exists()
+    (workspace / "go").touch()
 
     ended = _ended(conn, process_id)
     assert f"term=xterm-256color marker={process_id} extra=from-spec" in _log(ended)
     assert _records.pending(conn, record.session_id) == []  # completion_mode silent
 
 
-def test_two_starts_get_their_own_input_channel_and_token(start: Start, conn: sqlite3.Connection) -> None:
-    first, _ = start("exit 0")
-    second, _ = start("exit 0")
+def test_two_starts_get_their_own_input_channel_and_token(
+    start: Start, conn: sqlite3.Connection, workspace: Path
+) -> None:
+    waiting = "while [ ! -e go ]; do sleep 0.02; done"  # running while looked at (its end clears them)
+    first, _ = start(waiting)
+    second, _ = start(waiting)
     a, b = _records.get(conn, first), _records.get(conn, second)
-    assert a is not None and b is not None
+    (workspace / "go").touch()
+    assert a is not None and b is not None and a.input_path is not None and b.input_path is not None
     assert a.input_path != b.input_path and a.input_token != b.input_token
     assert a.log_ref != b.log_ref
+    for process_id in (first, second):
+        _ended(conn, process_id)
 
 
 def _no_python(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

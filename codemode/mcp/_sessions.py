@@ -86,8 +86,8 @@ class ConnectionSessions:
             session, held = found
             if not held:
                 return session
-            if self._open.get(session) is None:
-                return "held"  # open here, not closing; or held by another process
+            if self._open.get(session) is None and session not in self._closed:
+                return "held"  # open here and not closing, or held by another process
             done = self._closed.setdefault(session, anyio.Event())
             with anyio.move_on_after(_CLOSE_WAIT_SECONDS):
                 await done.wait()

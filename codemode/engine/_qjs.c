@@ -1023,25 +1023,28 @@ finalizing(void)
 }
 
 /* Bytes of C stack left below this frame on the calling thread (0 when unknown). The stack's
- * low end is looked up once per thread: for the main thread glibc reads /proc/self/maps to find
- * it (~0.4 ms). */
+ * low end is looked up once per thread, a failure too: for the main thread glibc reads
+ * /proc/self/maps to find it (~0.4 ms), which a sealed engine worker cannot open (its zygote
+ * looks it up before it confines itself: prime_stack; a forked worker's main thread keeps it). */
 static __thread uintptr_t thread_stack_low = 0;
+static __thread int thread_stack_looked = 0;
 
 static size_t
 stack_room(void)
 {
-    if (thread_stack_low == 0) {
+    if (!thread_stack_looked) {
+        thread_stack_looked = 1;
         pthread_attr_t attr;
         void *base;
         size_t size;
-        if (pthread_getattr_np(pthread_self(), &attr) != 0)
-            return 0;
-        int ok = pthread_attr_getstack(&attr, &base, &size) == 0;
-        pthread_attr_destroy(&attr);
-        if (!ok)
-            return 0;
-        thread_stack_low = (uintptr_t)base;
+        if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+            if (pthread_attr_getstack(&attr, &base, &size) == 0)
+                thread_stack_low = (uintptr_t)base;
+            pthread_attr_destroy(&attr);
+        }
     }
+    if (thread_stack_low == 0)
+        return 0;
     char here;
     uintptr_t sp = (uintptr_t)&here;
     return sp > thread_stack_low ? (size_t)(sp - thread_stack_low) : 0;
@@ -1850,6 +1853,12 @@ qjs_keeper_stats(PyObject *module, PyObject *unused)
                          "freed_by_caller", d, "ready", ready);
 }
 
+static PyObject *
+qjs_prime_stack(PyObject *module, PyObject *unused)
+{
+    return PyLong_FromSize_t(stack_room());
+}
+
 static PyMethodDef module_methods[] = {
     {"compile", qjs_compile, METH_VARARGS, "compile(source, filename) -> bytes: a script's bytecode."},
     {"set_prelude", qjs_set_prelude, METH_VARARGS,
@@ -1857,6 +1866,9 @@ static PyMethodDef module_methods[] = {
      "fresh contexts a background thread keeps ready."},
     {"take_ready", qjs_take_ready, METH_NOARGS,
      "A fresh context the keeper made ahead, or None (never made nor waited for here)."},
+    {"prime_stack", qjs_prime_stack, METH_NOARGS,
+     "Look up this thread's stack bounds now (bytes left below the caller; 0: unknown): a process "
+     "about to lose /proc (an engine worker's zygote) keeps them for its main thread."},
     {"keeper_stats", qjs_keeper_stats, METH_NOARGS,
      "How contexts were had and freed so far: ahead by the keeper thread, or by the caller."},
     {NULL}};

@@ -94,5 +94,9 @@ def set_prelude(bytecode: bytes, spare: int, /) -> None:
 def take_ready() -> Context | None:
     """A fresh context the keeper made ahead, or None (never made nor waited for here)."""
 
+def prime_stack() -> int:
+    """Look up this thread's stack bounds now (bytes left below the caller; 0: unknown)."""
+    ...
+
 def keeper_stats() -> dict[str, int]:
     """How contexts were had and freed so far: ahead by the keeper thread, or by the caller."""

@@ -256,3 +256,18 @@ def test_encode_args_ignores_a_polluted_prototype() -> None:
         "Object.defineProperty(Object.prototype, 'extra', {value: 1, enumerable: true})"
     )
     assert ctx.eval("__cm_encode_args({a: [1]}, Object.prototype, Array.prototype)") == '{"a":[1]}'
+
+
+def test_prime_stack_looks_up_the_stack_of_the_thread_it_runs_on() -> None:
+    # The zygote calls it before it confines itself; a forked worker's main thread keeps the answer.
+    main = _qjs.prime_stack()
+    assert main > 64 * 1024  # bytes of C stack below the caller
+    rooms: list[int] = []
+    before = threading.stack_size(1024 * 1024)
+    try:
+        worker = threading.Thread(target=lambda: rooms.append(_qjs.prime_stack()))
+        worker.start()
+    finally:
+        threading.stack_size(before)
+    worker.join()
+    assert 0 < rooms[0] <= 1024 * 1024

@@ -21,7 +21,7 @@ import signal
 import socket
 import sys
 
-from codemode.engine import _text, _wire
+from codemode.engine import _qjs, _text, _wire
 from codemode.engine.worker import _confine
 from codemode.engine.worker._serve import run_worker
 
@@ -55,6 +55,9 @@ def main() -> None:
     """The zygote's life: prepare, hold itself, fork workers until the host goes away."""
     sock = socket.socket(fileno=int(sys.argv[1]))
     _text._set_prelude(1)
+    # The main thread's stack bounds, while /proc is still readable: glibc reads
+    # /proc/self/maps for them, which a confined worker cannot (each of its programs tried).
+    _qjs.prime_stack()
     devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)  # a worker's stdio: nothing of the host's
     problem: str | None = None
     try:

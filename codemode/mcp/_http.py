@@ -19,7 +19,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from codemode._surface import SurfaceName
 from codemode.errors import UserError
+from codemode.host import Host
 from codemode.mcp._disconnect import SCOPE_KEY, Disconnect
 from codemode.mcp._server import create_failed_server, create_server
 from codemode.mcp._sessions import ConnectionSessions
@@ -57,6 +58,8 @@ __all__ = [
 
 DEFAULT_PORT = 8765
 ENDPOINT = "/mcp"
+HEALTH_ENDPOINT = "/healthz"
+_HEALTH_SECONDS = 2.0
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 _REFUSAL_LOG_SECONDS = 10.0  # at most one line per this long about refused requests
 DEFAULT_MAX_REQUESTS = 1024
@@ -387,11 +390,67 @@ async def _json_error(
     await send({"type": "http.response.body", "body": body})
 
 
+Health = Callable[[], Awaitable[str | None]]
+"""Why the server cannot serve now (a short reason for a load balancer), or None."""
+
+
+class _HealthEndpoint:
+    """``GET /healthz``: 200 ``{"status": "ok"}``, or 503 with a short reason, for load balancers
+    and orchestrators (no token: it says nothing but whether this process can serve)."""
+
+    def __init__(self, health: Health) -> None:
+        self._health = health
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in ("GET", "HEAD"):
+            await _json_reply(send, 405, {"status": "error", "reason": "use GET"})
+            return
+        try:
+            with anyio.fail_after(_HEALTH_SECONDS):
+                problem = await self._health()
+        except TimeoutError:
+            problem = f"the state database did not answer within {_HEALTH_SECONDS:g} s"
+        if problem is None:
+            await _json_reply(send, 200, {"status": "ok"})
+        else:
+            await _json_reply(send, 503, {"status": "unavailable", "reason": problem})
+
+
+async def _json_reply(send: Send, status: int, data: dict[str, str]) -> None:
+    body = json.dumps(data).encode()
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
+
+
+def host_health(host: Host, sessions: ConnectionSessions) -> Health:
+    """The health of a front over ``host``: not when it is stopping, nor when its state
+    database does not answer a query (read in a worker thread)."""
+
+    def probe() -> None:
+        with host.state.db.connection() as conn:
+            conn.execute("SELECT 1 FROM session_holds LIMIT 1").fetchall()
+
+    async def health() -> str | None:
+        if sessions.is_stopping:
+            return "stopping"
+        try:
+            await anyio.to_thread.run_sync(probe)
+        except Exception as exc:  # whatever the database says is a reason to route elsewhere
+            return f"the state database cannot be read ({type(exc).__name__})"
+        return None
+
+    return health
+
+
 def create_http_app(
-    server: Server[Any], options: HttpOptions, sessions: ConnectionSessions | None = None
+    server: Server[Any],
+    options: HttpOptions,
+    sessions: ConnectionSessions | None = None,
+    health: Health | None = None,
 ) -> Starlette:
-    """The ASGI app serving ``server`` at ``/mcp`` (its lifespan runs the session manager);
-    ``sessions`` tell an old session id how its session ended."""
+    """The ASGI app serving ``server`` at ``/mcp`` (its lifespan runs the session manager) and
+    ``health`` at ``/healthz``; ``sessions`` tell an old session id how its session ended."""
     manager = StreamableHTTPSessionManager(
         app=server,
         security_settings=options.security(),
@@ -399,13 +458,22 @@ def create_http_app(
     )
     ends = _SessionEnds(StreamableHTTPASGIApp(manager), sessions)
     endpoint = _LogRefusals(RequireAuthMiddleware(_Capacity(ends, options.max_requests), required_scopes=[]))
+    health = health or _always_healthy
     return Starlette(
-        routes=[Route(ENDPOINT, endpoint=endpoint)],
+        routes=[Route(ENDPOINT, endpoint=endpoint), Route(HEALTH_ENDPOINT, endpoint=_HealthEndpoint(health))],
         middleware=[
             Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(_TokenVerifier(options.access())))
         ],
         lifespan=lambda app: manager.run(),
     )
+
+
+async def _always_healthy() -> str | None:
+    return None
+
+
+async def _cannot_start() -> str | None:
+    return "codemode could not start (the server's stderr and every tool call say why)"
 
 
 async def serve_http(
@@ -440,7 +508,11 @@ async def serve_http(
                 surface=options.surface,
                 output_schemas=options.output_schemas,
             )
-        app = create_http_app(server, options, sessions)
+        if sessions is not None and not isinstance(opened, str):
+            health = host_health(opened, sessions)
+        else:
+            health = _cannot_start
+        app = create_http_app(server, options, sessions, health)
         config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
         http = _Uvicorn(config)
         async with anyio.create_task_group() as signals:

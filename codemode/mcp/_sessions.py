@@ -156,6 +156,11 @@ class ConnectionSessions:
         """The server is stopping: the sessions that end from now on end for that."""
         self._stopping = True
 
+    @property
+    def is_stopping(self) -> bool:
+        """Whether the server is stopping (its health says so, so that new sessions go elsewhere)."""
+        return self._stopping
+
     async def _close(self, session: str, mcp_session_id: str) -> None:
         reason = self._open.pop(session, None) or ("server_stopped" if self._stopping else "expired")
         self._aliases.pop(mcp_session_id, None)

@@ -318,3 +318,19 @@ async def test_over_capacity_a_request_is_answered_503_at_once_with_retry_after(
             )
             assert again.status_code == 200
         assert "at capacity (2 requests in flight): refused 1 with 503" in server.stderr.read_text()
+
+
+async def test_healthz_answers_load_balancers_without_the_token(tmp_path: Path) -> None:
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "ws").mkdir()
+    broken = ("--state-dir", str(tmp_path / "broken" / "ws" / "state"))  # refused: inside the workspace
+    with anyio.fail_after(60), http_server(tmp_path) as server:
+        health = server.url.removesuffix("/mcp") + "/healthz"
+        async with httpx2.AsyncClient(timeout=30) as http:
+            ok = await http.get(health)
+            assert ok.status_code == 200 and ok.json() == {"status": "ok"}
+            assert (await http.post(health)).status_code == 405
+            with http_server(tmp_path / "broken", *broken, name="broken") as failed:
+                down = await http.get(failed.url.removesuffix("/mcp") + "/healthz")
+            assert down.status_code == 503 and down.json()["status"] == "unavailable"
+            assert "could not start" in down.json()["reason"] and str(tmp_path) not in down.text

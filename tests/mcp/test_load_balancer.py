@@ -16,6 +16,7 @@ from tests.mcp.http_support import http_server, session, wait_until_gone
 
 pytestmark = [
     pytest.mark.anyio,
+    pytest.mark.blackbox,
     pytest.mark.skipif(
         shutil.which("haproxy") is None, reason="haproxy is not installed (apt-get install haproxy)"
     ),
@@ -35,11 +36,15 @@ frontend mcp
 
 backend codemode
     balance roundrobin
+    option httpchk GET /healthz
+    http-check expect status 200
+    option redispatch
+    retries 2
     stick-table type string len 64 size 1m expire 1h
     stick match req.hdr(mcp-session-id)
     stick store-response res.hdr(mcp-session-id)
-    server one 127.0.0.1:{one}
-    server two 127.0.0.1:{two}
+    server one 127.0.0.1:{one} check inter 1s fall 2 rise 1
+    server two 127.0.0.1:{two} check inter 1s fall 2 rise 1
 """
 
 
@@ -99,3 +104,37 @@ async def test_sessions_stick_to_their_server_behind_haproxy(tmp_path: Path) -> 
         finally:
             proxy.terminate()
             proxy.wait(timeout=10)
+            if proxy.stderr is not None:
+                proxy.stderr.close()
+
+
+async def test_new_sessions_go_to_the_live_server_when_one_died(tmp_path: Path) -> None:
+    """The issue's case: one backend killed, and half the new sessions failed. With the health
+    check and redispatch of the README's section, every new session lands on the live one."""
+    with http_server(tmp_path, name="one") as one, http_server(tmp_path, name="two") as two:
+        front = _free_port()
+        config = tmp_path / "haproxy.cfg"
+        config.write_text(_CONFIG.format(front=front, one=_port(one.url), two=_port(two.url)))
+        proxy = subprocess.Popen(["haproxy", "-db", "-f", str(config)], stderr=subprocess.PIPE)
+        try:
+            with anyio.fail_after(30):
+                while True:  # until haproxy listens
+                    try:
+                        socket.create_connection(("127.0.0.1", front), timeout=1).close()
+                        break
+                    except OSError:
+                        assert proxy.poll() is None, proxy.stderr.read() if proxy.stderr else ""
+                        await anyio.sleep(0.05)
+            one.process.kill()
+            one.process.wait(timeout=30)
+            url = f"http://127.0.0.1:{front}/mcp"
+            with anyio.fail_after(120):
+                for n in range(10):
+                    async with session(url) as s:
+                        got = await s.call_tool("run_code", {"code": f"print({n})"})
+                        assert not got.is_error and got.content[0].text.strip() == str(n)  # type: ignore[union-attr]
+        finally:
+            proxy.terminate()
+            proxy.wait(timeout=10)
+            if proxy.stderr is not None:
+                proxy.stderr.close()

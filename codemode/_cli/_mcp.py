@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -102,20 +103,32 @@ _TOKEN_FILE_LIMIT = 4096
 _TENANTS_FILE_LIMIT = 1024 * 1024
 
 
-def _read_secret_file(path: str, flag: str, limit: int, state_dir: Path | None) -> str:
+def _read_secret_file(path: str, flag: str, limit: int, state_dir: Path | None, too_large: str) -> str:
     """The text of a token or tenants file (at most ``limit`` bytes); a note on stderr when it
-    lies outside the state directory, where confined commands can read it.
+    lies outside the state directory, where confined commands can read it. A link is followed
+    (a mounted secret is one), but only a regular file is read: a FIFO or a device where the
+    file should be would hang or flood the start.
 
     Raises:
-        UserError: It cannot be read, or is larger than ``limit``.
+        UserError: It cannot be read, is not a regular file, or is larger than ``limit``
+            (``too_large``).
     """
     try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as exc:
         raise UserError(f"{flag} {path!r}: cannot read it ({exc.strerror or exc})") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UserError(
+                f"{flag} {path!r}: not a regular file (a FIFO, device or directory); point it at a file"
+            )
+        data = os.read(fd, limit + 1)
+    except OSError as exc:
+        raise UserError(f"{flag} {path!r}: cannot read it ({exc.strerror or exc})") from exc
+    finally:
+        os.close(fd)
     if len(data) > limit:
-        raise UserError(f"{flag} {path!r}: larger than {limit} bytes")
+        raise UserError(too_large)
     state = os.path.realpath((state_dir or default_state_dir()).expanduser())
     if os.path.commonpath([state, os.path.realpath(path)]) != state:
         # Commands run as this user and read everything but the state directory.
@@ -140,7 +153,10 @@ def _mcp_tenants(args: argparse.Namespace, token: str) -> Tenants | None:
         )
     from codemode.mcp import parse_tenants
 
-    text = _read_secret_file(args.tenants_file, "--tenants-file", _TENANTS_FILE_LIMIT, args.state_dir)
+    too_large = f"--tenants-file {args.tenants_file!r}: larger than {_TENANTS_FILE_LIMIT} bytes"
+    text = _read_secret_file(
+        args.tenants_file, "--tenants-file", _TENANTS_FILE_LIMIT, args.state_dir, too_large
+    )
     return parse_tenants(text, f"--tenants-file {args.tenants_file!r}")
 
 
@@ -168,12 +184,7 @@ def _mcp_token(args: argparse.Namespace) -> str:
         f"--token-file {args.token_file!r}: expected one token (a single word of at most "
         f"{_TOKEN_FILE_LIMIT} bytes, e.g. from `openssl rand -hex 32`)"
     )
-    try:
-        text = _read_secret_file(args.token_file, "--token-file", _TOKEN_FILE_LIMIT, args.state_dir)
-    except UserError as exc:
-        if "larger than" in str(exc):
-            raise UserError(expected) from None
-        raise
+    text = _read_secret_file(args.token_file, "--token-file", _TOKEN_FILE_LIMIT, args.state_dir, expected)
     token = text.strip()
     if not token or any(c.isspace() for c in token):
         raise UserError(expected)

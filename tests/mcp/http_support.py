@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -12,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
@@ -104,3 +106,70 @@ async def wait_until_gone(pid: int, seconds: float = 30) -> bool:
             return True
         await anyio.sleep(0.05)
     return False
+
+
+# ---- raw HTTP (requests the SDK client would not send, headers it would not show) -----------
+
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+RAW_PROTOCOL = "2025-06-18"
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": RAW_PROTOCOL,
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+
+
+def auth(token: str = TOKEN) -> dict[str, str]:
+    """The headers of a request with this bearer token."""
+    return {**ACCEPT, "Authorization": f"Bearer {token}"}
+
+
+@dataclass
+class RawSession:
+    """A session opened by hand: the headers of its requests, and the resume secret the server
+    sent when it opened."""
+
+    headers: dict[str, str]
+    resume_secret: str
+
+
+async def open_raw(
+    http: httpx2.AsyncClient, url: str, *, token: str = TOKEN, resume: str | None = None
+) -> RawSession:
+    """Open a session by hand (initialize, then initialized), resuming one given its secret."""
+    opened = await http.post(
+        url, headers={**auth(token), **({"Codemode-Resume": resume} if resume else {})}, json=INITIALIZE
+    )
+    assert opened.status_code == 200, opened.text
+    headers = {
+        **auth(token),
+        "Mcp-Session-Id": opened.headers["mcp-session-id"],
+        "MCP-Protocol-Version": RAW_PROTOCOL,
+    }
+    await http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return RawSession(headers, opened.headers["codemode-resume-secret"])
+
+
+def run_code_call(code: str) -> dict[str, Any]:
+    """A JSON-RPC ``tools/call`` of run_code."""
+    return {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/call",
+        "params": {"name": "run_code", "arguments": {"code": code}},
+    }
+
+
+def rpc_answer(response: httpx2.Response) -> dict[str, Any]:
+    """The JSON-RPC answer of a response (a JSON body, or the last ``data:`` of an SSE stream)."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+        parsed: dict[str, Any] = json.loads(data[-1])
+        return parsed
+    answer: dict[str, Any] = response.json()
+    return answer

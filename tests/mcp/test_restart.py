@@ -31,15 +31,9 @@ from mcp.shared.exceptions import MCPError
 
 from codemode.tools.bash._proctree import find_members
 from tests.host_support import alive, survivors
-from tests.mcp.http_support import TOKEN, HttpServer, http_server, session, wait_until_gone
+from tests.mcp.http_support import HttpServer, http_server, open_raw, session, wait_until_gone
 
 pytestmark = [pytest.mark.anyio, pytest.mark.blackbox]
-
-_HEADERS = {
-    "Authorization": f"Bearer {TOKEN}",
-    "Accept": "application/json, text/event-stream",
-    "Content-Type": "application/json",
-}
 
 
 async def _codemode(server: HttpServer, *args: str) -> subprocess.CompletedProcess[str]:
@@ -108,27 +102,8 @@ async def test_a_restarted_server_stops_the_dead_ones_session_processes_and_read
 
 
 async def _raw_session(http: httpx2.AsyncClient, url: str) -> dict[str, str]:
-    """A session opened by hand (initialize, initialized, tools/list): its request headers."""
-    opened = await http.post(
-        url,
-        headers=_HEADERS,
-        json={
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "test", "version": "1"},
-            },
-        },
-    )
-    headers = {
-        **_HEADERS,
-        "Mcp-Session-Id": opened.headers["mcp-session-id"],
-        "MCP-Protocol-Version": "2025-06-18",
-    }
-    await http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    """A session opened by hand and used once (tools/list): its request headers."""
+    headers = (await open_raw(http, url)).headers
     listed = await http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
     assert listed.status_code == 200
     return headers

@@ -26,11 +26,6 @@ pytestmark = [pytest.mark.anyio, needs_landlock]
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def server() -> Iterator[CountingServer]:
     with counting_server() as made:
         yield made

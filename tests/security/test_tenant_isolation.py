@@ -12,7 +12,6 @@ one that opened it (each tenant is its own client id). The tests drive a real
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,63 +19,12 @@ import anyio
 import httpx2
 import pytest
 
-from tests.mcp.http_support import http_server
+from tests.mcp.http_support import INITIALIZE, auth, http_server, open_raw, rpc_answer, run_code_call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.blackbox]
 
 ALICE = "alice-token-0123456789abcdef"
 BOB = "bob-token-0123456789abcdef00"
-_ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-
-
-def _answer(response: httpx2.Response) -> dict[str, Any]:
-    """The JSON-RPC answer of a response (a JSON body, or the last `data:` of an SSE stream)."""
-    if response.headers.get("content-type", "").startswith("text/event-stream"):
-        data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
-        parsed: dict[str, Any] = json.loads(data[-1])
-        return parsed
-    answer: dict[str, Any] = response.json()
-    return answer
-
-
-async def _open(http: httpx2.AsyncClient, url: str, token: str) -> dict[str, str]:
-    """A session opened by hand (initialize, initialized): the headers of its requests."""
-    auth = {**_ACCEPT, "Authorization": f"Bearer {token}"}
-    opened = await http.post(
-        url,
-        headers=auth,
-        json={
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        },
-    )
-    assert opened.status_code == 200, opened.text
-    _secrets[token] = opened.headers["codemode-resume-secret"]
-    headers = {
-        **auth,
-        "Mcp-Session-Id": opened.headers["mcp-session-id"],
-        "MCP-Protocol-Version": "2025-06-18",
-    }
-    await http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
-    return headers
-
-
-_secrets: dict[str, str] = {}  # token -> the resume secret of the last session it opened
-
-
-def _run(code: str) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": 5,
-        "method": "tools/call",
-        "params": {"name": "run_code", "arguments": {"code": code}},
-    }
 
 
 def _text(answer: dict[str, Any]) -> str:
@@ -92,9 +40,12 @@ async def test_another_tenants_session_is_out_of_reach(tmp_path: Path) -> None:
         anyio.fail_after(90),
     ):
         async with httpx2.AsyncClient(timeout=60) as http:
-            alice = await _open(http, server.url, ALICE)
-            stored = _answer(
-                await http.post(server.url, headers=alice, json=_run('await store.set("k", "alice\'s")'))
+            opened = await open_raw(http, server.url, token=ALICE)
+            alice = opened.headers
+            stored = rpc_answer(
+                await http.post(
+                    server.url, headers=alice, json=run_code_call('await store.set("k", "alice\'s")')
+                )
             )
             assert "error" not in stored and not stored["result"].get("isError"), stored
             # Bob, with Alice's session id: as if there were no such session; nothing runs in it.
@@ -103,39 +54,31 @@ async def test_another_tenants_session_is_out_of_reach(tmp_path: Path) -> None:
             tried = await http.post(
                 server.url,
                 headers=as_bob,
-                json=_run(f'await tools.write_file({{path: "{marker.name}", content: "x"}})'),
+                json=run_code_call(f'await tools.write_file({{path: "{marker.name}", content: "x"}})'),
             )
             assert tried.status_code == 404, tried.text
             assert "holds no MCP session with this id for you" in tried.text and "ended" not in tried.text
             assert not marker.exists()
             assert (await http.delete(server.url, headers=as_bob)).status_code == 404
             # Alice's session goes on, her store intact; Bob's own session sees nothing of it.
-            read = _answer(
-                await http.post(server.url, headers=alice, json=_run('print(await store.get("k"))'))
+            read = rpc_answer(
+                await http.post(server.url, headers=alice, json=run_code_call('print(await store.get("k"))'))
             )
             assert _text(read).strip() == "alice's", read
-            bob = await _open(http, server.url, BOB)
-            own = _answer(await http.post(server.url, headers=bob, json=_run('print(await store.get("k"))')))
+            bob = (await open_raw(http, server.url, token=BOB)).headers
+            own = rpc_answer(
+                await http.post(server.url, headers=bob, json=run_code_call('print(await store.get("k"))'))
+            )
             assert _text(own).strip() == "null", own
             # Once Alice closed it, Bob is still told nothing of it; Alice is told how it ended.
             assert (await http.delete(server.url, headers=alice)).status_code == 200
-            after = await http.post(server.url, headers=as_bob, json=_run("print(1)"))
+            after = await http.post(server.url, headers=as_bob, json=run_code_call("print(1)"))
             assert after.status_code == 404 and "for you" in after.text and "closed" not in after.text
-            told = await http.post(server.url, headers=alice, json=_run("print(1)"))
+            told = await http.post(server.url, headers=alice, json=run_code_call("print(1)"))
             assert told.status_code == 404 and "the client closed it (DELETE)" in told.text
             # Alice's resume secret is no use to Bob: his token does not resume her session.
-            initialize = {
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "t", "version": "1"},
-                },
-            }
-            stolen = {**_ACCEPT, "Authorization": f"Bearer {BOB}", "Codemode-Resume": _secrets[ALICE]}
-            refused = await http.post(server.url, headers=stolen, json=initialize)
+            stolen = {**auth(BOB), "Codemode-Resume": opened.resume_secret}
+            refused = await http.post(server.url, headers=stolen, json=INITIALIZE)
             assert refused.status_code == 404 and "resumes no ended session of yours" in refused.text
         refusals = server.stderr.read_text()
         assert ALICE not in refusals and BOB not in refusals

@@ -19,7 +19,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -384,10 +384,8 @@ async def _json_error(
     send: Send, status: int, message: str, *, code: int = -32000, headers: Sequence[tuple[bytes, bytes]] = ()
 ) -> None:
     """Answer with ``status`` and a JSON-RPC error (no request id: the request was not read)."""
-    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
-    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
-    await send({"type": "http.response.start", "status": status, "headers": head})
-    await send({"type": "http.response.body", "body": body})
+    error = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+    await _json_reply(send, status, error, headers)
 
 
 Health = Callable[[], Awaitable[str | None]]
@@ -416,9 +414,12 @@ class _HealthEndpoint:
             await _json_reply(send, 503, {"status": "unavailable", "reason": problem})
 
 
-async def _json_reply(send: Send, status: int, data: dict[str, str]) -> None:
+async def _json_reply(
+    send: Send, status: int, data: Mapping[str, object], headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    """Answer with ``status`` and ``data`` as a JSON body."""
     body = json.dumps(data).encode()
-    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
     await send({"type": "http.response.start", "status": status, "headers": head})
     await send({"type": "http.response.body", "body": body})
 

@@ -44,7 +44,7 @@ class ConnectionSessions:
     records why it ended. The close runs through ``spawn`` (the front's task group), so the
     SDK's time bound on connection cleanup never cuts a stop short.
 
-    Each MCP session belongs to the tenant whose token opened it (`claim`); a request of another
+    Each MCP session belongs to the tenant whose token opened it (`opened`); a request of another
     tenant naming it is answered as if it did not exist (`belongs`), and is told nothing of how
     it ended.
 
@@ -116,10 +116,14 @@ class ConnectionSessions:
         """A new resume secret for the codemode session of this MCP session (blocking)."""
         return self._host.held.resume_secret(self._session(mcp_session_id), tenant)
 
+    def _owner(self, mcp_session_id: str) -> str | None:
+        """The tenant of an MCP session open here, or that ended here not long ago."""
+        return self._owners.get(mcp_session_id) or self._ended.get(mcp_session_id)
+
     def belongs(self, mcp_session_id: str, tenant: str) -> bool:
         """Whether a request of ``tenant`` may name this MCP session: it is that tenant's, or
         this process does not know it (the SDK then answers that it does not hold it)."""
-        owner = self._owners.get(mcp_session_id) or self._ended.get(mcp_session_id)
+        owner = self._owner(mcp_session_id)
         return owner is None or owner == tenant
 
     def __call__(self, ctx: ServerRequestContext[Any]) -> str:
@@ -180,7 +184,7 @@ class ConnectionSessions:
         (or that is another tenant's) is told, answered with 404: per the MCP spec the client
         must then start a new session. How the session ended is told to its own tenant only."""
         again = "; start a new session (send initialize without an Mcp-Session-Id header)"
-        owner = self._owners.get(mcp_session_id) or self._ended.get(mcp_session_id)
+        owner = self._owner(mcp_session_id)
         if self._tenants and owner != tenant:
             return f"Session not found: this server holds no MCP session with this id for you{again}"
         try:

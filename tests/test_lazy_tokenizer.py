@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 CHILD = """
 import json, sys
 import codemode
@@ -22,7 +24,9 @@ options = {"workspace": sys.argv[3], "state_dir": sys.argv[4], "max_output_token
 if sys.argv[5] != "default":
     options["preload_tokenizer"] = sys.argv[5] == "on"
 result = codemode.run_code(source, **options)
-print(json.dumps({"text": result.text, "tokens": result.usage.output_tokens, "loaded": TokenCounter().loaded}))
+counter = TokenCounter()
+print(json.dumps({"text": result.text, "tokens": result.usage.output_tokens, "loaded": counter.loaded,
+                  "exact": counter.exact, "why": counter.fallback_reason}))
 """
 
 
@@ -42,7 +46,11 @@ def run_child(tmp_path: Path, source: str, budget: int, preload: str) -> dict[st
 
 def test_one_shot_small_output_counts_bytes_without_the_tokenizer(tmp_path: Path) -> None:
     out = run_child(tmp_path, "print('hello world')", 10_000, "default")
-    assert out == {"text": "hello world\n", "tokens": len("hello world\n"), "loaded": False}
+    assert {k: out[k] for k in ("text", "tokens", "loaded")} == {
+        "text": "hello world\n",
+        "tokens": len("hello world\n"),
+        "loaded": False,
+    }
 
 
 def test_output_near_the_budget_is_counted_exactly(tmp_path: Path) -> None:
@@ -55,4 +63,6 @@ def test_output_near_the_budget_is_counted_exactly(tmp_path: Path) -> None:
 def test_preloading_host_counts_every_result(tmp_path: Path) -> None:
     out = run_child(tmp_path, "print('hello world')", 10_000, "on")
     assert out["loaded"] is True
+    if not out["exact"]:  # a fresh machine: no cached encoding, downloads off
+        pytest.skip(f"needs the o200k_base encoding (CI has it): {out['why']}")
     assert out["tokens"] == 3  # "hello", " world", "\n" in o200k_base

@@ -141,6 +141,8 @@ class ErrorCode(enum.StrEnum):
     """The process was started with stdin closed and takes no input."""
     INPUT_BLOCKED = "input_blocked"
     """The process is not reading its input."""
+    TAKEN_OVER = "taken_over"
+    """A person has taken the process's terminal over (the console): its input is theirs."""
     PID_REUSED = "pid_reused"
     """The recorded pid belongs to another process now; nothing was signalled."""
     BAD_PATTERN = "bad_pattern"

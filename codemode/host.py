@@ -21,6 +21,7 @@ from codemode._results import CallResult, HostConfig, RunResult, host_config, sa
 from codemode._results import dumps_result as dumps_result  # what --json prints, also here
 from codemode._sessions import HeldSessions, Sessions
 from codemode._sync import run_code as run_code  # codemode.run_code, also here
+from codemode._trace import Watcher
 from codemode.budget import TokenCounter
 from codemode.errors import UserError
 from codemode.policy import (
@@ -476,6 +477,12 @@ class Host:
             UserError: ``session_id`` is not a valid id, or the host is not open.
         """
         return self._sessions.exists(check_id(session_id, "session_id"))
+
+    def watch(self, watcher: Watcher | None) -> None:
+        """Show every program's and direct call's spans from now on to ``watcher`` (the
+        console), with their details (sources, results, arguments: never given to
+        OpenTelemetry); None stops."""
+        self._runner.tracing.watcher = watcher
 
     # -- diagnostics ------------------------------------------------------------------------
 

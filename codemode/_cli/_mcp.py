@@ -94,6 +94,20 @@ def add_mcp(sub: Subparsers) -> None:
         default="off",
         help="list each tool's output schema (its top level) too (default off: model APIs never read them)",
     )
+    mcp.add_argument(
+        "--console",
+        choices=("on", "read-only", "off"),
+        default="on",
+        help="with --http, a console in the browser at /console (log in with the token): watch programs, "
+        "calls and terminals live, take a terminal over, answer approvals; read-only: it only shows (default on)",
+    )
+    mcp.add_argument(
+        "--approvals",
+        choices=("elicit", "console"),
+        default="elicit",
+        help="who answers approvals: elicit (the MCP client's user, through elicitation; the default) or "
+        "console (a person at /console; needs --http and --console on)",
+    )
     common(mcp, None)  # speaks JSON-RPC on stdout: there is no other output to format
 
 
@@ -193,6 +207,7 @@ def _mcp_token(args: argparse.Namespace) -> str:
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     from codemode import mcp
+    from codemode.console import ConsoleMode
 
     token = _mcp_token(args)  # first: also over stdio, the variable leaves the environment
     tenants = _mcp_tenants(args, token)
@@ -201,6 +216,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         return cli_host(args)
 
     if args.http is None:
+        if args.approvals == "console":
+            raise UserError("--approvals console answers approvals at the console, which --http serves")
         listing = {"surface": args.tools, "output_schemas": args.output_schemas == "on"}
         anyio.run(lambda: mcp.serve_stdio(make_host, **listing))
         return 0
@@ -218,6 +235,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             stderr_note(
                 f"bearer token (generated; set CODEMODE_MCP_TOKEN or pass --token-file to choose one): {token}"
             )
+        if args.console != "off":
+            stderr_note(f"console at {url.removesuffix('/mcp')}/console (log in with the token)")
         stderr_note(f"serving MCP over streamable HTTP at {url}")  # last: the line that says it is ready
 
     options = mcp.HttpOptions(
@@ -231,6 +250,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         max_requests=args.max_requests,
         surface=args.tools,
         output_schemas=args.output_schemas == "on",
+        console=ConsoleMode(args.console),
+        approvals=args.approvals,
     )
     anyio.run(lambda: mcp.serve_http(make_host, options, announce=announce))
     return 0

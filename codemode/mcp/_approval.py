@@ -12,17 +12,55 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
 
 from codemode.policy import ApprovalKind, ApprovalRequest, Approvals, Decision
 
-__all__ = ["Elicitor"]
+__all__ = ["ClientApproved", "Elicitor", "direct_call"]
 
 _DIRECT = contextvars.ContextVar("codemode_mcp_direct_call", default=False)
 _CHOICES = {"allow": Decision.allow, "allow for this session": Decision.allow_session}
+
+
+@contextlib.contextmanager
+def direct_call(direct: bool) -> Iterator[None]:
+    """While one MCP request runs: whether it is a direct tool call (its client approved calling
+    that tool itself) rather than a program."""
+    token = _DIRECT.set(direct)
+    try:
+        yield
+    finally:
+        _DIRECT.reset(token)
+
+
+async def _beyond_the_client(
+    ask: Callable[[list[ApprovalRequest]], Awaitable[Sequence[Decision]]], requests: list[ApprovalRequest]
+) -> list[Decision]:
+    """Decisions on ``requests``; in a direct call, its own tool permission is taken as given
+    (the client approved calling that tool) and only what goes beyond it is asked."""
+    if not _DIRECT.get():
+        return list(await ask(requests))
+    asked = [r for r in requests if r.kind is not ApprovalKind.TOOL]
+    answers = iter(await ask(asked) if asked else [])
+    return [Decision.allow() if r.kind is ApprovalKind.TOOL else next(answers) for r in requests]
+
+
+class ClientApproved:
+    """Another approval callback (the console's) under the rule elicitation follows: a direct
+    call's own tool permission is not asked again.
+
+    Args:
+        inner: The callback asked about everything else.
+    """
+
+    def __init__(self, inner: Callable[[list[ApprovalRequest]], Awaitable[Sequence[Decision]]]) -> None:
+        self.inner = inner
+
+    async def __call__(self, requests: list[ApprovalRequest]) -> Sequence[Decision]:
+        return await _beyond_the_client(self.inner, requests)
 
 
 class Elicitor:
@@ -41,22 +79,17 @@ class Elicitor:
         """While one MCP request runs: its session's approvals go to its client."""
         key = session or self._default
         self._serving.setdefault(key, []).append(ctx)
-        token = _DIRECT.set(direct)
         try:
-            yield
+            with direct_call(direct):
+                yield
         finally:
-            _DIRECT.reset(token)
             contexts = self._serving[key]
             contexts.remove(ctx)
             if not contexts:
                 del self._serving[key]
 
     async def __call__(self, requests: list[ApprovalRequest]) -> Sequence[Decision]:
-        if _DIRECT.get():  # the client approved calling this tool; ask only what goes beyond it
-            asked = [r for r in requests if r.kind is not ApprovalKind.TOOL]
-            answers = iter(await self._ask(asked) if asked else [])
-            return [Decision.allow() if r.kind is ApprovalKind.TOOL else next(answers) for r in requests]
-        return await self._ask(requests)
+        return await _beyond_the_client(self._ask, requests)
 
     async def _ask(self, requests: list[ApprovalRequest]) -> list[Decision]:
         contexts = self._serving.get(requests[0].session_id)

@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import anyio.to_thread
@@ -38,8 +38,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from codemode._surface import SurfaceName
+from codemode.console import Console, ConsoleMode, host_matcher
 from codemode.errors import UserError
 from codemode.host import Host
+from codemode.mcp._approval import ClientApproved
 from codemode.mcp._disconnect import SCOPE_KEY, Disconnect
 from codemode.mcp._server import create_failed_server, create_server
 from codemode.mcp._sessions import ConnectionSessions
@@ -92,6 +94,9 @@ class HttpOptions:
             ``Retry-After``, rather than queueing behind them.
         surface: Which tools are listed: ``code``, ``default`` or ``all`` (`create_server`).
         output_schemas: List output schemas too.
+        console: The console at ``/console`` (`codemode.console`): on, read-only or off.
+        approvals: Who answers approvals: ``elicit`` (the client's user, through MCP
+            elicitation) or ``console`` (a person at the console).
     """
 
     token: str = ""
@@ -104,6 +109,8 @@ class HttpOptions:
     max_requests: int = DEFAULT_MAX_REQUESTS
     surface: SurfaceName = "default"
     output_schemas: bool = False
+    console: ConsoleMode = ConsoleMode.ON
+    approvals: Literal["elicit", "console"] = "elicit"
 
     def __post_init__(self) -> None:
         # Always required, on loopback too: a confined command reaches 127.0.0.1 when its
@@ -112,6 +119,8 @@ class HttpOptions:
             raise UserError("give the HTTP front one token or a tenants file, not both")
         if self.max_requests < 1:
             raise UserError(f"max_requests must be 1 or more, got {self.max_requests}")
+        if self.approvals == "console" and self.console is not ConsoleMode.ON:
+            raise UserError("--approvals console needs a console that may answer them: --console on")
         self.access()
 
     def access(self) -> Tenants:
@@ -449,9 +458,11 @@ def create_http_app(
     options: HttpOptions,
     sessions: ConnectionSessions | None = None,
     health: Health | None = None,
+    console: Console | None = None,
 ) -> Starlette:
-    """The ASGI app serving ``server`` at ``/mcp`` (its lifespan runs the session manager) and
-    ``health`` at ``/healthz``; ``sessions`` tell an old session id how its session ended."""
+    """The ASGI app serving ``server`` at ``/mcp`` (its lifespan runs the session manager),
+    ``health`` at ``/healthz`` and ``console`` at ``/console``; ``sessions`` tell an old session
+    id how its session ended."""
     manager = StreamableHTTPSessionManager(
         app=server,
         security_settings=options.security(),
@@ -461,7 +472,11 @@ def create_http_app(
     endpoint = _LogRefusals(RequireAuthMiddleware(_Capacity(ends, options.max_requests), required_scopes=[]))
     health = health or _always_healthy
     return Starlette(
-        routes=[Route(ENDPOINT, endpoint=endpoint), Route(HEALTH_ENDPOINT, endpoint=_HealthEndpoint(health))],
+        routes=[
+            Route(ENDPOINT, endpoint=endpoint),
+            Route(HEALTH_ENDPOINT, endpoint=_HealthEndpoint(health)),
+            *(console.routes() if console is not None else ()),
+        ],
         middleware=[
             Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(_TokenVerifier(options.access())))
         ],
@@ -495,13 +510,28 @@ async def serve_http(
     bound = f"[{options.host}]" if ":" in options.host else options.host
     url = f"http://{bound}:{sock.getsockname()[1]}{ENDPOINT}"
     sessions: ConnectionSessions | None = None
+    console: Console | None = None
     async with open_host(host) as opened, anyio.create_task_group() as closing:
         if isinstance(opened, str):
             server = create_failed_server(opened)
         else:
+            access = options.access()
             sessions = ConnectionSessions(
-                opened, closing.start_soon, options.idle_timeout_seconds, tenants=options.access().several
+                opened, closing.start_soon, options.idle_timeout_seconds, tenants=access.several
             )
+            if options.console is not ConsoleMode.OFF:
+                console = Console(
+                    opened,
+                    options.console,
+                    sessions,
+                    access.tenant_of,
+                    several=access.several,
+                    host_allowed=host_matcher(options.security().allowed_hosts),
+                    approvals=options.approvals == "console",
+                )
+                console.install()
+                if console.approvals is not None:  # (before create_server, which elicits otherwise)
+                    opened.approvals.callback = ClientApproved(console.approvals)
             server = create_server(
                 opened,
                 session_of=sessions,
@@ -513,11 +543,13 @@ async def serve_http(
             health = host_health(opened, sessions)
         else:
             health = _cannot_start
-        app = create_http_app(server, options, sessions, health)
+        app = create_http_app(server, options, sessions, health, console)
         config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
         http = _Uvicorn(config)
         async with anyio.create_task_group() as signals:
             signals.start_soon(_stop_on_signal, http, sessions)
+            if console is not None:
+                signals.start_soon(console.run)
             (announce or _announce)(url)
             if not _loopback(options.host):
                 sys.stderr.write(
@@ -533,6 +565,8 @@ async def serve_http(
                 release_front(str(front[0]), int(front[1]))
             if sessions is not None:
                 sessions.stopping()
+            if console is not None:
+                console.uninstall()
             signals.cancel_scope.cancel()
     # Here the sessions' closes have run (the task group waited for them), then the host closed.
 

@@ -45,7 +45,7 @@ from codemode._version import __version__
 from codemode.budget import TokenCounter
 from codemode.errors import ErrorCode, GuestErrorKind, UserError
 from codemode.host import Host
-from codemode.mcp._approval import Elicitor
+from codemode.mcp._approval import Elicitor, direct_call
 from codemode.mcp._disconnect import of_request
 from codemode.mcp._sessions import NoSession, SessionOf
 from codemode.tools import Tool
@@ -153,10 +153,9 @@ def create_server(
             session = session_of(ctx) if session_of is not None else None
         except NoSession as exc:
             return _error(str(exc))
+        direct = params.name != "run_code"
         serving = (
-            elicitor.serving(session, ctx, direct=params.name != "run_code")
-            if elicitor is not None
-            else contextlib.nullcontext()
+            elicitor.serving(session, ctx, direct=direct) if elicitor is not None else direct_call(direct)
         )
         disconnect = of_request(ctx.request)
         watch = disconnect.calls() if disconnect is not None else contextlib.nullcontext()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import time
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -13,6 +14,7 @@ from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 
 from codemode._ids import check_id
+from codemode.console import SessionInfo
 from codemode.errors import UserError
 from codemode.host import Host
 from codemode.mcp._tenants import ONE_TENANT
@@ -69,6 +71,7 @@ class ConnectionSessions:
         self._aliases: dict[str, str] = {}  # MCP session id -> the codemode session it resumed
         self._closed: dict[str, anyio.Event] = {}  # set when the close of a session is over
         self._resuming: set[str] = set()  # codemode sessions a resume is opening now
+        self._info: dict[str, SessionInfo] = {}  # session -> what the console shows of it, while open
         self._stopping = False
 
     def _session(self, mcp_session_id: str) -> str:
@@ -146,9 +149,21 @@ class ConnectionSessions:
             connection.state[_STATE_KEY] = session
             self._host.held.hold(session)
             self._open[session] = None
+            params = connection.client_params
+            client = None if params is None else f"{params.client_info.name} {params.client_info.version}"
+            tenant = self._owner(connection.session_id) or ONE_TENANT
+            self._info[session] = SessionInfo(session, tenant, client, time.time())
             close = functools.partial(self._close, session, connection.session_id)
             connection.exit_stack.callback(self._spawn, close)
         return session
+
+    def open_sessions(self) -> list[SessionInfo]:
+        """The sessions open here (the console's list)."""
+        return list(self._info.values())
+
+    def session_info(self, session_id: str) -> SessionInfo | None:
+        """What the console shows of a session open here, or None."""
+        return self._info.get(session_id)
 
     def closing(self, mcp_session_id: str) -> None:
         """The client asked to end this MCP session (``DELETE``)."""
@@ -167,6 +182,7 @@ class ConnectionSessions:
 
     async def _close(self, session: str, mcp_session_id: str) -> None:
         reason = self._open.pop(session, None) or ("server_stopped" if self._stopping else "expired")
+        self._info.pop(session, None)
         self._aliases.pop(mcp_session_id, None)
         self._closed.setdefault(session, anyio.Event())
         owner = self._owners.pop(mcp_session_id, None)

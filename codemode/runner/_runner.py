@@ -8,6 +8,7 @@ session and call id, replaying a recorded id. The Host owns one and hands it the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import time
@@ -129,6 +130,7 @@ class Runner:
                 source, session_id, call_id, max_output_tokens, timeout_seconds, on_progress, on_output
             )
             span.set_attributes(_usage_attributes(result))
+            span.detail(result=result)
             if result.error is not None:
                 failed(span, result.error.kind)
         return result
@@ -238,6 +240,9 @@ class Runner:
         started = time.perf_counter()
         config = self.config
         notices: list[str] = []
+        trace = current()
+        if trace is not None:  # a watcher (the console) shows the program from here on
+            trace.describe(session_id=session, call_id=call, source=source)
         try:
             header = parse_header(source)
         except HeaderError as exc:
@@ -266,7 +271,6 @@ class Runner:
                 f"timeout_seconds {timeout:g} is above this host's limit; clamped to {config.max_timeout_seconds:g}"
             )
             timeout = config.max_timeout_seconds
-        trace = current()
         if trace is not None:
             trace.annotate(
                 {"codemode.limits.timeout_seconds": timeout, "codemode.limits.max_output_tokens": budget}
@@ -361,7 +365,12 @@ class Runner:
         if call_id is not None:
             attributes["gen_ai.tool.call.id"] = call_id
         with trace.span(f"execute_tool {name}", attributes) as span:
+            inner = current()
+            if inner is not None:  # a watcher (the console) shows the call as a run of its own
+                with contextlib.suppress(UserError):  # (_call_tool refuses the id, with its message)
+                    inner.describe(session_id=self.sessions.check(session_id), call_id=call_id, args=args)
             result = await self._call_tool(name, args, session_id, call_id, max_output_tokens, on_progress)
+            span.detail(result=result)
             span.set_attributes(
                 {
                     "codemode.session.id": self.sessions.check(session_id),

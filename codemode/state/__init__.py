@@ -15,7 +15,7 @@ from codemode.state._archive import (
     ArchiveRef,
     LogWriter,
 )
-from codemode.state._audit import ApprovalLog
+from codemode.state._audit import ApprovalLog, OperatorAction, OperatorLog
 from codemode.state._capped import (
     DEFAULT_LOG_CAP_BYTES,
     DEFAULT_QUOTA_BYTES,
@@ -58,6 +58,8 @@ __all__ = [
     "EndReason",
     "LearnedTypes",
     "LogWriter",
+    "OperatorAction",
+    "OperatorLog",
     "ProcessRecord",
     "Redactor",
     "RunRecord",

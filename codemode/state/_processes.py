@@ -309,6 +309,19 @@ def pending(conn: sqlite3.Connection, session_id: str) -> list[sqlite3.Row]:
     ).fetchall()
 
 
+def since(conn: sqlite3.Connection, after: int, limit: int) -> list[sqlite3.Row]:
+    """Notifications of every session with an id above ``after`` (below 0: the newest
+    ``limit``), delivered or not, oldest first, at most ``limit`` (a console's feed: it
+    acknowledges nothing)."""
+    if after < 0:
+        return conn.execute(
+            "SELECT * FROM (SELECT * FROM notifications ORDER BY id DESC LIMIT ?) ORDER BY id", (limit,)
+        ).fetchall()
+    return conn.execute(
+        "SELECT * FROM notifications WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
+    ).fetchall()
+
+
 def ack(conn: sqlite3.Connection, session_id: str, ids: list[int]) -> int:
     """Mark notifications of a session delivered; returns how many changed (a notification
     another channel delivered first does not count: claim one by acking it)."""

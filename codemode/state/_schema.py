@@ -19,7 +19,7 @@ from codemode.errors import StateDirError
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "init_schema"]
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 # The bash tool's tables as version 6 had them (what migration 5 -> 6 creates).
 _BASH_TABLES_V6 = """
@@ -161,6 +161,20 @@ CREATE TABLE IF NOT EXISTS approval_records (
 CREATE INDEX IF NOT EXISTS approval_records_session ON approval_records (session_id, created);
 """
 
+# What a person did through the console (takeover, keystrokes, approvals, stops, trash).
+_OPERATOR_TABLES = """
+CREATE TABLE IF NOT EXISTS operator_actions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    tenant TEXT NOT NULL,
+    session_id TEXT,
+    action TEXT NOT NULL,
+    target TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS operator_actions_at ON operator_actions (at);
+"""
+
 # Result types learned from upstream MCP tools' first results (codemode.tools.upstream).
 _LEARNED_TABLES = """
 CREATE TABLE IF NOT EXISTS upstream_result_types (
@@ -225,6 +239,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     + _LEARNED_TABLES
     + _HOLD_TABLES
     + _RESUME_TABLES
+    + _OPERATOR_TABLES
 )
 """Every table, as a new database gets it."""
 
@@ -352,6 +367,13 @@ def _migrate_10_to_11(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
 
 
+def _migrate_11_to_12(conn: sqlite3.Connection) -> None:
+    """What a person did through the console is recorded (`_audit.OperatorLog`)."""
+    for statement in _OPERATOR_TABLES.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
 # _MIGRATIONS[v] brings a database from version v to v + 1, inside the caller's transaction.
 _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _migrate_1_to_2,
@@ -364,6 +386,7 @@ _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     8: _migrate_8_to_9,
     9: _migrate_9_to_10,
     10: _migrate_10_to_11,
+    11: _migrate_11_to_12,
 }
 
 

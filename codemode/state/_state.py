@@ -7,7 +7,7 @@ from pathlib import Path
 from types import TracebackType
 
 from codemode.state._archive import EXPIRE_AFTER_SECONDS, Archive
-from codemode.state._audit import ApprovalLog
+from codemode.state._audit import ApprovalLog, OperatorLog
 from codemode.state._capped import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES
 from codemode.state._database import Database
 from codemode.state._learned import LearnedTypes
@@ -27,6 +27,7 @@ class State:
         values: Store values (a program's ``store``), per session.
         runs: Run records and the sessions seen.
         approvals: Approval requests and their decisions (the audit).
+        operators: What people did through the console (the audit).
         learned: Result types learned from upstream MCP tools.
 
     Args:
@@ -58,6 +59,7 @@ class State:
         self.values = ValueStore(self.db)
         self.runs = RunRecords(self.db)
         self.approvals = ApprovalLog(self.db)
+        self.operators = OperatorLog(self.db)
         self.learned = LearnedTypes(self.db)
 
     @property

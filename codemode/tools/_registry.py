@@ -7,12 +7,12 @@ import json
 import threading
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 import anyio.to_thread
 
 from codemode._json import JsonObject
-from codemode._trace import Trace, failed
+from codemode._trace import SpanHandle, Trace, failed
 from codemode.errors import ErrorCode, ToolError, UserError
 from codemode.tools._model import (
     Extension,
@@ -26,9 +26,6 @@ from codemode.tools._model import (
 )
 from codemode.tools._search import MAX_NAME_CHARS, SearchIndex, check_name, check_query, words
 from codemode.tools._signature import typescript_signature
-
-if TYPE_CHECKING:
-    from opentelemetry.trace import Span
 
 
 def _tool_names(extension: Extension | LazyExtension) -> list[str]:
@@ -467,7 +464,7 @@ class ToolRegistry:
             UserError: The handler raised one.
         """
         if trace is not None:
-            with _call_span(trace, t.name, call_id, ctx.session_id) as span:
+            with _call_span(trace, t.name, call_id, ctx.session_id, args) as span:
                 value = await self.invoke_raw(t, args, ctx)
                 _note(span, value)
             return value
@@ -496,7 +493,7 @@ class ToolRegistry:
             UserError: The handler raised one.
         """
         if trace is not None:
-            with _call_span(trace, t.name, call_id, ctx.session_id) as span:
+            with _call_span(trace, t.name, call_id, ctx.session_id, args) as span:
                 value = self.invoke_inline(t, args, ctx)
                 _note(span, value)
             return value
@@ -528,8 +525,11 @@ class ToolRegistry:
         return ToolResult.failed(failure_of(exc, t.name))
 
 
-def _call_span(trace: Trace, name: str, call_id: str | None, session: str) -> AbstractContextManager[Span]:
-    """A tool call's span: GenAI's ``execute_tool`` (no argument or result is recorded)."""
+def _call_span(
+    trace: Trace, name: str, call_id: str | None, session: str, args: Any
+) -> AbstractContextManager[SpanHandle]:
+    """A tool call's span: GenAI's ``execute_tool`` (no argument or result is recorded there;
+    its arguments, as parsed, are a watcher's detail ``args``)."""
     attributes = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": name,
@@ -537,10 +537,10 @@ def _call_span(trace: Trace, name: str, call_id: str | None, session: str) -> Ab
     }
     if call_id is not None:
         attributes["gen_ai.tool.call.id"] = call_id
-    return trace.span(f"execute_tool {name}", attributes)
+    return trace.span(f"execute_tool {name}", attributes, {"args": args})
 
 
-def _note(span: Span, value: Any) -> None:
+def _note(span: SpanHandle, value: Any) -> None:
     """A failed call's code as its span's ``error.type``."""
     if isinstance(value, ToolResult) and value.error is not None:
         failed(span, value.error.code.value)

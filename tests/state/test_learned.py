@@ -33,4 +33,4 @@ def test_a_version_7_state_db_gets_the_learned_types_table(tmp_path: Path) -> No
             sessions = conn.execute("SELECT session_id FROM sessions").fetchall()
         opened.learned.put("s", "t", {"type": "null"})
         assert opened.learned.for_server("s") == {"t": {"type": "null"}}
-    assert version == SCHEMA_VERSION == 11 and sessions == [("kept",)]
+    assert version == SCHEMA_VERSION and sessions == [("kept",)]

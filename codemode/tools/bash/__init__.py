@@ -14,6 +14,10 @@ Public surface (wired by the host and the CLI):
 * For the CLI: ``list_processes(session_id | None)``, ``await read(session_id, process_id,
   offset, max_bytes, wait_ms)``, ``await stop(session_id, process_id)``, ``await
   write(session_id, process_id, text)``, ``owner_of(process_id)``.
+* For the console: ``process_row(session_id, process_id)``, ``notifications_since(after)``
+  (every session's, delivered or not; nothing acknowledged), ``await write(..., operator=True)``
+  and ``take_over``/``hand_back``/``taken_over(process_id)`` (a person has the terminal; the
+  model's writes are refused with ``taken_over`` meanwhile).
 
 Design notes:
 

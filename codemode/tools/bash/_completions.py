@@ -139,6 +139,14 @@ class Completions:
                 rows = _records.pending(conn, session_id)
         return [self._notification(r) for r in rows]
 
+    def notifications_since(self, after: int, limit: int = 200) -> list[tuple[str, Notification]]:
+        """Every session's notifications with an id above ``after`` (below 0: the newest
+        ``limit``), delivered or not, oldest first, each with its session: what a console
+        shows; nothing is acknowledged."""
+        with self._db() as conn:
+            rows = _records.since(conn, after, limit)
+        return [(str(r["session_id"]), self._notification(r)) for r in rows]
+
     def pending_changed(self) -> int:
         """A number that changes whenever another connection committed to the database (cheap:
         ``PRAGMA data_version``), so a poller need only look again when it changes."""

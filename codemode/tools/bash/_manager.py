@@ -206,6 +206,8 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
         self._leftovers: dict[str, set[str]] = {}
         # Background processes started with a network allowlist: what the proxy refused each.
         self._network_refusals: dict[str, tuple[list[str], SandboxPolicy]] = {}
+        # Processes whose terminal a person has taken over (the console): who, as shown.
+        self._taken_over: dict[str, str] = {}
         self._lock = threading.Lock()
         self._start_lock = threading.Lock()
         self._db_lock = threading.RLock()

@@ -38,13 +38,40 @@ class Stopping:
         def _reconcile(self, record: ProcessRecord) -> ProcessRecord: ...
         def _supervisor_alive(self, record: ProcessRecord) -> bool: ...
 
-    async def write(self, session_id: str, process_id: str, text: str) -> WrittenAnswer:
-        """Send ``text`` to a background process's stdin (its PTY).
+    _taken_over: dict[str, str]
+
+    def take_over(self, process_id: str, by: str) -> None:
+        """A person (``by``, as shown to the model) types into this process from now on: the
+        model's writes are refused (code ``taken_over``) until `hand_back`."""
+        self._taken_over[process_id] = by
+
+    def hand_back(self, process_id: str) -> None:
+        """The model may write to this process again."""
+        self._taken_over.pop(process_id, None)
+
+    def taken_over(self, process_id: str) -> bool:
+        """Whether a person has this process's terminal now."""
+        return process_id in self._taken_over
+
+    async def write(
+        self, session_id: str, process_id: str, text: str, *, operator: bool = False
+    ) -> WrittenAnswer:
+        """Send ``text`` to a background process's stdin (its PTY); ``operator``: a person's
+        keystrokes (the console), let in while they have the terminal taken over.
 
         Raises:
             ProcessNotFound: No such process in this session.
-            ToolError: The process has exited or takes no input.
+            ToolError: The process has exited or takes no input, or (not ``operator``) a
+                person has taken its terminal over.
         """
+        by = self._taken_over.get(process_id)
+        if by is not None and not operator:
+            raise ToolError(
+                f"{by} has taken over the terminal of process {process_id}; its input is theirs until they "
+                'hand it back. Read its output meanwhile (bash({action: "read"}))',
+                {"process_id": process_id},
+                code=ErrorCode.TAKEN_OVER,
+            )
         record = await anyio.to_thread.run_sync(self._get, session_id, process_id)
         return await anyio.to_thread.run_sync(self._write, record, text.encode())
 

@@ -129,6 +129,14 @@ class ProcessTable:
             record = _records.get(conn, process_id)
         return None if record is None else record.session_id
 
+    def process_row(self, session_id: str, process_id: str) -> ProcessRow:
+        """One process of a session, as `list_processes` describes it (blocking).
+
+        Raises:
+            ProcessNotFound: No such process in this session.
+        """
+        return self._describe(self._reconcile(self._get(session_id, process_id)))
+
     def list_processes(self, session_id: str | None, *, watchers: bool = False) -> list[ProcessRow]:
         """The processes of one session (or, for the CLI, of all sessions), oldest first;
         Monitor watchers only with ``watchers``."""

@@ -6,10 +6,6 @@ Run with ``pytest -m browser`` (`.ci/run` installs Chromium and Playwright for t
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,77 +13,16 @@ import anyio
 import mcp.types as types
 import pytest
 
+from tests.console.browser_support import anyio_backend, browser_page, screenshot, until
 from tests.console.console_support import base_of
 from tests.mcp.http_support import TOKEN, HttpServer, http_server, session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.browser]
-
-_CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-# Chromium on this machine: headless, no sandbox (root), nothing reaching for the network.
-_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-_WAIT_MS = 30_000
-
-if not Path(_CHROMIUM).exists():  # pragma: no cover - .ci/run installs it for the browser stage
-    pytest.skip("Debian's chromium is not installed (apt-get install chromium)", allow_module_level=True)
-playwright_api = pytest.importorskip("playwright.async_api", reason="pip install playwright")
+__all__ = ["anyio_backend"]  # Playwright runs on asyncio: the fixture is this module's too
 
 
 def _text(result: types.CallToolResult) -> str:
     return "".join(b.text for b in result.content if isinstance(b, types.TextContent)).strip()
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # Playwright's async API runs on asyncio
-
-
-@asynccontextmanager
-async def browser_page(server: HttpServer, *, login: bool = True) -> AsyncIterator[Any]:
-    """A Chromium page on the server's console (logged in through its form)."""
-    async with playwright_api.async_playwright() as driver:
-        browser = await driver.chromium.launch(executable_path=_CHROMIUM, args=_ARGS, headless=True)
-        try:
-            page = await browser.new_page(viewport={"width": 1440, "height": 900})
-            page.set_default_timeout(_WAIT_MS)
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.on(
-                "console",
-                lambda msg: (
-                    errors.append(msg.text) if msg.type == "error" and "401" not in msg.text else None
-                ),
-            )
-            await page.goto(f"{base_of(server)}/console")
-            if login:
-                await page.fill("#login-token", TOKEN)
-                await page.click("#login-submit")
-                await page.wait_for_selector("#app-view:not([hidden])")
-            yield page
-            assert not [e for e in errors if "Content Security Policy" in e], errors  # nothing refused by CSP
-        finally:
-            await browser.close()
-
-
-async def _screenshot(page: Any, name: str) -> None:
-    folder = os.environ.get("CODEMODE_SCREENSHOTS")
-    if folder:
-        await page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=False)
-
-
-async def _until(check: Any) -> None:
-    """Look again (``check``: an async function of nothing) until it holds. (The page's CSP
-    forbids evaluating strings, so Playwright's ``wait_for_function`` cannot run there.)"""
-    with anyio.fail_after(_WAIT_MS / 1000):
-        while not await check():
-            await anyio.sleep(0.05)
 
 
 async def _open_session(page: Any) -> None:
@@ -126,8 +61,8 @@ async def test_a_programs_calls_appear_live_on_its_timeline(server: HttpServer) 
         async def two_running() -> bool:
             return bool(await running.count() >= 2)
 
-        await _until(two_running)
-        await _screenshot(page, "timeline-live")
+        await until(two_running)
+        await screenshot(page, "timeline-live")
         await page.wait_for_selector("#run-status.ok")
         rows = await page.locator("#timeline [data-call-id]").count()
         assert rows == 6  # three bash calls, each with its command under it
@@ -135,7 +70,7 @@ async def test_a_programs_calls_appear_live_on_its_timeline(server: HttpServer) 
         assert "sleep 3; echo b" in await page.inner_text("#timeline")
         assert "Promise.all" in await page.inner_text("#run-source")
         assert (await page.inner_text("#run-output")).split() == ["a", "b"]
-        await _screenshot(page, "program")
+        await screenshot(page, "program")
     assert _text(outcome[0]).split() == ["a", "b"]
 
 
@@ -157,8 +92,8 @@ async def test_a_person_types_into_a_background_cat_through_the_terminal(server:
         async def echoed() -> bool:
             return "echo from the browser" in await page.inner_text("#terminal .xterm-rows")
 
-        await _until(echoed)
-        await _screenshot(page, "terminal")
+        await until(echoed)
+        await screenshot(page, "terminal")
         refused = await client.call_tool(
             "bash", {"action": "write", "process_id": _process_id(started), "input": "model\n"}
         )
@@ -192,7 +127,7 @@ async def test_a_command_approved_from_the_page_lets_the_program_go_on(server: H
         item = page.locator("#approvals [data-approval-id]")
         await item.wait_for()
         assert "approved.txt" in await item.inner_text()
-        await _screenshot(page, "approval")
+        await screenshot(page, "approval")
         await item.locator(".approve-once").click()
         await item.wait_for(state="detached")
         with anyio.fail_after(30):

@@ -41,6 +41,8 @@ import anyio
 import httpx2
 import psutil
 
+from codemode.sandbox._tmpfs import sweep_stale_tmp
+
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = "--quick" in sys.argv
 PROFILE = "--profile" in sys.argv
@@ -175,6 +177,8 @@ def server(directory: Path, console: str) -> Iterator[Child]:
         for process in alive:
             with contextlib.suppress(psutil.Error):
                 process.kill()
+        psutil.wait_procs(alive, timeout=5)
+        sweep_stale_tmp(directory / "state" / "tmp")  # session tmpfs mounts a stopped host left
 
 
 @dataclass

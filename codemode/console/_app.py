@@ -12,6 +12,7 @@ passes `Guard` (login cookie, same origin); every refusal is a `ConsoleError`, t
 from __future__ import annotations
 
 import collections
+import contextlib
 import enum
 import json
 import logging
@@ -245,6 +246,9 @@ class Console:
             ),
             Route(
                 "/sessions/{sid}/processes/{pid}/input", self._endpoint(self._input, act=True), methods=post
+            ),
+            Route(
+                "/sessions/{sid}/processes/{pid}/resize", self._endpoint(self._resize, act=True), methods=post
             ),
             Route("/sessions/{sid}/processes/{pid}/stop", self._endpoint(self._stop, act=True), methods=post),
             Route("/approvals", self._endpoint(self._approvals), methods=get),
@@ -492,6 +496,8 @@ class Console:
             processes.take_over(pid, _OPERATOR)
         else:
             processes.hand_back(pid)
+            with contextlib.suppress(ToolError):  # (ended meanwhile: no window to give back)
+                await processes.restore_size(session, pid)
         await self._record(login, session, "takeover" if on else "handback", pid, "")
         return {"taken_over": processes.taken_over(pid)}
 
@@ -510,6 +516,30 @@ class Console:
             raise ConsoleError(409, str(exc)) from exc
         await self._record(login, session, "input", pid, self.host.archive.redactor.redact(text))
         return {"written": len(text), "answer": written}
+
+    async def _resize(self, request: Request, login: Login) -> object:
+        """The person's terminal size, given to the process's PTY while they have it (hand-back
+        restores the size it started with, the one the model's reads render)."""
+        session = self._session(login, request.path_params["sid"])
+        pid = request.path_params["pid"]
+        body = await self._body(request)
+        rows, cols = body.get("rows"), body.get("cols")
+        if (
+            not isinstance(rows, int)
+            or not isinstance(cols, int)
+            or isinstance(rows, bool)
+            or isinstance(cols, bool)
+        ):
+            raise ConsoleError(400, 'send {"rows": N, "cols": N} (whole numbers, 1-1000)')
+        if not self.host.processes.taken_over(pid):
+            raise ConsoleError(409, "take the terminal over first: its size is the model's otherwise")
+        try:
+            await self.host.processes.resize(session, pid, rows, cols)
+        except ProcessNotFound as exc:
+            raise ConsoleError(404, str(exc)) from exc
+        except ToolError as exc:
+            raise ConsoleError(409, str(exc)) from exc
+        return {"rows": rows, "cols": cols}
 
     async def _stop(self, request: Request, login: Login) -> object:
         session = self._session(login, request.path_params["sid"])

@@ -240,3 +240,26 @@ async def test_the_trash_lists_and_restores_what_a_command_deleted(server: HttpS
         assert (await web.get("/console/api/trash")).json() == []
         (action,) = (await web.get("/console/api/actions")).json()
         assert action["action"] == "trash_restore" and action["detail"] == entry["path"]
+
+
+async def test_a_taken_over_terminal_takes_the_persons_size_and_gets_its_own_back(server: HttpServer) -> None:
+    async with console(server) as web, session(server.url) as client:
+        started = await client.call_tool(
+            "bash", {"command": "while read line; do stty size; done", "run_in_background": True}
+        )
+        assert not started.is_error
+        session_id = await _only_session(web)
+        (proc,) = (await web.get(f"/console/api/sessions/{session_id}/processes")).json()
+        pid, at = proc["process_id"], f"/console/api/sessions/{session_id}/processes/{proc['process_id']}"
+        early = await post(web, server, f"{at}/resize", {"rows": 30, "cols": 100})
+        assert early.status_code == 409  # the window is the model's until a person takes it
+        await post(web, server, f"{at}/takeover", {"on": True})
+        for bad in ({"rows": 0, "cols": 100}, {"rows": "30", "cols": 100}, {"rows": 30, "cols": 5000}):
+            assert (await post(web, server, f"{at}/resize", bad)).status_code in (400, 409), bad
+        assert (await post(web, server, f"{at}/resize", {"rows": 30, "cols": 100})).status_code == 200
+        async with watching(web, f"{at}/stream?offset=0") as terminal:
+            await post(web, server, f"{at}/input", {"text": "\n"})
+            await terminal.wait_for(lambda ev: "30 100" in "".join(d["data"] for n, d in ev if n == "output"))
+            await post(web, server, f"{at}/takeover", {"on": False})
+            await client.call_tool("bash", {"action": "write", "process_id": pid, "input": "\n"})
+            await terminal.wait_for(lambda ev: "50 200" in "".join(d["data"] for n, d in ev if n == "output"))

@@ -864,6 +864,17 @@
     } catch {
       // not laid out yet
     }
+    sendSize(state.term);
+  }
+
+  // While the person has the terminal, the process's PTY takes the page's size (the server
+  // gives it back its own size at hand-back: the one the model's reads render).
+  function sendSize(t) {
+    if (!t || !t.mine || t.exited) return;
+    const size = { rows: t.term.rows, cols: t.term.cols };
+    if (t.sentSize && t.sentSize.rows === size.rows && t.sentSize.cols === size.cols) return;
+    t.sentSize = size;
+    postJSON(`${procPath(t.sid, t.pid)}/resize`, size).catch((e) => setStatus(`resize: ${e.message}`));
   }
 
   function renderTerminalHead() {
@@ -900,7 +911,11 @@
       t.mine = on;
       t.proc = { ...t.proc, taken_over: on };
       t.term.options.disableStdin = !on;
-      if (on) t.term.focus();
+      t.sentSize = null;
+      if (on) {
+        t.term.focus();
+        sendSize(t);
+      }
     }
     renderTerminalHead();
     loadProcesses(t.sid);

@@ -17,11 +17,13 @@ from codemode.sandbox import cgroup_remove
 from codemode.state import ProcessRecord
 from codemode.state import process_records as _records
 from codemode.tools.bash._answers import StoppedAnswer, UpdatedAnswer, WrittenAnswer
+from codemode.tools.bash._background import PTY_VIEW
 from codemode.tools.bash._foreground import (
     TERM_GRACE_SECONDS,
 )
 from codemode.tools.bash._proctree import create_time, terminate_tree
 from codemode.tools.bash._table import _live_root
+from codemode.tools.bash.supervisor import control_token
 
 if TYPE_CHECKING:
     pass
@@ -118,6 +120,48 @@ class Stopping:
         finally:
             sock.close()
         return {"process_id": pid, "bytes": len(data)}
+
+    async def resize(self, session_id: str, process_id: str, rows: int, cols: int) -> None:
+        """Give a background process's PTY a window of ``rows`` x ``cols`` (1-1000 each); the
+        command is told (SIGWINCH). The console's terminal, while a person has it.
+
+        Raises:
+            ProcessNotFound: No such process in this session.
+            ToolError: It has ended or has no PTY, or its supervisor cannot resize (an older
+                codemode started it).
+        """
+        if not (1 <= rows <= 1000 and 1 <= cols <= 1000):
+            raise ToolError(
+                f"a window of {rows} x {cols} is out of range (1-1000 each)", code=ErrorCode.OUT_OF_RANGE
+            )
+        record = await anyio.to_thread.run_sync(self._get, session_id, process_id)
+        await anyio.to_thread.run_sync(self._resize, record, rows, cols)
+
+    async def restore_size(self, session_id: str, process_id: str) -> None:
+        """Give a background process's PTY back the window it started with (the one ``read``
+        renders for the model). Raises as `resize` does."""
+        await self.resize(session_id, process_id, PTY_VIEW.lines, PTY_VIEW.columns)
+
+    def _resize(self, record: ProcessRecord, rows: int, cols: int) -> None:
+        pid = record.process_id
+        if record.kind != "background" or not record.live or not record.input_path or not record.input_token:
+            raise ToolError(f"process {pid} has no live terminal to resize", code=ErrorCode.EXITED)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock.settimeout(10)
+        try:
+            sock.connect("\0" + record.input_path.removeprefix("@"))
+            sock.sendall(control_token(record.input_token.encode()) + f"{rows} {cols}".encode())
+            sock.shutdown(socket.SHUT_WR)
+            answered = sock.recv(2) == b"ok"
+        except OSError as exc:
+            raise ToolError(f"cannot resize process {pid}'s terminal: {exc}", code=ErrorCode.EXITED) from exc
+        finally:
+            sock.close()
+        if not answered:
+            raise ToolError(
+                f"process {pid}'s supervisor did not resize its terminal (an older codemode started it)",
+                code=ErrorCode.TOOL_FAILED,
+            )
 
     async def stop(self, session_id: str, process_id: str) -> StoppedAnswer:
         """Stop a process and its whole tree (identity checked first).

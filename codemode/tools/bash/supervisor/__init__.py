@@ -34,3 +34,7 @@ accepted only after it sends the record's secret token (the state database, whic
 is out of reach of confined commands, and Landlock's scoping keeps them from abstract sockets
 outside their sandbox), so no other command can type into this one.
 """
+
+from codemode.tools.bash.supervisor._pty import control_token
+
+__all__ = ["control_token"]

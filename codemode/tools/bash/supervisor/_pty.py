@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import hmac
 import os
 import socket
@@ -32,12 +33,21 @@ def open_pty(rows: int, cols: int) -> tuple[int, str]:
     return master, path
 
 
-def serve_input(server: socket.socket, token: bytes, sink: int) -> None:
+def control_token(token: bytes) -> bytes:
+    """The token of a window-size change: derived from the input token (as long, so a
+    connection is told apart by its first bytes; input bytes never follow this one)."""
+    return hashlib.sha256(b"codemode-pty-resize:" + token).hexdigest().encode()
+
+
+def serve_input(server: socket.socket, token: bytes, sink: int, master: int | None = None) -> None:
     """Accept input connections for the life of the process (a daemon thread).
 
     A connection must start with ``token``; the rest of its bytes go to ``sink`` (the pipe the
-    copier forwards to the PTY), in order, one connection at a time.
+    copier forwards to the PTY), in order, one connection at a time. One that starts with
+    `control_token` instead sends ``ROWS COLS`` (ASCII, at most 32 bytes): the PTY's window
+    (``master``) takes that size, and the kernel tells the command (SIGWINCH).
     """
+    resize = control_token(token)
     while True:
         try:
             conn, _ = server.accept()
@@ -52,6 +62,9 @@ def serve_input(server: socket.socket, token: bytes, sink: int) -> None:
                     if not chunk:
                         break
                     received += chunk
+                if master is not None and hmac.compare_digest(received, resize):
+                    _resize(conn, master)
+                    continue
                 if not hmac.compare_digest(received, token):
                     continue
                 while chunk := conn.recv(READ):
@@ -61,3 +74,17 @@ def serve_input(server: socket.socket, token: bytes, sink: int) -> None:
                 conn.sendall(b"ok")
             except OSError:
                 continue
+
+
+def _resize(conn: socket.socket, master: int) -> None:
+    """Read ``ROWS COLS`` from ``conn`` and set the PTY's window to it (answer ``ok``)."""
+    data = b""
+    while len(data) < 32 and (chunk := conn.recv(32 - len(data))):
+        data += chunk
+    try:
+        rows, cols = (int(part) for part in data.split())
+    except ValueError:
+        return
+    if 1 <= rows <= 1000 and 1 <= cols <= 1000:
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        conn.sendall(b"ok")

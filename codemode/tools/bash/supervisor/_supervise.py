@@ -118,7 +118,7 @@ def supervise(spec: Spec) -> int:
             os.close(layer_fd)
     if server is not None and input_write is not None:
         threading.Thread(
-            target=serve_input, args=(server, spec["input_token"].encode(), input_write), daemon=True
+            target=serve_input, args=(server, spec["input_token"].encode(), input_write, master), daemon=True
         ).start()
     started = float(psutil.Process(proc.pid).create_time())
     records.update(conn, process_id, state="running", pid=proc.pid, pid_started=started)

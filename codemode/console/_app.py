@@ -16,6 +16,7 @@ import contextlib
 import enum
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from typing import Any, Protocol
 import anyio
 import anyio.to_thread
 from sse_starlette import EventSourceResponse
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
@@ -51,6 +52,7 @@ _INPUT_MAX_CHARS = 16 * 1024  # keystrokes sent at once
 _SESSIONS_KEPT = 1000  # ended sessions still listed (the most recent)
 _NOTICES_KEPT = 200  # notices kept per session
 _POLL_SECONDS = 1.0  # how often sessions and notifications are looked at for changes
+_FAULT_LOG_SECONDS = 10.0  # at most one logged fault (with its traceback) per this long
 _OPERATOR = "a person at the console"  # who the model is told took a terminal over
 
 
@@ -120,8 +122,12 @@ class Console:
         self._static = StaticFiles()
         self._known: collections.OrderedDict[str, SessionInfo] = collections.OrderedDict()
         self._open: set[str] = set()
-        self._notices: dict[str, collections.deque[dict[str, object]]] = {}
+        # notices per session, the sessions most recently told last (at most _SESSIONS_KEPT)
+        self._notices: collections.OrderedDict[str, collections.deque[dict[str, object]]] = (
+            collections.OrderedDict()
+        )
         self._notice_cursor = -1
+        self._logged_fault = -math.inf  # when a fault was last logged (at most one per _FAULT_LOG_SECONDS)
 
     def install(self) -> None:
         """Start watching the host's programs (the front makes `approvals` its callback)."""
@@ -181,7 +187,13 @@ class Console:
                     "kind": kind,
                     "text": note.text,
                 }
-                kept = self._notices.setdefault(session, collections.deque(maxlen=_NOTICES_KEPT))
+                kept = self._notices.get(session)
+                if kept is None:
+                    kept = self._notices[session] = collections.deque(maxlen=_NOTICES_KEPT)
+                    while len(self._notices) > _SESSIONS_KEPT:
+                        self._notices.popitem(last=False)
+                else:
+                    self._notices.move_to_end(session)
                 kept.append(item)
                 self.events.publish("notice", item, self.tenant_of(session))
             if len(rows) < 200:
@@ -266,7 +278,7 @@ class Console:
                     Route("/", self._page, methods=get),
                     Route("/static/{name:path}", self._static_file, methods=get),
                     Route("/login", self._endpoint(self._login, login=False), methods=post),
-                    Route("/logout", self._endpoint(self._logout, login=False), methods=post),
+                    Route("/logout", self._endpoint(self._logout), methods=post),
                     Mount("/api", routes=api),
                 ],
             ),
@@ -292,7 +304,10 @@ class Console:
             except ConsoleError as exc:
                 answer = JSONResponse({"error": exc.message}, status_code=exc.status)
             except Exception as exc:  # a fault of the host: said, never a traceback
-                log.exception("console request %s failed", request.url.path)
+                now = time.monotonic()
+                if now - self._logged_fault >= _FAULT_LOG_SECONDS:  # anyone may cause one: bounded
+                    self._logged_fault = now
+                    log.exception("console request %s failed", request.url.path)
                 answer = JSONResponse(
                     {"error": f"the console failed on the host ({type(exc).__name__}); its log says more"},
                     status_code=500,
@@ -311,14 +326,18 @@ class Console:
 
     async def _body(self, request: Request) -> dict[str, object]:
         raw = b""
-        async for chunk in request.stream():
-            raw += chunk
-            if len(raw) > _BODY_MAX_BYTES:
-                raise ConsoleError(400, f"the request body is over {_BODY_MAX_BYTES} bytes")
+        try:
+            async for chunk in request.stream():
+                raw += chunk
+                if len(raw) > _BODY_MAX_BYTES:
+                    raise ConsoleError(400, f"the request body is over {_BODY_MAX_BYTES} bytes")
+        except ClientDisconnect as exc:
+            raise ConsoleError(400, "the client went away before its request's body arrived") from exc
         try:
             body = json.loads(raw or b"{}")
-        except ValueError as exc:
-            raise ConsoleError(400, f"the request body is not JSON ({exc})") from exc
+        except (ValueError, RecursionError) as exc:
+            why = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+            raise ConsoleError(400, f"the request body is not JSON we read ({why})") from exc
         if not isinstance(body, dict):
             raise ConsoleError(400, "the request body must be a JSON object")
         return body
@@ -327,8 +346,8 @@ class Console:
 
     async def _login(self, request: Request, _: Login) -> Response:
         body = await self._body(request)
-        login_id, _login = self.guard.login(body.get("token"))
-        response = JSONResponse({"ok": True})
+        login_id, login = self.guard.login(body.get("token"))
+        response = JSONResponse({"ok": True, "key": login.key})
         response.set_cookie(
             COOKIE,
             login_id,
@@ -507,6 +526,9 @@ class Console:
         text = (await self._body(request)).get("text")
         if not isinstance(text, str) or not text or len(text) > _INPUT_MAX_CHARS:
             raise ConsoleError(400, f'send {{"text": "..."}}: 1 to {_INPUT_MAX_CHARS} characters')
+        await self._process(
+            session, pid
+        )  # (first: another session's process is not found, whatever its state)
         processes = self.host.processes
         if not processes.taken_over(pid):
             raise ConsoleError(409, "take the terminal over first (Take over), then type")
@@ -531,6 +553,7 @@ class Console:
             or isinstance(cols, bool)
         ):
             raise ConsoleError(400, 'send {"rows": N, "cols": N} (whole numbers, 1-1000)')
+        await self._process(session, pid)
         if not self.host.processes.taken_over(pid):
             raise ConsoleError(409, "take the terminal over first: its size is the model's otherwise")
         try:

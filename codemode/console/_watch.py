@@ -33,6 +33,7 @@ CALLS_KEPT = 500  # calls kept per run (the first; the rest counted)
 _ARGS_MAX_CHARS = 2000  # a call's arguments as shown, cut to this
 _SOURCE_MAX_CHARS = 256 * 1024  # a program's source as shown
 _OUTPUT_MAX_CHARS = 256 * 1024  # a result's text as shown (the archive holds the rest)
+_BYTES_KEPT = 256 * 1024 * 1024  # all kept runs' sources, outputs and arguments: the oldest go first
 _RUN_SPAN = "execute_tool run_code"
 _TOOL_PREFIX = "execute_tool "
 
@@ -81,6 +82,8 @@ class RunView:
     attributes: Mapping[str, object] = field(default_factory=dict)
     result: RunResult | CallResult | None = None
     failed: str | None = None  # the error type of a span that ended without a result
+    size: int = 0  # the characters it keeps (source, output, arguments), counted in the budget
+    dropped: bool = False  # no longer kept (the budget, or newer runs): no longer counted
 
     def status(self) -> str:
         if self.ended is None:
@@ -105,7 +108,7 @@ class RunView:
 
     def detail(self) -> dict[str, object]:
         result = self.result
-        output = "" if result is None else result.text[:_OUTPUT_MAX_CHARS]
+        output = "" if result is None else result.text
         error: dict[str, object] | None = None
         usage: dict[str, object] = {"output_tokens": None, "tool_calls": len(self.calls) + self.calls_dropped}
         refs: list[str] = []
@@ -162,6 +165,7 @@ class RunWatcher:
         self._lock = threading.Lock()
         self._open: dict[int, RunView] = {}  # root span id -> its run, while it runs
         self._sessions: collections.OrderedDict[str, collections.deque[RunView]] = collections.OrderedDict()
+        self._size = 0  # the characters all kept runs hold (RunView.size), at most _BYTES_KEPT
         self.activity: dict[str, float] = {}  # session -> its last activity (seconds since the epoch)
 
     # -- reading ----------------------------------------------------------------------------
@@ -199,6 +203,7 @@ class RunWatcher:
                 return
             call = self._call(span, root)
             run.calls[span.id] = call
+            self._grow(run, len(call.args))
             event = {"session_id": run.session_id, "run_id": run.run_id, "call": call.as_json()}
             session = run.session_id
         self._send("call", event, session)
@@ -222,13 +227,18 @@ class RunWatcher:
             self._open[span.id] = run
             kept = self._sessions.get(session)
             if kept is None:
-                kept = self._sessions[session] = collections.deque(maxlen=RUNS_KEPT)
+                kept = self._sessions[session] = collections.deque()
                 while len(self._sessions) > SESSIONS_KEPT:
-                    old, _ = self._sessions.popitem(last=False)
+                    old, runs = self._sessions.popitem(last=False)
+                    for gone in runs:
+                        self._drop(gone)
                     self.activity.pop(old, None)
             else:
                 self._sessions.move_to_end(session)
             kept.append(run)
+            if len(kept) > RUNS_KEPT:
+                self._drop(kept.popleft())
+            self._grow(run, len(source))
             self.activity[session] = time.time()
             summary = run.summary()
         self._send("run", summary, session)
@@ -244,7 +254,10 @@ class RunWatcher:
                 run.ended = span.ended or time.time()
                 result = span.details.get("result")
                 if isinstance(result, RunResult | CallResult):
+                    if len(result.text) > _OUTPUT_MAX_CHARS:  # (the archive keeps the whole text)
+                        result = result.model_copy(update={"text": result.text[:_OUTPUT_MAX_CHARS]})
                     run.result = result
+                    self._grow(run, len(result.text))
                 run.failed = span.error
                 self.activity[run.session_id] = run.ended
                 name, event = "run", run.summary()
@@ -262,6 +275,24 @@ class RunWatcher:
         self._send(name, event, session)
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _grow(self, run: RunView, chars: int) -> None:
+        """Count what ``run`` keeps more; past the budget, drop the oldest runs of the least
+        recently active sessions (under the lock)."""
+        if run.dropped:
+            return
+        run.size += chars
+        self._size += chars
+        while self._size > _BYTES_KEPT and self._sessions:
+            session, runs = next(iter(self._sessions.items()))
+            if runs:
+                self._drop(runs.popleft())
+            if not runs:
+                del self._sessions[session]
+
+    def _drop(self, run: RunView) -> None:
+        run.dropped = True
+        self._size -= run.size
 
     def _send(self, name: str, event: object, session: str) -> None:
         self._publish(name, event, self._tenant_of(session))

@@ -13,6 +13,8 @@ import httpx2
 
 from tests.mcp.http_support import TOKEN, HttpServer
 
+KEY_HEADER = "X-Codemode-Console"
+
 
 def base_of(server: HttpServer) -> str:
     return server.url.removesuffix("/mcp")
@@ -29,6 +31,7 @@ async def console(server: HttpServer, token: str = TOKEN) -> AsyncIterator[httpx
     async with httpx2.AsyncClient(base_url=base_of(server), timeout=httpx2.Timeout(30)) as web:
         answer = await web.post("/console/login", json={"token": token}, headers=same_origin(server))
         assert answer.status_code == 200, answer.text
+        web.headers[KEY_HEADER] = answer.json()["key"]  # what the page sends from its tab's storage
         yield web
 
 

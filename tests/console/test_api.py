@@ -10,7 +10,7 @@ import httpx2
 import mcp.types as types
 import pytest
 
-from tests.console.console_support import base_of, console, post, same_origin, until, watching
+from tests.console.console_support import KEY_HEADER, base_of, console, post, same_origin, until, watching
 from tests.mcp.http_support import TOKEN, HttpServer, http_server, session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.blackbox]
@@ -42,10 +42,11 @@ async def test_login_takes_the_token_and_gives_a_strict_httponly_cookie(server: 
         cookie = right.headers["set-cookie"].lower()
         assert "httponly" in cookie and "samesite=strict" in cookie and "path=/console" in cookie
         assert TOKEN not in right.text and TOKEN not in right.headers["set-cookie"]
-        me = await web.get("/console/api/me")
+        key = {KEY_HEADER: right.json()["key"]}
+        me = await web.get("/console/api/me", headers=key)
         assert me.json() == {"mode": "on", "tenant": "codemode", "approvals": False}
-        await web.post("/console/logout", json={}, headers=same_origin(server))
-        assert (await web.get("/console/api/me")).status_code == 401
+        await web.post("/console/logout", json={}, headers={**same_origin(server), **key})
+        assert (await web.get("/console/api/me", headers=key)).status_code == 401
 
 
 async def test_a_programs_calls_stream_live_side_by_side_with_their_commands_nested(

@@ -167,7 +167,8 @@ async def test_a_read_only_console_offers_no_action(tmp_path: Path) -> None:
             for control in ("#takeover", "#stop-process", "#trash-empty"):
                 assert not await page.locator(control).is_visible(), control
             status = await page.evaluate(
-                "fetch('/console/api/trash/empty', {method: 'POST', headers: {'Content-Type': 'application/json'},"
-                " body: '{}'}).then(r => r.status)"
+                "fetch('/console/api/trash/empty', {method: 'POST', body: '{}', headers: {'Content-Type':"
+                " 'application/json', 'X-Codemode-Console': sessionStorage.getItem('codemode_console_key')}})"
+                ".then(r => r.status)"
             )
             assert status == 403

@@ -1,9 +1,15 @@
 """Attack class: a page of another origin (another site, or another port of this host, which is
 the same *site*, so a SameSite cookie goes along) or a forged request acting through the console.
 
-The console lets in only its own page: a login cookie (a random id, never the token), the
+The console lets in only its own page: a login cookie (a random id, never the token) *and* the
+login's key (which the page holds in its tab's storage: per origin, port included), the
 ``Origin`` of a POST equal to the server's own, JSON bodies only (an HTML form cannot send
 them), ``Sec-Fetch-Site`` same-origin (or none), and a ``Host`` the front answers to.
+
+A browser sends a cookie to every port of its host: a page that a confined command serves on
+another port of 127.0.0.1 (its network on) gets the console's cookie when the operator opens it.
+Without the key that cookie is no login (found by an attacker's pass: a stolen cookie approved
+its own command's escalation out of the sandbox).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.console.console_support import base_of, console, same_origin
+from tests.console.console_support import KEY_HEADER, base_of, console, same_origin
 from tests.mcp.http_support import TOKEN, HttpServer, http_server, session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.blackbox]
@@ -41,6 +47,8 @@ async def test_requests_from_any_other_origin_are_refused_cookie_or_not(server: 
             {"Content-Type": "application/json"},  # no Origin at all
             {"Origin": base, "Content-Type": "text/plain"},  # what a cross-site form or beacon can send
             {"Origin": base, "Content-Type": "application/x-www-form-urlencoded"},
+            {"Origin": base, "Content-Type": "application/json-seq"},
+            {"Origin": base.replace("http://", "ftp://"), "Content-Type": "application/json"},
             {"Origin": base, "Content-Type": "application/json", "Sec-Fetch-Site": "same-site"},
             {"Origin": base, "Content-Type": "application/json", "Sec-Fetch-Site": "cross-site"},
         ]
@@ -52,10 +60,29 @@ async def test_requests_from_any_other_origin_are_refused_cookie_or_not(server: 
         assert cross_read.status_code == 403
         foreign_read = await web.get("/console/api/sessions", headers={"Origin": "http://evil.example"})
         assert foreign_read.status_code == 403
-        rebound = await web.get("/console/api/sessions", headers={"Host": f"evil.example:{port}"})
-        assert rebound.status_code == 403  # DNS rebinding: a name the front does not answer to
+        for host in (f"evil.example:{port}", f"127.0.0.1:{port}.evil.example"):
+            rebound = await web.get("/console/api/sessions", headers={"Host": host})
+            assert rebound.status_code == 403, host  # DNS rebinding: a name the front does not answer to
         assert len((await web.get("/console/api/trash")).json()) == 1  # nothing was emptied
         assert (await web.get("/console/api/actions")).json() == []
+
+
+async def test_a_stolen_cookie_without_the_pages_key_is_no_login(server: HttpServer) -> None:
+    async with console(server) as web:
+        cookie = web.cookies.get("codemode_console")
+        key = web.headers[KEY_HEADER]
+        assert cookie and key and (await web.get("/console/api/me")).status_code == 200
+    async with httpx2.AsyncClient(base_url=base_of(server)) as thief:
+        thief.cookies.set("codemode_console", cookie, path="/console")
+        for path in ("/console/api/me", "/console/api/approvals", "/console/api/events"):
+            assert (await thief.get(path)).status_code == 401, path
+            assert (await thief.get(path, params={"key": "guess"})).status_code == 401, path
+        forged = {**same_origin(server), KEY_HEADER: "x" * len(key)}
+        assert (await thief.post("/console/api/trash/empty", json={}, headers=forged)).status_code == 401
+        assert (
+            await thief.post("/console/api/trash/empty", json={}, headers=same_origin(server))
+        ).status_code == 401
+        assert (await thief.get("/console/api/me", headers={KEY_HEADER: key})).status_code == 200  # both: in
 
 
 async def test_without_a_login_nothing_is_read_or_done(server: HttpServer) -> None:

@@ -129,10 +129,17 @@
     }
   }
 
+  // The login's key: the cookie alone is no credential (a browser sends it to every port of
+  // this host, where a command may serve a page); this tab's storage is this origin's only.
+  const KEY_STORE = 'codemode_console_key';
+  const loginKey = () => sessionStorage.getItem(KEY_STORE) || '';
+  // An event stream's URL: EventSource sends no header of ours, so the key goes in its query.
+  const streamURL = (url) => `${url}${url.includes('?') ? '&' : '?'}key=${encodeURIComponent(loginKey())}`;
+
   async function request(method, url, body) {
-    const init = { method, credentials: 'same-origin' };
+    const init = { method, credentials: 'same-origin', headers: { 'X-Codemode-Console': loginKey() } };
     if (method === 'POST') {
-      init.headers = { 'Content-Type': 'application/json' };
+      init.headers['Content-Type'] = 'application/json';
       init.body = JSON.stringify(body ?? {});
     }
     let resp;
@@ -197,7 +204,8 @@
     $('#login-error').hidden = true;
     $('#login-submit').disabled = true;
     try {
-      await postJSON('/console/login', { token: input.value });
+      const reply = await postJSON('/console/login', { token: input.value });
+      sessionStorage.setItem(KEY_STORE, (reply && reply.key) || '');
       input.value = '';
       startApp(await getJSON(`${API}/me`));
     } catch (e) {
@@ -211,6 +219,7 @@
   async function logout() {
     try {
       await postJSON('/console/logout', {});
+      sessionStorage.removeItem(KEY_STORE);
       showLogin('');
     } catch (e) {
       setStatus(`log out: ${e.message}`);
@@ -282,7 +291,7 @@
 
   function startEvents() {
     stopEvents();
-    const es = new EventSource(`${API}/events`);
+    const es = new EventSource(streamURL(`${API}/events`));
     state.events = es;
     const on = (name, fn) => es.addEventListener(name, (ev) => {
       const msg = parseJSON(ev.data);
@@ -808,7 +817,7 @@
   }
 
   function connectStream(t) {
-    const es = new EventSource(`${procPath(t.sid, t.pid)}/stream?offset=${t.offset}`);
+    const es = new EventSource(streamURL(`${procPath(t.sid, t.pid)}/stream?offset=${t.offset}`));
     t.es = es;
     const on = (name, fn) => es.addEventListener(name, (ev) => {
       if (state.term === t && t.es === es) fn(parseJSON(ev.data) || {});

@@ -137,6 +137,15 @@ class ProcessTable:
         """
         return self._describe(self._reconcile(self._get(session_id, process_id)))
 
+    def log_file(self, session_id: str, process_id: str) -> str:
+        """Where a process's log is written (in the state directory, which no command can
+        write): a reader may watch its size to know when to read (blocking).
+
+        Raises:
+            ProcessNotFound: No such process in this session.
+        """
+        return self._get(session_id, process_id).log_path
+
     def list_processes(self, session_id: str | None, *, watchers: bool = False) -> list[ProcessRow]:
         """The processes of one session (or, for the CLI, of all sessions), oldest first;
         Monitor watchers only with ``watchers``."""

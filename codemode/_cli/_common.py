@@ -77,7 +77,8 @@ def common(parser: argparse.ArgumentParser, json_help: str | None = "print the w
     parser.add_argument(
         "--approve-commands",
         action="store_true",
-        help="bash commands off the read-only allowlist need approval (over MCP: the client's user)",
+        help="bash commands off the read-only allowlist need approval (over MCP: the client's user, or the "
+        "console's with --approvals console)",
     )
     parser.add_argument(
         "--mcp-config",

@@ -111,29 +111,32 @@ def _process_id(started: types.CallToolResult) -> str:
     return str(data["process_id"])
 
 
-async def test_a_command_approved_from_the_page_lets_the_program_go_on(server: HttpServer) -> None:
-    program = "await tools.write_file({path: 'approved.txt', content: 'yes'}); print('written');"
-    async with (
-        browser_page(server) as page,
-        session(server.url) as client,
-        anyio.create_task_group() as group,
-    ):
-        outcome: list[types.CallToolResult] = []
+async def test_a_command_approved_from_the_page_lets_the_program_go_on(tmp_path: Path) -> None:
+    program = "const r = await tools.bash({command: 'touch approved.txt'}); print('exit ' + r.exit_code);"
+    with http_server(tmp_path, "--approvals", "console", "--approve-commands") as server:
+        async with (
+            browser_page(server) as page,
+            session(server.url) as client,
+            anyio.create_task_group() as group,
+        ):
+            outcome: list[types.CallToolResult] = []
 
-        async def run() -> None:
-            outcome.append(await client.call_tool("run_code", {"code": program}))
+            async def run() -> None:
+                outcome.append(await client.call_tool("run_code", {"code": program}))
 
-        group.start_soon(run)
-        item = page.locator("#approvals [data-approval-id]")
-        await item.wait_for()
-        assert "approved.txt" in await item.inner_text()
-        await screenshot(page, "approval")
-        await item.locator(".approve-once").click()
-        await item.wait_for(state="detached")
-        with anyio.fail_after(30):
-            while not outcome:
-                await anyio.sleep(0.05)
-    assert _text(outcome[0]) == "written" and (server.workspace / "approved.txt").read_text() == "yes"
+            group.start_soon(run)
+            item = page.locator("#approvals [data-approval-id]")
+            await item.wait_for()
+            assert "touch approved.txt" in await item.inner_text()
+            assert not (server.workspace / "approved.txt").exists()  # the program waits for the answer
+            await screenshot(page, "approval")
+            await item.locator(".approve-once").click()
+            await item.wait_for(state="detached")
+            with anyio.fail_after(30):
+                while not outcome:
+                    await anyio.sleep(0.05)
+            await page.locator("#actions", has_text="approval").wait_for()
+        assert _text(outcome[0]) == "exit 0" and (server.workspace / "approved.txt").exists()
 
 
 async def test_without_the_cookie_the_page_asks_for_the_token_and_the_api_refuses(server: HttpServer) -> None:

@@ -167,35 +167,31 @@ class Trace:
         if watcher is not None:
             watched = Watched(name, self._watched, dict(attributes), dict(details or {}))
             watcher.started(watched)
-        if self._tracer is None:
-            handle = SpanHandle(None, watched)
-            token = _current.set(Trace(None, watcher=watcher, watched=watched))
-            try:
-                yield handle
-            except BaseException as exc:
-                handle.fail(type(exc).__qualname__)
-                raise
-            finally:
-                _current.reset(token)
-                _end(watcher, watched)
-            return
-        from opentelemetry import context as otel_context
-        from opentelemetry import trace
+        span: Span | None = None
+        inner: Context | None = None
+        if self._tracer is not None:
+            from opentelemetry import trace
 
-        span = self._tracer.start_span(name, context=self._parent, attributes=attributes)
-        inner = trace.set_span_in_context(span, self._parent)
+            span = self._tracer.start_span(name, context=self._parent, attributes=attributes)
+            inner = trace.set_span_in_context(span, self._parent)
         handle = SpanHandle(span, watched)
         token = _current.set(Trace(self._tracer, inner, span, watcher, watched))
-        attached = otel_context.attach(inner)
+        attached = None
+        if inner is not None:
+            from opentelemetry import context as otel_context
+
+            attached = otel_context.attach(inner)
         try:
             yield handle
         except BaseException as exc:
             handle.fail(type(exc).__qualname__)
             raise
         finally:
-            otel_context.detach(attached)
+            if attached is not None:
+                otel_context.detach(attached)
             _current.reset(token)
-            span.end()
+            if span is not None:
+                span.end()
             _end(watcher, watched)
 
 

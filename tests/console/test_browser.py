@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import mcp.types as types
 import pytest
+from mcp import ClientSession
 
 from tests.console.browser_support import anyio_backend, browser_page, screenshot, until
 from tests.console.console_support import base_of
@@ -23,6 +25,17 @@ __all__ = ["anyio_backend"]  # Playwright runs on asyncio: the fixture is this m
 
 def _text(result: types.CallToolResult) -> str:
     return "".join(b.text for b in result.content if isinstance(b, types.TextContent)).strip()
+
+
+def _run_soon(group: anyio.abc.TaskGroup, client: ClientSession, program: str) -> list[types.CallToolResult]:
+    """Run ``program`` in the background; its result lands in the list returned."""
+    outcome: list[types.CallToolResult] = []
+
+    async def run() -> None:
+        outcome.append(await client.call_tool("run_code", {"code": program}))
+
+    group.start_soon(run)
+    return outcome
 
 
 async def _open_session(page: Any) -> None:
@@ -46,12 +59,7 @@ async def test_a_programs_calls_appear_live_on_its_timeline(server: HttpServer) 
         session(server.url) as client,
         anyio.create_task_group() as group,
     ):
-        outcome: list[types.CallToolResult] = []
-
-        async def run() -> None:
-            outcome.append(await client.call_tool("run_code", {"code": program}))
-
-        group.start_soon(run)
+        outcome = _run_soon(group, client, program)
         await page.wait_for_selector("#sessions [data-session-id]")
         await _open_session(page)
         await page.click("#runs [data-run-id]")
@@ -119,12 +127,7 @@ async def test_a_command_approved_from_the_page_lets_the_program_go_on(tmp_path:
             session(server.url) as client,
             anyio.create_task_group() as group,
         ):
-            outcome: list[types.CallToolResult] = []
-
-            async def run() -> None:
-                outcome.append(await client.call_tool("run_code", {"code": program}))
-
-            group.start_soon(run)
+            outcome = _run_soon(group, client, program)
             item = page.locator("#approvals [data-approval-id]")
             await item.wait_for()
             assert "touch approved.txt" in await item.inner_text()

@@ -29,6 +29,14 @@ from codemode.sandbox._fs import Changed, Walk, open_at, pseudo_fs, rename_into,
 from codemode.sandbox._paths import locate_readable, locate_writable
 from codemode.sandbox._policy import SHIM_DIR_NAME, SandboxMode, SandboxPolicy
 from codemode.sandbox._policy_json import policy_from_json, policy_to_json
+from codemode.sandbox._procstat import (
+    ProcStat,
+    identity_is_gone,
+    is_running,
+    proc_stat,
+    process_identity,
+    process_start,
+)
 from codemode.sandbox._report import Layer, sandbox_report
 from codemode.sandbox._safeopen import (
     UnsafePath,
@@ -80,6 +88,7 @@ __all__ = [
     "LandlockStatus",
     "LaunchSpec",
     "Layer",
+    "ProcStat",
     "Process",
     "SandboxMode",
     "SandboxPolicy",
@@ -97,8 +106,10 @@ __all__ = [
     "check_share",
     "copy_tree_at",
     "explain_denial",
+    "identity_is_gone",
     "is_dir_at",
     "is_mounted",
+    "is_running",
     "landlock_status",
     "launch",
     "listdir_at",
@@ -116,6 +127,9 @@ __all__ = [
     "policy_from_json",
     "policy_to_json",
     "prepare_confinement",
+    "proc_stat",
+    "process_identity",
+    "process_start",
     "pseudo_fs",
     "quota_report",
     "read_bytes_at",

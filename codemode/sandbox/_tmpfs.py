@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Final
 
 from codemode.errors import ErrorCode, ToolError
+from codemode.sandbox._procstat import is_running, process_start
 from codemode.sandbox._safeopen import (
     UnsafePath,
     anchor,
@@ -110,16 +111,7 @@ def _libc() -> ctypes.CDLL:
 
 def _host_identity() -> str:
     """``<pid>:<start time>`` of this process (start time in clock ticks since boot)."""
-    return f"{os.getpid()}:{_start_time(os.getpid())}"
-
-
-def _start_time(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            tail = f.read().rsplit(b")", 1)[1].split()
-    except OSError:
-        return ""
-    return tail[19].decode() if len(tail) > 19 else ""
+    return f"{os.getpid()}:{process_start(os.getpid())}"
 
 
 def _owner_alive(source: str) -> bool:
@@ -127,8 +119,7 @@ def _owner_alive(source: str) -> bool:
     parts = source.split(":")
     if len(parts) != 3 or not parts[1].isdigit():
         return False
-    started = _start_time(int(parts[1]))
-    return bool(started) and started == parts[2]
+    return parts[2].isdigit() and is_running(int(parts[1]), int(parts[2]))
 
 
 def _unescape(field: str) -> str:

@@ -1,7 +1,8 @@
 """Which host holds a session open, and how each held session ended (SQLite).
 
 A front whose sessions end with it (the MCP server: an MCP session lives in one server
-process) records each session it holds, with that process's identity (``PIDxSTART``). When
+process) records each session it holds, with that process's identity (``<pid>t<start>``,
+`codemode.sandbox.process_identity`). When
 the session ends its row says why. A host that starts on the state directory ends the
 sessions of holders that died without ending them (`ProcessManager.maintain`), and a front
 asked about a session id it does not hold can say how that session ended.
@@ -39,7 +40,7 @@ class SessionEnd:
 
 
 def hold(conn: sqlite3.Connection, session_id: str, holder: str) -> None:
-    """Record that ``holder`` (``PIDxSTART``) holds ``session_id`` open (again, if it had ended)."""
+    """Record that ``holder`` (``<pid>t<start>``) holds ``session_id`` open (again, if it had ended)."""
     conn.execute(
         "INSERT INTO session_holds (session_id, holder, opened_at) VALUES (?, ?, ?) ON CONFLICT (session_id)"
         " DO UPDATE SET holder = excluded.holder, opened_at = excluded.opened_at, ended_at = NULL,"
@@ -67,7 +68,7 @@ def ending(conn: sqlite3.Connection, session_id: str) -> SessionEnd | None:
     if row is None:
         return None
     holder, ended_at, reason = row
-    pid = str(holder).partition("x")[0]
+    pid = str(holder).partition("t")[0]
     return SessionEnd(reason=reason, ended_at=float(ended_at), holder_pid=int(pid) if pid.isdigit() else 0)
 
 

@@ -11,6 +11,7 @@ there, and a test that opens a database of the old version.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from codemode.errors import StateDirError
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "init_schema"]
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 # The bash tool's tables as version 6 had them (what migration 5 -> 6 creates).
 _BASH_TABLES_V6 = """
@@ -121,7 +122,7 @@ CREATE TABLE IF NOT EXISTS notifications (
 CREATE INDEX IF NOT EXISTS notifications_pending ON notifications (session_id, delivered_at);
 """
 
-# Sessions held open by a front process (``PIDxSTART``) and how each ended (`_holds`).
+# Sessions held open by a front process (``<pid>t<start>``) and how each ended (`_holds`).
 _HOLD_TABLES = """
 CREATE TABLE IF NOT EXISTS session_holds (
     session_id TEXT PRIMARY KEY,
@@ -374,6 +375,40 @@ def _migrate_11_to_12(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
 
 
+def _migrate_12_to_13(conn: sqlite3.Connection) -> None:
+    """Processes are named by their start in clock ticks since boot, no longer by psutil's
+    wall-clock ``create_time()`` (which moves when the clock is stepped; see
+    `codemode.sandbox.process_start`): recorded starts and session holders are converted with
+    the boot time of now, which is what they were made with unless the clock was stepped."""
+    boot = _boot_time()
+    if boot is None:  # not Linux's /proc: nothing can be converted, nothing will match
+        conn.execute("UPDATE bash_processes SET pid_started = NULL, supervisor_started = NULL")
+        return
+    ticks = os.sysconf("SC_CLK_TCK")
+    for column in ("pid_started", "supervisor_started"):
+        conn.execute(
+            f"UPDATE bash_processes SET {column} = ROUND(({column} - ?) * ?) WHERE {column} IS NOT NULL",
+            (boot, ticks),
+        )
+    for (holder,) in conn.execute("SELECT DISTINCT holder FROM session_holds").fetchall():
+        pid, sep, hundredths = str(holder).partition("x")
+        if sep and pid.isdigit() and hundredths.isdigit():
+            started = round((int(hundredths) / 100 - boot) * ticks)
+            conn.execute("UPDATE session_holds SET holder = ? WHERE holder = ?", (f"{pid}t{started}", holder))
+
+
+def _boot_time() -> int | None:
+    """The kernel's boot time (``btime`` of ``/proc/stat``, whole seconds of the wall clock)."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 # _MIGRATIONS[v] brings a database from version v to v + 1, inside the caller's transaction.
 _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _migrate_1_to_2,
@@ -387,6 +422,7 @@ _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     9: _migrate_9_to_10,
     10: _migrate_10_to_11,
     11: _migrate_11_to_12,
+    12: _migrate_12_to_13,
 }
 
 

@@ -46,7 +46,6 @@ ALLOWED = {
     ),
     ("codemode/tools/bash/_env.py", "_run_git_status", "os.open"): "/dev/null",
     ("codemode/tools/bash/_foreground.py", "_devnull", "os.open"): "/dev/null",
-    ("codemode/sandbox/_tmpfs.py", "_start_time", "open"): "/proc/<pid>/stat",
     ("codemode/sandbox/_tmpfs.py", "tmp_mounts", "open"): "/proc/self/mountinfo",
     (
         "codemode/sandbox/_tmpfs.py",

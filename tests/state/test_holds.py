@@ -1,11 +1,17 @@
 """Held sessions' resume secrets in the state database: issued, replaced, tied to a tenant,
-usable only once the session ended; and a version 10 database gains their table."""
+usable only once the session ended; a version 10 database gains their table, and a version 12
+one names its processes by their start since boot."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
 from pathlib import Path
 
+import psutil
+
+from codemode.sandbox import identity_is_gone, process_identity, process_start
 from codemode.state import SCHEMA_VERSION, State, process_records
 from codemode.state import session_holds as holds
 
@@ -51,3 +57,41 @@ def test_a_version_10_state_db_gains_the_resume_table(tmp_path: Path) -> None:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     conn.close()
     assert version == SCHEMA_VERSION and "session_resume" in tables
+
+
+def test_a_version_12_state_db_names_processes_by_their_start_since_boot(tmp_path: Path) -> None:
+    # Version 12 recorded psutil's wall-clock create_time(): after the upgrade the same live
+    # processes (a command, its supervisor, a session's holder) are still recognised.
+    state = tmp_path / "state"
+    State(state).close()
+    proc = subprocess.Popen(["sleep", "1000"])
+    try:
+        me = os.getpid()
+        command_started = psutil.Process(proc.pid).create_time()
+        my_start = psutil.Process(me).create_time()
+        with sqlite3.connect(state / "state.db") as conn:
+            process_records.insert(
+                conn,
+                process_id="p_old", session_id="s", command="sleep 1000", cwd="/", kind="background",
+                marker="m", lifecycle="detached", completion_mode="silent", state="running",
+                pid=proc.pid, pid_started=command_started, supervisor_pid=me,
+                supervisor_started=my_start, log_path="/nonexistent", started_at=0.0,
+            )  # fmt: skip
+            holds.hold(conn, "s", f"{me}x{round(my_start * 100)}")
+            conn.execute("PRAGMA user_version = 12")
+        conn.close()
+        State(state).close()
+        conn = process_records.connect(state / "state.db")
+        try:
+            record = process_records.get(conn, "p_old")
+            held = holds.held(conn)
+        finally:
+            conn.close()
+        assert record is not None
+        assert record.pid_started == process_start(proc.pid)
+        assert record.supervisor_started == process_start(me)
+        assert held == [("s", process_identity(me))]
+        assert not identity_is_gone(held[0][1])
+    finally:
+        proc.kill()
+        proc.wait()

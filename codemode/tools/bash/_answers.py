@@ -166,7 +166,7 @@ class SupervisorAnswer(TypedDict, total=False):
 
     ok: bool
     pid: int
-    pid_started: float
+    pid_started: int  # clock ticks since boot (`codemode.sandbox.process_start`)
     error: str
     log_ref: str
     network_refusals: list[str] | None  # with an allowlist: what the host's proxy refused it

@@ -27,8 +27,9 @@ from codemode.tools.bash._env import command_env
 from codemode.tools.bash._foreground import RunSpec, command_cgroup, confine
 
 SUPERVISOR = Path(__file__).with_name("supervisor")
-# Where the supervisor (started without site processing) finds its one dependency.
-# Found, not imported: psutil costs ~7 ms of a cold start that starts nothing in the background.
+# Where the supervisor (started without site processing) finds the redactor's engines
+# (hyperscan, re2): the site directory of codemode's dependencies, located through psutil's
+# spec, not imported (psutil costs ~7 ms of a cold start that starts nothing in the background).
 _PSUTIL = find_spec("psutil")
 _SUPERVISOR_PATHS = [str(Path(_PSUTIL.origin).parent.parent)] if _PSUTIL and _PSUTIL.origin else []
 _HANDSHAKE_SECONDS = 30.0

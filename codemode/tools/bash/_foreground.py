@@ -40,11 +40,13 @@ from codemode.sandbox import (
     cgroup_empty,
     cgroup_remove,
     cgroup_root,
+    identity_is_gone,
     launch,
     network_refusal_note,
     pids_refused,
     pids_refused_note,
     prepare_confinement,
+    process_identity,
     tmp_full_note,
 )
 from codemode.state import Archive, ArchiveRef, LogWriter, Redactor
@@ -58,7 +60,7 @@ from codemode.tools.bash._env import (
     git_changed_since,
     workspace_revision,
 )
-from codemode.tools.bash._proctree import create_time, markers_with_prefix, own_create_time, terminate_tree
+from codemode.tools.bash._proctree import markers_with_prefix, terminate_tree
 from codemode.tools.bash._pump import Pump, PumpStatus
 
 if TYPE_CHECKING:
@@ -237,10 +239,15 @@ class Running:
         return code, None
 
 
-def _host_identity() -> str:
-    """``PIDxSTART`` of this process, made at its first command, not at import (reading
-    the start time imports psutil: ~7 ms of a cold start that may run no command)."""
-    return f"{os.getpid()}x{round((own_create_time() or 0.0) * 100)}"
+def host_identity() -> str:
+    """``<pid>t<start>`` of this host (`process_identity`), read once per process: names it in
+    its commands' markers and cgroups and in the sessions it holds."""
+    return _identity_of(os.getpid())
+
+
+@functools.cache
+def _identity_of(pid: int) -> str:
+    return process_identity(pid)
 
 
 @functools.cache
@@ -258,8 +265,8 @@ def state_tag(archive: Archive) -> str:
 
 def host_cgroup_owner(tag: str) -> str:
     """The cgroup owner of this host's foreground commands on state directory ``tag``
-    (see `command_cgroup`): ``h_<tag>_<PIDxSTART>``."""
-    return f"h_{tag}_{_host_identity()}"
+    (see `command_cgroup`): ``h_<tag>_<host>`` (`host_identity`)."""
+    return f"h_{tag}_{host_identity()}"
 
 
 class _CgroupPool:
@@ -333,24 +340,10 @@ def command_cgroup(owner: str, name: str) -> str | None:
 
 
 def foreground_marker(tag: str) -> str:
-    """Marker of a foreground command, ``f_<tag>_<PIDxSTART>_<random>``: names the state
-    directory (`state_tag`) and this host (pid and start time), so that after a crash the next
+    """Marker of a foreground command, ``f_<tag>_<host>_<random>``: names the state
+    directory (`state_tag`) and this host (`host_identity`), so that after a crash the next
     host on that state directory can find and end what this one left running."""
-    return f"f_{tag}_{_host_identity()}_{secrets.token_hex(6)}"
-
-
-def host_identity() -> str:
-    """``PIDxSTART`` of this host (see `_host_identity`)."""
-    return _host_identity()
-
-
-def host_is_gone(host: str) -> bool:
-    """Whether the host named ``PIDxSTART`` (see `_host_identity`) no longer runs."""
-    pid_text, _, started_text = host.partition("x")
-    if not (pid_text.isdigit() and started_text.isdigit()):
-        return False
-    alive = create_time(int(pid_text))
-    return alive is None or round(alive * 100) != int(started_text)
+    return f"f_{tag}_{host_identity()}_{secrets.token_hex(6)}"
 
 
 def orphaned_foreground_markers(tag: str) -> list[str]:
@@ -359,7 +352,7 @@ def orphaned_foreground_markers(tag: str) -> list[str]:
     orphans = []
     for marker in markers_with_prefix(f"f_{tag}_"):
         parts = marker.split("_")
-        if len(parts) == 4 and host_is_gone(parts[2]):
+        if len(parts) == 4 and identity_is_gone(parts[2]):
             orphans.append(marker)
     return orphans
 
@@ -372,7 +365,7 @@ def orphaned_foreground_cgroups(tag: str) -> list[str]:
     return [
         path
         for owner in root.owners()
-        if owner.startswith(prefix) and host_is_gone(owner[len(prefix) :])
+        if owner.startswith(prefix) and identity_is_gone(owner[len(prefix) :])
         for path in root.children(owner)
     ]
 

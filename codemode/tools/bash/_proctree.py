@@ -17,60 +17,33 @@ import signal
 import time
 from collections.abc import Iterable
 
-from codemode.sandbox import cgroup_kill, cgroup_members
+from codemode.sandbox import cgroup_kill, cgroup_members, is_running, proc_stat, process_start
 
 MARKER_VAR = "CODEMODE_PROCESS_ID"
 
-# Two create_time values of the same process are computed the same way; distinct processes
-# started in distinct clock ticks (10 ms) differ by more than this.
-_CREATE_TIME_TOLERANCE = 0.005
+# Processes are named by pid and start (clock ticks since boot, `process_start`): the wall
+# clock's boot time, which psutil's create_time() adds, moves when the clock is stepped.
 
 
-# psutil is imported where it is used: it costs ~7 ms of a cold start, and a run that starts
-# no command, or only commands that end on their own, never needs it (bench/bench_cold.py).
-
-
-def create_time(pid: int) -> float | None:
-    """The start time psutil reports for ``pid``, or None when no such process exists."""
-    import psutil
-
-    try:
-        return float(psutil.Process(pid).create_time())
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-        return None
-
-
-def own_create_time() -> float | None:
-    """This process's `create_time`, read once per process (a forked child reads its own)."""
-    return _create_time_of(os.getpid())
+def own_start() -> float | None:
+    """This process's start, read once per process (a forked child reads its own)."""
+    return _start_of(os.getpid())
 
 
 @functools.cache
-def _create_time_of(pid: int) -> float | None:
-    return create_time(pid)
+def _start_of(pid: int) -> float | None:
+    started = process_start(pid)
+    return None if started is None else float(started)
 
 
 def is_same_process(pid: int, started: float) -> bool:
-    """True when ``pid`` is alive (not a zombie) and started at ``started``."""
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return abs(float(proc.create_time()) - started) < _CREATE_TIME_TOLERANCE
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-        return False
+    """True when ``pid`` is alive (not a zombie) and started at ``started`` (`process_start`)."""
+    return is_running(pid, round(started))
 
 
 def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return True
-    # The state follows the command name, which is in parentheses and may contain spaces.
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
+    stat = proc_stat(pid)
+    return stat is None or stat.state in ("Z", "X")
 
 
 def find_members(marker: str, pgid: int | None = None, root_pid: int | None = None) -> set[int]:

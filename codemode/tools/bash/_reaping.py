@@ -21,14 +21,13 @@ import anyio
 import anyio.to_thread
 
 from codemode.errors import ToolError
-from codemode.sandbox import cgroup_kill, cgroup_remove
+from codemode.sandbox import cgroup_kill, cgroup_remove, identity_is_gone
 from codemode.state import Archive, EndReason, ProcessRecord, SessionEnd
 from codemode.state import process_records as _records
 from codemode.state import session_holds as _holds
 from codemode.tools.bash._foreground import (
     TERM_GRACE_SECONDS,
     host_identity,
-    host_is_gone,
     orphaned_foreground_cgroups,
     orphaned_foreground_markers,
     state_tag,
@@ -78,7 +77,7 @@ class Reaping:
         """
         counts = {"lost": 0, "expired": 0, "orphans": 0, "ended_sessions": 0, "stopped": 0}
         with self._db() as conn:
-            orphaned = [session for session, holder in _holds.held(conn) if host_is_gone(holder)]
+            orphaned = [session for session, holder in _holds.held(conn) if identity_is_gone(holder)]
         for session_id in orphaned:
             counts["stopped"] += self._end_orphaned_session(session_id)
             counts["ended_sessions"] += 1

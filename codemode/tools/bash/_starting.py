@@ -13,13 +13,12 @@ from typing import TYPE_CHECKING
 
 from codemode._trace import current
 from codemode.errors import ErrorCode, ToolError
-from codemode.sandbox import SandboxPolicy, network_refusal_note
+from codemode.sandbox import SandboxPolicy, network_refusal_note, process_start
 from codemode.state import Archive, ProcessRecord, Redactor
 from codemode.state import process_records as _records
 from codemode.tools.bash._answers import StartedAnswer
 from codemode.tools.bash._background import adopt, start_background
 from codemode.tools.bash._foreground import RunSpec, process_attributes
-from codemode.tools.bash._proctree import create_time
 
 if TYPE_CHECKING:
     from codemode.tools.bash._foreground import Running
@@ -127,7 +126,7 @@ class Starting:
         pump = running.pump
         if self._closed or pump.exited or not pump.pipes() or not self._check_cap(spec.session_id):
             return None
-        started = create_time(running.proc.pid)
+        started = process_start(running.proc.pid)
         if started is None:
             return None
         process_id = f"p_{secrets.token_hex(6)}"

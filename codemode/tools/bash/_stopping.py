@@ -13,7 +13,7 @@ import anyio
 import anyio.to_thread
 
 from codemode.errors import ErrorCode, ToolError
-from codemode.sandbox import cgroup_remove
+from codemode.sandbox import cgroup_remove, process_start
 from codemode.state import ProcessRecord
 from codemode.state import process_records as _records
 from codemode.tools.bash._answers import StoppedAnswer, UpdatedAnswer, WrittenAnswer
@@ -21,7 +21,7 @@ from codemode.tools.bash._background import PTY_VIEW
 from codemode.tools.bash._foreground import (
     TERM_GRACE_SECONDS,
 )
-from codemode.tools.bash._proctree import create_time, terminate_tree
+from codemode.tools.bash._proctree import terminate_tree
 from codemode.tools.bash._table import _live_root
 from codemode.tools.bash.supervisor import control_token
 
@@ -193,7 +193,7 @@ class Stopping:
                 "exit_code": record.exit_code,
             }
         root = _live_root(record)
-        if root is None and record.pid is not None and create_time(record.pid) is not None:
+        if root is None and record.pid is not None and process_start(record.pid) is not None:
             with self._db() as conn:
                 _records.update(conn, pid, stop_requested=1)
             raise ToolError(

@@ -20,7 +20,7 @@ from codemode.tools.bash._answers import ProcessRow
 from codemode.tools.bash._foreground import (
     TERM_GRACE_SECONDS,
 )
-from codemode.tools.bash._proctree import is_same_process, own_create_time, terminate_tree
+from codemode.tools.bash._proctree import is_same_process, own_start, terminate_tree
 
 if TYPE_CHECKING:
     from codemode.tools.bash._foreground import Running
@@ -67,7 +67,7 @@ class ProcessTable:
     @property
     def _me(self) -> tuple[int, float | None]:
         """This host as a supervisor record names it: pid and start time (read at first use)."""
-        return os.getpid(), own_create_time()
+        return os.getpid(), own_start()
 
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from codemode.errors import ToolError
-from codemode.sandbox import SandboxPolicy
+from codemode.sandbox import SandboxPolicy, process_start
 from codemode.state import Archive
 from codemode.state import process_records as _records
 from codemode.tools.bash import _background
@@ -91,7 +91,7 @@ def test_a_start_records_the_process_and_answers_with_pid_and_log(
         environ={**os.environ, "EXTRA_VAR": "from-spec"},
     )
     assert answer["ok"] is True
-    assert isinstance(answer["pid"], int) and isinstance(answer["pid_started"], float)
+    assert isinstance(answer["pid"], int) and answer["pid_started"] == process_start(answer["pid"])
     record = _records.get(conn, process_id)
     assert record is not None
     assert answer["log_ref"] == record.log_ref

@@ -8,6 +8,7 @@ import time
 
 import psutil
 
+from codemode.sandbox import process_start
 from codemode.tools.bash._proctree import MARKER_VAR, find_members, is_same_process, terminate_tree
 
 
@@ -47,10 +48,24 @@ def test_terminate_escalates_to_sigkill() -> None:
 def test_identity_uses_start_time() -> None:
     proc = subprocess.Popen(["sleep", "1000"])
     try:
-        started = psutil.Process(proc.pid).create_time()
+        started = process_start(proc.pid)
+        assert started is not None
         assert is_same_process(proc.pid, started)
-        assert not is_same_process(proc.pid, started - 5)
+        assert not is_same_process(proc.pid, started - 1)
     finally:
         proc.kill()
         proc.wait()
     assert not is_same_process(proc.pid, started)
+
+
+def test_identity_is_counted_from_boot_not_from_the_wall_clock() -> None:
+    # psutil's create_time() is the boot time (from the wall clock, whole seconds: it moves
+    # when the clock is stepped) plus the start since boot; a process is named by the second
+    # part alone, so a step of the clock cannot make a live host or supervisor look dead.
+    proc = subprocess.Popen(["sleep", "1000"])
+    try:
+        since_boot = psutil.Process(proc.pid).create_time() - psutil.boot_time()
+        assert process_start(proc.pid) == round(since_boot * os.sysconf("SC_CLK_TCK"))
+    finally:
+        proc.kill()
+        proc.wait()

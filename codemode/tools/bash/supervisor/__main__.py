@@ -3,7 +3,8 @@
 Run as a directory (``__package__`` is empty), this registers codemode's packages as bare
 packages (their ``__init__`` is not run: it would import the whole host) so that the supervisor's
 modules and the stdlib-only modules it shares with the host import normally; ``SITE_DIRS`` (the
-directory holding psutil: the host starts it without site processing) join ``sys.path``.
+site directory of codemode's dependencies: the host starts it without site processing) join
+``sys.path``.
 """
 
 import sys

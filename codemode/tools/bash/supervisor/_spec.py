@@ -44,5 +44,5 @@ class Spec(TypedDict, total=False):
     timeout_seconds: float | None
     watch: WatchOptions  # null in the other modes, which never read it
     pid: int
-    pid_started: float
+    pid_started: int  # clock ticks since boot (`codemode.sandbox.process_start`)
     pipes: list[int]

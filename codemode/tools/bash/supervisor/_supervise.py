@@ -14,9 +14,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import psutil
-
 from codemode.sandbox import _spawn as spawn
+from codemode.sandbox._procstat import process_start
 from codemode.state import _processes as records
 from codemode.tools.bash.supervisor._copier import Copier, Stopper
 from codemode.tools.bash.supervisor._hooks import RunHooks, WatchHooks
@@ -61,8 +60,8 @@ def supervise(spec: Spec) -> int:
     conn = records.connect(spec["db_path"])
     process_id = spec["process_id"]
     mode = spec.get("mode", "pty")
-    me = psutil.Process()
-    records.update(conn, process_id, supervisor_pid=me.pid, supervisor_started=float(me.create_time()))
+    me = os.getpid()
+    records.update(conn, process_id, supervisor_pid=me, supervisor_started=process_start(me))
     if mode == "adopt":
         return _adopt(spec, records, conn)
     layers = spec["layers"]
@@ -120,7 +119,7 @@ def supervise(spec: Spec) -> int:
         threading.Thread(
             target=serve_input, args=(server, spec["input_token"].encode(), input_write, master), daemon=True
         ).start()
-    started = float(psutil.Process(proc.pid).create_time())
+    started = process_start(proc.pid)
     records.update(conn, process_id, state="running", pid=proc.pid, pid_started=started)
     _answer({"ok": True, "pid": proc.pid, "pid_started": started})
 
@@ -182,7 +181,7 @@ def _adopt(spec: Spec, records: Any, conn: Any) -> int:
     tracer = Tracer(pid)
     try:
         tracer.start()
-        if abs(float(psutil.Process(pid).create_time()) - spec["pid_started"]) > 0.01:
+        if process_start(pid) != round(spec["pid_started"]):
             raise OSError("the command is no longer running")
         log = Copier.open_log(spec["db_path"], spec["log_path"])
     except Exception as exc:

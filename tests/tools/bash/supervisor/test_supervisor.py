@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import psutil
 import pytest
 
-from codemode.sandbox import SandboxPolicy
+from codemode.sandbox import SandboxPolicy, process_start
 from codemode.state import Archive, ProcessRecord
 from codemode.state import process_records as _records
 from codemode.tools.bash._answers import SupervisorAnswer
@@ -148,8 +148,7 @@ def test_the_command_runs_on_a_terminal_while_its_record_says_running(
     record = _records.get(conn, process_id)
     assert record is not None and record.state == "running"
     _poll(lambda: "on-a-tty" in _log(record), what="the tty line")
-    proc = psutil.Process(answer["pid"])
-    assert proc.create_time() == answer["pid_started"]
+    assert process_start(answer["pid"]) == answer["pid_started"]
     # the supervisor is not the host's child: it forked away and was adopted
     assert psutil.Process(record.supervisor_pid).ppid() != os.getpid()
     go.touch()

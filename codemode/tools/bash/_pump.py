@@ -20,6 +20,7 @@ from typing import Literal, Protocol
 
 from codemode.sandbox import Process
 from codemode.tools._capture import StreamCapture
+from codemode.tools.bash.supervisor import read_left
 
 
 class LogSink(Protocol):
@@ -187,6 +188,9 @@ class Pump:
             self._grown.add(fd)
             with contextlib.suppress(OSError):
                 fcntl.fcntl(fd, _F_SETPIPE_SZ, _CHUNK)
+        self._take(fd, data)
+
+    def _take(self, fd: int, data: bytes) -> None:
         self.bytes_read += len(data)
         self._captures[fd].feed(data)
         self.log.write(data)
@@ -202,6 +206,10 @@ class Pump:
 
     def _finish(self) -> None:
         for fd in list(self._captures):
+            # The drain's time is over, yet what the command wrote before it exited may still
+            # be unread (the loop was busy, or there was more than one read's worth).
+            for data in read_left(fd):
+                self._take(fd, data)
             self._close_stream(fd)
         self._poll.close()
         os.close(self._pidfd)

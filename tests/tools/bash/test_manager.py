@@ -432,11 +432,16 @@ async def test_promoted_offsets_follow_the_stored_log(
     go.touch()
     output = ""
     offset = data["next_offset"]
-    with anyio.fail_after(10):
-        while "done" not in output:
-            page = await bash(action="read", process_id=pid, offset_bytes=offset, wait_ms=2000)
-            output += page.structured_content["output"]
-            offset = page.structured_content["next_offset"]
+    with anyio.fail_after(30):
+        while True:
+            page = (
+                await bash(action="read", process_id=pid, offset_bytes=offset, wait_ms=2000)
+            ).structured_content
+            output += page["output"]
+            offset = page["next_offset"]
+            if page["exited"] and page["eof"]:
+                break
+    assert page["state"] == "exited" and page["exit_code"] == 0, page
     # Nothing lost or repeated at the hand-off point: the result showed "partial", the log
     # goes on from the byte after it.
     assert "partial" in result.text

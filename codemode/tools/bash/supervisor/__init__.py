@@ -10,10 +10,11 @@ supervisor traces the command, which is not its child, to learn its exit status)
 Started by the host as ``python -I -S <this package's directory> SITE_DIRS...`` in a new
 session, with the JSON spec on stdin (``__main__.py``). It forks once so the host can reap the
 first process at once; the second lives on without the host (init adopts it). It imports only
-the standard library and psutil (the redactor for its notification line adds hyperscan and
-re2), and of ``codemode`` only the stdlib-only modules it shares with the host: the record SQL
-(``codemode/state/_processes.py``), the capped log (``codemode/state/_capped.py``) and the
-launch primitive (``codemode/sandbox/_spawn.py``). Run as a directory, ``__main__`` registers
+the standard library (the redactor for its notification line adds hyperscan and re2), and of
+``codemode`` only the stdlib-only modules it shares with the host: the record SQL
+(``codemode/state/_processes.py``), the capped log (``codemode/state/_capped.py``), the
+launch primitive (``codemode/sandbox/_spawn.py``) and process identity
+(``codemode/sandbox/_procstat.py``). Run as a directory, ``__main__`` registers
 codemode's packages bare (their ``__init__`` would import the whole host, pydantic and anyio
 with it) and then imports those modules normally; so a hundred supervisors stay cheap.
 (``python -m codemode.tools.bash.supervisor`` also runs it, with the whole package loaded.)
@@ -35,6 +36,6 @@ is out of reach of confined commands, and Landlock's scoping keeps them from abs
 outside their sandbox), so no other command can type into this one.
 """
 
-from codemode.tools.bash.supervisor._pty import control_token
+from codemode.tools.bash.supervisor._pty import control_token, read_left
 
-__all__ = ["control_token"]
+__all__ = ["control_token", "read_left"]

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from codemode.state import _capped
-from codemode.tools.bash.supervisor._pty import READ
+from codemode.tools.bash.supervisor._pty import READ, read_left
 
 # After bash exits, descendants may hold the PTY open; stop copying after this long.
 _DRAIN_SECONDS = 0.25
@@ -167,6 +167,11 @@ class Copier:
             if deadline is not None and now >= deadline:
                 self.hooks.tick(now)
         for fd in self.outputs:
+            # The drain's time is over, yet what the command wrote before it exited may still
+            # be unread (this process was not scheduled in time, or it was read in pieces).
+            for data in read_left(fd):
+                self.log.write(data)
+                self.hooks.output(fd, data, time.monotonic())
             if fd != self.pty:
                 os.close(fd)
         self.outputs.clear()

@@ -1,4 +1,5 @@
-"""The PTY of a background run and the input it takes (from an authenticated abstract socket)."""
+"""The PTY of a background run and the input it takes (from an authenticated abstract socket);
+reading the last of what a PTY or pipe holds."""
 
 from __future__ import annotations
 
@@ -9,9 +10,29 @@ import os
 import socket
 import struct
 import termios
+from collections.abc import Iterator
 
 READ = 1 << 16
 _TOKEN_BYTES = 64  # hex of 32 random bytes
+
+
+def read_left(fd: int) -> Iterator[bytes]:
+    """What pipe or PTY ``fd`` holds now, read without waiting: the last of a command's output
+    once the time to drain it is over. Only what is there when it starts (``FIONREAD``), so a
+    descendant that goes on writing cannot keep the reader here."""
+    try:
+        left: int = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except OSError:
+        return
+    while left > 0:
+        try:
+            data = os.read(fd, min(left, READ))
+        except OSError:  # EAGAIN, or EIO from a PTY whose other side is gone
+            return
+        if not data:
+            return
+        left -= len(data)
+        yield data
 
 
 def open_pty(rows: int, cols: int) -> tuple[int, str]:

@@ -15,7 +15,7 @@ import anyio.to_thread
 
 from codemode._ids import check_id
 from codemode.sandbox import SandboxPolicy, make_session_tmp, remove_session_tmp, session_inbox
-from codemode.state import SessionEnd, State
+from codemode.state import HeldSession, SessionEnd, State
 from codemode.tools import ToolContext, WriterTurn
 from codemode.tools.bash import Notification, ProcessManager
 
@@ -186,17 +186,24 @@ class HeldSessions:
     def __init__(self, processes: Callable[[], ProcessManager | None]) -> None:
         self._processes = processes
 
-    def hold(self, session_id: str) -> None:
+    def hold(self, session_id: str, *, tenant: str | None = None, client: str | None = None) -> None:
         """Make ``session_id`` end with this host: if the host dies without closing it, the next
         host on the state directory ends it, stopping its ``lifecycle: session`` processes.
-        `end_of` then says how it ended.
+        `end_of` then says how it ended. ``tenant`` and ``client`` are what every front's
+        console shows of it (`open_sessions`).
 
         Raises:
             UserError: ``session_id`` is not a valid id.
         """
         held = self._processes()
         if held is not None:
-            held.hold_session(check_id(session_id, "session_id"))
+            held.hold_session(check_id(session_id, "session_id"), tenant, client)
+
+    def open_sessions(self, limit: int = 1000) -> list[HeldSession]:
+        """The sessions every front on this state directory holds open now, the newest
+        ``limit`` (blocking: it reads the state). Empty without built-in tools."""
+        held = self._processes()
+        return [] if held is None else held.held_sessions(limit)
 
     def end_of(self, session_id: str) -> SessionEnd | None:
         """How a held session ended (None: still held, or never held)."""

@@ -4,7 +4,12 @@
 `Console` is made once the host is open: it shows the host's programs (`RunWatcher`, fed by the
 host's spans), the sessions the front holds (`SessionSource`), their background processes,
 notifications, the workspace's trash and the operators' own actions (recorded in the state
-directory), and with ``--approvals console`` it is the host's approval callback. Every request
+directory), and with ``--approvals console`` it is the host's approval callback.
+
+Sessions and programs also go through the state directory: it lists every session any front on
+it holds (`HeldSessions.open_sessions`), writes its own programs to the state's journal and
+follows the programs other fronts write there (`RunJournal`), about once a second; so the
+console of any replica shows every replica's sessions. Every request
 passes `Guard` (login cookie, same origin); every refusal is a `ConsoleError`, turned into
 ``{"error": ...}`` in one place (`_endpoint`).
 """
@@ -41,7 +46,8 @@ from codemode.console._watch import RunWatcher
 from codemode.errors import ProcessNotFound, ToolError, UserError
 from codemode.host import Host
 from codemode.policy import Decision
-from codemode.state import OperatorAction
+from codemode.sandbox import process_identity
+from codemode.state import JournalChange, JournalEntry, OperatorAction
 
 __all__ = ["Console", "ConsoleMode", "SessionInfo", "SessionSource"]
 
@@ -53,6 +59,8 @@ _SESSIONS_KEPT = 1000  # ended sessions still listed (the most recent)
 _NOTICES_KEPT = 200  # notices kept per session
 _POLL_SECONDS = 1.0  # how often sessions and notifications are looked at for changes
 _FAULT_LOG_SECONDS = 10.0  # at most one logged fault (with its traceback) per this long
+_TRIM_SECONDS = 60.0  # how often the state's journal is trimmed to its bounds
+_FOLLOWED_KEPT = 1000  # other fronts' running programs whose calls are followed
 _OPERATOR = "a person at the console"  # who the model is told took a terminal over
 
 
@@ -66,12 +74,15 @@ class ConsoleMode(enum.StrEnum):
 
 @dataclass(frozen=True)
 class SessionInfo:
-    """A session a front holds: whose it is, its client (``clientInfo.name``), when it opened."""
+    """A session a front holds: whose it is, its client (``clientInfo.name``), when it opened;
+    ``here``: this front holds it (else another on the state directory: its tenant may be
+    unknown, None)."""
 
     session_id: str
-    tenant: str
+    tenant: str | None
     client: str | None
     started: float
+    here: bool = True
 
 
 class SessionSource(Protocol):
@@ -128,6 +139,14 @@ class Console:
         )
         self._notice_cursor = -1
         self._logged_fault = -math.inf  # when a fault was last logged (at most one per _FAULT_LOG_SECONDS)
+        self._front = process_identity()  # as this front's writes to the journal are named
+        self._elsewhere: dict[str, SessionInfo] = {}  # sessions other fronts hold open now
+        self._journal_counts: dict[str, tuple[int, float]] = {}  # session -> runs, last start
+        self._journal_cursor = -1  # the journal's seq seen (-1: not yet read)
+        self._followed: collections.OrderedDict[tuple[str, str], dict[str, object]] = (
+            collections.OrderedDict()
+        )
+        self._trimmed = -math.inf
 
     def install(self) -> None:
         """Start watching the host's programs (the front makes `approvals` its callback)."""
@@ -137,24 +156,111 @@ class Console:
         self.host.watch(None)
 
     def tenant_of(self, session_id: str) -> str | None:
-        info = self._known.get(session_id) or self._source.session_info(session_id)
+        info = (
+            self._known.get(session_id)
+            or self._source.session_info(session_id)
+            or self._elsewhere.get(session_id)
+        )
         return None if info is None else info.tenant
 
     async def run(self) -> None:
-        """Publish session changes and notifications as they come (until cancelled)."""
+        """Publish session changes and notifications as they come; keep the state's journal
+        (until cancelled)."""
         self.events.bind()
+        try:
+            while True:
+                try:
+                    await self._sync_state()
+                    self._poll_sessions()
+                    await self._poll_notices()
+                except Exception:  # the console's upkeep must never end the front
+                    log.exception("the console's upkeep failed; trying again")
+                await anyio.sleep(_POLL_SECONDS)
+        finally:
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                # what ran since the last write: the journal keeps how the programs ended
+                await anyio.to_thread.run_sync(self._write_journal)
+
+    # -- the state directory ----------------------------------------------------------------
+
+    async def _sync_state(self) -> None:
+        """Write this front's changed programs to the journal, read what other fronts wrote
+        and which sessions they hold; publish the changes."""
+        changes, elsewhere = await anyio.to_thread.run_sync(self._exchange)
+        self._elsewhere = elsewhere
+        for change, calls in changes:
+            self._publish_change(change, calls)
+
+    def _write_journal(self) -> None:
+        entries: list[JournalEntry] = self.watcher.take_changed()
+        self.host.state.journal.write(self._front, entries)
+
+    def _exchange(
+        self,
+    ) -> tuple[list[tuple[JournalChange, list[dict[str, object]] | None]], dict[str, SessionInfo]]:
+        """(In a worker thread.) The journal's changes by other fronts (with the calls of those
+        still running or just ended), and the sessions other fronts hold."""
+        journal = self.host.state.journal
+        self._write_journal()
+        now = time.monotonic()
+        if now - self._trimmed >= _TRIM_SECONDS:
+            self._trimmed = now
+            journal.trim()
+        if self._journal_cursor < 0:  # what was written before this front came is listed, not replayed
+            self._journal_cursor = journal.last_seq()
+        changes: list[tuple[JournalChange, list[dict[str, object]] | None]] = []
         while True:
-            try:
-                self._poll_sessions()
-                await self._poll_notices()
-            except Exception:  # the console's upkeep must never end the front
-                log.exception("the console's upkeep failed; trying again")
-            await anyio.sleep(_POLL_SECONDS)
+            batch = journal.changes(self._journal_cursor)
+            for change in batch:
+                self._journal_cursor = change.seq
+                if change.holder == self._front:
+                    continue
+                calls = None
+                key = (change.session_id, change.run_id)
+                if change.summary.get("status") == "running" or key in self._followed:
+                    detail = journal.detail(change.session_id, change.run_id)
+                    found = None if detail is None else detail.get("calls")
+                    calls = found if isinstance(found, list) else None
+                changes.append((change, calls))
+            if len(batch) < 200:
+                break
+        elsewhere = {
+            held.session_id: SessionInfo(
+                held.session_id, held.tenant, held.client, held.opened_at, here=False
+            )
+            for held in self.host.held.open_sessions()
+            if held.holder != self._front
+        }
+        self._journal_counts = journal.counts(list(elsewhere))
+        return changes, elsewhere
+
+    def _publish_change(self, change: JournalChange, calls: list[dict[str, object]] | None) -> None:
+        """Tell the console's streams of a program another front wrote: the run, and those of
+        its calls that are new or changed since last told."""
+        tenant = change.tenant
+        self.events.publish("run", change.summary, tenant)
+        key = (change.session_id, change.run_id)
+        if calls is None:
+            return
+        told = self._followed.get(key)
+        if told is None:
+            told = self._followed[key] = {}
+            while len(self._followed) > _FOLLOWED_KEPT:
+                self._followed.popitem(last=False)
+        for call in calls:
+            call_id = str(call.get("id"))
+            seen = (call.get("status"), call.get("duration_ms"), call.get("args"))
+            if told.get(call_id) != seen:
+                told[call_id] = seen
+                event = {"session_id": change.session_id, "run_id": change.run_id, "call": call}
+                self.events.publish("call", event, tenant)
+        if change.summary.get("status") != "running":
+            self._followed.pop(key, None)
 
     # -- what it shows ----------------------------------------------------------------------
 
     def _poll_sessions(self) -> None:
-        now_open = {info.session_id: info for info in self._source.open_sessions()}
+        now_open = {**self._elsewhere, **{info.session_id: info for info in self._source.open_sessions()}}
         changed = [info for sid, info in now_open.items() if sid not in self._open]
         ended = [sid for sid in self._open if sid not in now_open]
         for info in changed:
@@ -200,6 +306,7 @@ class Console:
                 return
 
     def _session_json(self, info: SessionInfo) -> dict[str, object]:
+        journal_counts = self._journal_counts.get(info.session_id, (0, 0.0))
         policy = self.host.policy
         config = self.host.config
         if not config.network:
@@ -212,11 +319,12 @@ class Console:
             "session_id": info.session_id,
             "client": info.client,
             "started": info.started,
-            "last_activity": self.watcher.activity.get(info.session_id, info.started),
+            "last_activity": max(self.watcher.activity.get(info.session_id, info.started), journal_counts[1]),
             "sandbox": policy.mode.value,
             "network": network,
             "open": info.session_id in self._open,
-            "runs": self.watcher.counts(info.session_id),
+            "here": info.here,
+            "runs": self.watcher.counts(info.session_id) or journal_counts[0],
             "live_processes": None,
         }
 
@@ -388,15 +496,26 @@ class Console:
         return counts
 
     async def _runs(self, request: Request, login: Login) -> object:
+        """This front's runs of the session, and those another front ran (the journal)."""
         session = self._session(login, request.path_params["sid"])
-        return [run.summary() for run in self.watcher.runs(session)]
+        here = [run.summary() for run in self.watcher.runs(session)]
+        known = {str(run["run_id"]) for run in here}
+        journal = self.host.state.journal
+        kept = await anyio.to_thread.run_sync(journal.summaries, session)
+        merged = here + [run for run in kept if str(run.get("run_id")) not in known]
+        return sorted(merged, key=lambda run: -float(str(run.get("started", 0))))
 
     async def _run(self, request: Request, login: Login) -> object:
         session = self._session(login, request.path_params["sid"])
-        run = self.watcher.run(session, request.path_params["run_id"])
-        if run is None:
-            raise ConsoleError(404, "no such run kept here (the console keeps the last 100 per session)")
-        return run.detail()
+        run_id = request.path_params["run_id"]
+        run = self.watcher.run(session, run_id)
+        if run is not None:
+            return run.detail()
+        journal = self.host.state.journal
+        detail = await anyio.to_thread.run_sync(journal.detail, session, run_id)
+        if detail is None:
+            raise ConsoleError(404, "no such run kept (the console keeps the last 100 per session)")
+        return detail
 
     async def _archive(self, request: Request, login: Login) -> object:
         session = self._session(login, request.path_params["sid"])

@@ -1,5 +1,6 @@
 """What the console knows of programs: the host's spans (`codemode._trace.Watcher`) kept as runs
-and their calls, in memory, the newest `RUNS_KEPT` per session.
+and their calls, in memory, the newest `RUNS_KEPT` per session; each change is also marked for
+the state's journal (`take_changed`), where every front's console reads it.
 
 A program's span (``execute_tool run_code``) becomes a `RunView` once the runner describes it
 (its session, call id and source); a direct call's span (``execute_tool <tool>`` at the root) one
@@ -24,6 +25,7 @@ import pydantic
 
 from codemode._results import CallResult, RunResult
 from codemode._trace import Watched
+from codemode.state import JournalEntry
 
 __all__ = ["RUNS_KEPT", "CallView", "RunView", "RunWatcher"]
 
@@ -33,6 +35,8 @@ CALLS_KEPT = 500  # calls kept per run (the first; the rest counted)
 _ARGS_MAX_CHARS = 2000  # a call's arguments as shown, cut to this
 _SOURCE_MAX_CHARS = 256 * 1024  # a program's source as shown
 _OUTPUT_MAX_CHARS = 256 * 1024  # a result's text as shown (the archive holds the rest)
+_JOURNAL_TEXT_CHARS = 64 * 1024  # a source or an output as the journal keeps it for other fronts
+_JOURNAL_ARGS_CHARS = 500  # a call's arguments as the journal keeps them
 _BYTES_KEPT = 256 * 1024 * 1024  # all kept runs' sources, outputs and arguments: the oldest go first
 _RUN_SPAN = "execute_tool run_code"
 _TOOL_PREFIX = "execute_tool "
@@ -167,6 +171,7 @@ class RunWatcher:
         self._sessions: collections.OrderedDict[str, collections.deque[RunView]] = collections.OrderedDict()
         self._size = 0  # the characters all kept runs hold (RunView.size), at most _BYTES_KEPT
         self.activity: dict[str, float] = {}  # session -> its last activity (seconds since the epoch)
+        self._changed: dict[int, RunView] = {}  # runs changed since `take_changed` (by id())
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -188,6 +193,13 @@ class RunWatcher:
         with self._lock:
             return list(self._sessions)
 
+    def take_changed(self) -> list[JournalEntry]:
+        """The runs changed since the last call, as the state's journal keeps them (sources and
+        outputs cut to 64 KiB, arguments to 500 characters)."""
+        with self._lock:
+            changed, self._changed = list(self._changed.values()), {}
+            return [_journal_entry(run, self._tenant_of(run.session_id)) for run in changed]
+
     # -- the Watcher protocol ---------------------------------------------------------------
 
     def started(self, span: Watched) -> None:
@@ -204,6 +216,7 @@ class RunWatcher:
             call = self._call(span, root)
             run.calls[span.id] = call
             self._grow(run, len(call.args))
+            self._changed[id(run)] = run
             event = {"session_id": run.session_id, "run_id": run.run_id, "call": call.as_json()}
             session = run.session_id
         self._send("call", event, session)
@@ -239,6 +252,7 @@ class RunWatcher:
             if len(kept) > RUNS_KEPT:
                 self._drop(kept.popleft())
             self._grow(run, len(source))
+            self._changed[id(run)] = run
             self.activity[session] = time.time()
             summary = run.summary()
         self._send("run", summary, session)
@@ -272,6 +286,7 @@ class RunWatcher:
                 name = "call"
                 event = {"session_id": run.session_id, "run_id": run.run_id, "call": call.as_json()}
             session = run.session_id
+            self._changed[id(run)] = run
         self._send(name, event, session)
 
     # -- helpers ----------------------------------------------------------------------------
@@ -325,6 +340,17 @@ class RunWatcher:
             text = f"<{type(args).__name__}>"
         text = self._redact(text)
         return text if len(text) <= _ARGS_MAX_CHARS else text[: _ARGS_MAX_CHARS - 1] + "…"
+
+
+def _journal_entry(run: RunView, tenant: str | None) -> JournalEntry:
+    detail = run.detail()
+    detail["source"] = str(detail["source"])[:_JOURNAL_TEXT_CHARS]
+    detail["output"] = str(detail["output"])[:_JOURNAL_TEXT_CHARS]
+    calls = detail["calls"]
+    if isinstance(calls, list):
+        for call in calls:
+            call["args"] = str(call["args"])[:_JOURNAL_ARGS_CHARS]
+    return JournalEntry(run.session_id, run.run_id, tenant, run.started, run.status(), run.summary(), detail)
 
 
 def _root(span: Watched) -> Watched:

@@ -147,11 +147,11 @@ class ConnectionSessions:
         session = self._session(connection.session_id)
         if connection.state.get(_STATE_KEY) != session:
             connection.state[_STATE_KEY] = session
-            self._host.held.hold(session)
-            self._open[session] = None
             params = connection.client_params
             client = None if params is None else f"{params.client_info.name} {params.client_info.version}"
             tenant = self._owner(connection.session_id) or ONE_TENANT
+            self._host.held.hold(session, tenant=tenant, client=client)
+            self._open[session] = None
             self._info[session] = SessionInfo(session, tenant, client, time.time())
             close = functools.partial(self._close, session, connection.session_id)
             connection.exit_stack.callback(self._spawn, close)

@@ -23,7 +23,8 @@ from codemode.state._capped import (
     MIN_QUOTA_BYTES,
 )
 from codemode.state._database import Database
-from codemode.state._holds import EndReason, SessionEnd
+from codemode.state._holds import EndReason, HeldSession, SessionEnd
+from codemode.state._journal import JournalChange, JournalEntry, RunJournal
 from codemode.state._learned import LearnedTypes
 from codemode.state._processes import ProcessRecord
 from codemode.state._redact import Redactor, compile_rules_soon, redact_json
@@ -56,12 +57,16 @@ __all__ = [
     "ArchiveRef",
     "Database",
     "EndReason",
+    "HeldSession",
+    "JournalChange",
+    "JournalEntry",
     "LearnedTypes",
     "LogWriter",
     "OperatorAction",
     "OperatorLog",
     "ProcessRecord",
     "Redactor",
+    "RunJournal",
     "RunRecord",
     "RunRecords",
     "SessionEnd",

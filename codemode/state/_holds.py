@@ -39,14 +39,44 @@ class SessionEnd:
     holder_pid: int
 
 
-def hold(conn: sqlite3.Connection, session_id: str, holder: str) -> None:
-    """Record that ``holder`` (``<pid>t<start>``) holds ``session_id`` open (again, if it had ended)."""
+@dataclass(frozen=True)
+class HeldSession:
+    """A session some front holds open now: which process (``<pid>t<start>``), since when
+    (seconds since the epoch), for which tenant and client (None when not told)."""
+
+    session_id: str
+    holder: str
+    opened_at: float
+    tenant: str | None
+    client: str | None
+
+
+def hold(
+    conn: sqlite3.Connection,
+    session_id: str,
+    holder: str,
+    tenant: str | None = None,
+    client: str | None = None,
+) -> None:
+    """Record that ``holder`` (``<pid>t<start>``) holds ``session_id`` open (again, if it had
+    ended), for ``tenant`` and its ``client`` (what every front's console shows)."""
     conn.execute(
-        "INSERT INTO session_holds (session_id, holder, opened_at) VALUES (?, ?, ?) ON CONFLICT (session_id)"
-        " DO UPDATE SET holder = excluded.holder, opened_at = excluded.opened_at, ended_at = NULL,"
-        " reason = NULL",
-        (session_id, holder, time.time()),
+        "INSERT INTO session_holds (session_id, holder, opened_at, tenant, client) VALUES (?, ?, ?, ?, ?)"
+        " ON CONFLICT (session_id) DO UPDATE SET holder = excluded.holder, opened_at = excluded.opened_at,"
+        " tenant = excluded.tenant, client = excluded.client, ended_at = NULL, reason = NULL",
+        (session_id, holder, time.time(), tenant, client),
     )
+
+
+def open_holds(conn: sqlite3.Connection, limit: int) -> list[HeldSession]:
+    """The sessions held open now (by any front on the state directory), the newest
+    ``limit``."""
+    rows = conn.execute(
+        "SELECT session_id, holder, opened_at, tenant, client FROM session_holds WHERE ended_at IS NULL"
+        " ORDER BY opened_at DESC LIMIT ?",
+        (limit,),
+    ).fetchall()
+    return [HeldSession(str(r[0]), str(r[1]), float(r[2]), r[3], r[4]) for r in rows]
 
 
 def end(conn: sqlite3.Connection, session_id: str, reason: EndReason) -> bool:

@@ -20,7 +20,7 @@ from codemode.errors import StateDirError
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "init_schema"]
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 # The bash tool's tables as version 6 had them (what migration 5 -> 6 creates).
 _BASH_TABLES_V6 = """
@@ -176,6 +176,30 @@ CREATE TABLE IF NOT EXISTS operator_actions (
 CREATE INDEX IF NOT EXISTS operator_actions_at ON operator_actions (at);
 """
 
+# What every front's console shows: whose a held session is and its client (`_holds`), and
+# each program's summary and detail as JSON (`_journal.RunJournal`), ``seq`` growing with every
+# write so that a console polls what changed. (An ALTER: run once, on a new database too.)
+_JOURNAL_TABLES = """
+ALTER TABLE session_holds ADD COLUMN tenant TEXT;
+ALTER TABLE session_holds ADD COLUMN client TEXT;
+CREATE TABLE IF NOT EXISTS run_journal (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    holder TEXT NOT NULL,
+    tenant TEXT,
+    started REAL NOT NULL,
+    status TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    summary TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    UNIQUE (session_id, run_id)
+);
+CREATE INDEX IF NOT EXISTS run_journal_seq ON run_journal (seq);
+CREATE INDEX IF NOT EXISTS run_journal_session ON run_journal (session_id, started);
+"""
+
 # Result types learned from upstream MCP tools' first results (codemode.tools.upstream).
 _LEARNED_TABLES = """
 CREATE TABLE IF NOT EXISTS upstream_result_types (
@@ -241,6 +265,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     + _HOLD_TABLES
     + _RESUME_TABLES
     + _OPERATOR_TABLES
+    + _JOURNAL_TABLES
 )
 """Every table, as a new database gets it."""
 
@@ -397,6 +422,17 @@ def _migrate_12_to_13(conn: sqlite3.Connection) -> None:
             conn.execute("UPDATE session_holds SET holder = ? WHERE holder = ?", (f"{pid}t{started}", holder))
 
 
+def _migrate_13_to_14(conn: sqlite3.Connection) -> None:
+    """Every front's console reads sessions and programs from the state (`_journal`)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(session_holds)")}
+    for statement in _JOURNAL_TABLES.split(";"):
+        words = statement.split()
+        if words[:5] == ["ALTER", "TABLE", "session_holds", "ADD", "COLUMN"] and words[5] in columns:
+            continue  # (a database that has it already)
+        if words:
+            conn.execute(statement)
+
+
 def _boot_time() -> int | None:
     """The kernel's boot time (``btime`` of ``/proc/stat``, whole seconds of the wall clock)."""
     try:
@@ -423,6 +459,7 @@ _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     10: _migrate_10_to_11,
     11: _migrate_11_to_12,
     12: _migrate_12_to_13,
+    13: _migrate_13_to_14,
 }
 
 

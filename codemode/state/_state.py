@@ -10,6 +10,7 @@ from codemode.state._archive import EXPIRE_AFTER_SECONDS, Archive
 from codemode.state._audit import ApprovalLog, OperatorLog
 from codemode.state._capped import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES
 from codemode.state._database import Database
+from codemode.state._journal import RunJournal
 from codemode.state._learned import LearnedTypes
 from codemode.state._redact import Redactor
 from codemode.state._runs import RunRecords
@@ -28,6 +29,7 @@ class State:
         runs: Run records and the sessions seen.
         approvals: Approval requests and their decisions (the audit).
         operators: What people did through the console (the audit).
+        journal: Programs as every front's console shows them.
         learned: Result types learned from upstream MCP tools.
 
     Args:
@@ -60,6 +62,7 @@ class State:
         self.runs = RunRecords(self.db)
         self.approvals = ApprovalLog(self.db)
         self.operators = OperatorLog(self.db)
+        self.journal = RunJournal(self.db)
         self.learned = LearnedTypes(self.db)
 
     @property

@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 import httpx2
+import mcp.types as types
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
@@ -85,14 +86,16 @@ def _wait_for_url(process: subprocess.Popen[bytes], stderr: Path) -> str:
 
 @asynccontextmanager
 async def session(
-    url: str, *, token: str = TOKEN, terminate_on_close: bool = True
+    url: str, *, token: str = TOKEN, terminate_on_close: bool = True, client_name: str | None = None
 ) -> AsyncIterator[ClientSession]:
-    """An initialized SDK client session over streamable HTTP (the handshake era)."""
+    """An initialized SDK client session over streamable HTTP (the handshake era); ``client_name``:
+    the ``clientInfo`` it gives (default: the SDK's)."""
+    info = None if client_name is None else types.Implementation(name=client_name, version="1.0")
     headers = {"Authorization": f"Bearer {token}"}
     async with (
         httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http,
         streamable_http_client(url, http_client=http, terminate_on_close=terminate_on_close) as (read, write),
-        ClientSession(read, write) as client,
+        ClientSession(read, write, client_info=info) as client,
     ):
         await client.initialize()
         yield client

@@ -58,3 +58,39 @@ async def test_a_tenant_sees_and_touches_only_its_own_sessions(tmp_path: Path) -
     seen = {d.get("session_id") for _, d in bob_events.events}
     assert sid not in seen and all(s is None or not s.startswith(sid) for s in seen)
     assert "alice secret output" not in str(bob_events.events)
+
+
+async def test_another_fronts_sessions_stay_their_tenants_own(tmp_path: Path) -> None:
+    # Two fronts on one state directory: what front a's tenant ran reaches front b's console
+    # through the state (the session list, the journal of programs, their live events), and
+    # only for that tenant's login.
+    tenants = tmp_path / "tenants"
+    tenants.write_text(f"alice {_ALICE}\nbob {_BOB}\n")
+    flags = ("--tenants-file", str(tenants))
+    env = {"CODEMODE_MCP_TOKEN": ""}
+    with (
+        http_server(tmp_path, *flags, name="a", env=env) as front_a,
+        http_server(tmp_path, *flags, name="b", env=env) as front_b,
+    ):
+        async with (
+            console(front_b, _ALICE) as alice_web,
+            console(front_b, _BOB) as bob_web,
+            watching(bob_web) as bob_events,
+            watching(alice_web) as alice_events,
+            session(front_a.url, token=_ALICE) as alice,
+        ):
+            await alice.call_tool("run_code", {"code": "print('alice secret output')"})
+            await alice_events.wait_for(lambda ev: any(n == "run" and d["status"] == "ok" for n, d in ev))
+            (mine,) = (await alice_web.get("/console/api/sessions")).json()  # front b lists it for alice
+            sid = mine["session_id"]
+            assert mine["here"] is False
+            (run,) = (await alice_web.get(f"/console/api/sessions/{sid}/runs")).json()
+            assert (await bob_web.get("/console/api/sessions")).json() == []
+            for path in (
+                f"/console/api/sessions/{sid}/runs",
+                f"/console/api/sessions/{sid}/runs/{run['run_id']}",
+                f"/console/api/sessions/{sid}/processes",
+            ):
+                assert (await bob_web.get(path)).status_code == 404, path
+    assert sid not in {d.get("session_id") for _, d in bob_events.events}
+    assert "alice secret output" not in str(bob_events.events)

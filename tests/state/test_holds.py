@@ -95,3 +95,17 @@ def test_a_version_12_state_db_names_processes_by_their_start_since_boot(tmp_pat
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_every_front_lists_the_sessions_held_open_with_their_tenant_and_client(tmp_path: Path) -> None:
+    conn = _connect(tmp_path)
+    try:
+        holds.hold(conn, "mcp-a", "1t1", "alice", "claude-code 2.1")
+        holds.hold(conn, "mcp-b", "2t2")
+        holds.hold(conn, "mcp-c", "2t2", "bob", None)
+        holds.end(conn, "mcp-c", "closed")
+        listed = {(h.session_id, h.holder, h.tenant, h.client) for h in holds.open_holds(conn, 10)}
+        assert listed == {("mcp-a", "1t1", "alice", "claude-code 2.1"), ("mcp-b", "2t2", None, None)}
+        assert len(holds.open_holds(conn, 1)) == 1
+    finally:
+        conn.close()

@@ -443,6 +443,7 @@
     }, () => selectSession(s.session_id)),
     h('div', { class: 'row' },
       badge(s.open ? 'open' : 'ended', s.open ? 'ok' : 'muted'),
+      s.here === false && badge('another front', 'muted'),
       h('strong', { class: 'ellipsis', text: s.client || '(unnamed client)' }),
       h('span', { class: 'spacer' }),
       ago(s.last_activity)),
@@ -469,7 +470,7 @@
     $('#session-head').replaceChildren(...(state.selected ? [
       h('h2', {}, 'Session ', h('span', { class: 'mono', text: state.selected })),
       s && h('p', { class: 'muted' },
-        `${s.client || '(unnamed client)'} · ${s.open ? 'open' : 'ended'} · started ${fmtTime(s.started)} · last activity `,
+        `${s.client || '(unnamed client)'} · ${s.open ? 'open' : 'ended'}${s.here === false ? ' on another front' : ''} · started ${fmtTime(s.started)} · last activity `,
         ago(s.last_activity), ` · sandbox ${s.sandbox} · network ${s.network}`),
     ] : [h('p', { class: 'muted', text: 'Select a session on the left.' })]));
   }

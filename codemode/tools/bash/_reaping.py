@@ -22,7 +22,7 @@ import anyio.to_thread
 
 from codemode.errors import ToolError
 from codemode.sandbox import cgroup_kill, cgroup_remove, identity_is_gone
-from codemode.state import Archive, EndReason, ProcessRecord, SessionEnd
+from codemode.state import Archive, EndReason, HeldSession, ProcessRecord, SessionEnd
 from codemode.state import process_records as _records
 from codemode.state import session_holds as _holds
 from codemode.tools.bash._foreground import (
@@ -163,12 +163,18 @@ class Reaping:
             _holds.end(conn, session_id, "server_died")
         return stopped
 
-    def hold_session(self, session_id: str) -> None:
-        """Record that this host holds ``session_id`` open, so that the session ends with it:
-        when this host dies without closing it, the next host on the state directory ends it
-        (`maintain`), stopping its ``lifecycle: session`` processes."""
+    def hold_session(self, session_id: str, tenant: str | None = None, client: str | None = None) -> None:
+        """Record that this host holds ``session_id`` open (for ``tenant`` and its ``client``),
+        so that the session ends with it: when this host dies without closing it, the next
+        host on the state directory ends it (`maintain`), stopping its ``lifecycle: session``
+        processes."""
         with self._db() as conn:
-            _holds.hold(conn, session_id, host_identity())
+            _holds.hold(conn, session_id, host_identity(), tenant, client)
+
+    def held_sessions(self, limit: int) -> list[HeldSession]:
+        """The sessions any front on the state directory holds open now, the newest ``limit``."""
+        with self._db() as conn:
+            return _holds.open_holds(conn, limit)
 
     def session_end(self, session_id: str) -> SessionEnd | None:
         """How a held session ended (None: still held, or never held)."""

@@ -176,12 +176,11 @@ CREATE TABLE IF NOT EXISTS operator_actions (
 CREATE INDEX IF NOT EXISTS operator_actions_at ON operator_actions (at);
 """
 
-# What every front's console shows: whose a held session is and its client (`_holds`), and
-# each program's summary and detail as JSON (`_journal.RunJournal`), ``seq`` growing with every
-# write so that a console polls what changed. (An ALTER: run once, on a new database too.)
+# What every front's console shows: whose a held session is and its client (columns added to
+# session_holds, `_holds`), and each program's summary and detail as JSON
+# (`_journal.RunJournal`), ``seq`` growing with every write so that a console polls what changed.
+_HOLD_LABELS = ("tenant", "client")
 _JOURNAL_TABLES = """
-ALTER TABLE session_holds ADD COLUMN tenant TEXT;
-ALTER TABLE session_holds ADD COLUMN client TEXT;
 CREATE TABLE IF NOT EXISTS run_journal (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     session_id TEXT NOT NULL,
@@ -265,6 +264,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     + _HOLD_TABLES
     + _RESUME_TABLES
     + _OPERATOR_TABLES
+    + "".join(f"ALTER TABLE session_holds ADD COLUMN {column} TEXT;" for column in _HOLD_LABELS)
     + _JOURNAL_TABLES
 )
 """Every table, as a new database gets it."""
@@ -425,11 +425,11 @@ def _migrate_12_to_13(conn: sqlite3.Connection) -> None:
 def _migrate_13_to_14(conn: sqlite3.Connection) -> None:
     """Every front's console reads sessions and programs from the state (`_journal`)."""
     columns = {row[1] for row in conn.execute("PRAGMA table_info(session_holds)")}
+    for column in _HOLD_LABELS:
+        if column not in columns:  # (a test's database may have it already)
+            conn.execute(f"ALTER TABLE session_holds ADD COLUMN {column} TEXT")
     for statement in _JOURNAL_TABLES.split(";"):
-        words = statement.split()
-        if words[:5] == ["ALTER", "TABLE", "session_holds", "ADD", "COLUMN"] and words[5] in columns:
-            continue  # (a database that has it already)
-        if words:
+        if statement.strip():
             conn.execute(statement)
 
 

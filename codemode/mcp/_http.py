@@ -613,7 +613,11 @@ def _listen(host: str, port: int) -> socket.socket:
     sock: socket.socket | None = None
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP, not the default 0: asyncio turns Nagle's algorithm off (TCP_NODELAY) only
+        # on accepted sockets whose protocol says TCP. With it on, an answer's second write
+        # waits for the client's delayed ACK: 40 ms on every request that follows another at
+        # once (bench/bench_front.py; tests/mcp/test_listen.py).
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(2048)

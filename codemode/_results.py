@@ -64,8 +64,10 @@ class HostConfig(pydantic.BaseModel):
             like a command and more (no file, no socket, no exec, no root), so a crash or an
             exploit of QuickJS costs that program only; ``thread``: in a thread of this process,
             the lowest latency, for programs you trust. ``$CODEMODE_ENGINE`` sets the default.
-        max_workers: Worker processes at once in process mode (default 4 per CPU, at least 64);
-            programs beyond wait for one.
+        max_workers: Worker processes running programs at once in process mode (default 4 per
+            CPU, at least 64); programs beyond wait for one.
+        idle_workers: Worker processes kept idle for their sessions' next programs in process
+            mode (default one per 16 MiB of memory, at most 1,024; 0: a new one each program).
         sandbox: Sandbox mode for commands and file tools.
         network: Whether confined commands may open TCP connections.
         network_allow: With ``network``, the domains confined commands may reach (``pypi.org``;
@@ -123,6 +125,7 @@ class HostConfig(pydantic.BaseModel):
     encoding: str = "o200k_base"
     engine: Literal["process", "thread"] = pydantic.Field(default_factory=default_engine)
     max_workers: int | None = pydantic.Field(None, ge=1)
+    idle_workers: int | None = pydantic.Field(None, ge=0)
     sandbox: SandboxMode = SandboxMode.WORKSPACE_WRITE
     network: bool = True
     network_allow: tuple[str, ...] | None = None

@@ -4,8 +4,11 @@ A program runs in a worker process (`codemode.engine.worker`) that holds nothing
 command and more (no file, no socket, no exec, no new thread, no root). A crash or an exploit of
 QuickJS costs that one program. A worker serves one session only (a worker a program of another
 session compromised could read the next program's source and results), runs one program at a
-time, and goes back to its session's idle list after; the pool holds at most ``max_workers``
-and programs beyond wait for one.
+time, and goes back to its session's idle list after. At most ``max_workers`` run programs at
+once (programs beyond wait for one); at most ``idle_workers`` wait idle for their sessions'
+next programs, the least recently used retired first. Idle workers are what make a session's
+next program cheap: a new one costs ~8 ms of CPU (the zygote's fork, the confinement, a
+cgroup, a host thread), an idle one ~0.3 ms (bench/bench_front.py, 1,000 sessions).
 
 Everything a worker sends is untrusted: frames are checked (`_wire`), its answers are parsed
 into plain values, and a worker that breaks the protocol is killed. The host never blocks on a
@@ -454,22 +457,24 @@ class _Waiter:
 
 
 class ProcessPool:
-    """Worker processes for one engine: per session, at most ``max_workers`` in all.
+    """Worker processes for one engine, each serving one session.
 
     Args:
-        max_workers: Workers at once; a program beyond waits for one to come free.
+        max_workers: Workers running programs at once; a program beyond waits for one.
         address_space_bytes: Each worker's RLIMIT_AS.
+        idle_workers: Workers kept idle for their sessions' next programs, at most.
     """
 
-    def __init__(self, max_workers: int, address_space_bytes: int) -> None:
+    def __init__(self, max_workers: int, address_space_bytes: int, idle_workers: int) -> None:
         self.max_workers = max_workers
+        self.idle_workers = idle_workers
         self._limits: _wire.WorkerLimits = {
             "address_space_bytes": address_space_bytes,
             "cpu_seconds": _WORKER_CPU_SECONDS,
         }
         self._idle: collections.OrderedDict[int, WorkerProcess] = collections.OrderedDict()  # LRU first
         self._busy: dict[int, WorkerProcess] = {}
-        self._count = 0
+        self._running = 0  # programs holding a worker, or having one started for them
         self._waiters: collections.deque[_Waiter] = collections.deque()
         self._closed = False
 
@@ -482,25 +487,21 @@ class ProcessPool:
         """
         ahead = False  # woken to try again: it goes before those still waiting
         while True:
-            idle = self._idle_of(session_id)
-            if idle is not None:
-                self._busy[idle.pid] = idle
-                return idle
             first = ahead or not self._waiters
-            if self._count < self.max_workers and first:
-                self._count += 1
+            if self._running < self.max_workers and first:
+                self._running += 1
+                idle = self._idle_of(session_id)
+                if idle is not None:
+                    self._busy[idle.pid] = idle
+                    return idle
                 try:
                     started = await self._start(session_id)
                 except BaseException:
-                    self._count -= 1
+                    self._running -= 1
                     self._wake_one()
                     raise
                 self._busy[started.pid] = started
                 return started
-            if self._idle and first:  # full: the least recently used idle worker goes
-                _, victim = self._idle.popitem(last=False)
-                self._retire(victim)
-                continue
             waiter = _Waiter(session_id)
             self._waiters.append(waiter)
             try:
@@ -508,6 +509,8 @@ class ProcessPool:
             except BaseException:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
+                elif waiter.worker is None:  # woken to try again: the next waiter tries instead
+                    self._wake_one()
                 elif waiter.worker is not None:  # handed one as it was cancelled: give it back
                     self.release(waiter.worker, ran=False)
                 raise
@@ -524,7 +527,7 @@ class ProcessPool:
                 del self._idle[pid]
                 if not worker.dead and not worker.closed():
                     return worker
-                self._retire(worker)
+                worker.close()
                 return self._idle_of(session_id)
         return None
 
@@ -567,34 +570,32 @@ class ProcessPool:
 
     def release(self, worker: WorkerProcess, *, ran: bool = True) -> None:
         """A program ended: its worker goes to the next program of its session that waits, or
-        idle for its session; it is replaced when it died, misbehaved or ran its share of
-        programs, and retired when only programs of other sessions wait (they get a new one)."""
+        idle for its session (the least recently used idle worker retired when there are more
+        than ``idle_workers``); it is replaced when it died, misbehaved or ran its share of
+        programs. A program of another session that waits is woken: there is room to run."""
         self._busy.pop(worker.pid, None)
         worker.handler = None
         worker.runs += int(ran)
         if worker.dead or self._closed or worker.runs >= _MAX_RUNS:
-            self._retire(worker)
-            return
-        for waiter in self._waiters:
-            if waiter.session_id == worker.session_id:
-                self._waiters.remove(waiter)
-                waiter.worker = worker
-                waiter.event.set()
-                return
-        if self._waiters:
-            self._retire(worker)  # makes room: the oldest waiter starts a worker of its session
-            return
-        self._idle[worker.pid] = worker
+            worker.close()
+        else:
+            for waiter in self._waiters:
+                if waiter.session_id == worker.session_id:
+                    self._waiters.remove(waiter)
+                    waiter.worker = worker  # (its running slot passes on with the worker)
+                    waiter.event.set()
+                    return
+            self._idle[worker.pid] = worker
+            while len(self._idle) > self.idle_workers:
+                _, oldest = self._idle.popitem(last=False)
+                oldest.close()
+        self._running -= 1
+        self._wake_one()
 
     def kill(self, worker: WorkerProcess) -> None:
         """Kill a worker now (it stopped answering, or broke the protocol)."""
         worker.dead = True
         _kill_worker(worker.pid)
-
-    def _retire(self, worker: WorkerProcess) -> None:
-        self._count -= 1
-        worker.close()
-        self._wake_one()
 
     def _wake_one(self) -> None:
         """Room was made: the oldest waiting program tries again."""
@@ -606,14 +607,14 @@ class ProcessPool:
         for pid, worker in list(self._idle.items()):
             if worker.session_id == session_id:
                 del self._idle[pid]
-                self._retire(worker)
+                worker.close()
 
     def close(self) -> None:
         """End every idle worker; busy ones end when their programs do."""
         self._closed = True
         while self._idle:
             _, worker = self._idle.popitem()
-            self._retire(worker)
+            worker.close()
 
     @property
     def waiting(self) -> int:

@@ -85,6 +85,7 @@ class Runner:
             ),
             mode=config.engine,
             max_workers=config.max_workers,
+            idle_workers=config.idle_workers,
         )
         self.registry = registry
         self.counter = counter

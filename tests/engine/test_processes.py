@@ -15,7 +15,7 @@ import pytest
 from codemode import Host, Progress, RunResult
 from codemode.engine import _processes, _remote
 from codemode.sandbox import cgroup_remove, cgroup_root, pids_limit_path
-from tests.host_support import MakeHost
+from tests.host_support import MakeHost, alive
 
 pytestmark = pytest.mark.anyio
 
@@ -140,6 +140,32 @@ async def test_a_worker_serves_one_session(make_host: MakeHost) -> None:
         assert sorted(_workers(host)) != [first] and first in _workers(host)
         await host.close_session("a")
         assert first not in _workers(host)
+
+
+async def test_idle_workers_outlive_other_sessions_programs_up_to_their_bound(make_host: MakeHost) -> None:
+    # One program at a time, two idle workers kept: a third session's program retires the
+    # least recently used idle worker, not the others, and running slots never cost an idle one.
+    async with make_host(engine="process", max_workers=1, idle_workers=2) as (host, _probe):
+        assert (await host.run_code("print(1)", session_id="a")).ok
+        (a,) = _workers(host)
+        assert (await host.run_code("print(1)", session_id="b")).ok
+        (b,) = set(_workers(host)) - {a}
+        assert (await host.run_code("print(1)", session_id="a")).ok  # a's again: its own worker
+        assert sorted(_workers(host)) == sorted([a, b])
+        assert (await host.run_code("print(1)", session_id="c")).ok
+        (c,) = set(_workers(host)) - {a, b}
+        assert sorted(_workers(host)) == sorted([a, c])  # b's was the least recently used
+        with anyio.fail_after(30):
+            while alive(b):
+                await anyio.sleep(0.02)
+
+
+async def test_no_idle_workers_means_a_new_worker_for_every_program(make_host: MakeHost) -> None:
+    async with make_host(engine="process", idle_workers=0) as (host, _probe):
+        first = await host.run_code("print(1)", session_id="a")
+        assert first.ok and _workers(host) == []
+        assert (await host.run_code("print(1)", session_id="a")).ok
+        assert _workers(host) == []
 
 
 async def test_programs_beyond_the_pool_wait_for_a_worker(make_host: MakeHost) -> None:

@@ -147,11 +147,12 @@ class Child:
 
 
 @contextlib.contextmanager
-def server(directory: Path, console: str) -> Iterator[Child]:
-    """Start the server child; stop it and whatever it left running after, whatever happened."""
+def server(directory: Path, console: str, module: str = "bench.bench_console") -> Iterator[Child]:
+    """Start the server child (``module`` with ``--serve DIRECTORY console``); stop it and
+    whatever it left running after, whatever happened."""
     shared = ROOT.parent / "shared" / "tiktoken-cache"  # (as run_all.py: the tokenizer offline)
     env = {**({"TIKTOKEN_CACHE_DIR": str(shared)} if shared.is_dir() else {}), **os.environ}
-    command = [sys.executable, "-m", "bench.bench_console", "--serve", str(directory), console]
+    command = [sys.executable, "-m", module, "--serve", str(directory), console]
     command += sys.argv[1:]  # (--profile)
     with (directory / "server.stderr").open("wb") as sink:
         popen = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stderr=sink)

@@ -16,6 +16,7 @@ import gc
 import ipaddress
 import json
 import math
+import resource
 import signal
 import socket
 import sys
@@ -62,6 +63,7 @@ __all__ = [
 DEFAULT_PORT = 8765
 ENDPOINT = "/mcp"
 HEALTH_ENDPOINT = "/healthz"
+_OPEN_FILES = 65_536
 _HEALTH_SECONDS = 2.0
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 _REFUSAL_LOG_SECONDS = 10.0  # at most one line per this long about refused requests
@@ -508,6 +510,7 @@ async def serve_http(
         UserError: The address cannot be bound.
     """
     sock = _listen(options.host, options.port)
+    _raise_open_files_limit()
     bound = f"[{options.host}]" if ":" in options.host else options.host
     url = f"http://{bound}:{sock.getsockname()[1]}{ENDPOINT}"
     sessions: ConnectionSessions | None = None
@@ -607,6 +610,17 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return host == "localhost"
+
+
+def _raise_open_files_limit() -> None:
+    """Open files up to the hard limit (at most `_OPEN_FILES`): each connection holds one, each
+    engine worker kept for a session two; the usual soft limit of 1,024 ends a front of 1,000
+    sessions in EMFILE. (Engine workers set their own limit of 16.)"""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = _OPEN_FILES if hard == resource.RLIM_INFINITY else min(hard, _OPEN_FILES)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 def _listen(host: str, port: int) -> socket.socket:

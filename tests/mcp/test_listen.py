@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
 
 import anyio
 import pytest
@@ -37,3 +39,21 @@ async def test_accepted_connections_send_at_once_without_waiting_for_an_ack() ->
         server.close()
         await server.wait_closed()
     assert nodelay == [1]
+
+
+def test_the_front_raises_its_open_files_limit_to_the_hard_limit() -> None:
+    # Each connection holds a file, each engine worker kept for a session two: a soft limit of
+    # 1,024 would end a front of 1,000 sessions in EMFILE.
+    probe = (
+        "import resource\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
+        "from codemode.mcp._http import _raise_open_files_limit, _OPEN_FILES\n"
+        "_raise_open_files_limit()\n"
+        "now, _ = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "print(now == (min(hard, _OPEN_FILES) if hard != resource.RLIM_INFINITY else _OPEN_FILES) or now)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "True", done.stdout + done.stderr

@@ -24,10 +24,15 @@ __all__ = ["HeldSessions", "Sessions"]
 log = logging.getLogger("codemode.sessions")
 
 
-async def _remove_tmp(session_id: str, temp: Path) -> None:
+# How long the temp dir of a session none of whose commands runs is tried again while its mount
+# is in use: the process of a command that just ended (its supervisor) may still be leaving it.
+_BUSY_SECONDS = 2.0
+
+
+async def _remove_tmp(session_id: str, temp: Path, busy_seconds: float) -> None:
     """Remove a session's temp dir and inbox off the event loop; a failure is logged."""
     try:
-        await anyio.to_thread.run_sync(remove_session_tmp, temp)
+        await anyio.to_thread.run_sync(remove_session_tmp, temp, busy_seconds)
     except Exception:
         log.exception("could not remove the temp dir of session %s (%s)", session_id, temp)
 
@@ -104,15 +109,16 @@ class Sessions:
         running background processes, which keep using it. Each in a worker thread (its
         commands wrote it: it may hold millions of names), each failure logged, never
         stopping the others."""
-        processes = self._processes()
         for session, path in list(self.temp_dirs.items()):
-            running = (
-                [p for p in processes.list_processes(session, watchers=True) if p["state"] == "running"]
-                if processes is not None
-                else []
-            )
-            if not running:
-                await _remove_tmp(session, path)
+            if not self._running(session):
+                await _remove_tmp(session, path, _BUSY_SECONDS)
+
+    def _running(self, session_id: str) -> bool:
+        """Whether a process of the session still runs (and may use its temp dir)."""
+        processes = self._processes()
+        return processes is not None and any(
+            p["state"] == "running" for p in processes.list_processes(session_id, watchers=True)
+        )
 
     async def drop(self, session_id: str, file_trash: Callable[[], object] | None) -> None:
         """Remove the session's temp dir (its end), after ``file_trash`` (run in a worker
@@ -126,7 +132,7 @@ class Sessions:
                     await anyio.to_thread.run_sync(file_trash)  # before the inbox goes with the temp dir
                 except Exception:
                     log.exception("filing the trash inbox of session %s failed", session_id)
-            await _remove_tmp(session_id, temp)
+            await _remove_tmp(session_id, temp, 0.0 if self._running(session_id) else _BUSY_SECONDS)
 
     def exists(self, session_id: str) -> bool:
         """`Host.session_exists`: a background process of the session, or anything of it in

@@ -29,6 +29,7 @@ import logging
 import os
 import stat
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -174,14 +175,20 @@ def _mount(path: str, size_bytes: int) -> bool:
     return False
 
 
-def _unmount(path: str) -> bool:
-    """Unmount the tmpfs on ``path`` (not lazily: a mount still in use stays). True if gone."""
-    if _libc().umount2(path.encode(), _UMOUNT_NOFOLLOW) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code != errno.EINVAL:  # EINVAL: nothing mounted there any more
-        log.warning("cannot unmount the session temp dir %s: %s", path, os.strerror(code))
-        return False
+def _unmount(path: str, busy_seconds: float = 0.0) -> bool:
+    """Unmount the tmpfs on ``path`` (not lazily: a mount still in use stays; tried again for
+    ``busy_seconds`` while it is). True if gone."""
+    deadline = time.monotonic() + busy_seconds
+    pause = 0.01
+    while _libc().umount2(path.encode(), _UMOUNT_NOFOLLOW) != 0:
+        code = ctypes.get_errno()
+        if code == errno.EINVAL:  # nothing mounted there any more
+            return True
+        if code != errno.EBUSY or time.monotonic() + pause > deadline:
+            log.warning("cannot unmount the session temp dir %s: %s", path, os.strerror(code))
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
     return True
 
 
@@ -222,12 +229,14 @@ def make_session_tmp(parent: Path, size_bytes: int, workspace: Path | None = Non
     return Path(temp)
 
 
-def remove_session_tmp(path: Path) -> None:
+def remove_session_tmp(path: Path, busy_seconds: float = 0.0) -> None:
     """Unmount (when a tmpfs) and remove a session temp dir and its inbox (file the inbox
     first). A mount still in use (a command of the session still runs) is left in place, and
-    so are both dirs."""
+    so are both dirs. ``busy_seconds``: how long a mount in use is tried again (blocking) when
+    no command of the session runs any more (a process of an ended command, a supervisor, may
+    still be leaving it)."""
     name = os.path.realpath(path)
-    if name in tmp_mounts(os.path.dirname(name)) and not _unmount(name):
+    if name in tmp_mounts(os.path.dirname(name)) and not _unmount(name, busy_seconds):
         return
     # Both are command-writable: removed by a loop over directory fds (no link followed, no
     # recursion however deep the tree); blocking, so callers on the event loop run this in a

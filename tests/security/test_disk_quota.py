@@ -115,6 +115,30 @@ async def test_each_session_has_its_own_quota_and_closing_it_unmounts(
         assert str(one) not in tmp_mounts(one.parent) and not one.exists()
 
 
+def test_a_session_tmpfs_a_leaving_process_still_holds_is_unmounted_once_it_has_left(mounting: Path) -> None:
+    # A command's process that is still leaving (here: its cwd in the temp dir until it reads
+    # a line) keeps the mount busy when its session ends; the host tries again for a while
+    # instead of leaving the mount behind for good.
+    temp = make_session_tmp(mounting / "tmp", 1 << 20)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.readline()"],
+        cwd=temp,
+        stdin=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdin is not None
+        remove_session_tmp(temp)  # no patience: in use, left in place
+        assert str(temp) in tmp_mounts(temp.parent)
+        holder.stdin.write(b"go\n")  # it leaves while the host tries again
+        holder.stdin.flush()
+        remove_session_tmp(temp, busy_seconds=60.0)
+        assert str(temp) not in tmp_mounts(temp.parent) and not temp.exists()
+    finally:
+        holder.kill()
+        holder.communicate()  # (and closes its stdin)
+        remove_session_tmp(temp)
+
+
 _LEAVE_A_MOUNT = """
 import sys
 from pathlib import Path

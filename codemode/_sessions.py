@@ -72,6 +72,7 @@ class Sessions:
         self._processes = processes
         self._notify_in_results = notify_in_results
         self.temp_dirs: dict[str, Path] = {}
+        self._making_temp = anyio.Lock()
         self._serialize_writers = serialize_writers
         self._writers: dict[str, WriterTurn] = {}
 
@@ -83,17 +84,26 @@ class Sessions:
         """
         return self._default if session_id is None else check_id(session_id, "session_id")
 
-    def context(self, session_id: str, call_id: str | None) -> ToolContext:
+    async def context(self, session_id: str, call_id: str | None) -> ToolContext:
         """A call's context: the session's temp dir (made now if it has none), the policy in
         force with it, the archive, the session's store, its writers' turn."""
         state = self._state()
         temp = self.temp_dirs.get(session_id)
         if temp is None:
-            # Inside the state directory, so other sessions' commands cannot read it (the sandbox
-            # keeps the whole state directory out of reach but for a session's own temp dir).
-            # A tmpfs of tmp_quota_mb where the host can mount, else a counted plain directory.
-            temp = make_session_tmp(state.archive.state_dir / "tmp", self._tmp_quota_bytes, self._workspace)
-            self.temp_dirs[session_id] = temp
+            async with self._making_temp:  # (one at a time: two first calls make one dir)
+                temp = self.temp_dirs.get(session_id)
+                if temp is None:
+                    # Inside the state directory, so other sessions' commands cannot read it (the
+                    # sandbox keeps the whole state directory out of reach but for a session's own
+                    # temp dir). A tmpfs of tmp_quota_mb where the host can mount, else a counted
+                    # plain directory. Off the event loop: a mount is a millisecond or more.
+                    temp = await anyio.to_thread.run_sync(
+                        make_session_tmp,
+                        state.archive.state_dir / "tmp",
+                        self._tmp_quota_bytes,
+                        self._workspace,
+                    )
+                    self.temp_dirs[session_id] = temp
         return ToolContext(
             session_id=session_id,
             workspace=self._workspace,

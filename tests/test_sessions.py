@@ -3,6 +3,7 @@ refs belong to their session. Real hosts, a real `codemode` subprocess, a real M
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -194,3 +195,27 @@ async def test_a_run_without_a_call_id_keeps_no_record_but_the_session_is_known(
             assert conn.execute("SELECT COUNT(*) FROM run_records").fetchone()[0] == 0
         finally:
             conn.close()
+
+
+async def test_a_sessions_temp_dir_is_made_once_off_the_event_loop(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Making it mounts a tmpfs (a millisecond or more): never on the loop's thread, and two
+    # first calls of one session at once make one dir, not two.
+    import threading
+
+    from codemode import _sessions
+    from codemode.sandbox import make_session_tmp as real
+
+    made_on: list[int] = []
+
+    def recording(*args: Any) -> Path:
+        made_on.append(threading.get_ident())
+        return real(*args)
+
+    monkeypatch.setattr(_sessions, "make_session_tmp", recording)
+    loop_thread = threading.get_ident()
+    async with anyio.create_task_group() as tg:
+        for _ in range(4):
+            tg.start_soon(functools.partial(host.call_tool, "bash", {"command": "true"}, session_id="fresh"))
+    assert len(made_on) == 1 and made_on[0] != loop_thread

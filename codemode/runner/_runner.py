@@ -278,7 +278,7 @@ class Runner:
             )
         # Calls of the program wait for their answers up to its deadline (see ProgramScope).
         scope = ProgramScope(deadline=time.monotonic() + timeout)
-        context = replace(self.sessions.context(session, call), program=scope)
+        context = replace(await self.sessions.context(session, call), program=scope)
         view = RunView()
 
         def sample(elapsed: float) -> Progress:
@@ -396,7 +396,7 @@ class Runner:
             check_id(call_id, "call_id")
         # A call that reports progress needs an id its commands are counted under.
         call = call_id if call_id is not None or on_progress is None else f"call_{uuid.uuid4().hex}"
-        context = self.sessions.context(session, call)
+        context = await self.sessions.context(session, call)
         await self._connect()
 
         def sample(elapsed: float) -> Progress:

@@ -75,13 +75,18 @@ class Window:
     samples: list[float] = field(default_factory=list)  # how late each wake-up was
     gc_max: float = 0.0  # the longest garbage collection (its pause stops the loop too)
     gc_started: float = 0.0
+    gc_full: int = 0  # full (generation 2) collections in the window
+    gc_seconds: float = 0.0  # all collections' time in the window
     profiler: cProfile.Profile | None = None
 
     def time_gc(self, phase: str, info: dict[str, int]) -> None:  # (a `gc.callbacks` entry)
         if phase == "start":
             self.gc_started = time.perf_counter()
         elif self.on:
-            self.gc_max = max(self.gc_max, time.perf_counter() - self.gc_started)
+            took = time.perf_counter() - self.gc_started
+            self.gc_max = max(self.gc_max, took)
+            self.gc_seconds += took
+            self.gc_full += info["generation"] == 2
 
 
 async def _monitor(window: Window) -> None:
@@ -98,6 +103,7 @@ async def _control(window: Window, directory: Path) -> None:
         async for signum in received:
             if signum == signal.SIGUSR1:
                 window.samples, window.gc_max, window.on = [], 0.0, True
+                window.gc_full, window.gc_seconds = 0, 0.0
                 if PROFILE:
                     window.profiler = cProfile.Profile()
                     window.profiler.enable()
@@ -108,7 +114,14 @@ async def _control(window: Window, directory: Path) -> None:
                 window.profiler.dump_stats(directory / "profile.pstats")
             late = window.samples or [0.0, 0.0]
             p50, p99 = statistics.median(late), statistics.quantiles(late, n=100)[98]
-            stall = {"p50": p50, "p99": p99, "max": max(late), "gc": window.gc_max}
+            stall = {
+                "p50": p50,
+                "p99": p99,
+                "max": max(late),
+                "gc": window.gc_max,
+                "gc_full": window.gc_full,
+                "gc_seconds": window.gc_seconds,
+            }
             write_at_once(directory / "stall.json", json.dumps(stall))
 
 

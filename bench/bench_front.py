@@ -172,6 +172,8 @@ class Figures:
     p99: float = 0.0
     max: float = 0.0
     gc: float = 0.0
+    gc_full: int = 0  # full collections in the window
+    gc_seconds: float = 0.0  # time in collections
     server_cpu: float = 0.0  # its process tree's
     host_cpu: float = 0.0  # its own process's (the front and host, without engine workers)
     client_cpu: float = 0.0
@@ -321,6 +323,7 @@ async def window(
             await anyio.sleep(0.05)
     found = json.loads(stall.read_text())
     figures.p50, figures.p99, figures.max, figures.gc = found["p50"], found["p99"], found["max"], found["gc"]
+    figures.gc_full, figures.gc_seconds = found["gc_full"], found["gc_seconds"]
 
 
 def median(runs: list[Figures], value: Any) -> float:
@@ -360,7 +363,8 @@ async def main() -> int:
                 f"p99 {ms(median(runs, lambda f: f.latency(99)))}, max {ms(median(runs, lambda f: f.latency(100)))}\n"
                 f"                 loop stall p50 {ms(median(runs, lambda f: f.p50))}, "
                 f"p99 {ms(median(runs, lambda f: f.p99))}, max {ms(median(runs, lambda f: f.max))} "
-                f"(rounds: {', '.join(ms(f.max) for f in runs)}); longest GC {ms(median(runs, lambda f: f.gc))}\n"
+                f"(rounds: {', '.join(ms(f.max) for f in runs)}); longest GC {ms(median(runs, lambda f: f.gc))} "
+                f"({median(runs, lambda f: f.gc_full):.0f} full, {median(runs, lambda f: f.gc_seconds):.2f} s in all)\n"
                 f"                 CPU s: server {median(runs, lambda f: f.server_cpu):.2f} "
                 f"({per_call * 1e3:.2f} ms per call; its main process "
                 f"{median(runs, lambda f: f.host_cpu / max(1, f.calls)) * 1e3:.2f} ms), load generator {median(runs, lambda f: f.client_cpu):.2f}"

@@ -1,0 +1,46 @@
+"""The HTTP front's garbage collections: what lived a while is frozen out of the collector's
+sight (full collections stay short), and what was frozen and died in a cycle is still freed.
+
+In a child process: the collector's state is the whole process's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+_PROBE = """
+import gc, weakref, anyio
+from codemode.mcp import _http
+
+_http._FREEZE_SECONDS = 0.05
+_http._COLLECT_ALL_SECONDS = 0.5
+
+class Node:
+    pass
+
+async def main():
+    node = Node()
+    node.self = node  # a cycle: only a collection frees it
+    gone = weakref.ref(node)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_http._short_collections)
+        with anyio.fail_after(30):
+            while gc.get_freeze_count() == 0:
+                await anyio.sleep(0.01)
+            print("frozen", gc.get_freeze_count() > 0)
+            del node  # dies while frozen: a young or full collection cannot see it
+            gc.collect()
+            print("kept while frozen", gone() is not None)
+            while gone() is not None:
+                await anyio.sleep(0.05)  # the collection of everything frees it
+            print("freed", True)
+        tg.cancel_scope.cancel()
+
+anyio.run(main)
+"""
+
+
+def test_what_lives_is_frozen_and_what_died_frozen_in_a_cycle_is_still_freed() -> None:
+    done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["frozen True", "kept while frozen True", "freed True"], done.stdout

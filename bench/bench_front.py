@@ -36,6 +36,7 @@ import contextlib
 import functools
 import gc
 import json
+import math
 import os
 import pstats
 import shutil
@@ -85,7 +86,8 @@ CHURN_RATE = 10.0 if SMOKE else 50.0  # sessions opened and closed a second in t
 # The smoke's gate: a regression of the kind that multiplies the front's cost (every call paying a
 # new engine worker was 6.4x) fails CI; the targets are for the full run, not this one.
 SMOKE_CPU_RATIO = 5.0
-# codemode in its default engine mode (process), codemode in thread mode, the SDK's server
+# codemode in its default engine mode (process), codemode in thread mode, the SDK's server;
+# also "unfrozen": codemode without its collector policy (`--modes codemode,unfrozen`)
 MODES = (
     tuple(sys.argv[sys.argv.index("--modes") + 1].split(","))
     if "--modes" in sys.argv
@@ -107,8 +109,12 @@ async def serve(directory: Path, mode: str) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(_monitor, window)
         tg.start_soon(_control, window, directory)
+        if mode == "unfrozen":  # (the collector policy off: only the start-up heap frozen)
+            from codemode.mcp import _http
+
+            _http._FREEZE_SECONDS = math.inf
         if mode != "sdk":
-            await _serve_codemode(directory, announce, engine="process" if mode == "codemode" else "thread")
+            await _serve_codemode(directory, announce, engine="thread" if mode == "thread" else "process")
         else:
             await _serve_sdk(announce)
         tg.cancel_scope.cancel()

@@ -1,7 +1,8 @@
 """The HTTP front at scale: many MCP sessions on one ``codemode mcp --http`` process, beside the
 MCP SDK's own streamable-HTTP server answering a no-op tool, measured in the same run.
 
-    python -m bench.bench_front [--quick | --smoke] [--sessions N] [--modes codemode,thread,sdk] [--profile]
+    python -m bench.bench_front [--quick | --smoke] [--sessions N] [--modes codemode,thread,sdk]
+        [--console off] [--profile]
 
 Each run starts a server in a child process (this file with ``--serve``: the server and, on its
 event loop, a task that sleeps 5 ms in a loop and records how late it wakes; garbage collections
@@ -73,6 +74,8 @@ from bench.bench_console import (
 SMOKE = "--smoke" in sys.argv  # CI's short mode: few sessions calling often, codemode and the SDK
 QUICK = "--quick" in sys.argv or SMOKE
 PROFILE = "--profile" in sys.argv
+# codemode's console (on by default, as `codemode mcp --http` serves it): --console off
+CONSOLE = sys.argv[sys.argv.index("--console") + 1] if "--console" in sys.argv else "on"
 SESSIONS = (
     int(sys.argv[sys.argv.index("--sessions") + 1])
     if "--sessions" in sys.argv
@@ -121,8 +124,10 @@ async def serve(directory: Path, mode: str) -> None:
 
 
 async def _serve_codemode(directory: Path, announce: Any, engine: str) -> None:
-    """As ``codemode mcp --http`` serves (the console on), programs run in ``engine``."""
+    """As ``codemode mcp --http`` serves (the console on unless ``--console off``), programs
+    run in ``engine``."""
     from codemode import Host
+    from codemode.console import ConsoleMode
     from codemode.mcp import HttpOptions, serve_http
 
     (directory / "ws").mkdir(exist_ok=True)
@@ -137,7 +142,8 @@ async def _serve_codemode(directory: Path, announce: Any, engine: str) -> None:
             {"max_workers": int(os.environ["BENCH_MAX_WORKERS"])} if "BENCH_MAX_WORKERS" in os.environ else {}
         ),
     )
-    await serve_http(host, HttpOptions(token=TOKEN, port=0), announce=announce)
+    options = HttpOptions(token=TOKEN, port=0, console=ConsoleMode(CONSOLE))
+    await serve_http(host, options, announce=announce)
 
 
 async def _serve_sdk(announce: Any) -> None:

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,15 +229,56 @@ def call(name: str, args: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": args}}
 
 
-async def open_session(http: httpx2.AsyncClient, url: str, sessions: list[dict[str, str]]) -> None:
-    """Initialize and initialized, by hand; add the headers of the session's requests to ``sessions``."""
+async def open_session(http: httpx2.AsyncClient, url: str) -> dict[str, str]:
+    """Initialize and initialized, by hand; the headers of the session's requests."""
     auth = {**ACCEPT, "Authorization": f"Bearer {TOKEN}"}
     initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": CLIENT}
     opened = await http.post(url, headers=auth, json=initialize)
     opened.raise_for_status()
     headers = {**auth, "Mcp-Session-Id": opened.headers["mcp-session-id"], "MCP-Protocol-Version": PROTOCOL}
-    await http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
-    sessions.append(headers)
+    ready = await http.post(
+        url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"}
+    )
+    ready.raise_for_status()
+    return headers
+
+
+def own_cpu(process: psutil.Process) -> float:
+    """User and system seconds of ``process`` (not of its children)."""
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+def start_callers(
+    tg: TaskGroup,
+    sessions: list[dict[str, str]],
+    start: float,
+    deadline: float,
+    period: float,
+    call_once: Callable[[dict[str, str]], Awaitable[None]],
+) -> None:
+    """In ``tg``: every session's ``call_once`` every ``period`` until ``deadline``, the
+    sessions' calls spread evenly over the period."""
+
+    async def caller(i: int, headers: dict[str, str]) -> None:
+        at = start + i * period / len(sessions)
+        while at < deadline:
+            await anyio.sleep(max(0.0, at - time.perf_counter()))
+            await call_once(headers)
+            at += period
+
+    for i, headers in enumerate(sessions):
+        tg.start_soon(caller, i, headers)
+
+
+async def read_stall(directory: Path) -> dict[str, Any]:
+    """The server's figures of the window it closed on SIGUSR2 (its `_control` writes them)."""
+    result = directory / "stall.json"
+    with anyio.fail_after(30):
+        while not result.exists():
+            await anyio.sleep(0.05)
+    found: dict[str, Any] = json.loads(result.read_text())
+    return found
 
 
 async def read_stream(http: httpx2.AsyncClient, path: str, params: dict[str, str], figures: Figures) -> None:
@@ -291,10 +332,14 @@ async def run_once(mode: str) -> Figures:
         limits = httpx2.Limits(max_connections=SESSIONS + TERMINALS + 64, max_keepalive_connections=SESSIONS)
         async with httpx2.AsyncClient(timeout=httpx2.Timeout(60), limits=limits) as http:
             sessions: list[dict[str, str]] = []
+
+            async def opener() -> None:
+                sessions.append(await open_session(http, child.url))
+
             for _ in range(0, SESSIONS, 20):  # 20 at a time
                 async with anyio.create_task_group() as tg:
                     for _ in range(20):
-                        tg.start_soon(open_session, http, child.url, sessions)
+                        tg.start_soon(opener)
             terminals: list[Terminal] = []
             try:
                 await start_terminals(http, child, sessions, terminals)
@@ -325,41 +370,28 @@ async def measure(
 ) -> None:
     """The window: every session calls run_code every `CALL_PERIOD`, the calls spread over it."""
     me = psutil.Process()
-
-    def cpu(process: psutil.Process) -> float:
-        return float(sum(process.cpu_times()[:2]))  # user + system
-
-    server_cpu, client_cpu = cpu(child.process), cpu(me)
+    server_cpu, client_cpu = own_cpu(child.process), own_cpu(me)
+    (child.directory / "stall.json").unlink(missing_ok=True)
     child.process.send_signal(signal.SIGUSR1)
     start = time.perf_counter()
-    deadline = start + WINDOW_SECONDS
 
-    async def caller(i: int, headers: dict[str, str]) -> None:
-        at = start + i * CALL_PERIOD / len(sessions)
-        while at < deadline:
-            await anyio.sleep(max(0.0, at - time.perf_counter()))
-            began = time.perf_counter()
-            figures.calls += 1
-            try:
-                request = call("run_code", {"code": "print(1)"})
-                answer = answer_of(await http.post(child.url, headers=headers, json=request))
-                ok = answer["result"]["structuredContent"]["text"] == "1\n"
-            except (httpx2.HTTPError, KeyError, ValueError):
-                ok = False
-            figures.failed += not ok
-            figures.latencies.append(time.perf_counter() - began)
-            at += CALL_PERIOD
+    async def call_once(headers: dict[str, str]) -> None:
+        began = time.perf_counter()
+        figures.calls += 1
+        try:
+            request = call("run_code", {"code": "print(1)"})
+            answer = answer_of(await http.post(child.url, headers=headers, json=request))
+            ok = answer["result"]["structuredContent"]["text"] == "1\n"
+        except (httpx2.HTTPError, KeyError, ValueError):
+            ok = False
+        figures.failed += not ok
+        figures.latencies.append(time.perf_counter() - began)
 
     async with anyio.create_task_group() as tg:
-        for i, headers in enumerate(sessions):
-            tg.start_soon(caller, i, headers)
+        start_callers(tg, sessions, start, start + WINDOW_SECONDS, CALL_PERIOD, call_once)
     child.process.send_signal(signal.SIGUSR2)
-    figures.server_cpu, figures.client_cpu = cpu(child.process) - server_cpu, cpu(me) - client_cpu
-    result = child.directory / "stall.json"
-    with anyio.fail_after(30):
-        while not result.exists():
-            await anyio.sleep(0.05)
-    stall = json.loads(result.read_text())
+    figures.server_cpu, figures.client_cpu = own_cpu(child.process) - server_cpu, own_cpu(me) - client_cpu
+    stall = await read_stall(child.directory)
     figures.p50, figures.p99, figures.max, figures.gc = stall["p50"], stall["p99"], stall["max"], stall["gc"]
 
 

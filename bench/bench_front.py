@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import json
 import math
 import os
 import pstats
@@ -56,9 +55,6 @@ import httpx2
 import psutil
 
 from bench.bench_console import (
-    ACCEPT,
-    CLIENT,
-    PROTOCOL,
     TOKEN,
     Window,
     _control,
@@ -67,7 +63,11 @@ from bench.bench_console import (
     call,
     load,
     ms,
+    open_session,
+    own_cpu,
+    read_stall,
     server,
+    start_callers,
     write_at_once,
 )
 
@@ -201,11 +201,6 @@ class Figures:
             self.errors.append(what)
 
 
-def own_cpu(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return float(times.user + times.system)
-
-
 def tree_cpu(process: psutil.Process) -> float:
     """User and system seconds of ``process`` and its descendants, reaped children included."""
     total = 0.0
@@ -214,20 +209,6 @@ def tree_cpu(process: psutil.Process) -> float:
             times = member.cpu_times()
             total += times.user + times.system + times.children_user + times.children_system
     return total
-
-
-async def open_session(http: httpx2.AsyncClient, url: str) -> dict[str, str]:
-    """Initialize and initialized, by hand; the headers of the session's requests."""
-    auth = {**ACCEPT, "Authorization": f"Bearer {TOKEN}"}
-    initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": CLIENT}
-    opened = await http.post(url, headers=auth, json=initialize)
-    opened.raise_for_status()
-    headers = {**auth, "Mcp-Session-Id": opened.headers["mcp-session-id"], "MCP-Protocol-Version": PROTOCOL}
-    ready = await http.post(
-        url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"}
-    )
-    ready.raise_for_status()
-    return headers
 
 
 async def one_call(http: httpx2.AsyncClient, url: str, headers: dict[str, str], mode: str) -> str | None:
@@ -289,25 +270,20 @@ async def window(
 ) -> None:
     """Every session calls every `CALL_PERIOD`, spread over it; in ``churn``, sessions come and go."""
     me = psutil.Process()
-    stall = child.directory / "stall.json"
-    stall.unlink(missing_ok=True)
+    (child.directory / "stall.json").unlink(missing_ok=True)
     server_cpu, host_cpu, client_cpu = tree_cpu(child.process), own_cpu(child.process), own_cpu(me)
     child.process.send_signal(signal.SIGUSR1)
     start = time.perf_counter()
     deadline = start + WINDOW_SECONDS
 
-    async def caller(i: int, headers: dict[str, str]) -> None:
-        at = start + i * CALL_PERIOD / len(sessions)
-        while at < deadline:
-            await anyio.sleep(max(0.0, at - time.perf_counter()))
-            began = time.perf_counter()
-            figures.calls += 1
-            wrong = await one_call(http, child.url, headers, mode)
-            figures.latencies.append(time.perf_counter() - began)
-            if wrong is not None:
-                figures.failed += 1
-                figures.fail(wrong)
-            at += CALL_PERIOD
+    async def call_once(headers: dict[str, str]) -> None:
+        began = time.perf_counter()
+        figures.calls += 1
+        wrong = await one_call(http, child.url, headers, mode)
+        figures.latencies.append(time.perf_counter() - began)
+        if wrong is not None:
+            figures.failed += 1
+            figures.fail(wrong)
 
     async def come_and_go() -> None:
         try:
@@ -321,8 +297,7 @@ async def window(
             figures.fail(f"churn: {type(exc).__name__}: {exc}")
 
     async with anyio.create_task_group() as tg:
-        for i, headers in enumerate(sessions):
-            tg.start_soon(caller, i, headers)
+        start_callers(tg, sessions, start, deadline, CALL_PERIOD, call_once)
         if name == "churn":
             while time.perf_counter() < deadline:
                 tg.start_soon(come_and_go)
@@ -330,10 +305,7 @@ async def window(
     child.process.send_signal(signal.SIGUSR2)
     figures.server_cpu, figures.client_cpu = tree_cpu(child.process) - server_cpu, own_cpu(me) - client_cpu
     figures.host_cpu = own_cpu(child.process) - host_cpu
-    with anyio.fail_after(30):
-        while not stall.exists():
-            await anyio.sleep(0.05)
-    found = json.loads(stall.read_text())
+    found = await read_stall(child.directory)
     figures.p50, figures.p99, figures.max, figures.gc = found["p50"], found["p99"], found["max"], found["gc"]
     figures.gc_full, figures.gc_seconds = found["gc_full"], found["gc_seconds"]
 

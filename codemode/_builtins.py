@@ -12,7 +12,7 @@ import anyio.to_thread
 from codemode._results import HostConfig
 from codemode.policy import CommandGuard
 from codemode.sandbox import register_state_dir, sweep_stale_tmp, tmp_mounts
-from codemode.state import Archive
+from codemode.state import Archive, SqlDatabase
 from codemode.tools import ToolRegistry, builtin_extensions
 from codemode.tools.bash import ProcessManager
 
@@ -20,10 +20,15 @@ __all__ = ["install_builtins", "ready_state_dir"]
 
 
 def install_builtins(
-    registry: ToolRegistry, archive: Archive, config: HostConfig, guard: CommandGuard
+    registry: ToolRegistry,
+    archive: Archive,
+    config: HostConfig,
+    guard: CommandGuard,
+    sessions: SqlDatabase | None = None,
 ) -> ProcessManager:
     """Register the built-in tools (files, archive, bash, monitor) over a new process manager,
-    replacing those of a previous opening; the manager is returned."""
+    replacing those of a previous opening; the manager is returned. ``sessions``: the shared
+    database that records held sessions (None: the state directory's)."""
     # The process manager pins the logs of completions not yet delivered (so they survive the
     # archive's compaction and expiry that follow the opening).
     processes = ProcessManager(
@@ -32,6 +37,7 @@ def install_builtins(
         max_background_per_session=config.max_background_per_session,
         command_gate=guard,
         tmp_share_bytes=config.tmp_quota_mb * 1024 * 1024,
+        sessions=sessions,
     )
     for name in ("files", "archive", "bash", "monitor"):
         registry.remove_extension(name)

@@ -46,6 +46,11 @@ class HostConfig(pydantic.BaseModel):
     Attributes:
         workspace: Workspace root; relative paths resolve against it; writable by default.
         state_dir: Where archive, logs and records live (default: `default_state_dir()`).
+        database_url: A PostgreSQL database (libpq URL or connection string) that hosts on
+            several machines share for sessions, held sessions and resume secrets, store values,
+            run records, approvals and the consoles' journal (the ``postgres`` extra; README,
+            "Several machines"); None: the state directory holds everything. Never logged, and
+            never in a command's environment.
         session_id: Session used when a call names none.
         max_output_tokens: Default budget of a run's printed text.
         max_output_tokens_limit: Highest budget a program may ask for (requests are clamped).
@@ -112,6 +117,7 @@ class HostConfig(pydantic.BaseModel):
 
     workspace: Path = pydantic.Field(default_factory=Path.cwd)
     state_dir: Path = pydantic.Field(default_factory=default_state_dir)
+    database_url: pydantic.SecretStr | None = None
     session_id: str = "default"
     max_output_tokens: int = pydantic.Field(10_000, ge=80)  # ge: codemode.budget.MIN_BUDGET
     max_output_tokens_limit: int = pydantic.Field(50_000, ge=80)

@@ -150,7 +150,7 @@ class Sessions:
         processes = self._processes()
         if processes is not None and processes.list_processes(session_id, watchers=True):
             return True
-        return self._state().runs.has_session(session_id)
+        return self._state().has_session(session_id)
 
     def pending(self, session_id: str) -> list[Notification]:
         """The session's notifications not yet acknowledged."""

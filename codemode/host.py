@@ -162,6 +162,9 @@ class Host:
             self.config.state_dir.expanduser(),
             log_cap_bytes=self.config.log_cap_bytes,
             quota_bytes=self.config.state_quota_bytes,
+            database_url=None
+            if self.config.database_url is None
+            else self.config.database_url.get_secret_value(),
         )
         # Loading the tokenizer takes about a second, compiling the secret rules half a
         # second; do both now, off the loop, so the first long output does not pay for them.
@@ -173,7 +176,8 @@ class Host:
             compile_rules_soon()
         if self.config.builtin_tools:
             guard = CommandGuard(self.command_policy, self.trash)
-            self._processes = install_builtins(self.registry, state.archive, self.config, guard)
+            shared = state.shared if state.is_shared else None
+            self._processes = install_builtins(self.registry, state.archive, self.config, guard, shared)
         state.maintain()
         await ready_state_dir(state.archive.state_dir, self.trash.file_all)
         await self._mounts.open(state, self._connect_mcp_at_open)

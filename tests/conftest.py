@@ -18,11 +18,28 @@ if "TIKTOKEN_CACHE_DIR" not in os.environ and _SHARED_CACHE.is_dir():
 
 from codemode import Host  # noqa: E402
 from tests.host_support import MakeHost, Probe, add_test_tools  # noqa: E402 - after the cache dir is set
+from tests.postgres_support import Cluster, start_cluster  # noqa: E402
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[Cluster]:
+    """A throw-away PostgreSQL cluster for this test process (`tests.postgres_support`)."""
+    cluster = start_cluster()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def database_url(postgres_cluster: Cluster) -> str:
+    """A connection string to a new empty schema of the test cluster."""
+    return postgres_cluster.new_schema()
 
 
 @pytest.fixture

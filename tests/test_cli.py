@@ -75,6 +75,38 @@ def test_session_shares_store_between_runs(tmp_path: Path, workspace: Path) -> N
     assert other.stdout.strip() == "null"
 
 
+def test_a_shared_database_from_a_file_or_the_environment_reaches_no_command(
+    tmp_path: Path, workspace: Path, database_url: str
+) -> None:
+    """Runs with state directories of their own (two machines) share a session's store through
+    the database named by ``--database-url-file`` or ``$CODEMODE_DATABASE_URL``; neither a
+    command's environment nor the command line carries the URL."""
+    url_file = tmp_path / "state-a" / "database-url"
+    url_file.parent.mkdir(mode=0o700)
+    url_file.write_text(database_url + "\n")
+    show = "await store.set('n', 41); print((await tools.bash({command: 'env; cat /proc/$PPID/cmdline'})).output)"
+    first = codemode(
+        tmp_path, workspace, "run", "-", "--session", "s1", "--database-url-file", str(url_file),
+        stdin=show, home=tmp_path / "state-a",
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    assert "search_path" not in first.stdout and "CODEMODE_DATABASE_URL" not in first.stdout
+    env = {**os.environ, "CODEMODE_HOME": str(tmp_path / "state-b"), "CODEMODE_DATABASE_URL": database_url}
+    second = subprocess.run(
+        [sys.executable, "-m", "codemode", "run", "-", "--session", "s1"],
+        input="print((await store.get('n')) + 1); print((await tools.bash({command: 'env'})).output)",
+        capture_output=True, text=True, cwd=workspace, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.startswith("42\n") and "search_path" not in second.stdout
+    (tmp_path / "fifo").unlink(missing_ok=True)
+    os.mkfifo(tmp_path / "fifo")  # a FIFO where the file should be would hang the start: refused
+    refused = codemode(
+        tmp_path, workspace, "run", "-", "--database-url-file", str(tmp_path / "fifo"), stdin="print(1)"
+    )
+    assert refused.returncode != 0 and "not a regular file" in refused.stderr
+
+
 def test_budget_cut_then_archive_read_gives_the_exact_text(tmp_path: Path, workspace: Path) -> None:
     program = "for (let i = 0; i < 5000; i++) print('row ' + i + ' ' + '\u00e9'.repeat(i % 7))"
     done = codemode(tmp_path, workspace, "run", "-", "--json", "--max-output-tokens", "300", stdin=program)

@@ -4,6 +4,8 @@ approval prompt at the terminal), and the output helpers (the result on stdout, 
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
@@ -14,7 +16,7 @@ import anyio
 import anyio.to_thread
 
 from codemode._results import default_state_dir
-from codemode.errors import CodemodeError
+from codemode.errors import CodemodeError, UserError
 from codemode.host import Host
 from codemode.policy import ApprovalKind, ApprovalRequest, ApproveCallback, CommandPolicy, Decision
 from codemode.sandbox import SandboxMode
@@ -31,6 +33,13 @@ def common(parser: argparse.ArgumentParser, json_help: str | None = "print the w
     parser.add_argument("--workspace", type=Path, default=Path.cwd(), help="workspace root (default: .)")
     parser.add_argument(
         "--state-dir", type=Path, default=None, help="state directory (default: $CODEMODE_HOME or XDG state)"
+    )
+    parser.add_argument(
+        "--database-url-file",
+        default=None,
+        metavar="PATH",
+        help="a shared PostgreSQL database's URL, read from PATH (default: $CODEMODE_DATABASE_URL; "
+        "none: the state directory holds everything); keep the file in the state directory",
     )
     parser.add_argument(
         "--session",
@@ -147,8 +156,73 @@ def terminal_approval(args: argparse.Namespace) -> ApproveCallback | None:
     return approve
 
 
+def read_secret_file(path: str, flag: str, limit: int, state_dir: Path | None, too_large: str) -> str:
+    """The text of a token or tenants file (at most ``limit`` bytes); a note on stderr when it
+    lies outside the state directory, where confined commands can read it. A link is followed
+    (a mounted secret is one), but only a regular file is read: a FIFO or a device where the
+    file should be would hang or flood the start.
+
+    Raises:
+        UserError: It cannot be read, is not a regular file, or is larger than ``limit``
+            (``too_large``).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as exc:
+        raise UserError(f"{flag} {path!r}: cannot read it ({exc.strerror or exc})") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UserError(
+                f"{flag} {path!r}: not a regular file (a FIFO, device or directory); point it at a file"
+            )
+        data = os.read(fd, limit + 1)
+    except OSError as exc:
+        raise UserError(f"{flag} {path!r}: cannot read it ({exc.strerror or exc})") from exc
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise UserError(too_large)
+    state = os.path.realpath((state_dir or default_state_dir()).expanduser())
+    if os.path.commonpath([state, os.path.realpath(path)]) != state:
+        # Commands run as this user and read everything but the state directory.
+        stderr_note(
+            f"{flag} {path!r} is outside the state directory {state}: confined commands "
+            "can read it (and with it, use this server); move it into the state directory"
+        )
+    return data.decode("utf-8", "replace")
+
+
+_DATABASE_URL_FILE_LIMIT = 8192
+
+
+def database_url(args: argparse.Namespace) -> str | None:
+    """The shared database's URL: ``--database-url-file``, else ``$CODEMODE_DATABASE_URL``, else
+    None. The variable leaves this process's environment either way (no command or supervisor
+    started later inherits it); a URL is never taken from the command line.
+
+    Raises:
+        UserError: The file cannot be read or holds no URL.
+    """
+    from codemode._host_secrets import take_host_secret
+
+    from_env = take_host_secret("CODEMODE_DATABASE_URL") or None
+    if args.database_url_file is None:
+        return from_env
+    path = args.database_url_file
+    expected = (
+        f"--database-url-file {path!r}: expected one database URL of at most {_DATABASE_URL_FILE_LIMIT} bytes"
+    )
+    url = read_secret_file(
+        path, "--database-url-file", _DATABASE_URL_FILE_LIMIT, args.state_dir, expected
+    ).strip()
+    if not url or "\n" in url:
+        raise UserError(expected)
+    return url
+
+
 def cli_host(args: argparse.Namespace, workspace: Path | None = None) -> Host:
     mcp = args.command == "mcp"
+    url = database_url(args)
     servers = [server for path in args.mcp_config for server in load_mcp_config(path)]
     return Host(
         approve=terminal_approval(args),
@@ -156,6 +230,7 @@ def cli_host(args: argparse.Namespace, workspace: Path | None = None) -> Host:
         connect_mcp_at_open=mcp,  # an MCP client lists the tools first: have them by then
         workspace=workspace or args.workspace,
         state_dir=args.state_dir or default_state_dir(),
+        database_url=url,
         session_id=args.session or ("mcp-" + uuid.uuid4().hex[:12] if mcp else "cli"),
         sandbox=SandboxMode(args.sandbox),
         network=args.network == "on",

@@ -4,9 +4,6 @@ front's bearer token."""
 from __future__ import annotations
 
 import argparse
-import os
-import stat
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
@@ -15,9 +12,9 @@ from codemode._cli._common import (
     Subparsers,
     cli_host,
     common,
+    read_secret_file,
     stderr_note,
 )
-from codemode._results import default_state_dir
 from codemode.errors import UserError
 from codemode.host import Host
 
@@ -117,42 +114,6 @@ _TOKEN_FILE_LIMIT = 4096
 _TENANTS_FILE_LIMIT = 1024 * 1024
 
 
-def _read_secret_file(path: str, flag: str, limit: int, state_dir: Path | None, too_large: str) -> str:
-    """The text of a token or tenants file (at most ``limit`` bytes); a note on stderr when it
-    lies outside the state directory, where confined commands can read it. A link is followed
-    (a mounted secret is one), but only a regular file is read: a FIFO or a device where the
-    file should be would hang or flood the start.
-
-    Raises:
-        UserError: It cannot be read, is not a regular file, or is larger than ``limit``
-            (``too_large``).
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError as exc:
-        raise UserError(f"{flag} {path!r}: cannot read it ({exc.strerror or exc})") from exc
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UserError(
-                f"{flag} {path!r}: not a regular file (a FIFO, device or directory); point it at a file"
-            )
-        data = os.read(fd, limit + 1)
-    except OSError as exc:
-        raise UserError(f"{flag} {path!r}: cannot read it ({exc.strerror or exc})") from exc
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise UserError(too_large)
-    state = os.path.realpath((state_dir or default_state_dir()).expanduser())
-    if os.path.commonpath([state, os.path.realpath(path)]) != state:
-        # Commands run as this user and read everything but the state directory.
-        stderr_note(
-            f"{flag} {path!r} is outside the state directory {state}: confined commands "
-            "can read it (and with it, use this server); move it into the state directory"
-        )
-    return data.decode("utf-8", "replace")
-
-
 def _mcp_tenants(args: argparse.Namespace, token: str) -> Tenants | None:
     """``--tenants-file``'s tenants, or None without one.
 
@@ -168,7 +129,7 @@ def _mcp_tenants(args: argparse.Namespace, token: str) -> Tenants | None:
     from codemode.mcp import parse_tenants
 
     too_large = f"--tenants-file {args.tenants_file!r}: larger than {_TENANTS_FILE_LIMIT} bytes"
-    text = _read_secret_file(
+    text = read_secret_file(
         args.tenants_file, "--tenants-file", _TENANTS_FILE_LIMIT, args.state_dir, too_large
     )
     return parse_tenants(text, f"--tenants-file {args.tenants_file!r}")
@@ -198,7 +159,7 @@ def _mcp_token(args: argparse.Namespace) -> str:
         f"--token-file {args.token_file!r}: expected one token (a single word of at most "
         f"{_TOKEN_FILE_LIMIT} bytes, e.g. from `openssl rand -hex 32`)"
     )
-    text = _read_secret_file(args.token_file, "--token-file", _TOKEN_FILE_LIMIT, args.state_dir, expected)
+    text = read_secret_file(args.token_file, "--token-file", _TOKEN_FILE_LIMIT, args.state_dir, expected)
     token = text.strip()
     if not token or any(c.isspace() for c in token):
         raise UserError(expected)

@@ -7,10 +7,16 @@ with the start time it does not. The start time is the ``starttime`` field of
 (``btime``, whole seconds): when the clock is stepped (NTP, a virtual machine resumed) it moves,
 and a live process's ``create_time()`` no longer equals the one recorded at its start, so it
 would be taken for dead and its work for orphaned. The tick count never moves.
+
+A pid means something only in its pid namespace during one boot: an identity written where
+other machines or containers read it (a shared database) carries its place too
+(``<pid>t<start>@<place>``, `placed_identity`), and only a process of the same place judges it.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 from typing import NamedTuple
 
@@ -57,9 +63,34 @@ def process_identity(pid: int | None = None) -> str:
     return "" if started is None else f"{pid}t{started}"
 
 
+@functools.cache
+def process_place() -> str:
+    """Where this process's pids mean what they say: its kernel's boot and its pid namespace
+    (12 hex digits of their SHA-256). Another machine, another boot or another container's pid
+    namespace has another place."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            boot = f.read().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return "unknown"
+    return hashlib.sha256(boot + b":%d" % namespace).hexdigest()[:12]
+
+
+def placed_identity(pid: int | None = None) -> str:
+    """``<pid>t<start>@<place>`` (`process_identity`, `process_place`): names a process to
+    every machine that reads it. Empty when the process is gone."""
+    identity = process_identity(pid)
+    return f"{identity}@{process_place()}" if identity else ""
+
+
 def identity_is_gone(identity: str) -> bool:
-    """Whether the process named by a `process_identity` no longer runs. A string of another
-    form (from an older version) is never judged gone: what it owns is left alone."""
+    """Whether the process named by a `process_identity` (or a `placed_identity` of this place)
+    no longer runs. A string of another form (from an older version) or of another place
+    (machine, boot or pid namespace) is never judged gone here: what it owns is left alone."""
+    identity, at, place = identity.partition("@")
+    if at and place != process_place():
+        return False
     pid, sep, started = identity.partition("t")
     if not (sep and pid.isdigit() and started.isdigit()):
         return False

@@ -1,5 +1,6 @@
 """Durable state: one state directory, one SQLite schema with versioned migrations, and the
-stores on it (archived text and logs, store values, run records, process records), redaction.
+stores on it (archived text and logs, store values, run records, process records), redaction;
+optionally a PostgreSQL database several hosts share for what sessions share (`State`).
 
 One state directory (mode 0700) holds the database and the archived files; each log is capped
 while it is written and the directory has a quota. `State` opens all of it.
@@ -22,7 +23,7 @@ from codemode.state._capped import (
     MIN_LOG_CAP_BYTES,
     MIN_QUOTA_BYTES,
 )
-from codemode.state._database import Database
+from codemode.state._database import Database, SqlConnection, SqlDatabase
 from codemode.state._holds import EndReason, HeldSession, SessionEnd
 from codemode.state._journal import JournalChange, JournalEntry, RunJournal
 from codemode.state._learned import LearnedTypes
@@ -71,6 +72,8 @@ __all__ = [
     "RunRecords",
     "SessionEnd",
     "SessionValues",
+    "SqlConnection",
+    "SqlDatabase",
     "State",
     "StreamRedactor",
     "ValueStore",

@@ -622,6 +622,13 @@ class Archive:
             raise UnknownRefError(f"no archived text {ref!r} to pin", {"ref": ref})
 
     @host_faults
+    def has_session(self, session_id: str) -> bool:
+        """Whether an entry of this session is kept."""
+        with self._db.connection() as conn:
+            row = conn.execute("SELECT 1 FROM archive_entries WHERE session_id = ? LIMIT 1", (session_id,))
+            return row.fetchone() is not None
+
+    @host_faults
     def entry_info(self, ref: str) -> dict[str, object]:
         """Index data of one entry: kind, session, sizes, times, flags (for the CLI and doctor).
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from codemode.state._database import Database, host_faults
+from codemode.state._database import SqlDatabase, host_faults
 
 _DETAIL_MAX_CHARS = 2000  # a recorded action's detail (keystrokes sent, a reason) is cut to this
 
@@ -17,7 +17,7 @@ class ApprovalLog:
     """Approval requests and their decisions in the state database (arguments redacted by
     the caller). Every method raises `HostFault` when the database fails."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: SqlDatabase) -> None:
         self._db = db
 
     @host_faults
@@ -36,9 +36,12 @@ class ApprovalLog:
     ) -> None:
         """Keep one request and its decision."""
         self._db.execute(
-            "INSERT OR REPLACE INTO approval_records"
+            "INSERT INTO approval_records"
             " (id, session_id, created, kind, tool, summary, arguments, rule, verdict, reason)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+            " session_id = excluded.session_id, created = excluded.created, kind = excluded.kind,"
+            " tool = excluded.tool, summary = excluded.summary, arguments = excluded.arguments,"
+            " rule = excluded.rule, verdict = excluded.verdict, reason = excluded.reason",
             (request_id, session_id, time.time(), kind, tool, summary, arguments_json, rule, verdict, reason),
         )
 
@@ -71,7 +74,7 @@ class OperatorLog:
     """What people did through the console, in the state database. Every method raises
     `HostFault` when the database fails."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: SqlDatabase) -> None:
         self._db = db
 
     @host_faults

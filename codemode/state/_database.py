@@ -1,4 +1,5 @@
-"""The state directory and its SQLite database: secured, migrated, pooled.
+"""The state directory and its SQLite database: secured, migrated, pooled; and the interface
+every database of the state offers (`SqlDatabase`), which PostgreSQL's (`_postgres`) offers too.
 
 Layout of the state directory (mode 0700)::
 
@@ -7,6 +8,10 @@ Layout of the state directory (mode 0700)::
 
 Connections come from a small pool, so the stores can be used from many threads at once;
 several processes can share one state directory (SQLite WAL plus a busy timeout).
+
+The stores that may live in a shared database (`SHARED_TABLES`) write SQL both databases run:
+``?`` placeholders, ``INSERT ... ON CONFLICT``, no SQLite-only functions (`SqlDatabase.bytes_of`
+names the one they need), and serialised read-then-write steps in `SqlDatabase.transaction`.
 """
 
 from __future__ import annotations
@@ -16,17 +21,62 @@ import os
 import sqlite3
 import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import wraps
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, Protocol, TypeVar
 
 from codemode.errors import HostFault, StateDirError
 from codemode.state._schema import init_schema
 
-__all__ = ["Database", "host_faults"]
+__all__ = ["DRIVER_ERRORS", "Database", "SqlConnection", "SqlCursor", "SqlDatabase", "host_faults"]
 
 _BUSY_TIMEOUT_MS = 10_000
+
+DRIVER_ERRORS: list[type[Exception]] = [sqlite3.Error]
+"""The errors of every database driver loaded (`_postgres` adds psycopg's when imported):
+`host_faults` turns them into `HostFault`."""
+
+
+class SqlCursor(Protocol):
+    """What the stores read of a cursor (sqlite3's and psycopg's both)."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    @property
+    def description(self) -> Any: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class SqlConnection(Protocol):
+    """What the stores do with a connection: statements with ``?`` placeholders."""
+
+    def execute(self, sql: str, parameters: Sequence[Any] = ..., /) -> SqlCursor: ...
+
+
+class SqlDatabase(Protocol):
+    """A database the state's stores run on: the state directory's SQLite (`Database`) or a
+    shared PostgreSQL (`codemode.state._postgres.PostgresDatabase`)."""
+
+    @property
+    def dialect(self) -> Literal["sqlite", "postgres"]: ...
+
+    def connection(self) -> contextlib.AbstractContextManager[SqlConnection]: ...
+
+    def transaction(self, lock: str) -> contextlib.AbstractContextManager[SqlConnection]: ...
+
+    def execute(self, sql: str, params: tuple[object, ...]) -> int: ...
+
+    def bytes_of(self, column: str) -> str: ...
+
+    def close(self) -> None: ...
+
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -40,12 +90,12 @@ def host_faults(fn: Callable[_P, _T]) -> Callable[_P, _T]:
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
         try:
             return fn(*args, **kwargs)
-        except sqlite3.Error as exc:
-            raise HostFault(f"the state database failed during {fn.__name__}: {exc}") from exc
         except OSError as exc:
             raise HostFault(
                 f"the state directory could not {fn.__name__.replace('_', ' ')}: {exc.strerror or exc}"
             ) from exc
+        except tuple(DRIVER_ERRORS) as exc:
+            raise HostFault(f"the state database failed during {fn.__name__}: {exc}") from exc
 
     return wrapper
 
@@ -118,6 +168,11 @@ class Database:
         self._all.append(conn)
 
     @property
+    def dialect(self) -> Literal["sqlite"]:
+        """Which SQL this database speaks."""
+        return "sqlite"
+
+    @property
     def state_dir(self) -> Path:
         """The state directory."""
         return self._state_dir
@@ -173,10 +228,29 @@ class Database:
             else:
                 self._free.append(conn)
 
+    @contextlib.contextmanager
+    def transaction(self, lock: str) -> Iterator[sqlite3.Connection]:
+        """A pooled connection in a transaction that holds the database's write lock from its
+        start (``BEGIN IMMEDIATE``: a read then a write in it see no other writer between
+        them); committed after the block, rolled back when it raises. ``lock`` names what is
+        serialised (PostgreSQL locks only that; SQLite locks the whole database)."""
+        with self.connection() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
     def execute(self, sql: str, params: tuple[object, ...]) -> int:
         """Run one statement on a pooled connection; return the rows it changed."""
         with self.connection() as conn:
             return conn.execute(sql, params).rowcount
+
+    def bytes_of(self, column: str) -> str:
+        """SQL for the UTF-8 size of a text column."""
+        return f"length(CAST({column} AS BLOB))"
 
     def close(self) -> None:
         """Close every pooled connection. Idempotent; connections in use close when released."""

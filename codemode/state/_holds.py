@@ -1,13 +1,14 @@
-"""Which host holds a session open, and how each held session ended (SQLite).
+"""Which host holds a session open, and how each held session ended.
 
 A front whose sessions end with it (the MCP server: an MCP session lives in one server
-process) records each session it holds, with that process's identity (``<pid>t<start>``,
-`codemode.sandbox.process_identity`). When
-the session ends its row says why. A host that starts on the state directory ends the
-sessions of holders that died without ending them (`ProcessManager.maintain`), and a front
-asked about a session id it does not hold can say how that session ended.
+process) records each session it holds, with that process's identity and place
+(``<pid>t<start>@<place>``, `codemode.sandbox.placed_identity`). When the session ends its row
+says why. A host that starts ends the sessions of holders of its place that died without ending
+them (`ProcessManager.maintain`), and a front asked about a session id it does not hold can say
+how that session ended.
 
-Standard library only, on the process records' connection (`_processes.connect`).
+The rows live where sessions are shared: the state directory's SQLite, or the shared
+PostgreSQL database (`codemode.state._postgres`) when hosts on several machines serve them.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Literal
+
+from codemode.state._database import SqlConnection
 
 EndReason = Literal["closed", "expired", "server_stopped", "server_died"]
 """Why a held session ended: the client closed it (MCP ``DELETE``), it was idle past the
@@ -52,13 +54,13 @@ class HeldSession:
 
 
 def hold(
-    conn: sqlite3.Connection,
+    conn: SqlConnection,
     session_id: str,
     holder: str,
     tenant: str | None = None,
     client: str | None = None,
 ) -> None:
-    """Record that ``holder`` (``<pid>t<start>``) holds ``session_id`` open (again, if it had
+    """Record that ``holder`` (``<pid>t<start>@<place>``) holds ``session_id`` open (again, if it had
     ended), for ``tenant`` and its ``client`` (what every front's console shows)."""
     conn.execute(
         "INSERT INTO session_holds (session_id, holder, opened_at, tenant, client) VALUES (?, ?, ?, ?, ?)"
@@ -68,7 +70,7 @@ def hold(
     )
 
 
-def open_holds(conn: sqlite3.Connection, limit: int) -> list[HeldSession]:
+def open_holds(conn: SqlConnection, limit: int) -> list[HeldSession]:
     """The sessions held open now (by any front on the state directory), the newest
     ``limit``."""
     rows = conn.execute(
@@ -79,7 +81,7 @@ def open_holds(conn: sqlite3.Connection, limit: int) -> list[HeldSession]:
     return [HeldSession(str(r[0]), str(r[1]), float(r[2]), r[3], r[4]) for r in rows]
 
 
-def end(conn: sqlite3.Connection, session_id: str, reason: EndReason) -> bool:
+def end(conn: SqlConnection, session_id: str, reason: EndReason) -> bool:
     """Record that a held session ended (the first end recorded wins); False when it was not
     held or had ended already."""
     cur = conn.execute(
@@ -89,7 +91,7 @@ def end(conn: sqlite3.Connection, session_id: str, reason: EndReason) -> bool:
     return cur.rowcount > 0
 
 
-def ending(conn: sqlite3.Connection, session_id: str) -> SessionEnd | None:
+def ending(conn: SqlConnection, session_id: str) -> SessionEnd | None:
     """How ``session_id`` ended; None when it is still held or was never held."""
     row = conn.execute(
         "SELECT holder, ended_at, reason FROM session_holds WHERE session_id = ? AND ended_at IS NOT NULL",
@@ -102,13 +104,13 @@ def ending(conn: sqlite3.Connection, session_id: str) -> SessionEnd | None:
     return SessionEnd(reason=reason, ended_at=float(ended_at), holder_pid=int(pid) if pid.isdigit() else 0)
 
 
-def held(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+def held(conn: SqlConnection) -> list[tuple[str, str]]:
     """``(session_id, holder)`` of every session still held."""
     rows = conn.execute("SELECT session_id, holder FROM session_holds WHERE ended_at IS NULL").fetchall()
     return [(str(session), str(holder)) for session, holder in rows]
 
 
-def expire(conn: sqlite3.Connection, before: float) -> int:
+def expire(conn: SqlConnection, before: float) -> int:
     """Remove the rows of sessions that ended before ``before`` (and their resume secrets); how many."""
     conn.execute(
         "DELETE FROM session_resume WHERE session_id IN (SELECT session_id FROM session_holds WHERE ended_at < ?)",
@@ -121,7 +123,7 @@ def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def issue_resume(conn: sqlite3.Connection, session_id: str, tenant: str) -> str:
+def issue_resume(conn: SqlConnection, session_id: str, tenant: str) -> str:
     """A new resume secret for ``session_id``, issued to ``tenant``; the session's earlier one
     stops working. Only its SHA-256 is kept (a 256-bit random secret needs no slow hash)."""
     secret = secrets.token_urlsafe(32)
@@ -133,7 +135,7 @@ def issue_resume(conn: sqlite3.Connection, session_id: str, tenant: str) -> str:
     return secret
 
 
-def resume_target(conn: sqlite3.Connection, secret: str, tenant: str) -> tuple[str, bool] | None:
+def resume_target(conn: SqlConnection, secret: str, tenant: str) -> tuple[str, bool] | None:
     """The session ``secret`` resumes for ``tenant``, and whether a front still holds it open
     (it can be resumed once it has ended: its holder closed it, or died); None when the secret
     is no held session's of this tenant (a wrong, replaced or expired secret, one of a session

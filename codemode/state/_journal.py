@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from codemode.state._database import Database, host_faults
+from codemode.state._database import SqlDatabase, host_faults
 
 __all__ = ["JournalChange", "JournalEntry", "RunJournal"]
 
@@ -55,7 +55,7 @@ class RunJournal:
     """The programs every front's console shows, in the state database. Every method raises
     `HostFault` when the database fails."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: SqlDatabase) -> None:
         self._db = db
 
     @host_faults
@@ -64,9 +64,9 @@ class RunJournal:
         each session keeps its newest `RUNS_KEPT`."""
         if not entries:
             return
-        with self._db.connection() as conn:
-            conn.execute("BEGIN IMMEDIATE")
+        with self._db.transaction("run_journal") as conn:
             (seq,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM run_journal").fetchone()
+            seq = int(seq)
             sessions = set()
             for entry in entries:
                 seq += 1
@@ -98,7 +98,6 @@ class RunJournal:
                     " WHERE session_id = ? ORDER BY started DESC LIMIT ?)",
                     (session, session, RUNS_KEPT),
                 )
-            conn.execute("COMMIT")
 
     @host_faults
     def summaries(self, session_id: str, limit: int = RUNS_KEPT) -> list[dict[str, object]]:
@@ -160,10 +159,10 @@ class RunJournal:
         """Remove programs past `KEEP_SECONDS`, then the oldest while all of them hold more
         than `BYTES_KEPT`; how many went."""
         cutoff = (time.time() if now is None else now) - KEEP_SECONDS
-        with self._db.connection() as conn:
-            conn.execute("BEGIN IMMEDIATE")
+        with self._db.transaction("run_journal") as conn:
             removed = conn.execute("DELETE FROM run_journal WHERE started < ?", (cutoff,)).rowcount
             (total,) = conn.execute("SELECT COALESCE(SUM(size), 0) FROM run_journal").fetchone()
+            total = int(total)
             if total > BYTES_KEPT:
                 over = total - BYTES_KEPT
                 doomed: list[int] = []
@@ -172,7 +171,7 @@ class RunJournal:
                     over -= size
                     if over <= 0:
                         break
-                conn.executemany("DELETE FROM run_journal WHERE id = ?", [(i,) for i in doomed])
+                for row_id in doomed:
+                    conn.execute("DELETE FROM run_journal WHERE id = ?", (row_id,))
                 removed += len(doomed)
-            conn.execute("COMMIT")
         return removed

@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import Mapping
 
-from codemode.state._database import Database, host_faults
+from codemode.state._database import SqlDatabase, host_faults
 
 __all__ = ["LearnedTypes"]
 
@@ -15,7 +15,7 @@ class LearnedTypes:
     """JSON Schemas observed from tools' results (``upstream_result_types``). Every method
     raises `HostFault` when the database fails."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: SqlDatabase) -> None:
         self._db = db
 
     @host_faults
@@ -31,6 +31,7 @@ class LearnedTypes:
     def put(self, server: str, tool: str, schema: Mapping[str, object]) -> None:
         """Keep the schema observed for one tool (replacing an older one)."""
         self._db.execute(
-            "INSERT OR REPLACE INTO upstream_result_types (server, tool, schema, observed) VALUES (?, ?, ?, ?)",
+            "INSERT INTO upstream_result_types (server, tool, schema, observed) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (server, tool) DO UPDATE SET schema = excluded.schema, observed = excluded.observed",
             (server, tool, json.dumps(schema, sort_keys=True), time.time()),
         )

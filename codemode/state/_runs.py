@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from codemode.state._database import Database, host_faults
+from codemode.state._database import SqlDatabase, host_faults
 
 __all__ = ["RunRecord", "RunRecords"]
 
@@ -28,7 +28,7 @@ class RunRecords:
     database fails.
     """
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: SqlDatabase) -> None:
         self._db = db
 
     @host_faults
@@ -47,8 +47,8 @@ class RunRecords:
     ) -> None:
         """Record the result of the session's call ``call_id``. The first record wins."""
         self._db.execute(
-            "INSERT OR IGNORE INTO run_records (session_id, call_id, result, created, source_sha256)"
-            " VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO run_records (session_id, call_id, result, created, source_sha256)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (session_id, call_id, result_json, time.time(), source_sha256),
         )
 
@@ -61,19 +61,19 @@ class RunRecords:
     def note_session(self, session_id: str) -> None:
         """Remember that a session ran something (once; later calls change nothing)."""
         self._db.execute(
-            "INSERT OR IGNORE INTO sessions (session_id, first_seen) VALUES (?, ?)", (session_id, time.time())
+            "INSERT INTO sessions (session_id, first_seen) VALUES (?, ?) ON CONFLICT DO NOTHING",
+            (session_id, time.time()),
         )
 
     @host_faults
     def has_session(self, session_id: str) -> bool:
-        """Whether anything of this session is kept here: a run, a run record, a store value or
-        an archived text (background processes are the process manager's records)."""
+        """Whether this database keeps anything of this session: a run, a run record or a store
+        value (`State.has_session` asks the archive too)."""
         with self._db.connection() as conn:
             row = conn.execute(
                 "SELECT EXISTS (SELECT 1 FROM sessions WHERE session_id = ?)"
                 " OR EXISTS (SELECT 1 FROM run_records WHERE session_id = ?)"
-                " OR EXISTS (SELECT 1 FROM store_values WHERE session_id = ?)"
-                " OR EXISTS (SELECT 1 FROM archive_entries WHERE session_id = ?)",
-                (session_id, session_id, session_id, session_id),
+                " OR EXISTS (SELECT 1 FROM store_values WHERE session_id = ?)",
+                (session_id, session_id, session_id),
             ).fetchone()
         return bool(row[0])

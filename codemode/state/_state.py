@@ -1,4 +1,5 @@
-"""`State`: the stores of one state directory, on its one database."""
+"""`State`: the stores of one state directory, on its database, and those sessions share, on
+the state directory's database too or on a shared PostgreSQL one."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from codemode.errors import StateDirError
 from codemode.state._archive import EXPIRE_AFTER_SECONDS, Archive
 from codemode.state._audit import ApprovalLog, OperatorLog
 from codemode.state._capped import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES
-from codemode.state._database import Database
+from codemode.state._database import Database, SqlDatabase
 from codemode.state._journal import RunJournal
 from codemode.state._learned import LearnedTypes
 from codemode.state._redact import Redactor
@@ -20,11 +22,15 @@ __all__ = ["State"]
 
 
 class State:
-    """One state directory: its database (one schema, migrated at open) and the stores on it.
+    """One state directory: its database (one schema, migrated at open) and the stores on it;
+    with ``database_url``, the stores sessions share (`codemode.state._postgres.SHARED_TABLES`)
+    on a PostgreSQL database instead, so that hosts on several machines serve any session.
 
     Attributes:
-        db: The database (the bash tool's process records open their own connections on it).
-        archive: Archived text and logs.
+        db: The state directory's database (the bash tool's process records open their own
+            connections on it).
+        shared: Where the stores sessions share live: ``db``, or the PostgreSQL database.
+        archive: Archived text and logs (the state directory's).
         values: Store values (a program's ``store``), per session.
         runs: Run records and the sessions seen.
         approvals: Approval requests and their decisions (the audit).
@@ -38,9 +44,12 @@ class State:
             ``os.environ``).
         log_cap_bytes: Most bytes one log keeps on disk while it is written (`Archive`).
         quota_bytes: Most bytes the state directory holds (`Archive`).
+        database_url: A PostgreSQL database for what sessions share (the ``postgres`` extra);
+            None: the state directory's database holds it all.
 
     Raises:
-        StateDirError: The directory or its database cannot be used.
+        StateDirError: The directory or a database cannot be used, or ``database_url`` is
+            given without the ``postgres`` extra installed.
         ValueError: ``log_cap_bytes`` or ``quota_bytes`` is below its minimum.
     """
 
@@ -51,19 +60,23 @@ class State:
         *,
         log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
         quota_bytes: int = DEFAULT_QUOTA_BYTES,
+        database_url: str | None = None,
     ) -> None:
         self.db = Database(state_dir)
+        self.shared: SqlDatabase = self.db
         try:
             self.archive = Archive(self.db, redactor, log_cap_bytes=log_cap_bytes, quota_bytes=quota_bytes)
+            if database_url is not None:
+                self.shared = _open_shared(database_url)
         except BaseException:
             self.db.close()
             raise
-        self.values = ValueStore(self.db)
-        self.runs = RunRecords(self.db)
-        self.approvals = ApprovalLog(self.db)
-        self.operators = OperatorLog(self.db)
-        self.journal = RunJournal(self.db)
-        self.learned = LearnedTypes(self.db)
+        self.values = ValueStore(self.shared)
+        self.runs = RunRecords(self.shared)
+        self.approvals = ApprovalLog(self.shared)
+        self.operators = OperatorLog(self.shared)
+        self.journal = RunJournal(self.shared)
+        self.learned = LearnedTypes(self.shared)
 
     @property
     def state_dir(self) -> Path:
@@ -79,6 +92,20 @@ class State:
     def redactor(self) -> Redactor:
         """The one redactor."""
         return self.archive.redactor
+
+    @property
+    def is_shared(self) -> bool:
+        """Whether sessions' stores live in a shared database (not the state directory's)."""
+        return self.shared is not self.db
+
+    def has_session(self, session_id: str) -> bool:
+        """Whether anything of this session is kept: a run, a run record, a store value or an
+        archived text (background processes are the process manager's records).
+
+        Raises:
+            HostFault: A database failed.
+        """
+        return self.runs.has_session(session_id) or self.archive.has_session(session_id)
 
     def maintain(self, now: float | None = None) -> dict[str, int]:
         """Upkeep of every store: the archive's (`Archive.maintain`: compaction, expiry, the
@@ -96,7 +123,9 @@ class State:
         return counts
 
     def close(self) -> None:
-        """Close the database's pooled connections. Idempotent."""
+        """Close the databases' pooled connections. Idempotent."""
+        if self.shared is not self.db:
+            self.shared.close()
         self.db.close()
 
     def __enter__(self) -> State:
@@ -106,3 +135,15 @@ class State:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _open_shared(url: str) -> SqlDatabase:
+    """The shared PostgreSQL database at ``url`` (psycopg is loaded only then)."""
+    try:
+        from codemode.state._postgres import PostgresDatabase
+    except ImportError as exc:
+        raise StateDirError(
+            f"a shared state database was asked for, but its driver is not installed ({exc.name}): "
+            "install codemode with the postgres extra (pip install 'codemode[postgres]')"
+        ) from exc
+    return PostgresDatabase(url)

@@ -6,7 +6,7 @@ import json
 import time
 
 from codemode.errors import ErrorCode, ToolError
-from codemode.state._database import Database, host_faults
+from codemode.state._database import SqlDatabase, host_faults
 
 __all__ = [
     "STORE_KEY_MAX_CHARS",
@@ -40,7 +40,7 @@ class ValueStore:
     Every method raises `HostFault` when the database fails (never the model's fault).
     """
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: SqlDatabase) -> None:
         self._db = db
 
     def for_session(self, session_id: str) -> SessionValues:
@@ -91,15 +91,14 @@ class ValueStore:
                 code=ErrorCode.TOOL_FAILED,
             ) from exc
         cost = size + len(key.encode("utf-8"))
-        with self._db.connection() as conn:
-            conn.execute("BEGIN IMMEDIATE")
+        with self._db.transaction("store_values") as conn:
             (used,) = conn.execute(
-                "SELECT COALESCE(SUM(size + length(CAST(key AS BLOB))), 0) FROM store_values"
+                f"SELECT COALESCE(SUM(size + {self._db.bytes_of('key')}), 0) FROM store_values"
                 " WHERE session_id = ? AND key != ?",
                 (session_id, key),
             ).fetchone()
+            used = int(used)
             if used + cost > STORE_SESSION_MAX_BYTES:
-                conn.execute("ROLLBACK")
                 raise ToolError(
                     f"store is full for this session: {used} bytes used, this value needs {cost} more, the "
                     f"limit is {STORE_SESSION_MAX_BYTES} bytes (16 MiB) per session; delete keys you no "
@@ -108,11 +107,11 @@ class ValueStore:
                     code=ErrorCode.TOOL_FAILED,
                 )
             conn.execute(
-                "INSERT OR REPLACE INTO store_values (session_id, key, value, size, updated)"
-                " VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO store_values (session_id, key, value, size, updated) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, size = excluded.size,"
+                " updated = excluded.updated",
                 (session_id, key, value_json, size, time.time()),
             )
-            conn.execute("COMMIT")
 
     @host_faults
     def delete(self, session_id: str, key: str) -> bool:

@@ -1,6 +1,7 @@
 """The state's run journal: programs as every front's console shows them, written by one front
-and read by another (two `State`s on one directory, as two server processes), bounded per
-session, by age and by size; and a version 13 database gains it."""
+and read by another (two `State`s on one directory, as two server processes; or on two
+directories sharing a PostgreSQL database, as two machines), bounded per session, by age and by
+size; and a version 13 database gains it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from codemode.state import SCHEMA_VERSION, JournalEntry, State
 from codemode.state import _journal as journal_module
+from tests.state.conftest import MakeState
 
 
 def _entry(
@@ -20,8 +22,9 @@ def _entry(
     return JournalEntry(session, run, "alice", started, status, summary, {**summary, "source": source})
 
 
-def test_what_one_front_writes_another_reads_in_order(tmp_path: Path) -> None:
-    writer, reader = State(tmp_path / "state"), State(tmp_path / "state")
+def test_what_one_front_writes_another_reads_in_order(make_state: MakeState) -> None:
+    writer = make_state()
+    reader = make_state("other") if writer.is_shared else make_state()
     try:
         assert reader.journal.last_seq() == 0
         writer.journal.write("1t1", [_entry("s", "r1", 10.0, "running"), _entry("s", "r2", 20.0)])
@@ -49,8 +52,8 @@ def test_what_one_front_writes_another_reads_in_order(tmp_path: Path) -> None:
         reader.close()
 
 
-def test_a_session_keeps_its_newest_runs(tmp_path: Path) -> None:
-    state = State(tmp_path / "state")
+def test_a_session_keeps_its_newest_runs(make_state: MakeState) -> None:
+    state = make_state()
     try:
         kept = journal_module.RUNS_KEPT
         state.journal.write("1t1", [_entry("s", f"r{i}", float(i)) for i in range(kept + 5)])
@@ -63,9 +66,9 @@ def test_a_session_keeps_its_newest_runs(tmp_path: Path) -> None:
 
 
 def test_trimming_drops_old_runs_then_the_oldest_past_the_size_bound(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    make_state: MakeState, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    state = State(tmp_path / "state")
+    state = make_state()
     try:
         now = 1_000_000_000.0
         old = now - journal_module.KEEP_SECONDS - 1

@@ -6,17 +6,19 @@ import sqlite3
 from pathlib import Path
 
 from codemode.state import SCHEMA_VERSION, State
+from tests.state.conftest import MakeState
 
 
-def test_learned_types_are_kept_per_server_and_tool(tmp_path: Path) -> None:
-    with State(tmp_path / "state") as state:
-        state.learned.put("github", "search", {"type": "object"})
-        state.learned.put("github", "search", {"type": "array"})  # a newer observation replaces it
-        state.learned.put("docs", "search", {"type": "string"})
-    with State(tmp_path / "state") as state:
-        assert state.learned.for_server("github") == {"search": {"type": "array"}}
-        assert state.learned.for_server("docs") == {"search": {"type": "string"}}
-        assert state.learned.for_server("other") == {}
+def test_learned_types_are_kept_per_server_and_tool(make_state: MakeState) -> None:
+    first = make_state()
+    first.learned.put("github", "search", {"type": "object"})
+    first.learned.put("github", "search", {"type": "array"})  # a newer observation replaces it
+    first.learned.put("docs", "search", {"type": "string"})
+    first.close()
+    again = make_state("another" if first.is_shared else "state")  # another machine, or a restart
+    assert again.learned.for_server("github") == {"search": {"type": "array"}}
+    assert again.learned.for_server("docs") == {"search": {"type": "string"}}
+    assert again.learned.for_server("other") == {}
 
 
 def test_a_version_7_state_db_gets_the_learned_types_table(tmp_path: Path) -> None:

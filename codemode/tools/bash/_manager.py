@@ -39,7 +39,7 @@ import anyio.to_thread
 
 from codemode.errors import ErrorCode, ToolError, UserError
 from codemode.sandbox import SandboxMode, SandboxPolicy, check_policy, check_share, is_mounted
-from codemode.state import Archive, Redactor
+from codemode.state import Archive, Redactor, SqlDatabase
 from codemode.state import process_records as _records
 from codemode.tools._model import Extension, TextContent, ToolContext, ToolResult
 from codemode.tools.bash._answers import ProcessRow
@@ -174,6 +174,8 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
         command_gate: Checks every run first (the host's command policy); None checks nothing.
         tmp_share_bytes: A session whose counted (not tmpfs) ``$TMPDIR`` holds more is refused
             new runs (`codemode.sandbox.check_share`); None checks nothing.
+        sessions: Where held sessions and resume secrets are recorded when hosts on several
+            machines share them (`codemode.state.State.shared`); None: the state directory.
 
     Raises:
         StateDirError: The records cannot be opened (from the archive).
@@ -190,10 +192,12 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
         environ: Mapping[str, str] | None = None,
         command_gate: CommandGate | None = None,
         tmp_share_bytes: int | None = None,
+        sessions: SqlDatabase | None = None,
     ) -> None:
         self._gate = command_gate
         self._tmp_share = tmp_share_bytes
         self._archive = archive
+        self._sessions = sessions
         self._handoff = handoff_seconds
         self._max_background = max_background_per_session
         self._max_watchers = max_watchers_per_session

@@ -7,7 +7,12 @@ One whose supervisor is gone (pid and start time no longer match) is lost, and w
 of its command is ended. One whose supervisor is alive is kept (re-adopted: any host on the
 state directory reads, waits for and stops it through its record), unless its session was
 held by a host that died (`hold_session`): that session has ended, so its ``lifecycle:
-session`` processes are stopped as its close would have; ``managed`` ones live on."""
+session`` processes are stopped as its close would have; ``managed`` ones live on.
+
+Held sessions are recorded where sessions are shared (`ProcessManager`'s ``sessions``: the state
+directory's database, or a shared PostgreSQL one). A holder is named with its place
+(`codemode.sandbox.placed_identity`), so a host judges only holders of its own machine and pid
+namespace; those of other machines are theirs to end."""
 
 from __future__ import annotations
 
@@ -21,13 +26,20 @@ import anyio
 import anyio.to_thread
 
 from codemode.errors import ToolError
-from codemode.sandbox import cgroup_kill, cgroup_remove, identity_is_gone
-from codemode.state import Archive, EndReason, HeldSession, ProcessRecord, SessionEnd
+from codemode.sandbox import cgroup_kill, cgroup_remove, identity_is_gone, placed_identity
+from codemode.state import (
+    Archive,
+    EndReason,
+    HeldSession,
+    ProcessRecord,
+    SessionEnd,
+    SqlConnection,
+    SqlDatabase,
+)
 from codemode.state import process_records as _records
 from codemode.state import session_holds as _holds
 from codemode.tools.bash._foreground import (
     TERM_GRACE_SECONDS,
-    host_identity,
     orphaned_foreground_cgroups,
     orphaned_foreground_markers,
     state_tag,
@@ -49,12 +61,17 @@ class Reaping:
     _archive: Archive
     _leftovers: dict[str, set[str]]
     _lock: threading.Lock
+    _sessions: SqlDatabase | None
 
     if TYPE_CHECKING:
 
         def _db(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
         def _reconcile(self, record: ProcessRecord) -> ProcessRecord: ...
         def _stop(self, record: ProcessRecord, note: str = "") -> StoppedAnswer: ...
+
+    def _holds_db(self) -> contextlib.AbstractContextManager[SqlConnection]:
+        """A connection to where held sessions are recorded."""
+        return self._db() if self._sessions is None else self._sessions.connection()
 
     def maintain(self) -> dict[str, int]:
         """Start-up upkeep: reconcile records, finish and pin logs, expire old records (also
@@ -76,8 +93,9 @@ class Reaping:
             hosts ended), ``stopped`` (their processes stopped).
         """
         counts = {"lost": 0, "expired": 0, "orphans": 0, "ended_sessions": 0, "stopped": 0}
-        with self._db() as conn:
+        with self._holds_db() as conn:
             orphaned = [session for session, holder in _holds.held(conn) if identity_is_gone(holder)]
+            _holds.expire(conn, time.time() - _holds.KEEP_SECONDS)
         for session_id in orphaned:
             counts["stopped"] += self._end_orphaned_session(session_id)
             counts["ended_sessions"] += 1
@@ -112,7 +130,6 @@ class Reaping:
                 for row in conn.execute("SELECT process_id FROM notifications WHERE delivered_at IS NULL")
             }
             records = _records.for_session(conn, None)
-            _holds.expire(conn, time.time() - _holds.KEEP_SECONDS)
         for record in records:
             if record.live or record.log_ref is None:
                 continue
@@ -159,7 +176,7 @@ class Reaping:
                 with contextlib.suppress(ToolError):
                     self._stop(record)
                     stopped += 1
-        with self._db() as conn:
+        with self._holds_db() as conn:
             _holds.end(conn, session_id, "server_died")
         return stopped
 
@@ -168,27 +185,27 @@ class Reaping:
         so that the session ends with it: when this host dies without closing it, the next
         host on the state directory ends it (`maintain`), stopping its ``lifecycle: session``
         processes."""
-        with self._db() as conn:
-            _holds.hold(conn, session_id, host_identity(), tenant, client)
+        with self._holds_db() as conn:
+            _holds.hold(conn, session_id, placed_identity(), tenant, client)
 
     def held_sessions(self, limit: int) -> list[HeldSession]:
         """The sessions any front on the state directory holds open now, the newest ``limit``."""
-        with self._db() as conn:
+        with self._holds_db() as conn:
             return _holds.open_holds(conn, limit)
 
     def session_end(self, session_id: str) -> SessionEnd | None:
         """How a held session ended (None: still held, or never held)."""
-        with self._db() as conn:
+        with self._holds_db() as conn:
             return _holds.ending(conn, session_id)
 
     def issue_resume(self, session_id: str, tenant: str) -> str:
         """A new resume secret for a held session (`session_holds.issue_resume`)."""
-        with self._db() as conn:
+        with self._holds_db() as conn:
             return _holds.issue_resume(conn, session_id, tenant)
 
     def resume_target(self, secret: str, tenant: str) -> tuple[str, bool] | None:
         """The ended session ``secret`` resumes for ``tenant`` (`session_holds.resume_target`)."""
-        with self._db() as conn:
+        with self._holds_db() as conn:
             return _holds.resume_target(conn, secret, tenant)
 
     async def close_session(self, session_id: str, reason: EndReason = "closed") -> None:
@@ -202,8 +219,11 @@ class Reaping:
                     with contextlib.suppress(ToolError):
                         await anyio.to_thread.run_sync(self._stop, record)
             await anyio.to_thread.run_sync(self._end_leftovers, session_id)
-            with self._db() as conn:
-                _holds.end(conn, session_id, reason)
+            await anyio.to_thread.run_sync(self._end_hold, session_id, reason)
+
+    def _end_hold(self, session_id: str, reason: EndReason) -> None:
+        with self._holds_db() as conn:
+            _holds.end(conn, session_id, reason)
 
     def _end_leftovers(self, session_id: str | None) -> None:
         """End what finished foreground runs of one session (None: every session) left running."""

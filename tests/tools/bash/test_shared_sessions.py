@@ -1,0 +1,54 @@
+"""Held sessions in a database several machines share: a host ends at start the sessions of the
+dead holders of its own place (machine, boot and pid namespace) and leaves the others' alone,
+since another place's pid names nothing here. Its own holds carry its place."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from codemode.sandbox import placed_identity, process_identity, process_place
+from codemode.state import State
+from codemode.state import session_holds as holds
+from codemode.tools.bash import ProcessManager
+
+pytestmark = pytest.mark.anyio
+
+
+def _dead_identity() -> str:
+    child = subprocess.Popen(["sleep", "60"])
+    identity = process_identity(child.pid)
+    child.kill()
+    child.wait()
+    assert identity
+    return identity
+
+
+async def test_a_host_ends_only_its_own_places_dead_holders_sessions(
+    tmp_path: Path, database_url: str
+) -> None:
+    dead = _dead_identity()
+    with State(tmp_path / "a", database_url=database_url) as state:
+        with state.shared.connection() as conn:
+            holds.hold(conn, "mine", f"{dead}@{process_place()}")
+            holds.hold(
+                conn, "elsewhere", f"{dead}@0123456789ab"
+            )  # another machine's: its pid means nothing here
+            holds.hold(conn, "alive", placed_identity())
+        manager = ProcessManager(state.archive, handoff_seconds=None, sessions=state.shared)
+        try:  # opening runs the start-up upkeep
+            with state.shared.connection() as conn:
+                ended = holds.ending(conn, "mine")
+                assert ended is not None and ended.reason == "server_died"
+                assert holds.ending(conn, "elsewhere") is None and holds.ending(conn, "alive") is None
+                manager.hold_session("new")
+                (row,) = conn.execute(
+                    "SELECT holder FROM session_holds WHERE session_id = ?", ("new",)
+                ).fetchall()
+                assert row[0] == placed_identity()
+            with state.db.connection() as local:  # the state directory's own database holds none
+                assert local.execute("SELECT COUNT(*) FROM session_holds").fetchone() == (0,)
+        finally:
+            await manager.aclose()

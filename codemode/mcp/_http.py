@@ -65,6 +65,7 @@ ENDPOINT = "/mcp"
 HEALTH_ENDPOINT = "/healthz"
 _OPEN_FILES = 65_536
 _HEALTH_SECONDS = 2.0
+_CLOSE_ANSWER_SECONDS = 10.0  # longest a DELETE waits for its session's close before it is answered
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 _REFUSAL_LOG_SECONDS = 10.0  # at most one line per this long about refused requests
 DEFAULT_MAX_REQUESTS = 1024
@@ -291,7 +292,9 @@ class _SessionEnds:
             await self._session_not_found(session_id, send, tenant)
             return
         if session_id is not None and scope["method"] == "DELETE" and sessions is not None:
-            sessions.closing(session_id)
+            closed = sessions.closing(session_id)
+            if closed is not None:
+                send = _after(closed, send)
         resume = next((v.decode("latin-1") for k, v in scope["headers"] if k == RESUME_HEADER), None)
         resumed: str | None = None
         if resume is not None:
@@ -436,6 +439,19 @@ async def _json_reply(
     await send({"type": "http.response.body", "body": body})
 
 
+def _after(closed: anyio.Event, send: Send) -> Send:
+    """``send``, holding a successful answer back until ``closed`` is set (at most
+    `_CLOSE_ANSWER_SECONDS`)."""
+
+    async def send_after(message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] < 300:
+            with anyio.move_on_after(_CLOSE_ANSWER_SECONDS):
+                await closed.wait()
+        await send(message)
+
+    return send_after
+
+
 def host_health(host: Host, sessions: ConnectionSessions) -> Health:
     """The health of a front over ``host``: not when it is stopping, nor when its state
     database does not answer a query (read in a worker thread)."""
@@ -443,6 +459,9 @@ def host_health(host: Host, sessions: ConnectionSessions) -> Health:
     def probe() -> None:
         with host.state.db.connection() as conn:
             conn.execute("SELECT 1 FROM session_holds LIMIT 1").fetchall()
+        if host.state.is_shared:  # the shared database too: sessions are held there
+            with host.state.shared.connection() as shared:
+                shared.execute("SELECT 1 FROM session_holds LIMIT 1").fetchall()
 
     async def health() -> str | None:
         if sessions.is_stopping:

@@ -165,11 +165,15 @@ class ConnectionSessions:
         """What the console shows of a session open here, or None."""
         return self._info.get(session_id)
 
-    def closing(self, mcp_session_id: str) -> None:
-        """The client asked to end this MCP session (``DELETE``)."""
+    def closing(self, mcp_session_id: str) -> anyio.Event | None:
+        """The client asked to end this MCP session (``DELETE``): the event set once its close
+        is over (None: not open here). The front answers the ``DELETE`` after it, so that a
+        resume right after it finds the session ended on any front sharing the database."""
         session = self._session(mcp_session_id)
-        if session in self._open:
-            self._open[session] = "closed"
+        if session not in self._open:
+            return None
+        self._open[session] = "closed"
+        return self._closed.setdefault(session, anyio.Event())
 
     def stopping(self) -> None:
         """The server is stopping: the sessions that end from now on end for that."""

@@ -215,6 +215,13 @@ class HeldSessions:
         if held is not None:
             held.hold_session(check_id(session_id, "session_id"), tenant, client)
 
+    def beat(self) -> list[str]:
+        """A front holding sessions calls it every `codemode.state.session_holds.BEAT_SECONDS`
+        (blocking): with a shared database it says this host is alive and ends the sessions of
+        hosts that went silent (`ProcessManager.beat`); the sessions it ended."""
+        held = self._processes()
+        return [] if held is None else held.beat()
+
     def open_sessions(self, limit: int = 1000) -> list[HeldSession]:
         """The sessions every front on this state directory holds open now, the newest
         ``limit`` (blocking: it reads the state). Empty without built-in tools."""

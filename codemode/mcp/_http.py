@@ -50,6 +50,7 @@ from codemode.mcp._sessions import ConnectionSessions
 from codemode.mcp._startup import HostSource, open_host
 from codemode.mcp._tenants import ONE_TENANT, Tenants
 from codemode.network import protect_front, release_front
+from codemode.state import session_holds
 
 __all__ = [
     "DEFAULT_MAX_REQUESTS",
@@ -585,6 +586,8 @@ async def serve_http(
             gc.collect()
             gc.freeze()
             signals.start_soon(_short_collections)
+            if not isinstance(opened, str):
+                signals.start_soon(_beat, opened)
             # Commands with a network allowlist never reach this front through the proxy.
             front = sock.getsockname()
             protect_front(str(front[0]), int(front[1]))
@@ -625,6 +628,20 @@ async def _short_collections() -> None:
             frozen_after = gc.get_freeze_count()
         else:
             gc.freeze()
+
+
+async def _beat(host: Host) -> None:
+    """Say every `session_holds.BEAT_SECONDS` that this front is alive (`HeldSessions.beat`): with a shared
+    database, the fronts of a machine that died are found so, and their sessions ended."""
+    while True:
+        try:
+            ended = await anyio.to_thread.run_sync(host.held.beat)
+        except Exception as exc:  # the database is down: /healthz says so; try again later
+            sys.stderr.write(f"codemode: could not record that this server is alive: {exc}\n")
+        else:
+            if ended:
+                sys.stderr.write(f"codemode: ended {len(ended)} sessions of servers silent for a minute\n")
+        await anyio.sleep(session_holds.BEAT_SECONDS)
 
 
 class _Uvicorn(uvicorn.Server):

@@ -30,6 +30,12 @@ server's idle timeout, its server stopped (and ended it), or its server died wit
 KEEP_SECONDS = 30 * 24 * 3600
 """How long the row of an ended session is kept (to answer for its id)."""
 
+BEAT_SECONDS = 10.0
+"""How often a front holding sessions in a shared database says it is alive (`beat`)."""
+
+STALE_SECONDS = 60.0
+"""A front silent this long is dead: its sessions end (`end_stale`)."""
+
 
 @dataclass(frozen=True)
 class SessionEnd:
@@ -117,6 +123,33 @@ def expire(conn: SqlConnection, before: float) -> int:
         (before,),
     )
     return conn.execute("DELETE FROM session_holds WHERE ended_at < ?", (before,)).rowcount
+
+
+def beat(conn: SqlConnection, holder: str, now: float) -> None:
+    """Record that front ``holder`` is alive at ``now`` (shared database only: its
+    ``front_beats`` table). A front whose machine died stops beating; `end_stale` ends its
+    sessions from any other machine, where its pid cannot be checked."""
+    conn.execute(
+        "INSERT INTO front_beats (holder, seen_at) VALUES (?, ?)"
+        " ON CONFLICT (holder) DO UPDATE SET seen_at = excluded.seen_at",
+        (holder, now),
+    )
+
+
+def end_stale(conn: SqlConnection, now: float) -> list[str]:
+    """End (``server_died``) the sessions of every front whose last beat is older than
+    `STALE_SECONDS`, and forget those fronts; the sessions ended (shared database only)."""
+    ended: list[str] = []
+    stale = conn.execute("SELECT holder FROM front_beats WHERE seen_at < ?", (now - STALE_SECONDS,)).fetchall()
+    for (holder,) in stale:
+        rows = conn.execute(
+            "UPDATE session_holds SET ended_at = ?, reason = 'server_died' WHERE holder = ? AND ended_at IS NULL"
+            " RETURNING session_id",
+            (now, holder),
+        ).fetchall()
+        ended.extend(str(row[0]) for row in rows)
+        conn.execute("DELETE FROM front_beats WHERE holder = ? AND seen_at < ?", (holder, now - STALE_SECONDS))
+    return ended
 
 
 def _digest(secret: str) -> str:

@@ -42,6 +42,7 @@ SHARED_TABLES = (
     "operator_actions",
     "run_journal",
     "upstream_result_types",
+    "front_beats",
 )
 """The tables a shared database holds (the rest stay in each state directory's SQLite)."""
 
@@ -126,6 +127,10 @@ CREATE TABLE run_journal (
 );
 CREATE INDEX run_journal_seq ON run_journal (seq);
 CREATE INDEX run_journal_session ON run_journal (session_id, started);
+CREATE TABLE front_beats (
+    holder TEXT PRIMARY KEY,
+    seen_at DOUBLE PRECISION NOT NULL
+);
 CREATE TABLE upstream_result_types (
     server TEXT NOT NULL,
     tool TEXT NOT NULL,

@@ -180,6 +180,17 @@ class Reaping:
             _holds.end(conn, session_id, "server_died")
         return stopped
 
+    def beat(self) -> list[str]:
+        """With a shared database: record that this host is alive, and end the sessions of
+        hosts silent past `session_holds.STALE_SECONDS` (their machine died: their processes
+        are lost with it); the sessions ended. Without one, nothing (pids are checked)."""
+        if self._sessions is None:
+            return []
+        now = time.time()
+        with self._sessions.connection() as conn:
+            _holds.beat(conn, placed_identity(), now)
+            return _holds.end_stale(conn, now)
+
     def hold_session(self, session_id: str, tenant: str | None = None, client: str | None = None) -> None:
         """Record that this host holds ``session_id`` open (for ``tenant`` and its ``client``),
         so that the session ends with it: when this host dies without closing it, the next

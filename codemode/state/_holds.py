@@ -140,7 +140,9 @@ def end_stale(conn: SqlConnection, now: float) -> list[str]:
     """End (``server_died``) the sessions of every front whose last beat is older than
     `STALE_SECONDS`, and forget those fronts; the sessions ended (shared database only)."""
     ended: list[str] = []
-    stale = conn.execute("SELECT holder FROM front_beats WHERE seen_at < ?", (now - STALE_SECONDS,)).fetchall()
+    stale = conn.execute(
+        "SELECT holder FROM front_beats WHERE seen_at < ?", (now - STALE_SECONDS,)
+    ).fetchall()
     for (holder,) in stale:
         rows = conn.execute(
             "UPDATE session_holds SET ended_at = ?, reason = 'server_died' WHERE holder = ? AND ended_at IS NULL"
@@ -148,7 +150,9 @@ def end_stale(conn: SqlConnection, now: float) -> list[str]:
             (now, holder),
         ).fetchall()
         ended.extend(str(row[0]) for row in rows)
-        conn.execute("DELETE FROM front_beats WHERE holder = ? AND seen_at < ?", (holder, now - STALE_SECONDS))
+        conn.execute(
+            "DELETE FROM front_beats WHERE holder = ? AND seen_at < ?", (holder, now - STALE_SECONDS)
+        )
     return ended
 
 

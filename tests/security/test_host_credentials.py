@@ -268,3 +268,22 @@ def test_a_token_file_commands_can_read_is_pointed_out(tmp_path: Path) -> None:
     env = {**os.environ, "CODEMODE_HOME": str(tmp_path / "state")}
     with _http_server(tmp_path, "--token-file", str(outside), env=env) as server:
         assert "is outside the state directory" in server.stderr.read_text()
+
+
+async def test_a_command_gets_neither_the_database_url_nor_a_connection_to_it(
+    tmp_path: Path, database_url: str
+) -> None:
+    """With a shared database, the host holds its URL (a password) and pooled connections to
+    it: a command finds the URL in no variable and no connection among its open files."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    async with Host(workspace=workspace, state_dir=tmp_path / "state", database_url=database_url) as host:
+        await host.run_code('await store.set("k", 1)')  # the pool holds a connection now
+        found = await host.run_code(
+            'const r = await tools.bash({command: "env; ls -l /proc/self/fd/; cat /proc/$PPID/environ | tr \\"\\\\0\\" \\"\\\\n\\""});'
+            "print(r.stdout.excerpt)"
+        )
+        assert found.ok, found
+        assert "search_path" not in found.text and "CODEMODE_DATABASE_URL" not in found.text
+        fds = [line for line in found.text.splitlines() if " -> " in line]
+        assert fds and not [line for line in fds if "socket:" in line], fds

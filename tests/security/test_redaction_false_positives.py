@@ -213,3 +213,15 @@ def test_code_names_and_documented_examples_are_not_secrets(line: str) -> None:
     assert R.redact(line) == line
     padded = "ordinary line\n" * 40 + line  # through the Hyperscan pass too
     assert R.redact(padded) == padded
+
+
+def test_a_wrapped_base64_line_that_starts_like_a_token_is_not_one() -> None:
+    """Seen in CI: base64 of a .pyc wrapped at 76 columns had a line starting ``cio`` with 32
+    letters and digits up to a ``/``: crates.io's token shape. Inside base64 a ``+`` or ``/``
+    borders the match; beside a real token there is none."""
+    for prefix, body in (("cio", "AAAByiAAAAHJIAAAAclcAAAByfgAAAHJ"), ("oy2", "a" * 43)):
+        line = (prefix + body + "/AAAAci0BAAByLgEAAHKbAAAAcnYAAABydwAAAHMB" * 2)[:76]
+        blob = "\n".join(("QUJD" * 19, line, line[::-1], "QUJD" * 5 + "=="))
+        assert R.redact(blob) == blob
+        token = prefix + body
+        assert R.redact(f"export TOKEN={token}\n") != f"export TOKEN={token}\n"

@@ -118,7 +118,9 @@ def test_the_front_refuses_an_empty_or_short_token() -> None:
 
 
 @pytest.mark.blackbox  # starts codemode as a separate process
-async def test_a_confined_command_finds_no_token_and_the_front_refuses_it(tmp_path: Path) -> None:
+async def test_a_confined_command_finds_no_token_and_the_front_refuses_it(
+    tmp_path: Path, database_url: str
+) -> None:
     token = secrets.token_hex(32)  # the one the server uses, from its file
     env_token = secrets.token_hex(32)  # also set in its environment: it must vanish too
     token_file = tmp_path / "state" / "mcp-token"
@@ -127,7 +129,8 @@ async def test_a_confined_command_finds_no_token_and_the_front_refuses_it(tmp_pa
     env = {
         **os.environ,
         "CODEMODE_MCP_TOKEN": env_token,
-        "CODEMODE_DATABASE_URL": "postgres://codemode:hunter2hunter2@db/codemode",
+        # A real shared database the server uses (the test cluster ignores the password).
+        "CODEMODE_DATABASE_URL": f"{database_url} password=hunter2hunter2",
         "CODEMODE_PROBE_VISIBLE": "yes",  # an ordinary variable: commands see it
     }
     with _http_server(tmp_path, "--token-file", str(token_file), env=env) as server, anyio.fail_after(90):

@@ -357,12 +357,18 @@ async def run_once(mode: str) -> Figures:
                             tg.start_soon(
                                 functools.partial(http.post, child.url, headers=t.headers, json=stop)
                             )
-        if PROFILE and (child.directory / "profile.pstats").exists():
-            kept = Path(tempfile.gettempdir()) / f"bench_console.{mode}.pstats"
-            shutil.copy(child.directory / "profile.pstats", kept)
-            print(f"{mode}: the server loop's profile of the window is in {kept}; its top:")
-            pstats.Stats(str(kept)).sort_stats("tottime").print_stats(15)
+        keep_profile(child, f"bench_console.{mode}", "the window", "tottime", 15)
     return figures
+
+
+def keep_profile(child: Child, name: str, what: str, sort: str, top: int) -> None:
+    """With ``--profile``: keep the server loop's profile (as ``$TMPDIR/<name>.pstats``) and
+    print its ``top`` entries by ``sort``."""
+    if PROFILE and (child.directory / "profile.pstats").exists():
+        kept = Path(tempfile.gettempdir()) / f"{name}.pstats"
+        shutil.copy(child.directory / "profile.pstats", kept)
+        print(f"{name.rpartition('.')[2]}: the server loop's profile of {what} is in {kept}; its top:")
+        pstats.Stats(str(kept)).sort_stats(sort).print_stats(top)
 
 
 async def measure(

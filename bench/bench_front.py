@@ -38,8 +38,6 @@ import functools
 import gc
 import math
 import os
-import pstats
-import shutil
 import signal
 import socket
 import statistics
@@ -61,6 +59,7 @@ from bench.bench_console import (
     _monitor,
     answer_of,
     call,
+    keep_profile,
     load,
     ms,
     open_session,
@@ -73,7 +72,6 @@ from bench.bench_console import (
 
 SMOKE = "--smoke" in sys.argv  # CI's short mode: few sessions calling often, codemode and the SDK
 QUICK = "--quick" in sys.argv or SMOKE
-PROFILE = "--profile" in sys.argv
 # codemode's console (on by default, as `codemode mcp --http` serves it): --console off
 CONSOLE = sys.argv[sys.argv.index("--console") + 1] if "--console" in sys.argv else "on"
 SESSIONS = (
@@ -252,11 +250,7 @@ async def run_once(mode: str) -> dict[str, Figures]:
                 async with anyio.create_task_group() as tg:
                     for headers in sessions:
                         tg.start_soon(functools.partial(http.delete, child.url, headers=headers))
-        if PROFILE and (child.directory / "profile.pstats").exists():
-            kept = Path(tempfile.gettempdir()) / f"bench_front.{mode}.pstats"
-            shutil.copy(child.directory / "profile.pstats", kept)
-            print(f"{mode}: the server loop's profile of the churn window is in {kept}; its top:")
-            pstats.Stats(str(kept)).sort_stats("cumulative").print_stats(25)
+        keep_profile(child, f"bench_front.{mode}", "the churn window", "cumulative", 25)
     return figures
 
 

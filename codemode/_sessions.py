@@ -196,8 +196,9 @@ class Sessions:
 
 class HeldSessions:
     """`Host.held`: the sessions a front holds open (an MCP session over HTTP), how each ended,
-    and the secrets that resume an ended one. All of it lives in the state directory, beside
-    the process records (nothing without built-in tools: no process manager)."""
+    and the secrets that resume an ended one. All of it lives where sessions are shared: the
+    state directory, or the shared database (nothing without built-in tools: no process
+    manager)."""
 
     def __init__(self, processes: Callable[[], ProcessManager | None]) -> None:
         self._processes = processes

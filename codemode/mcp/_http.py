@@ -586,7 +586,7 @@ async def serve_http(
             gc.collect()
             gc.freeze()
             signals.start_soon(_short_collections)
-            if not isinstance(opened, str):
+            if not isinstance(opened, str) and opened.state.is_shared:
                 signals.start_soon(_beat, opened)
             # Commands with a network allowlist never reach this front through the proxy.
             front = sock.getsockname()

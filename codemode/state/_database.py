@@ -9,7 +9,7 @@ Layout of the state directory (mode 0700)::
 Connections come from a small pool, so the stores can be used from many threads at once;
 several processes can share one state directory (SQLite WAL plus a busy timeout).
 
-The stores that may live in a shared database (`SHARED_TABLES`) write SQL both databases run:
+The stores that may live in a shared database (`codemode.state._postgres.SHARED_TABLES`) write SQL both databases run:
 ``?`` placeholders, ``INSERT ... ON CONFLICT``, no SQLite-only functions (`SqlDatabase.bytes_of`
 names the one they need), and serialised read-then-write steps in `SqlDatabase.transaction`.
 """

@@ -185,10 +185,6 @@ class _Connection:
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> SqlCursor:
         return self._conn.execute(_pg_sql(sql), parameters)  # type: ignore[arg-type]
 
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]], /) -> None:
-        with self._conn.cursor() as cursor:
-            cursor.executemany(_pg_sql(sql), rows)  # type: ignore[arg-type]
-
 
 class PostgresDatabase:
     """A shared PostgreSQL database, its schema current, with a pool of connections.

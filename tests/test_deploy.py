@@ -1,12 +1,12 @@
 """deploy/: the compose file valid against the Compose specification's schema, the Kubernetes
-manifests against Kubernetes' (no container engine runs here), HAProxy's configurations
+manifests against Kubernetes' (no container engine runs here; both schemas vendored in
+tests/data/deploy_schemas by scripts/refresh_deploy_schemas.py), HAProxy's configurations
 accepted by haproxy where it is installed, and every codemode flag and variable they use one
 the CLI and the package know."""
 
 from __future__ import annotations
 
 import argparse
-import importlib.resources
 import json
 import re
 import shutil
@@ -16,12 +16,14 @@ from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
 import pytest
+import referencing
 import yaml  # type: ignore[import-untyped]
 
 from codemode.cli import build_parser
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 PACKAGE = Path(__file__).resolve().parent.parent / "codemode"
+SCHEMAS = Path(__file__).resolve().parent / "data" / "deploy_schemas"
 KUBERNETES_VERSION = "1.33"
 
 
@@ -40,8 +42,7 @@ def _manifests() -> list[dict[str, Any]]:
 
 
 def test_the_compose_file_is_valid_against_the_compose_specification() -> None:
-    schema_file = importlib.resources.files("check_jsonschema.builtin_schemas.vendor") / "compose-spec.json"
-    schema = json.loads(schema_file.read_text())
+    schema = json.loads((SCHEMAS / "compose-spec.json").read_text())
     jsonschema.validate(_compose(), schema)
     services = _compose()["services"]
     assert {"postgres", "codemode-1", "codemode-2", "loadbalancer"} <= set(services)
@@ -50,10 +51,15 @@ def test_the_compose_file_is_valid_against_the_compose_specification() -> None:
 
 
 def test_the_kubernetes_manifests_are_valid_and_probe_healthz() -> None:
-    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    schemas = json.loads((SCHEMAS / f"kubernetes-{KUBERNETES_VERSION}-strict.json").read_text())
+    registry: referencing.Registry[Any] = referencing.Registry().with_resource(
+        schemas["definitions"]["$id"], referencing.Resource.from_contents(schemas["definitions"])
+    )
     manifests = _manifests()
     for manifest in manifests:
-        kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+        group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", manifest["apiVersion"])  # apps/v1 -> apps-v1
+        schema = schemas["kinds"][f"{manifest['kind'].lower()}-{group}"]
+        jsonschema.Draft202012Validator(schema, registry=registry).validate(manifest)
     (server,) = [m for m in manifests if m["kind"] == "Deployment" and m["metadata"]["name"] == "codemode"]
     (container,) = server["spec"]["template"]["spec"]["containers"]
     assert server["spec"]["replicas"] >= 2

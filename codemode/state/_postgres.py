@@ -1,4 +1,4 @@
-"""The shared state database on PostgreSQL (psycopg 3 and its pool; the ``postgres`` extra).
+"""The shared state database on PostgreSQL (psycopg 3; the ``postgres`` extra).
 
 Several hosts on several machines share one PostgreSQL database (``CODEMODE_DATABASE_URL``, or
 ``codemode mcp --database-url-file``): the tables of `SHARED_TABLES` live there (sessions and
@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 import psycopg
 import psycopg.conninfo
-import psycopg_pool
 
 from codemode.errors import StateDirError
 from codemode.state._database import DRIVER_ERRORS, SqlCursor
@@ -189,42 +189,65 @@ class _Connection:
 class PostgresDatabase:
     """A shared PostgreSQL database, its schema current, with a pool of connections.
 
+    The pool is the state directory's (`codemode.state.Database`) in psycopg: a connection is
+    taken from the free ones or opened, and given back after the block unless it broke, is in a
+    transaction, or `idle_connections` are free already. (psycopg_pool would do it with health
+    checks, but it is not among the packages a machine without the package index has, as CI's
+    is; a connection the server dropped fails its one statement as a `HostFault` and is
+    discarded.)
+
     Args:
         url: A libpq connection string or URL (it carries a password: never logged; errors name
             the database by `describe_url`).
-        max_connections: Most connections this host holds at once.
+        idle_connections: Most connections kept open while unused.
 
     Raises:
-        StateDirError: The database cannot be reached within 10 s, or its schema is newer
-            than this version of codemode knows.
+        StateDirError: The database cannot be reached, or its schema is newer than this version
+            of codemode knows.
     """
 
-    def __init__(self, url: str, *, max_connections: int = 8) -> None:
+    def __init__(self, url: str, *, idle_connections: int = 8) -> None:
+        self._url = url
         self._where = describe_url(url)
-        timeout = int(_CONNECT_TIMEOUT_SECONDS)
-        try:  # one connection first: a database that is not there fails at once, and clearly
-            with psycopg.connect(url, autocommit=True, connect_timeout=timeout) as conn:
+        self._keep = idle_connections
+        self._lock = threading.Lock()
+        self._free: list[psycopg.Connection[Any]] = []
+        self._closed = False
+        try:  # a database that is not there fails here, at once, and clearly
+            conn = self._connect()
+            try:
                 _migrate(conn, self._where)
+            except BaseException:
+                conn.close()
+                raise
         except psycopg.Error as exc:
             raise StateDirError(
                 f"cannot use the shared state database {self._where}: {str(exc).strip()} (check that it "
                 "runs and that CODEMODE_DATABASE_URL or --database-url-file names it)"
             ) from exc
-        self._pool = psycopg_pool.ConnectionPool(
-            url,
-            min_size=1,
-            max_size=max_connections,
-            kwargs={"autocommit": True, "connect_timeout": timeout},
-            open=False,
-            name="codemode-state",
-        )
+        self._free.append(conn)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self._url, autocommit=True, connect_timeout=int(_CONNECT_TIMEOUT_SECONDS))
+
+    @contextlib.contextmanager
+    def _pooled(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._lock:
+            if self._closed:
+                raise ValueError("the shared state database is closed")
+            conn = self._free.pop() if self._free else None
+        if conn is None:
+            conn = self._connect()
         try:
-            self._pool.open(wait=True, timeout=_CONNECT_TIMEOUT_SECONDS)
-        except psycopg_pool.PoolTimeout as exc:
-            self._pool.close()
-            raise StateDirError(
-                f"cannot reach the shared state database {self._where} within {timeout} s"
-            ) from exc
+            yield conn
+        finally:
+            idle = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            with self._lock:
+                keep = idle and not self._closed and len(self._free) < self._keep
+                if keep:
+                    self._free.append(conn)
+            if not keep:
+                conn.close()
 
     @property
     def dialect(self) -> Literal["postgres"]:
@@ -239,7 +262,7 @@ class PostgresDatabase:
     @contextlib.contextmanager
     def connection(self) -> Iterator[_Connection]:
         """A pooled autocommit connection for the block."""
-        with self._pool.connection(timeout=_CONNECT_TIMEOUT_SECONDS) as conn:
+        with self._pooled() as conn:
             yield _Connection(conn)
 
     @contextlib.contextmanager
@@ -247,7 +270,7 @@ class PostgresDatabase:
         """A pooled connection in a transaction that holds the advisory lock named ``lock``
         (every host's transactions on that name run one after another); committed after the
         block, rolled back when it raises."""
-        with self._pool.connection(timeout=_CONNECT_TIMEOUT_SECONDS) as conn, conn.transaction():
+        with self._pooled() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(lock),))
             yield _Connection(conn)
 
@@ -261,8 +284,12 @@ class PostgresDatabase:
         return f"octet_length({column})"
 
     def close(self) -> None:
-        """Close the pool. Idempotent."""
-        self._pool.close()
+        """Close the free connections; those in use close when given back. Idempotent."""
+        with self._lock:
+            self._closed = True
+            free, self._free = self._free, []
+        for conn in free:
+            conn.close()
 
 
 def _migrate(conn: psycopg.Connection[Any], where: str) -> None:

@@ -83,3 +83,22 @@ def test_without_the_postgres_extra_a_database_url_says_what_to_install(
     monkeypatch.setitem(sys.modules, "codemode.state._postgres", None)  # as if psycopg were missing
     with pytest.raises(StateDirError, match=r"install codemode with the postgres extra"):
         State(tmp_path / "state", database_url="host=/nowhere dbname=x")
+
+
+def test_a_connection_the_server_dropped_fails_once_and_is_not_kept(
+    tmp_path: Path, database_url: str
+) -> None:
+    """A restarted or failed-over server drops the pool's idle connections: the statement on one
+    is a `HostFault`, that connection is discarded, and the next statement opens a new one."""
+    with State(tmp_path / "state", database_url=database_url) as state:
+        state.values.set("s", "k", "1")
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE usename = current_user AND pid <> pg_backend_pid()"
+            )
+        with pytest.raises(HostFault, match="the state database failed during get"):
+            state.values.get("s", "k")
+        assert state.values.get("s", "k") == "1"
+    with pytest.raises(ValueError, match="closed"):
+        state.values.get("s", "k")

@@ -183,6 +183,13 @@ def test_without_the_launcher_confined_commands_are_refused(
 needs_cgroups = pytest.mark.skipif(cgroup_root().path is None, reason=f"no cgroups: {cgroup_root().reason}")
 
 
+def _is_sleep(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"/bin/sleep\0")
+    except OSError:
+        return False
+
+
 @needs_cgroups
 def test_the_command_joins_its_cgroup_and_cgroup_kill_ends_escapees(dirs: Dirs, devnull: int) -> None:
     root = cgroup_root()
@@ -199,11 +206,14 @@ def test_the_command_joins_its_cgroup_and_cgroup_kill_ends_escapees(dirs: Dirs, 
         assert code == 0 and out.strip().endswith("started"), out
         own = next(line[3:] for line in out.splitlines() if line.startswith("0::"))
         assert own.endswith(os.path.basename(path)), out
+        # The background job is a forked shell, then setsid, then env before it is sleep: wait
+        # until every member has become the sleep (or the deadline passes and the test fails).
         deadline = time.monotonic() + 10
-        while not cgroup_members(path) and time.monotonic() < deadline:
-            time.sleep(0.01)
         escapees = cgroup_members(path)
-        assert escapees and all(b"sleep" in Path(f"/proc/{p}/cmdline").read_bytes() for p in escapees)
+        while not (escapees and all(_is_sleep(p) for p in escapees)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+            escapees = cgroup_members(path)
+        assert escapees and all(_is_sleep(p) for p in escapees), escapees
         assert cgroup_kill(path) == len(escapees)
         assert cgroup_members(path) == []
         assert not any(

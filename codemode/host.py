@@ -38,6 +38,7 @@ from codemode.sandbox import (
     SandboxMode,
     SandboxPolicy,
     check_policy,
+    placed_identity,
 )
 from codemode.state import Archive, EndReason, State, compile_rules_soon
 from codemode.tools import Extension, Tool, ToolDescription, ToolRegistry
@@ -165,6 +166,7 @@ class Host:
             database_url=None
             if self.config.database_url is None
             else self.config.database_url.get_secret_value(),
+            holder=placed_identity(),
         )
         # Loading the tokenizer takes about a second, compiling the secret rules half a
         # second; do both now, off the loop, so the first long output does not pay for them.

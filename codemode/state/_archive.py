@@ -19,7 +19,6 @@ import os
 import re
 import secrets
 import sqlite3
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,9 @@ from codemode.errors import ErrorCode, StateDirError, ToolError, UnknownRefError
 from codemode.state import _capped
 from codemode.state._capped import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES, CappedLog
 from codemode.state._database import Database, host_faults
-from codemode.state._redact import Redactor, context_start
+from codemode.state._raw_pages import RawLogPages
+from codemode.state._redact import Redactor
+from codemode.state._shared_archive import SharedArchive, SharedCopy, copy_of_bytes, copy_of_file, materialize
 from codemode.state._stream import StreamRedactor
 
 __all__ = [
@@ -48,9 +49,6 @@ READ_MAX_LIMIT = 16 * 1024 * 1024
 
 _REF_RE = re.compile(r"ar_[A-Za-z0-9_\-]{20}")
 _SCHEMA_VERSION = 5
-_PAGE_CONTEXT = 64 * 1024  # bytes before (and after) a raw log's page read as its redaction context
-_KNOWN_SCAN = 8 * 1024 * 1024  # bytes before a page scanned (once per log) for values found by context
-_KNOWN_LOGS = 32  # raw logs whose found values an Archive remembers
 
 
 @dataclass(frozen=True)
@@ -232,6 +230,9 @@ class Archive:
             evicted, oldest finished logs first. At least 4 MiB. Stored in the database too,
             for the supervisors of background processes: the last archive opened on a state
             directory sets theirs.
+        shared: The shared database's copies (`SharedArchive`): every finished entry is
+            copied there, and a reference this state directory does not hold is fetched from
+            there. None: this state directory's entries are all there is.
 
     Every method below raises `HostFault` when the database or the disk fails (locked for
     longer than the busy timeout, disk full, I/O error): that is never the model's fault.
@@ -248,6 +249,7 @@ class Archive:
         *,
         log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
         quota_bytes: int = DEFAULT_QUOTA_BYTES,
+        shared: SharedArchive | None = None,
     ) -> None:
         if log_cap_bytes < _capped.MIN_LOG_CAP_BYTES:
             raise ValueError(
@@ -256,6 +258,7 @@ class Archive:
         if quota_bytes < _capped.MIN_QUOTA_BYTES:
             raise ValueError(f"quota_bytes must be at least {_capped.MIN_QUOTA_BYTES} (got {quota_bytes})")
         self._db = db
+        self._shared = shared
         self._log_cap = log_cap_bytes
         self._quota_bytes = quota_bytes
         self._state_dir = db.state_dir
@@ -266,8 +269,7 @@ class Archive:
         except OSError as exc:
             raise StateDirError(f"cannot create {self._blob_dir}: {exc.strerror or exc}") from exc
         self._redactor = redactor if redactor is not None else Redactor()
-        self._known_lock = threading.Lock()
-        self._known_logs: dict[str, tuple[int, StreamRedactor]] = {}  # ref: (scanned to, its scan)
+        self._raw_logs = RawLogPages(self._redactor)
         try:
             db.execute(
                 "INSERT OR REPLACE INTO archive_settings (key, value) VALUES ('quota_bytes', ?)",
@@ -345,6 +347,16 @@ class Archive:
             ),
         )
         self._quota.added(disk)
+        if self._shared is not None:
+            self._shared.keep(
+                ref,
+                kind=kind,
+                session_id=session_id,
+                created=now,
+                total_bytes=len(blob),
+                raw=False,
+                parts=copy_of_bytes(blob),
+            )
         return ArchiveRef(ref, len(blob), digest)
 
     @host_faults
@@ -367,6 +379,8 @@ class Archive:
             " VALUES (?, ?, ?, ?, ?, 1, ?, ?)",
             (ref, kind, session_id, time.time(), 0 if redact else 1, ref, self._log_cap),
         )
+        if self._shared is not None:
+            self._shared.announce(ref, kind=kind, session_id=session_id, raw=not redact)
         stream = StreamRedactor(self._redactor) if redact else None
         return LogWriter(self, ref, path, stream, self._log_cap)
 
@@ -428,6 +442,37 @@ class Archive:
                 result.ref,
             ),
         )
+        if self._shared is not None:
+            self._share_log(result, file)
+
+    def _share_log(self, result: ArchiveRef, file: str) -> None:
+        """Copy a finished log to the shared database (its head and tail, secrets masked)."""
+        assert self._shared is not None
+        with self._db.connection() as conn:
+            row = conn.execute(
+                "SELECT kind, session_id, created, raw, retained_from FROM archive_entries WHERE ref = ?",
+                (result.ref,),
+            ).fetchone()
+        if row is None:
+            return
+        kind, session_id, created, raw, retained_from = row
+        try:
+            fd = os.open(self._blob_dir / file, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            parts = copy_of_file(fd, retained_from=retained_from, raw=bool(raw), redactor=self._redactor)
+        finally:
+            os.close(fd)
+        self._shared.keep(
+            result.ref,
+            kind=kind,
+            session_id=session_id,
+            created=created,
+            total_bytes=result.total_bytes,
+            raw=bool(raw),
+            parts=parts,
+        )
 
     def _lookup(self, ref: str, session_id: str | None = None) -> tuple[str, int, int | None, int, int]:
         """Return (file, retained_from, total_bytes if finished else None, raw, stream).
@@ -455,6 +500,53 @@ class Archive:
             )
         file, retained_from, finished, total, raw, stream, _owner = row
         return file, retained_from, (total if finished is not None else None), raw, stream
+
+    def _lookup_or_fetch(self, ref: str, session_id: str | None) -> tuple[str, int, int | None, int, int]:
+        """`_lookup`; a reference this state directory does not hold is fetched from the shared
+        database's copies first (a finished entry of the same session)."""
+        try:
+            return self._lookup(ref, session_id)
+        except UnknownRefError:
+            if self._shared is None or not _REF_RE.fullmatch(ref):
+                raise
+            copy = self._shared.fetch(ref)
+            if copy is None or (session_id is not None and copy.session_id != session_id):
+                raise
+            if copy.finished is None:
+                raise UnknownRefError(
+                    f"{ref} is the log of a command still running on another machine ({copy.holder}); "
+                    "it can be read here once the command has ended, or now from a session on that machine",
+                    {"ref": ref, "where": copy.holder},
+                ) from None
+            self._adopt(copy)
+            return self._lookup(ref, session_id)
+
+    def _adopt(self, copy: SharedCopy) -> None:
+        """Make the shared ``copy`` an entry of this state directory (finished, evictable)."""
+        file, retained_from, disk = materialize(copy, self._blob_dir)
+        added = self._db.execute(
+            "INSERT INTO archive_entries (ref, kind, session_id, created, finished, total_bytes, sha256,"
+            " retained_from, raw, file, disk_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (ref) DO NOTHING",
+            (
+                copy.ref,
+                copy.kind,
+                copy.session_id,
+                copy.created,
+                copy.finished,
+                copy.total_bytes,
+                copy.sha256,
+                retained_from,
+                int(copy.raw),
+                file,
+                disk,
+            ),
+        )
+        if added:
+            self._quota.added(disk)
+        else:  # another thread fetched it first
+            with contextlib.suppress(FileNotFoundError):
+                (self._blob_dir / file).unlink()
 
     @host_faults
     def read(
@@ -493,7 +585,7 @@ class Archive:
                 code=ErrorCode.TOOL_FAILED,
             )
         for _attempt in range(3):
-            file, retained_from, total, raw, _stream = self._lookup(ref, session_id)
+            file, retained_from, total, raw, _stream = self._lookup_or_fetch(ref, session_id)
             try:
                 fd = os.open(self._blob_dir / file, os.O_RDONLY)
             except FileNotFoundError:
@@ -530,7 +622,7 @@ class Archive:
             start, data, run_end = asked, b"", asked
         next_offset = start + len(data)
         if raw and data:
-            data, next_offset = self._redacted_view(fd, ref, data, start, retained_from, run_end)
+            data, next_offset = self._raw_logs.page(fd, ref, data, start, retained_from, run_end)
         return ArchivePage(
             ref=ref,
             offset=start,
@@ -541,75 +633,6 @@ class Archive:
             retained_from=retained_from,
             dropped=(offset, start) if start > offset else None,
         )
-
-    def _redacted_view(
-        self, fd: int, ref: str, data: bytes, start: int, retained_from: int, run_end: int
-    ) -> tuple[bytes, int]:
-        """Redact a page of a raw log, ending it where no secret can be split.
-
-        A page ends at a line end unless its run of kept bytes ends first (the bytes after a
-        dropped range cannot continue a line before it). It is redacted with its context: from
-        the start of the line it begins in (or of a private key block open there), to the end
-        of the line it ends in, and knowing the values found by their context in the 8 MiB
-        before it (``password = 'X'`` earlier, ``X`` bare in the page).
-        """
-        end = start + len(data)
-        if end < run_end:
-            if b"PRIVATE KEY" in data:
-                # Extend an open private key block to its END line (bounded, within the run).
-                extra = os.pread(fd, min(_PAGE_CONTEXT, run_end - end), end - retained_from)
-                marker = extra.find(b"PRIVATE KEY-----")
-                if marker >= 0:
-                    line_end = extra.find(b"\n", marker)
-                    stop = len(extra) if line_end < 0 else line_end + 1
-                    data += extra[:stop]
-                    end += stop
-            if end < run_end:
-                cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
-                if cut > 0:
-                    end -= len(data) - cut
-                    data = data[:cut]
-        before_from = max(retained_from, start - _PAGE_CONTEXT)
-        before = (
-            os.pread(fd, start - before_from, before_from - retained_from) if start > before_from else b""
-        )
-        before = before[context_start(before) :]
-        after = b""
-        if end < run_end and data[-1:] not in (b"\n", b"\r"):  # a line longer than the page
-            after = os.pread(fd, min(_PAGE_CONTEXT, run_end - end), end - retained_from)
-            after_end = re.search(rb"[\r\n]", after)
-            after = after[: after_end.end()] if after_end else after
-        known = self._known_before(ref, fd, retained_from, start - len(before))
-        if not before and not after:
-            return self._redactor.redact_bytes(data, known), end
-        window = before + data + after
-        return self._redactor.redact_range(window, len(before), len(before) + len(data), known), end
-
-    def _known_before(self, ref: str, fd: int, retained_from: int, offset: int) -> dict[bytes, bytes]:
-        """The secret values found by their context (``password = 'X'``) in a raw log before
-        ``offset``: scanned from up to 8 MiB before it, once per log and Archive (a scan goes on
-        from where the last ended, so reading a log page by page scans it once; a jump further
-        than 8 MiB starts again there, keeping what was found). Costs a redaction pass over
-        those bytes, at most 8 MiB per read (~40 ms); holds up to _KNOWN_LOGS logs' values."""
-        with self._known_lock:
-            scan = self._known_logs.pop(ref, None)
-            if scan is None or offset - scan[0] > _KNOWN_SCAN:
-                stream = StreamRedactor(self._redactor)
-                if scan is not None:
-                    stream.known.update(scan[1].known)
-                scan = (max(retained_from, offset - _KNOWN_SCAN, scan[0] if scan else 0), stream)
-            position, stream = scan
-            position = max(position, retained_from)
-            while position < offset:
-                chunk = os.pread(fd, min(1024 * 1024, offset - position), position - retained_from)
-                if not chunk:
-                    break
-                stream.feed(chunk)
-                position += len(chunk)
-            self._known_logs[ref] = (max(position, scan[0]), stream)
-            while len(self._known_logs) > _KNOWN_LOGS:
-                del self._known_logs[next(iter(self._known_logs))]
-            return dict(stream.known)
 
     @host_faults
     def pin(self, ref: str, pinned: bool) -> None:
@@ -623,10 +646,12 @@ class Archive:
 
     @host_faults
     def has_session(self, session_id: str) -> bool:
-        """Whether an entry of this session is kept."""
+        """Whether an entry of this session is kept (here, or copied to the shared database)."""
         with self._db.connection() as conn:
             row = conn.execute("SELECT 1 FROM archive_entries WHERE session_id = ? LIMIT 1", (session_id,))
-            return row.fetchone() is not None
+            if row.fetchone() is not None:
+                return True
+        return self._shared is not None and self._shared.has_session(session_id)
 
     @host_faults
     def entry_info(self, ref: str) -> dict[str, object]:

@@ -30,6 +30,7 @@ import threading
 from collections.abc import Callable
 
 __all__ = [
+    "ALIGN",
     "DEFAULT_LOG_CAP_BYTES",
     "DEFAULT_QUOTA_BYTES",
     "MIN_LOG_CAP_BYTES",
@@ -55,9 +56,9 @@ DEFAULT_QUOTA_BYTES = 4 * 1024 * 1024 * 1024
 MIN_LOG_CAP_BYTES = 1024 * 1024
 MIN_QUOTA_BYTES = 4 * 1024 * 1024
 
-# Holes are punched on these boundaries (a multiple of every file system's block size), so
-# every punched byte is released and SEEK_HOLE reports exactly the punched ranges.
-_ALIGN = 64 * 1024
+ALIGN = 64 * 1024
+"""Holes are punched on these boundaries (a multiple of every file system's block size), so
+every punched byte is released and SEEK_HOLE reports exactly the punched ranges."""
 # A writer reports growth to its quota watch in steps of this many bytes.
 _REPORT_BYTES = 1024 * 1024
 _FALLOC_FL_KEEP_SIZE = 0x01
@@ -128,9 +129,9 @@ def _probe_holes(directory: str) -> bool:
         if path:
             with contextlib.suppress(OSError):
                 os.unlink(path)
-        os.pwrite(fd, b"\x01" * (3 * _ALIGN), 0)
-        _punch(fd, _ALIGN, 2 * _ALIGN)
-        return os.lseek(fd, 0, os.SEEK_HOLE) == _ALIGN and os.lseek(fd, _ALIGN, os.SEEK_DATA) == 2 * _ALIGN
+        os.pwrite(fd, b"\x01" * (3 * ALIGN), 0)
+        _punch(fd, ALIGN, 2 * ALIGN)
+        return os.lseek(fd, 0, os.SEEK_HOLE) == ALIGN and os.lseek(fd, ALIGN, os.SEEK_DATA) == 2 * ALIGN
     except OSError:
         return False
     finally:
@@ -184,8 +185,8 @@ class CappedLog:
         self.seen = os.fstat(self._fd).st_size
         self._kept = self.seen
         self._limit = cap if cap is not None else -1
-        self._head = max(_ALIGN, (cap or 0) // 4 // _ALIGN * _ALIGN)
-        self._step = max(_ALIGN, ((cap or 0) - self._head) // 8 // _ALIGN * _ALIGN)
+        self._head = max(ALIGN, (cap or 0) // 4 // ALIGN * ALIGN)
+        self._step = max(ALIGN, ((cap or 0) - self._head) // 8 // ALIGN * ALIGN)
         self._hole_end = self._head  # the punched range is [head, hole_end)
         self._holes: bool | None = None  # probed when first needed
         self._on_growth = on_growth
@@ -227,7 +228,7 @@ class CappedLog:
         if self._holes and self._kept + m > self.cap:
             # After this piece, at most cap - step bytes stay: the next punch is a step away.
             target = self.seen + m - (self.cap - self._head) + self._step
-            end = min(-(-target // _ALIGN) * _ALIGN, self.seen // _ALIGN * _ALIGN)
+            end = min(-(-target // ALIGN) * ALIGN, self.seen // ALIGN * ALIGN)
             if end > self._hole_end:
                 try:
                     _punch(self._fd, self._hole_end, end)

@@ -3,9 +3,9 @@
 Several hosts on several machines share one PostgreSQL database (``CODEMODE_DATABASE_URL``, or
 ``codemode mcp --database-url-file``): the tables of `SHARED_TABLES` live there (sessions and
 who holds them, resume secrets, store values, run records, approvals, operators' actions, the
-consoles' run journal, learned result types), so any front can serve any session. What belongs
-to one machine stays in its state directory's SQLite: process records and their notifications,
-archived text and logs.
+consoles' run journal, learned result types, copies of archived text and finished logs), so any
+front can serve any session. What belongs to one machine stays in its state directory's SQLite:
+process records and their notifications, logs still being written.
 
 The stores write one SQL for both databases (`codemode.state._database.SqlDatabase`); this
 module turns its ``?`` placeholders into psycopg's ``%s``. The schema is plain versioned SQL
@@ -43,6 +43,7 @@ SHARED_TABLES = (
     "run_journal",
     "upstream_result_types",
     "front_beats",
+    "shared_archive",
 )
 """The tables a shared database holds (the rest stay in each state directory's SQLite)."""
 
@@ -138,6 +139,26 @@ CREATE TABLE upstream_result_types (
     observed DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (server, tool)
 );
+""",
+    """
+CREATE TABLE shared_archive (
+    ref TEXT PRIMARY KEY,
+    session_id TEXT,
+    kind TEXT NOT NULL,
+    holder TEXT NOT NULL,
+    created DOUBLE PRECISION NOT NULL,
+    finished DOUBLE PRECISION,
+    total_bytes BIGINT NOT NULL DEFAULT 0,
+    sha256 TEXT NOT NULL DEFAULT '',
+    raw SMALLINT NOT NULL DEFAULT 0,
+    head_start BIGINT NOT NULL DEFAULT 0,
+    head BYTEA NOT NULL DEFAULT '',
+    tail_start BIGINT NOT NULL DEFAULT 0,
+    tail BYTEA NOT NULL DEFAULT '',
+    size BIGINT NOT NULL DEFAULT 0
+);
+CREATE INDEX shared_archive_session ON shared_archive (session_id, created);
+CREATE INDEX shared_archive_created ON shared_archive (created);
 """,
 )
 

@@ -16,6 +16,7 @@ from codemode.state._journal import RunJournal
 from codemode.state._learned import LearnedTypes
 from codemode.state._redact import Redactor
 from codemode.state._runs import RunRecords
+from codemode.state._shared_archive import SharedArchive
 from codemode.state._values import ValueStore
 
 __all__ = ["State"]
@@ -44,8 +45,11 @@ class State:
             ``os.environ``).
         log_cap_bytes: Most bytes one log keeps on disk while it is written (`Archive`).
         quota_bytes: Most bytes the state directory holds (`Archive`).
-        database_url: A PostgreSQL database for what sessions share (the ``postgres`` extra);
-            None: the state directory's database holds it all.
+        database_url: A PostgreSQL database for what sessions share (the ``postgres`` extra),
+            archived text included (copied there when finished, fetched by the machines that
+            do not hold it: `SharedArchive`); None: the state directory's database holds it all.
+        holder: This process with its place (``<pid>t<start>@<place>``), named in the shared
+            database as the writer of logs still being written.
 
     Raises:
         StateDirError: The directory or a database cannot be used, or ``database_url`` is
@@ -61,16 +65,24 @@ class State:
         log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES,
         quota_bytes: int = DEFAULT_QUOTA_BYTES,
         database_url: str | None = None,
+        holder: str = "",
     ) -> None:
         self.db = Database(state_dir)
         self.shared: SqlDatabase = self.db
         try:
-            self.archive = Archive(self.db, redactor, log_cap_bytes=log_cap_bytes, quota_bytes=quota_bytes)
+            copies = None
             if database_url is not None:
                 self.shared = _open_shared(database_url)
+                copies = SharedArchive(self.shared, holder)
+            self.archive = Archive(
+                self.db, redactor, log_cap_bytes=log_cap_bytes, quota_bytes=quota_bytes, shared=copies
+            )
         except BaseException:
+            if self.shared is not self.db:
+                self.shared.close()
             self.db.close()
             raise
+        self._copies = copies
         self.values = ValueStore(self.shared)
         self.runs = RunRecords(self.shared)
         self.approvals = ApprovalLog(self.shared)
@@ -112,7 +124,8 @@ class State:
         quota) and run records older than 30 days.
 
         Returns:
-            Counts: ``compacted``, ``expired`` (entries), ``evicted``, ``expired_runs``.
+            Counts: ``compacted``, ``expired`` (entries), ``evicted``, ``expired_runs``; with a
+            shared database, ``expired_copies`` (its copies of archived text).
 
         Raises:
             HostFault: The database or the disk failed.
@@ -120,6 +133,8 @@ class State:
         now = time.time() if now is None else now
         counts = self.archive.maintain(now)
         counts["expired_runs"] = self.runs.expire(now - EXPIRE_AFTER_SECONDS)
+        if self._copies is not None:
+            counts["expired_copies"] = self._copies.expire(now - EXPIRE_AFTER_SECONDS)
         return counts
 
     def close(self) -> None:

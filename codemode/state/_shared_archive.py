@@ -1,0 +1,314 @@
+"""Copies of archived entries in the shared database, so that any machine reads any session's.
+
+With a shared PostgreSQL database (`codemode.state._postgres`), every archived text is copied
+there when it is finished (an output at once; a command's log when its process ends: live
+logs stay on the machine that runs the process), and a machine asked for a reference it does
+not hold fetches the copy into its own archive and reads it there (`Archive.read`), with every
+rule a local read has (owner check, dropped ranges, redaction of raw logs).
+
+A copy is capped: at most `SHARED_ENTRY_BYTES` of an entry (all of it when it fits; else its
+head and its tail, cut at `_capped`'s alignment so that the fetching machine can leave the
+middle as a hole), and at most `SESSION_SHARED_BYTES` per session (its oldest finished copies
+go first). Offsets are the entry's own, so a page read on either machine starts and ends at the
+same byte. A raw log (stored unredacted, redacted when read) leaves its machine with every
+secret the redactor finds masked in place, by a marker of the secret's own length.
+
+A log still being written is announced (its row, without bytes, names the process that
+writes it), so another machine says where it is instead of "no such reference".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from codemode.state import _capped
+from codemode.state._database import DRIVER_ERRORS, SqlDatabase, host_faults
+from codemode.state._redact import Redactor
+
+__all__ = [
+    "SESSION_SHARED_BYTES",
+    "SHARED_ENTRY_BYTES",
+    "SharedArchive",
+    "SharedCopy",
+    "copy_of_bytes",
+    "copy_of_file",
+    "materialize",
+]
+
+SHARED_ENTRY_BYTES = 4 * 1024 * 1024
+"""Most bytes of one entry its shared copy keeps (its head and its tail past that)."""
+SESSION_SHARED_BYTES = 64 * 1024 * 1024
+"""Most bytes of one session's copies the shared database keeps (oldest finished go first)."""
+
+_ALIGN = _capped.ALIGN
+_log = logging.getLogger("codemode.state")
+
+
+@dataclass(frozen=True)
+class SharedCopy:
+    """An entry's copy: ``head`` at entry offset ``head_start``, ``tail`` at ``tail_start``
+    (empty when the head holds all that is kept), of ``total_bytes`` in all. ``finished`` is
+    None while the log is still being written on the machine of ``holder`` (then it has no
+    bytes). ``sha256`` is of ``head + tail``."""
+
+    ref: str
+    session_id: str | None
+    kind: str
+    holder: str
+    created: float
+    finished: float | None
+    total_bytes: int
+    sha256: str
+    raw: bool
+    head_start: int
+    head: bytes
+    tail_start: int
+    tail: bytes
+
+    @property
+    def dropped(self) -> tuple[int, int] | None:
+        """The range of the entry the copy does not keep between its head and its end."""
+        head_end = self.head_start + len(self.head)
+        end = self.tail_start if self.tail else self.total_bytes
+        return (head_end, end) if end > head_end else None
+
+
+def _mask(redactor: Redactor, data: bytes, known: dict[bytes, bytes]) -> bytes:
+    """``data`` with each secret the redactor finds replaced by a marker of its own length
+    (``[REDACTED:kind]`` then ``*``, or ``*`` alone when the secret is shorter), so that every
+    offset stays where it was."""
+    spans = redactor.secret_spans(data, known)
+    if not spans:
+        return data
+    out = bytearray(data)
+    for start, end, marker in spans:
+        size = end - start
+        out[start:end] = marker[:size] + b"*" * (size - len(marker)) if size >= len(marker) else b"*" * size
+    return bytes(out)
+
+
+def _runs(data_runs: list[tuple[int, int]], cap: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The ``(start, end)`` of the head and of the tail (``(0, 0)`` when none) to copy from a
+    file whose kept runs are ``data_runs`` (at most ``cap`` bytes, cut at the alignment)."""
+    first, last = data_runs[0], data_runs[-1]
+    if sum(end - start for start, end in data_runs) <= cap and len(data_runs) <= 2:
+        return first, ((0, 0) if len(data_runs) == 1 else last)
+    tail_from = max(last[0], -(-(last[1] - cap // 2) // _ALIGN) * _ALIGN)
+    tail = (tail_from, last[1])
+    head_room = (cap - (tail[1] - tail[0])) // _ALIGN * _ALIGN
+    head_end = min(first[1], first[0] + head_room, tail_from if first == last else first[1])
+    return (first[0], head_end), tail
+
+
+def copy_of_file(
+    fd: int, *, retained_from: int, raw: bool, redactor: Redactor
+) -> tuple[int, bytes, int, bytes]:
+    """What a copy of a finished entry's file keeps: ``(head_start, head, tail_start, tail)``
+    in entry offsets (the file's offset 0 is ``retained_from``), a raw log's secrets masked."""
+    data_runs = _capped.kept_runs(fd)
+    if not data_runs:
+        return retained_from, b"", retained_from, b""
+    (h0, h1), (t0, t1) = _runs(data_runs, SHARED_ENTRY_BYTES)
+    head = _read(fd, h0, h1)
+    tail = _read(fd, t0, t1) if t1 > t0 else b""
+    if raw:
+        known: dict[bytes, bytes] = {}
+        head = _mask(redactor, head, known)
+        tail = _mask(redactor, tail, known) if tail else tail
+    return retained_from + h0, head, retained_from + (t0 if tail else h1), tail
+
+
+def copy_of_bytes(data: bytes) -> tuple[int, bytes, int, bytes]:
+    """What a copy of an entry stored whole (already redacted) keeps, as `copy_of_file`."""
+    if not data:
+        return 0, b"", 0, b""
+    (h0, h1), (t0, t1) = _runs([(0, len(data))], SHARED_ENTRY_BYTES)
+    return h0, data[h0:h1], (t0 if t1 > t0 else h1), data[t0:t1]
+
+
+def _read(fd: int, start: int, end: int) -> bytes:
+    parts: list[bytes] = []
+    while start < end:
+        chunk = os.pread(fd, min(1 << 20, end - start), start)
+        if not chunk:
+            break
+        parts.append(chunk)
+        start += len(chunk)
+    return b"".join(parts)
+
+
+_COLUMNS = (
+    "ref, session_id, kind, holder, created, finished, total_bytes, sha256, raw,"
+    " head_start, head, tail_start, tail"
+)
+
+
+class SharedArchive:
+    """The shared database's copies of archived entries (the ``shared_archive`` table).
+
+    `fetch`, `has_session` and `expire` raise `HostFault` when the database fails; `announce`
+    and `keep` log it.
+
+    Args:
+        db: The shared database.
+        holder: This process (``<pid>t<start>@<place>``), named in what it announces.
+    """
+
+    def __init__(self, db: SqlDatabase, holder: str) -> None:
+        self._db = db
+        self.holder = holder
+
+    def announce(self, ref: str, *, kind: str, session_id: str | None, raw: bool) -> None:
+        """Record a log this process has started writing. A database that fails is logged:
+        the log works on this machine; another does not know it until it is kept."""
+        try:
+            self._db.execute(
+                "INSERT INTO shared_archive (ref, session_id, kind, holder, created, raw)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (ref) DO NOTHING",
+                (ref, session_id, kind, self.holder, time.time(), int(raw)),
+            )
+        except tuple(DRIVER_ERRORS) as exc:
+            _log.warning("log %s is not announced in the shared database: %s", ref, exc)
+
+    def keep(
+        self,
+        ref: str,
+        *,
+        kind: str,
+        session_id: str | None,
+        created: float,
+        total_bytes: int,
+        raw: bool,
+        parts: tuple[int, bytes, int, bytes],
+    ) -> None:
+        """Copy a finished entry (``parts`` from `copy_of_file` or `copy_of_bytes`). A database
+        that fails is logged: the entry stays readable on this machine, not on others."""
+        head_start, head, tail_start, tail = parts
+        copy = SharedCopy(
+            ref=ref,
+            session_id=session_id,
+            kind=kind,
+            holder=self.holder,
+            created=created,
+            finished=time.time(),
+            total_bytes=total_bytes,
+            sha256=hashlib.sha256(head + tail).hexdigest(),
+            raw=raw,
+            head_start=head_start,
+            head=head,
+            tail_start=tail_start,
+            tail=tail,
+        )
+        try:
+            self.store(copy)
+        except tuple(DRIVER_ERRORS) as exc:
+            _log.warning("archived text %s is not copied to the shared database: %s", ref, exc)
+
+    def store(self, copy: SharedCopy) -> None:
+        """Keep ``copy`` (replacing its announcement), then drop the session's oldest finished
+        copies past `SESSION_SHARED_BYTES`."""
+        values = (
+            copy.ref,
+            copy.session_id,
+            copy.kind,
+            copy.holder,
+            copy.created,
+            copy.finished,
+            copy.total_bytes,
+            copy.sha256,
+            int(copy.raw),
+            copy.head_start,
+            copy.head,
+            copy.tail_start,
+            copy.tail,
+        )
+        with self._db.connection() as conn:
+            conn.execute(
+                f"INSERT INTO shared_archive ({_COLUMNS}, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (ref) DO UPDATE SET finished = excluded.finished,"
+                " total_bytes = excluded.total_bytes, sha256 = excluded.sha256, head_start = excluded.head_start,"
+                " head = excluded.head, tail_start = excluded.tail_start, tail = excluded.tail,"
+                " size = excluded.size",
+                (*values, len(copy.head) + len(copy.tail)),
+            )
+            if copy.session_id is None:
+                return
+            rows = conn.execute(
+                "SELECT ref, size FROM shared_archive WHERE session_id = ? AND finished IS NOT NULL"
+                " ORDER BY created DESC",
+                (copy.session_id,),
+            ).fetchall()
+            held = 0
+            for ref, size in rows:
+                held += int(size)
+                if held > SESSION_SHARED_BYTES:
+                    conn.execute("DELETE FROM shared_archive WHERE ref = ?", (ref,))
+
+    @host_faults
+    def fetch(self, ref: str) -> SharedCopy | None:
+        """The copy of ``ref``; None when there is none."""
+        with self._db.connection() as conn:
+            row = conn.execute(f"SELECT {_COLUMNS} FROM shared_archive WHERE ref = ?", (ref,)).fetchone()
+        if row is None:
+            return None
+        return SharedCopy(
+            ref=str(row[0]),
+            session_id=row[1],
+            kind=str(row[2]),
+            holder=str(row[3]),
+            created=float(row[4]),
+            finished=None if row[5] is None else float(row[5]),
+            total_bytes=int(row[6]),
+            sha256=str(row[7]),
+            raw=bool(row[8]),
+            head_start=int(row[9]),
+            head=bytes(row[10]),
+            tail_start=int(row[11]),
+            tail=bytes(row[12]),
+        )
+
+    @host_faults
+    def has_session(self, session_id: str) -> bool:
+        """Whether a copy of this session's is kept."""
+        with self._db.connection() as conn:
+            row = conn.execute("SELECT 1 FROM shared_archive WHERE session_id = ? LIMIT 1", (session_id,))
+            return row.fetchone() is not None
+
+    @host_faults
+    def expire(self, before: float) -> int:
+        """Remove the copies created before ``before``; how many."""
+        return self._db.execute("DELETE FROM shared_archive WHERE created < ?", (before,))
+
+
+def materialize(copy: SharedCopy, blob_dir: Path) -> tuple[str, int, int]:
+    """Write ``copy``'s bytes to a new file of ``blob_dir`` for the archive to read: its head
+    at offset 0 and its tail at its offset, the middle a hole. Where the file system cannot
+    leave holes, only the tail (or the head when there is no tail) is written.
+
+    Returns:
+        ``(file name, retained_from, disk bytes)``.
+
+    Raises:
+        OSError: The file cannot be written.
+    """
+    head_start, head, tail_start, tail = copy.head_start, copy.head, copy.tail_start, copy.tail
+    if tail and tail_start > head_start + len(head) and not _capped.holes_supported(str(blob_dir)):
+        head_start, head = tail_start, b""  # keep the end, as compaction does
+    file = f"{copy.ref}.{secrets.token_hex(4)}"
+    fd = os.open(blob_dir / file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        for offset, data in ((0, head), (tail_start - head_start, tail)):
+            view = memoryview(data)
+            while view:
+                written = os.pwrite(fd, view, offset)
+                view, offset = view[written:], offset + written
+        disk = os.fstat(fd).st_blocks * 512
+    finally:
+        os.close(fd)
+    return file, head_start, disk

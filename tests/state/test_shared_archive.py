@@ -1,0 +1,194 @@
+"""Archived text across machines (a real PostgreSQL): what one state directory archives, another
+on the same shared database reads, as its owner session only; a log being written elsewhere is
+named with where it runs; copies are capped per entry (head and tail, the middle reported
+dropped) and per session; a raw log leaves its machine with its secrets masked in place."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from codemode.errors import HostFault, UnknownRefError
+from codemode.state import Archive, State
+from codemode.state import _capped as capped
+from codemode.state import _shared_archive as shared_archive
+from codemode.state._archive import READ_MAX_LIMIT
+
+SECRET = "ghp_" + "Q4w8E2r6T1y5U9i3O7p0A5s9D3f7G1h4J8k2"
+
+
+@pytest.fixture
+def machines(tmp_path: Path, database_url: str) -> Iterator[tuple[State, State]]:
+    """Two state directories (two machines) on one shared database."""
+    a = State(tmp_path / "a", database_url=database_url, holder="11t1@place-a")
+    b = State(tmp_path / "b", database_url=database_url, holder="22t2@place-b")
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+def _read_all(archive: Archive, ref: str, session_id: str | None, limit: int = READ_MAX_LIMIT) -> bytes:
+    data, offset = b"", 0
+    while True:
+        page = archive.read(ref, offset, limit, session_id=session_id)
+        data += page.data
+        offset = page.next_offset
+        if page.eof:
+            return data
+
+
+def test_text_archived_on_one_machine_is_read_on_another_by_its_session_only(
+    machines: tuple[State, State],
+) -> None:
+    a, b = machines
+    text = "".join(f"line {i}\n" for i in range(5000))
+    ref = a.archive.put(text, kind="output", session_id="s1")
+    assert _read_all(b.archive, ref.ref, "s1") == text.encode()
+    page = b.archive.read(ref.ref, 6, 10, session_id="s1")  # offsets are the entry's own
+    assert page.data == text.encode()[6:16] and page.total_bytes == ref.total_bytes
+    with pytest.raises(UnknownRefError) as stranger:
+        b.archive.read(ref.ref, session_id="s2")
+    with pytest.raises(UnknownRefError) as never:
+        b.archive.read("ar_" + "x" * 20, session_id="s2")
+    assert str(stranger.value).replace(ref.ref, "REF") == str(never.value).replace("ar_" + "x" * 20, "REF")
+    assert b.has_session("s1") and not b.has_session("s2")
+
+
+def test_a_log_is_named_with_its_machine_while_written_and_read_anywhere_once_finished(
+    machines: tuple[State, State],
+) -> None:
+    a, b = machines
+    writer = a.archive.open_log(kind="log", session_id="s1", redact=False)
+    writer.write(b"building...\n")
+    writer.flush()
+    with pytest.raises(UnknownRefError, match=r"still running on another machine \(11t1@place-a\)"):
+        b.archive.read(writer.ref, session_id="s1")
+    with pytest.raises(UnknownRefError, match="no archived text"):  # to a stranger: nothing at all
+        b.archive.read(writer.ref, session_id="s2")
+    writer.write(f"token={SECRET}\ndone\n".encode())
+    writer.close()
+    here, there = _read_all(a.archive, writer.ref, "s1"), _read_all(b.archive, writer.ref, "s1")
+    assert SECRET.encode() not in here and SECRET.encode() not in there
+    assert there.startswith(b"building...\ntoken=") and there.endswith(b"\ndone\n")
+    assert b.archive.read(writer.ref, 0, 1, session_id="s1").total_bytes == writer.bytes_written
+
+
+def test_a_raw_log_leaves_its_machine_with_its_secrets_masked_in_place(
+    machines: tuple[State, State], database_url: str
+) -> None:
+    a, _b = machines
+    writer = a.archive.open_log(kind="log", session_id="s1", redact=False)
+    raw = f"export GITHUB_TOKEN={SECRET}\nok\n".encode()
+    writer.write(raw)
+    writer.close()
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT head, tail, raw FROM shared_archive WHERE ref = %s", (writer.ref,)
+        ).fetchone()
+    assert row is not None
+    head, tail, is_raw = bytes(row[0]), bytes(row[1]), row[2]
+    assert is_raw == 1 and tail == b""
+    assert SECRET.encode() not in head and len(head) == len(raw)  # masked, every offset in place
+    assert head.endswith(b"\nok\n") and b"[REDACTED:" in head
+
+
+def test_a_copy_keeps_the_head_and_tail_of_a_big_entry_and_reports_its_middle_dropped(
+    machines: tuple[State, State], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = machines
+    cap = 1024 * 1024
+    monkeypatch.setattr(shared_archive, "SHARED_ENTRY_BYTES", cap)
+    blob = os.urandom(3 * cap)
+    ref = a.archive.put(blob, kind="image", session_id="s1")
+    first = b.archive.read(ref.ref, 0, READ_MAX_LIMIT, session_id="s1")
+    assert blob.startswith(first.data) and len(first.data) >= cap // 4
+    middle = b.archive.read(ref.ref, len(blob) // 2, 100, session_id="s1")
+    assert middle.dropped is not None and middle.dropped[0] == len(blob) // 2
+    assert middle.data == blob[middle.offset : middle.offset + 100]
+    tail = _read_all(b.archive, ref.ref, "s1", limit=cap)
+    assert len(tail) <= cap and blob.endswith(tail[len(first.data) :])
+    # The whole entry is still a's to read.
+    assert _read_all(a.archive, ref.ref, "s1") == blob
+
+
+def test_where_holes_cannot_be_left_the_fetched_copy_keeps_its_tail(
+    machines: tuple[State, State], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = machines
+    cap = 1024 * 1024
+    monkeypatch.setattr(shared_archive, "SHARED_ENTRY_BYTES", cap)
+    blob = os.urandom(3 * cap)
+    ref = a.archive.put(blob, kind="image", session_id="s1")
+    monkeypatch.setattr(capped, "holes_supported", lambda directory: False)
+    page = b.archive.read(ref.ref, 0, 100, session_id="s1")
+    assert page.dropped == (0, page.retained_from) and page.retained_from > 0
+    assert page.data == blob[page.offset : page.offset + 100]
+    assert _read_all(b.archive, ref.ref, "s1").endswith(blob[-1000:])
+
+
+def test_a_sessions_copies_are_capped_oldest_first(
+    machines: tuple[State, State], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = machines
+    monkeypatch.setattr(shared_archive, "SESSION_SHARED_BYTES", 250_000)
+    refs = [a.archive.put(os.urandom(100_000), kind="image", session_id="s1").ref for _ in range(4)]
+    other = a.archive.put(os.urandom(100_000), kind="image", session_id="s2").ref
+    for gone in refs[:2]:
+        with pytest.raises(UnknownRefError):
+            b.archive.read(gone, session_id="s1")
+    for kept in refs[2:]:
+        assert b.archive.read(kept, 0, 10, session_id="s1").data
+    assert b.archive.read(other, 0, 10, session_id="s2").data  # another session's are its own
+
+
+def test_copies_expire_with_the_archive(machines: tuple[State, State]) -> None:
+    a, b = machines
+    ref = a.archive.put("old", kind="output", session_id="s1")
+    counts = a.maintain(now=2**40)
+    assert counts["expired_copies"] == 1
+    with pytest.raises(UnknownRefError):
+        b.archive.read(ref.ref, session_id="s1")
+
+
+def test_a_failing_shared_database_leaves_the_entry_readable_where_it_was_made(
+    machines: tuple[State, State], database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b = machines
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE shared_archive RENAME TO shared_archive_away")
+    with caplog.at_level(logging.WARNING, logger="codemode.state"):
+        ref = a.archive.put("still here", kind="output", session_id="s1")
+    assert a.archive.read(ref.ref, session_id="s1").data == b"still here"
+    assert any(
+        ref.ref in record.getMessage() and "not copied" in record.getMessage() for record in caplog.records
+    )
+    with pytest.raises(HostFault):  # another machine cannot look: never "no such reference"
+        b.archive.read(ref.ref, session_id="s1")
+
+
+def test_a_log_past_its_cap_is_copied_as_its_machine_kept_it(tmp_path: Path, database_url: str) -> None:
+    cap = 1024 * 1024
+    a = State(tmp_path / "a", database_url=database_url, holder="11t1@place-a", log_cap_bytes=cap)
+    b = State(tmp_path / "b", database_url=database_url, holder="22t2@place-b")
+    try:
+        writer = a.archive.open_log(kind="log", session_id="s1", redact=False)
+        lines = [f"{i:08d} {'x' * 90}\n".encode() for i in range(40_000)]  # 4 MB
+        for line in lines:
+            writer.write(line)
+        result = writer.close()
+        assert result.dropped is not None
+        for offset in (0, result.dropped[0] - 50, result.dropped[0] + 10, result.total_bytes - 300):
+            here = a.archive.read(writer.ref, offset, 200, session_id="s1")
+            there = b.archive.read(writer.ref, offset, 200, session_id="s1")
+            assert (there.offset, there.data, there.dropped) == (here.offset, here.data, here.dropped)
+        assert _read_all(b.archive, writer.ref, "s1") == _read_all(a.archive, writer.ref, "s1")
+    finally:
+        a.close()
+        b.close()

@@ -223,6 +223,14 @@ class HeldSessions:
         held = self._processes()
         return [] if held is None else held.beat()
 
+    def publish(self) -> int:
+        """A front holding sessions in a shared database calls it about once a second
+        (blocking): it publishes its processes and the notifications of sessions it no longer
+        holds, for the fronts that hold them now (`ProcessManager.publish`); how many
+        notifications it published."""
+        held = self._processes()
+        return 0 if held is None else held.publish()
+
     def open_sessions(self, limit: int = 1000) -> list[HeldSession]:
         """The sessions every front on this state directory holds open now, the newest
         ``limit`` (blocking: it reads the state). Empty without built-in tools."""

@@ -75,6 +75,7 @@ DEFAULT_MAX_REQUESTS = 1024
 RESUME_HEADER = b"codemode-resume"
 RESUME_SECRET_HEADER = b"codemode-resume-secret"
 _RETRY_AFTER_SECONDS = 1
+_PUBLISH_SECONDS = 1.0  # how often a front publishes to the shared database (completions that moved)
 
 
 @dataclass(frozen=True)
@@ -631,17 +632,28 @@ async def _short_collections() -> None:
 
 
 async def _beat(host: Host) -> None:
-    """Say every `session_holds.BEAT_SECONDS` that this front is alive (`HeldSessions.beat`): with a shared
-    database, the fronts of a machine that died are found so, and their sessions ended."""
+    """With a shared database: say every `session_holds.BEAT_SECONDS` that this front is alive
+    (`HeldSessions.beat`), so that the fronts of a machine that died are found and their sessions
+    ended; and every second publish this front's processes and the notifications of sessions
+    that moved to another front (`HeldSessions.publish`)."""
+    beaten = -session_holds.BEAT_SECONDS
     while True:
+        if time.monotonic() - beaten >= session_holds.BEAT_SECONDS:
+            beaten = time.monotonic()
+            try:
+                ended = await anyio.to_thread.run_sync(host.held.beat)
+            except Exception as exc:  # the database is down: /healthz says so; try again later
+                sys.stderr.write(f"codemode: could not record that this server is alive: {exc}\n")
+            else:
+                if ended:
+                    sys.stderr.write(
+                        f"codemode: ended {len(ended)} sessions of servers silent for a minute\n"
+                    )
         try:
-            ended = await anyio.to_thread.run_sync(host.held.beat)
-        except Exception as exc:  # the database is down: /healthz says so; try again later
-            sys.stderr.write(f"codemode: could not record that this server is alive: {exc}\n")
-        else:
-            if ended:
-                sys.stderr.write(f"codemode: ended {len(ended)} sessions of servers silent for a minute\n")
-        await anyio.sleep(session_holds.BEAT_SECONDS)
+            await anyio.to_thread.run_sync(host.held.publish)
+        except Exception as exc:  # as above; the notifications stay queued here meanwhile
+            sys.stderr.write(f"codemode: could not publish to the shared database: {exc}\n")
+        await anyio.sleep(_PUBLISH_SECONDS)
 
 
 class _Uvicorn(uvicorn.Server):

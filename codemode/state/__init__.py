@@ -6,6 +6,7 @@ One state directory (mode 0700) holds the database and the archived files; each 
 while it is written and the directory has a quota. `State` opens all of it.
 """
 
+from codemode.state import _elsewhere as elsewhere_records
 from codemode.state import _holds as session_holds
 from codemode.state import _processes as process_records
 from codemode.state._archive import (
@@ -78,6 +79,7 @@ __all__ = [
     "StreamRedactor",
     "ValueStore",
     "compile_rules_soon",
+    "elsewhere_records",
     "process_records",
     "redact_json",
     "session_holds",

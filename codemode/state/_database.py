@@ -75,6 +75,8 @@ class SqlDatabase(Protocol):
 
     def bytes_of(self, column: str) -> str: ...
 
+    def listen(self, channel: str, stop: threading.Event) -> Iterator[str]: ...
+
     def close(self) -> None: ...
 
 
@@ -251,6 +253,10 @@ class Database:
     def bytes_of(self, column: str) -> str:
         """SQL for the UTF-8 size of a text column."""
         return f"length(CAST({column} AS BLOB))"
+
+    def listen(self, channel: str, stop: threading.Event) -> Iterator[str]:
+        """Nothing: only a shared database carries notifications between hosts."""
+        return iter(())
 
     def close(self) -> None:
         """Close every pooled connection. Idempotent; connections in use close when released."""

@@ -136,6 +136,13 @@ def beat(conn: SqlConnection, holder: str, now: float) -> None:
     )
 
 
+def front_alive(conn: SqlConnection, holder: str, now: float) -> bool:
+    """Whether front ``holder`` said it is alive within `STALE_SECONDS` of ``now`` (shared
+    database only)."""
+    row = conn.execute("SELECT seen_at FROM front_beats WHERE holder = ?", (holder,)).fetchone()
+    return row is not None and float(row[0]) >= now - STALE_SECONDS
+
+
 def end_stale(conn: SqlConnection, now: float) -> list[str]:
     """End (``server_died``) the sessions of every front whose last beat is older than
     `STALE_SECONDS`, and forget those fronts; the sessions ended (shared database only)."""

@@ -4,8 +4,9 @@ Several hosts on several machines share one PostgreSQL database (``CODEMODE_DATA
 ``codemode mcp --database-url-file``): the tables of `SHARED_TABLES` live there (sessions and
 who holds them, resume secrets, store values, run records, approvals, operators' actions, the
 consoles' run journal, learned result types, copies of archived text and finished logs), so any
-front can serve any session. What belongs to one machine stays in its state directory's SQLite:
-process records and their notifications, logs still being written.
+front can serve any session, an index of every machine's background processes and the
+notifications of sessions that moved (`_elsewhere`). What belongs to one machine stays in its
+state directory's SQLite: process records and their notifications, logs still being written.
 
 The stores write one SQL for both databases (`codemode.state._database.SqlDatabase`); this
 module turns its ``?`` placeholders into psycopg's ``%s``. The schema is plain versioned SQL
@@ -24,6 +25,7 @@ from typing import Any, Literal
 
 import psycopg
 import psycopg.conninfo
+import psycopg.sql
 
 from codemode.errors import StateDirError
 from codemode.state._database import DRIVER_ERRORS, SqlCursor
@@ -44,6 +46,8 @@ SHARED_TABLES = (
     "upstream_result_types",
     "front_beats",
     "shared_archive",
+    "shared_processes",
+    "shared_notifications",
 )
 """The tables a shared database holds (the rest stay in each state directory's SQLite)."""
 
@@ -159,6 +163,35 @@ CREATE TABLE shared_archive (
 );
 CREATE INDEX shared_archive_session ON shared_archive (session_id, created);
 CREATE INDEX shared_archive_created ON shared_archive (created);
+CREATE TABLE shared_processes (
+    process_id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    holder TEXT NOT NULL,
+    command TEXT NOT NULL,
+    state TEXT NOT NULL,
+    exit_code INTEGER,
+    log_ref TEXT,
+    started_at DOUBLE PRECISION NOT NULL,
+    ended_at DOUBLE PRECISION,
+    published_at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX shared_processes_ended ON shared_processes (ended_at);
+CREATE TABLE shared_notifications (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    process_id TEXT NOT NULL,
+    command TEXT NOT NULL,
+    exit_code INTEGER,
+    text TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    data TEXT,
+    created DOUBLE PRECISION NOT NULL,
+    delivered_at DOUBLE PRECISION,
+    UNIQUE (process_id, kind, seq)
+);
+CREATE INDEX shared_notifications_pending ON shared_notifications (session_id) WHERE delivered_at IS NULL;
+CREATE INDEX shared_notifications_created ON shared_notifications (created);
 """,
 )
 
@@ -303,6 +336,22 @@ class PostgresDatabase:
     def bytes_of(self, column: str) -> str:
         """SQL for the UTF-8 size of a text column."""
         return f"octet_length({column})"
+
+    def listen(self, channel: str, stop: threading.Event) -> Iterator[str]:
+        """The payload of every ``NOTIFY`` on ``channel``, until ``stop`` is set (checked every
+        second), on a connection of its own. An empty payload comes first and after every
+        reconnection (a broken connection is retried every second): what was notified while
+        not listening is missed, so the caller looks at everything again."""
+        while not stop.is_set():
+            try:
+                with self._connect() as conn:
+                    conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+                    yield ""
+                    while not stop.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            yield note.payload
+            except psycopg.Error:
+                stop.wait(1.0)
 
     def close(self) -> None:
         """Close the free connections; those in use close when given back. Idempotent."""

@@ -309,6 +309,19 @@ def pending(conn: sqlite3.Connection, session_id: str) -> list[sqlite3.Row]:
     ).fetchall()
 
 
+def undelivered(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+    """Undelivered notifications of every session, oldest first."""
+    return conn.execute("SELECT * FROM notifications WHERE delivered_at IS NULL ORDER BY id").fetchall()
+
+
+def changed_since(conn: sqlite3.Connection, since: float) -> list[ProcessRecord]:
+    """Records of processes that started or ended at ``since`` or later."""
+    rows = conn.execute(
+        "SELECT * FROM bash_processes WHERE started_at >= ? OR ended_at >= ?", (since, since)
+    ).fetchall()
+    return [record for record in map(_record, rows) if record is not None]
+
+
 def since(conn: sqlite3.Connection, after: int, limit: int) -> list[sqlite3.Row]:
     """Notifications of every session with an id above ``after`` (below 0: the newest
     ``limit``), delivered or not, oldest first, at most ``limit`` (a console's feed: it

@@ -8,10 +8,11 @@ from pathlib import Path
 from types import TracebackType
 
 from codemode.errors import StateDirError
+from codemode.state import _elsewhere as elsewhere
 from codemode.state._archive import EXPIRE_AFTER_SECONDS, Archive
 from codemode.state._audit import ApprovalLog, OperatorLog
 from codemode.state._capped import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES
-from codemode.state._database import Database, SqlDatabase
+from codemode.state._database import Database, SqlDatabase, host_faults
 from codemode.state._journal import RunJournal
 from codemode.state._learned import LearnedTypes
 from codemode.state._redact import Redactor
@@ -119,13 +120,15 @@ class State:
         """
         return self.runs.has_session(session_id) or self.archive.has_session(session_id)
 
+    @host_faults
     def maintain(self, now: float | None = None) -> dict[str, int]:
         """Upkeep of every store: the archive's (`Archive.maintain`: compaction, expiry, the
         quota) and run records older than 30 days.
 
         Returns:
             Counts: ``compacted``, ``expired`` (entries), ``evicted``, ``expired_runs``; with a
-            shared database, ``expired_copies`` (its copies of archived text).
+            shared database, ``expired_copies`` (its copies of archived text) and
+            ``expired_elsewhere`` (its index of ended processes and published notifications).
 
         Raises:
             HostFault: The database or the disk failed.
@@ -135,6 +138,8 @@ class State:
         counts["expired_runs"] = self.runs.expire(now - EXPIRE_AFTER_SECONDS)
         if self._copies is not None:
             counts["expired_copies"] = self._copies.expire(now - EXPIRE_AFTER_SECONDS)
+            with self.shared.connection() as conn:
+                counts["expired_elsewhere"] = elsewhere.expire(conn, now - EXPIRE_AFTER_SECONDS)
         return counts
 
     def close(self) -> None:

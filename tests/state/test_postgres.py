@@ -102,3 +102,29 @@ def test_a_connection_the_server_dropped_fails_once_and_is_not_kept(
         assert state.values.get("s", "k") == "1"
     with pytest.raises(ValueError, match="closed"):
         state.values.get("s", "k")
+
+
+def test_listen_yields_once_connected_then_each_notification(database_url: str) -> None:
+    db = PostgresDatabase(database_url)
+    stop = threading.Event()
+    got: list[str] = []
+    connected = threading.Event()
+    arrived = threading.Event()
+
+    def listen() -> None:
+        for payload in db.listen("codemode_test", stop):
+            got.append(payload)
+            (arrived if payload else connected).set()
+
+    thread = threading.Thread(target=listen)
+    thread.start()
+    try:
+        assert connected.wait(10)
+        db.execute("SELECT pg_notify(?, ?)", ("codemode_test", "s-1"))
+        assert arrived.wait(10)
+        assert got == ["", "s-1"]
+    finally:
+        stop.set()
+        thread.join(10)
+        db.close()
+    assert not thread.is_alive()

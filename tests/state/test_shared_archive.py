@@ -151,8 +151,13 @@ def test_a_sessions_copies_are_capped_oldest_first(
 def test_copies_expire_with_the_archive(machines: tuple[State, State]) -> None:
     a, b = machines
     ref = a.archive.put("old", kind="output", session_id="s1")
+    with a.shared.connection() as conn:
+        conn.execute(
+            "INSERT INTO shared_processes (process_id, session_id, holder, command, state, started_at, ended_at,"
+            " published_at) VALUES ('p_1', 's1', 'h', 'true', 'exited', 1, 2, 2)"
+        )
     counts = a.maintain(now=2**40)
-    assert counts["expired_copies"] == 1
+    assert counts["expired_copies"] == 1 and counts["expired_elsewhere"] == 1
     with pytest.raises(UnknownRefError):
         b.archive.read(ref.ref, session_id="s1")
 

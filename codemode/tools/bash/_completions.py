@@ -101,15 +101,21 @@ class Completions:
         def _reap_adopted(self) -> None: ...
         def _network_note(self, process_id: str) -> str | None: ...
         def _verification(self, record: ProcessRecord) -> VerificationData | None: ...
+        def _published_pending(self, session_id: str) -> list[Notification]: ...
+        def _ack_published(self, session_id: str, ids: list[int]) -> list[int]: ...
 
     def pending_notifications(self, session_id: str, *, reconcile: bool = True) -> list[Notification]:
-        """Notifications queued for a session and not yet acknowledged, oldest first.
+        """Notifications queued for a session and not yet acknowledged, oldest first; then
+        those other machines published for it (negative ids: `Elsewhere`).
 
         Args:
             session_id: The session.
             reconcile: Look at live records first (a supervisor that died leaves no record of
                 its end until then); a caller that asks often does it now and then.
         """
+        return self._local_pending(session_id, reconcile) + self._published_pending(session_id)
+
+    def _local_pending(self, session_id: str, reconcile: bool) -> list[Notification]:
         # Every result asks, so the common answer (nothing) is cheap: if no other connection
         # committed (SQLite's data_version) and this one was not used since the session last
         # had nothing live or pending, it still has nothing.
@@ -186,8 +192,10 @@ class Completions:
             The ids this call marked: one another channel (or a read) delivered first is left
             out, so whoever acks first is the one to deliver it.
         """
+        published = self._ack_published(session_id, [i for i in ids if i < 0])
+        ids = [i for i in ids if i > 0]
         if not ids:
-            return []
+            return published
         marks = ", ".join("?" for _ in ids)
         with self._db() as conn:
             conn.execute("BEGIN IMMEDIATE")
@@ -217,4 +225,4 @@ class Completions:
             if row["log_ref"]:
                 with contextlib.suppress(ToolError):
                     self._archive.pin(row["log_ref"], False)
-        return fresh
+        return fresh + published

@@ -45,6 +45,7 @@ from codemode.tools._model import Extension, TextContent, ToolContext, ToolResul
 from codemode.tools.bash._answers import ProcessRow
 from codemode.tools.bash._answers import WatcherData as WatcherData
 from codemode.tools.bash._completions import Completions
+from codemode.tools.bash._elsewhere import Elsewhere
 from codemode.tools.bash._env import resolve_cwd
 from codemode.tools.bash._foreground import (
     CGROUPS,
@@ -160,7 +161,7 @@ def background_settings(report_on: list[str] | None, timeout_seconds: int | None
     }
 
 
-class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reaping, Completions):
+class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reaping, Completions, Elsewhere):
     """Runs commands for the ``bash`` tool and owns the records of background processes.
 
     Args:
@@ -176,6 +177,7 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
             new runs (`codemode.sandbox.check_share`); None checks nothing.
         sessions: Where held sessions and resume secrets are recorded when hosts on several
             machines share them (`codemode.state.State.shared`); None: the state directory.
+            With it, processes and notifications cross machines (`Elsewhere`).
 
     Raises:
         StateDirError: The records cannot be opened (from the archive).
@@ -220,6 +222,7 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
         # (session, data_version, uses) when that session last had nothing live or pending.
         self._quiet: tuple[str, int, int] | None = None
         self._closed = False
+        self._start_listening()
         self.maintain()
 
     def extension(self) -> Extension:
@@ -444,6 +447,7 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
                 return
             self._closed = True
             runs = list(self._foreground)
+        self._stop_listening()
         for running in runs:
             running.pump.wake()
         self._reap_adopted()

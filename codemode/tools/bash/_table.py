@@ -63,6 +63,7 @@ class ProcessTable:
     if TYPE_CHECKING:
 
         def _reap_adopted(self) -> None: ...
+        def _elsewhere_error(self, session_id: str, process_id: str) -> ToolError | None: ...
 
     @property
     def _me(self) -> tuple[int, float | None]:
@@ -79,7 +80,9 @@ class ProcessTable:
         with self._db() as conn:
             record = _records.get(conn, process_id)
         if record is None or record.session_id != session_id:
-            raise _not_found(process_id)
+            # A process this front does not run may run on another machine (shared database).
+            there = self._elsewhere_error(session_id, process_id) if record is None else None
+            raise there or _not_found(process_id)
         return self._reconcile(record)
 
     def _supervisor_alive(self, record: ProcessRecord) -> bool:

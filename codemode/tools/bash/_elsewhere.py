@@ -1,0 +1,220 @@
+"""Processes across machines: with a shared database, a session may move to another front
+while its background processes run on; the processes stay where they started.
+
+Every front publishes (`Elsewhere.publish`, about once a second from the HTTP front) the index
+of its processes and the notifications of sessions it no longer holds; a front asked about a
+process it does not run answers from the index: where it runs, how it ended, or that it was lost
+with its machine (a front silent for `session_holds.STALE_SECONDS`). Published notifications
+reach the session's new front by ``LISTEN/NOTIFY`` (`codemode.state._elsewhere.CHANNEL`) and
+are delivered there like its own, under negative ids.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from codemode.errors import ProcessNotFound, ToolError
+from codemode.sandbox import placed_identity
+from codemode.state import Archive, ProcessRecord, Redactor, SqlDatabase
+from codemode.state import elsewhere_records as elsewhere
+from codemode.state import process_records as _records
+from codemode.state import session_holds as _holds
+from codemode.tools.bash._completions import Notification
+
+log = logging.getLogger("codemode.bash")
+
+_PUBLISH_MARGIN_SECONDS = 5.0  # records changed this long before the last publication go again
+
+
+class Elsewhere:
+    """The :class:`ProcessManager`'s view of other machines (a mixin: the manager holds the
+    state)."""
+
+    _archive: Archive
+    _redactor: Redactor
+    _sessions: SqlDatabase | None
+
+    if TYPE_CHECKING:
+
+        def _db(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
+        def _reconcile(self, record: ProcessRecord) -> ProcessRecord: ...
+        def _notification(self, row: sqlite3.Row) -> Notification: ...
+        def _log_finished(self, ref: str) -> bool: ...
+        def ack(self, session_id: str, ids: list[int]) -> list[int]: ...
+
+    def _start_listening(self) -> None:
+        """With a shared database, listen for notifications published for sessions (a thread
+        of its own, until `_stop_listening`)."""
+        self._arrived: set[str] = set()
+        self._epoch = 0  # bumped at each (re)connection of the listener: look at every session
+        self._checked: dict[str, int] = {}  # session: the epoch it was last looked at
+        self._arrived_lock = threading.Lock()
+        self._stop_listen = threading.Event()
+        self._published_at = 0.0
+        if self._sessions is None:
+            return
+        sessions = self._sessions
+        stop = self._stop_listen
+
+        def listen() -> None:
+            for session_id in sessions.listen(elsewhere.CHANNEL, stop):
+                with self._arrived_lock:
+                    if session_id:
+                        self._arrived.add(session_id)
+                    else:
+                        self._epoch += 1
+
+        threading.Thread(target=listen, name="codemode-notes", daemon=True).start()
+
+    @property
+    def listening(self) -> bool:
+        """Whether notifications published by other fronts are listened for now (a shared
+        database, connected)."""
+        with self._arrived_lock:
+            return self._epoch > 0
+
+    def _stop_listening(self) -> None:
+        self._stop_listen.set()
+
+    # -- publishing -------------------------------------------------------------------------
+
+    def publish(self) -> int:
+        """Publish this front's processes (those changed since the last time) and the
+        notifications of sessions it does not hold, which are then delivered here no more
+        (blocking; shared database only). Returns how many notifications were published.
+
+        Raises:
+            HostFault: A database failed.
+        """
+        if self._sessions is None:
+            return 0
+        me = placed_identity()
+        started = time.time()
+        with self._db() as conn:
+            live = _records.live_records(conn)
+            undelivered = _records.undelivered(conn)
+        mine: set[str] = set()
+        if live or undelivered:
+            with self._sessions.connection() as pg:
+                mine = elsewhere.sessions_held_by(pg, me)
+        if any(record.session_id not in mine for record in live):
+            for record in live:
+                if record.session_id not in mine:
+                    self._reconcile(record)  # a supervisor that died: its completion is queued now
+            with self._db() as conn:
+                undelivered = _records.undelivered(conn)
+        with self._db() as conn:
+            changed = _records.changed_since(conn, self._published_at - _PUBLISH_MARGIN_SECONDS)
+        notes = [row for row in undelivered if row["session_id"] not in mine]
+        for record in changed:
+            if not record.live and record.log_ref and not self._log_finished(record.log_ref):
+                with contextlib.suppress(ToolError):
+                    self._archive.finish_log(record.log_ref)  # its copy goes to the shared database
+        index = [
+            (
+                r.process_id,
+                r.session_id,
+                self._redactor.one_line(r.command, 200),
+                r.state,
+                r.exit_code,
+                r.log_ref,
+                r.started_at,
+                r.ended_at,
+            )
+            for r in changed
+        ]
+        published = [self._published(row) for row in notes]
+        if index or published:
+            with self._sessions.transaction("shared_notifications") as pg:
+                elsewhere.publish_processes(pg, me, index)
+                elsewhere.publish_notes(pg, published)
+        by_session: dict[str, list[int]] = {}
+        for row in notes:
+            by_session.setdefault(str(row["session_id"]), []).append(int(row["id"]))
+        for session_id, ids in by_session.items():
+            self.ack(session_id, ids)  # delivered by whoever holds the session now
+        self._published_at = started
+        return len(published)
+
+    def _published(self, row: sqlite3.Row) -> elsewhere.PublishedNote:
+        note = self._notification(row)  # redacted, with its verification and network notes
+        return elsewhere.PublishedNote(
+            id=0,
+            session_id=str(row["session_id"]),
+            process_id=note.process_id,
+            command=self._redactor.redact(note.command),
+            exit_code=note.exit_code,
+            text=note.text,
+            kind=note.kind,
+            seq=note.seq,
+            data=note.data,
+        )
+
+    # -- answering --------------------------------------------------------------------------
+
+    def _elsewhere_error(self, session_id: str, process_id: str) -> ToolError | None:
+        """What to tell a session about a process this front does not run: from the shared
+        index, where it runs, how it ended, or that it was lost; None when no front published
+        it for this session."""
+        if self._sessions is None:
+            return None
+        with self._sessions.connection() as pg:
+            found = elsewhere.find_process(pg, process_id)
+            alive = found is not None and _holds.front_alive(pg, found.holder, time.time())
+        if found is None or found.session_id != session_id:
+            return None
+        data = {"process_id": process_id, "machine": found.holder, "state": found.state}
+        if found.state not in _records.LIVE_STATES:
+            log_note = f"; its log is {found.log_ref} (read_archive)" if found.log_ref else ""
+            return ProcessNotFound(
+                f"process {process_id!r} ran on another machine ({found.holder}) and has ended "
+                f"({found.state}, exit code {found.exit_code}){log_note}",
+                {**data, "exit_code": found.exit_code, "log_ref": found.log_ref},
+            )
+        if alive:
+            return ProcessNotFound(
+                f"process {process_id!r} runs on another machine ({found.holder}), where this session "
+                "started it: it cannot be read, stopped or written to from here; its completion will "
+                "reach this session here",
+                data,
+            )
+        return ProcessNotFound(
+            f"process {process_id!r} was lost: the machine it ran on ({found.holder}) has not been "
+            f"heard from for over {int(_holds.STALE_SECONDS)} s; its exit code is unknown",
+            {**data, "state": "lost"},
+        )
+
+    # -- delivering -------------------------------------------------------------------------
+
+    def _published_pending(self, session_id: str) -> list[Notification]:
+        """The session's notifications other fronts published, not yet delivered (negative
+        ids); asks the shared database only after a notification for the session (or a
+        reconnection) since it last found none."""
+        if self._sessions is None:
+            return []
+        with self._arrived_lock:
+            if session_id not in self._arrived and self._checked.get(session_id) == self._epoch:
+                return []
+            self._arrived.discard(session_id)
+            self._checked[session_id] = self._epoch
+        with self._sessions.connection() as pg:
+            rows = elsewhere.pending(pg, session_id)
+        if rows:
+            with self._arrived_lock:
+                self._arrived.add(session_id)  # until they are delivered
+        return [
+            Notification(-n.id, n.process_id, n.command, n.exit_code, n.text, n.kind, n.seq, n.data)
+            for n in rows
+        ]
+
+    def _ack_published(self, session_id: str, ids: list[int]) -> list[int]:
+        """Mark published notifications (negative ids) delivered; the ids this call marked."""
+        if self._sessions is None or not ids:
+            return []
+        with self._sessions.connection() as pg:
+            return [-i for i in elsewhere.ack(pg, session_id, [-i for i in ids])]

@@ -24,7 +24,7 @@ from codemode.state._capped import (
     MIN_LOG_CAP_BYTES,
     MIN_QUOTA_BYTES,
 )
-from codemode.state._database import Database, SqlConnection, SqlDatabase
+from codemode.state._database import Database, SqlConnection, SqlDatabase, host_faults
 from codemode.state._holds import EndReason, HeldSession, SessionEnd
 from codemode.state._journal import JournalChange, JournalEntry, RunJournal
 from codemode.state._learned import LearnedTypes
@@ -80,6 +80,7 @@ __all__ = [
     "ValueStore",
     "compile_rules_soon",
     "elsewhere_records",
+    "host_faults",
     "process_records",
     "redact_json",
     "session_holds",

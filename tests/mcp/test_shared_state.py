@@ -1,7 +1,9 @@
 """Two `codemode mcp --http` servers, each with a state directory of its own (two machines),
 sharing one PostgreSQL database (a real cluster): a session opened on one and closed there is
-resumed on the other with its secret, its store and its recorded results there; both consoles'
-journal shows it; the database URL reaches no command. Raw HTTP, loopback only."""
+resumed on the other with its secret, its store and its recorded results there; the other
+answers for the background process the session left running on the first, and the process's
+completion reaches the session there; the database URL reaches no command. Raw HTTP, loopback
+only."""
 
 from __future__ import annotations
 
@@ -55,6 +57,14 @@ async def test_a_session_moves_between_two_servers_on_one_database(tmp_path: Pat
                 http, first.url, opened.headers, 'print((await tools.bash({command: "env"})).output)'
             )
             assert "CODEMODE_DATABASE_URL" not in seen and "search_path" not in seen
+            started = await _run(
+                http,
+                first.url,
+                opened.headers,
+                'const p = await tools.bash({command: "read go < /dev/null; sleep 2; echo done-elsewhere",'
+                ' run_in_background: true, lifecycle: "managed"}); print(p.process_id)',
+            )
+            process_id = started.strip()
             still_open = await http.post(
                 second.url, headers={**auth(), "Codemode-Resume": opened.resume_secret}, json=INITIALIZE
             )
@@ -66,6 +76,18 @@ async def test_a_session_moves_between_two_servers_on_one_database(tmp_path: Pat
             assert kept.strip() == '{"n":42}'
             replayed = await _run(http, second.url, moved.headers, "print(Math.random())", call_id="c1")
             assert replayed == once  # the recorded result, not a new run
+            asked = await _run(
+                http,
+                second.url,
+                moved.headers,
+                f'try {{ await tools.bash({{action: "read", process_id: "{process_id}"}}) }} catch (e) {{ print(e.message) }}',
+            )
+            assert "runs on another machine" in asked or "has ended" in asked, (
+                asked + first.stderr.read_text() + second.stderr.read_text()
+            )
+            while process_id not in (told := await _run(http, second.url, moved.headers, 'print("tick")')):
+                await anyio.sleep(0.2)
+            assert "exit code 0" in told or "exited" in told, told
     for side in ("a", "b"):  # each state directory's own database kept none of it
         with State(tmp_path / side / "state") as local, local.db.connection() as conn:
             assert conn.execute("SELECT COUNT(*) FROM store_values").fetchone() == (0,)

@@ -18,9 +18,9 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from codemode.errors import ProcessNotFound, ToolError
+from codemode.errors import HostFault, ProcessNotFound, ToolError
 from codemode.sandbox import placed_identity
-from codemode.state import Archive, ProcessRecord, Redactor, SqlDatabase
+from codemode.state import Archive, ProcessRecord, Redactor, SqlDatabase, host_faults
 from codemode.state import elsewhere_records as elsewhere
 from codemode.state import process_records as _records
 from codemode.state import session_holds as _holds
@@ -83,6 +83,7 @@ class Elsewhere:
 
     # -- publishing -------------------------------------------------------------------------
 
+    @host_faults
     def publish(self) -> int:
         """Publish this front's processes (those changed since the last time) and the
         notifications of sessions it does not hold, which are then delivered here no more
@@ -157,6 +158,7 @@ class Elsewhere:
 
     # -- answering --------------------------------------------------------------------------
 
+    @host_faults
     def _elsewhere_error(self, session_id: str, process_id: str) -> ToolError | None:
         """What to tell a session about a process this front does not run: from the shared
         index, where it runs, how it ended, or that it was lost; None when no front published
@@ -202,8 +204,13 @@ class Elsewhere:
                 return []
             self._arrived.discard(session_id)
             self._checked[session_id] = self._epoch
-        with self._sessions.connection() as pg:
-            rows = elsewhere.pending(pg, session_id)
+        try:
+            rows = self._fetch_published(session_id)
+        except HostFault as exc:  # delivered with a later result; never fails this one
+            log.warning("could not read notifications published for session %s: %s", session_id, exc)
+            rows = []
+            with self._arrived_lock:
+                self._arrived.add(session_id)
         if rows:
             with self._arrived_lock:
                 self._arrived.add(session_id)  # until they are delivered
@@ -212,9 +219,25 @@ class Elsewhere:
             for n in rows
         ]
 
+    @host_faults
+    def _fetch_published(self, session_id: str) -> list[elsewhere.PublishedNote]:
+        assert self._sessions is not None
+        with self._sessions.connection() as pg:
+            return elsewhere.pending(pg, session_id)
+
     def _ack_published(self, session_id: str, ids: list[int]) -> list[int]:
-        """Mark published notifications (negative ids) delivered; the ids this call marked."""
+        """Mark published notifications (negative ids) delivered; the ids this call marked (none
+        when the database failed: they are offered again with a later result)."""
         if self._sessions is None or not ids:
             return []
+        try:
+            return self._mark_published(session_id, ids)
+        except HostFault as exc:
+            log.warning("could not mark notifications of session %s delivered: %s", session_id, exc)
+            return []
+
+    @host_faults
+    def _mark_published(self, session_id: str, ids: list[int]) -> list[int]:
+        assert self._sessions is not None
         with self._sessions.connection() as pg:
             return [-i for i in elsewhere.ack(pg, session_id, [-i for i in ids])]

@@ -17,6 +17,7 @@ namespace; those of other machines are theirs to end."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
 import threading
 import time
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.to_thread
 
-from codemode.errors import ToolError
+from codemode.errors import HostFault, ToolError
 from codemode.sandbox import cgroup_kill, cgroup_remove, identity_is_gone, placed_identity
 from codemode.state import (
     Archive,
@@ -53,6 +54,8 @@ if TYPE_CHECKING:
 
 _EXPIRE_SECONDS = 30 * 24 * 3600
 
+log = logging.getLogger("codemode.bash")
+
 
 class Reaping:
     """The :class:`ProcessManager`'s upkeep (a mixin: the manager holds the state)."""
@@ -68,6 +71,7 @@ class Reaping:
         def _db(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
         def _reconcile(self, record: ProcessRecord) -> ProcessRecord: ...
         def _stop(self, record: ProcessRecord, note: str = "") -> StoppedAnswer: ...
+        def publish(self) -> int: ...
 
     def _holds_db(self) -> contextlib.AbstractContextManager[SqlConnection]:
         """A connection to where held sessions are recorded."""
@@ -231,6 +235,12 @@ class Reaping:
                         await anyio.to_thread.run_sync(self._stop, record)
             await anyio.to_thread.run_sync(self._end_leftovers, session_id)
             await anyio.to_thread.run_sync(self._end_hold, session_id, reason)
+            if self._sessions is not None:
+                # Its processes and notifications, for whichever front serves it next, now.
+                try:
+                    await anyio.to_thread.run_sync(self.publish)
+                except HostFault as exc:  # the HTTP front publishes again every second
+                    log.warning("could not publish session %s to the shared database: %s", session_id, exc)
 
     def _end_hold(self, session_id: str, reason: EndReason) -> None:
         with self._holds_db() as conn:

@@ -1,10 +1,12 @@
-"""Archived text crosses machines through the shared database, and only to its own session.
+"""What a session leaves on one machine crosses to another through the shared database, and
+only to its own session.
 
 Two hosts on two state directories share one PostgreSQL database, as two replicas do. A
 session's archived output and its command's log are read from the other machine by the same
 session; another session asking for the same reference is told exactly what it would be told
 of a reference that never existed; and a command's log (stored raw on its machine) reaches the
-shared database with the secrets in it masked.
+shared database with the secrets in it masked. The same holds for a background process: the
+other machine tells its own session where it runs, and a stranger nothing.
 """
 
 from __future__ import annotations
@@ -70,3 +72,28 @@ async def test_another_session_on_another_machine_cannot_tell_a_ref_exists(
         with psycopg.connect(database_url) as conn:
             rows = conn.execute("SELECT head, tail FROM shared_archive").fetchall()
         assert rows and all(SECRET.encode() not in bytes(head) + bytes(tail) for head, tail in rows)
+
+
+async def test_another_session_on_another_machine_cannot_tell_a_process_exists(
+    tmp_path: Path, database_url: str
+) -> None:
+    async with (
+        _machine(tmp_path, "a", database_url) as a,
+        _machine(tmp_path, "b", database_url) as b,
+    ):
+        started = await a.run_code(
+            'const p = await tools.bash({command: "sleep 30", run_in_background: true}); print(p.process_id)',
+            session_id="alice",
+        )
+        process_id = started.text.strip()
+        a.held.beat()
+        a.held.publish()
+        ask = 'try {{ await tools.bash({{action: "read", process_id: "{}"}}) }} catch (e) {{ print(e.message) }}'
+        own = await b.run_code(ask.format(process_id), session_id="alice")
+        assert "runs on another machine" in own.text, own.text
+        stranger = await b.run_code(ask.format(process_id), session_id="mallory")
+        never = await b.run_code(ask.format("p_000000000000"), session_id="mallory")
+        assert stranger.text.replace(process_id, "P") == never.text.replace("p_000000000000", "P")
+        await a.run_code(
+            f'await tools.bash({{action: "stop", process_id: "{process_id}"}})', session_id="alice"
+        )

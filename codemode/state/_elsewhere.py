@@ -34,6 +34,7 @@ __all__ = [
     "publish_notes",
     "publish_processes",
     "sessions_held_by",
+    "sessions_with_pending",
 ]
 
 CHANNEL = "codemode_notes"
@@ -150,6 +151,14 @@ def pending(conn: SqlConnection, session_id: str) -> list[PublishedNote]:
         )
         for row in rows
     ]
+
+
+def sessions_with_pending(conn: SqlConnection) -> set[str]:
+    """The sessions with published notifications not yet delivered."""
+    rows = conn.execute(
+        "SELECT DISTINCT session_id FROM shared_notifications WHERE delivered_at IS NULL"
+    ).fetchall()
+    return {str(row[0]) for row in rows}
 
 
 def ack(conn: SqlConnection, session_id: str, ids: Sequence[int]) -> list[int]:

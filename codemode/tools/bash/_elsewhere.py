@@ -50,10 +50,9 @@ class Elsewhere:
     def _start_listening(self) -> None:
         """With a shared database, listen for notifications published for sessions (a thread
         of its own, until `_stop_listening`)."""
-        self._arrived: set[str] = set()
-        self._epoch = 0  # bumped at each (re)connection of the listener: look at every session
-        self._checked: dict[str, int] = {}  # session: the epoch it was last looked at
+        self._arrived: set[str] = set()  # sessions with published notifications to look at
         self._arrived_lock = threading.Lock()
+        self._listening = False
         self._stop_listen = threading.Event()
         self._published_at = 0.0
         if self._sessions is None:
@@ -63,20 +62,30 @@ class Elsewhere:
 
         def listen() -> None:
             for session_id in sessions.listen(elsewhere.CHANNEL, stop):
+                found = {session_id} if session_id else self._sessions_with_pending()
                 with self._arrived_lock:
-                    if session_id:
-                        self._arrived.add(session_id)
-                    else:
-                        self._epoch += 1
+                    self._arrived |= found
+                    self._listening = self._listening or not session_id
 
         threading.Thread(target=listen, name="codemode-notes", daemon=True).start()
+
+    def _sessions_with_pending(self) -> set[str]:
+        """(Re)connected: what was published while nobody listened, looked up once, here in the
+        listener's thread (never on a result's path)."""
+        assert self._sessions is not None
+        try:
+            with self._sessions.connection() as pg:
+                return elsewhere.sessions_with_pending(pg)
+        except Exception as exc:  # the listener reconnects and asks again
+            log.warning("could not read which sessions have published notifications: %s", exc)
+            return set()
 
     @property
     def listening(self) -> bool:
         """Whether notifications published by other fronts are listened for now (a shared
-        database, connected)."""
+        database, connected once)."""
         with self._arrived_lock:
-            return self._epoch > 0
+            return self._listening
 
     def _stop_listening(self) -> None:
         self._stop_listen.set()
@@ -195,15 +204,15 @@ class Elsewhere:
 
     def _published_pending(self, session_id: str) -> list[Notification]:
         """The session's notifications other fronts published, not yet delivered (negative
-        ids); asks the shared database only after a notification for the session (or a
-        reconnection) since it last found none."""
+        ids); asks the shared database only when the listener was told of some for the
+        session (a NOTIFY, or what was pending when it connected), so a result of a session
+        with none costs nothing here."""
         if self._sessions is None:
             return []
         with self._arrived_lock:
-            if session_id not in self._arrived and self._checked.get(session_id) == self._epoch:
+            if session_id not in self._arrived:
                 return []
             self._arrived.discard(session_id)
-            self._checked[session_id] = self._epoch
         try:
             rows = self._fetch_published(session_id)
         except HostFault as exc:  # delivered with a later result; never fails this one

@@ -135,3 +135,27 @@ async def test_a_process_on_a_machine_that_went_silent_is_reported_lost(
     with pytest.raises(ProcessNotFound, match=r"was lost: the machine it ran on .* has not been heard from"):
         await b.bash(action="stop", process_id=process_id)
     await a.bash(action="stop", process_id=process_id)
+
+
+async def test_a_front_that_starts_after_a_completion_was_published_still_delivers_it(
+    machines: tuple[Machine, Machine], tmp_path: Path, database_url: str
+) -> None:
+    a, _b = machines
+    a.manager.hold_session("s1")
+    started = await a.bash(command="read go; echo over", run_in_background=True)
+    process_id = started.structured_content["process_id"]
+    _move_away(a, "s1")
+    await _finish(a, process_id)
+    with anyio.fail_after(20):
+        while a.manager.publish() == 0:
+            await anyio.sleep(0.05)
+    with State(tmp_path / "c", database_url=database_url, holder=placed_identity()) as state:
+        late = ProcessManager(state.archive, handoff_seconds=None, sessions=state.shared)
+        try:
+            with anyio.fail_after(20):
+                while not late.listening:
+                    await anyio.sleep(0.05)
+            (note,) = late.pending_notifications("s1")
+            assert note.process_id == process_id and late.ack("s1", [note.id]) == [note.id]
+        finally:
+            await late.aclose()

@@ -11,7 +11,9 @@ head and its tail, cut at `_capped`'s alignment so that the fetching machine can
 middle as a hole), and at most `SESSION_SHARED_BYTES` per session (its oldest finished copies
 go first). Offsets are the entry's own, so a page read on either machine starts and ends at the
 same byte. A raw log (stored unredacted, redacted when read) leaves its machine with every
-secret the redactor finds masked in place, by a marker of the secret's own length.
+secret masked in place by a marker of the secret's own length, found as a local read finds it:
+with the lines around each edge of the copy as context, and the values found by their context
+in the 8 MiB before its tail.
 
 A log still being written is announced (its row, without bytes, names the process that
 writes it), so another machine says where it is instead of "no such reference".
@@ -29,7 +31,8 @@ from pathlib import Path
 
 from codemode.state import _capped
 from codemode.state._database import DRIVER_ERRORS, SqlDatabase, host_faults
-from codemode.state._redact import Redactor
+from codemode.state._redact import Redactor, context_start
+from codemode.state._stream import StreamRedactor
 
 __all__ = [
     "SESSION_SHARED_BYTES",
@@ -47,6 +50,8 @@ SESSION_SHARED_BYTES = 64 * 1024 * 1024
 """Most bytes of one session's copies the shared database keeps (oldest finished go first)."""
 
 _ALIGN = _capped.ALIGN
+_CONTEXT_BYTES = 64 * 1024  # of the line around an edge, read as a local page read reads it
+_KNOWN_SCAN_BYTES = 8 * 1024 * 1024  # before the tail, scanned for values found by their context
 _log = logging.getLogger("codemode.state")
 
 
@@ -79,18 +84,59 @@ class SharedCopy:
         return (head_end, end) if end > head_end else None
 
 
-def _mask(redactor: Redactor, data: bytes, known: dict[bytes, bytes]) -> bytes:
-    """``data`` with each secret the redactor finds replaced by a marker of its own length
-    (``[REDACTED:kind]`` then ``*``, or ``*`` alone when the secret is shorter), so that every
-    offset stays where it was."""
-    spans = redactor.secret_spans(data, known)
+def _fitted(marker: bytes, size: int) -> bytes:
+    """``marker`` made ``size`` bytes long: ``[REDACTED:kind]`` then ``*``, or ``*`` alone."""
+    return marker + b"*" * (size - len(marker)) if size >= len(marker) else b"*" * size
+
+
+def _masked(
+    fd: int, start: int, end: int, run: tuple[int, int], redactor: Redactor, known: dict[bytes, bytes]
+) -> bytes:
+    """The file's bytes ``[start, end)`` (within the kept ``run``) with each secret masked in
+    place, found as a local read of that range finds it (`RawLogPages.page`): with the start of
+    the line it begins in (or of a private key block open there) and the rest of the line it
+    ends in as context, and the values in ``known``; a secret crossing an edge is masked in
+    the part inside."""
+    data = _read(fd, start, end)
+    before_from = max(run[0], start - _CONTEXT_BYTES)
+    before = _read(fd, before_from, start)
+    before = before[context_start(before) :]
+    after = b""
+    if end < run[1] and data[-1:] not in (b"\n", b"\r"):
+        after = _read(fd, end, min(run[1], end + _CONTEXT_BYTES))
+        line_end = max(after.find(b"\n"), after.find(b"\r"))
+        after = after[: line_end + 1] if line_end >= 0 else after
+    spans = redactor.secret_spans(before + data + after, known)
     if not spans:
         return data
     out = bytearray(data)
-    for start, end, marker in spans:
-        size = end - start
-        out[start:end] = marker[:size] + b"*" * (size - len(marker)) if size >= len(marker) else b"*" * size
+    for span_start, span_end, marker in spans:
+        inside = (max(span_start - len(before), 0), min(span_end - len(before), len(data)))
+        if inside[0] < inside[1]:
+            out[inside[0] : inside[1]] = _fitted(marker, inside[1] - inside[0])
     return bytes(out)
+
+
+def _known_before(
+    fd: int, data_runs: list[tuple[int, int]], offset: int, redactor: Redactor, known: dict[bytes, bytes]
+) -> None:
+    """Add to ``known`` the values found by their context (``password = 'X'``) in the kept
+    bytes of the `_KNOWN_SCAN_BYTES` before ``offset``, as a local read scans them."""
+    stream = StreamRedactor(redactor)
+    stream.known.update(known)
+    for run_start, run_end in data_runs:
+        position, stop = max(run_start, offset - _KNOWN_SCAN_BYTES), min(run_end, offset)
+        while position < stop:
+            chunk = os.pread(fd, min(1 << 20, stop - position), position)
+            if not chunk:
+                break
+            stream.feed(chunk)
+            position += len(chunk)
+    known.update(stream.known)
+
+
+def _run_of(data_runs: list[tuple[int, int]], offset: int) -> tuple[int, int]:
+    return next(run for run in data_runs if run[0] <= offset < run[1])
 
 
 def _runs(data_runs: list[tuple[int, int]], cap: int) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -115,12 +161,16 @@ def copy_of_file(
     if not data_runs:
         return retained_from, b"", retained_from, b""
     (h0, h1), (t0, t1) = _runs(data_runs, SHARED_ENTRY_BYTES)
-    head = _read(fd, h0, h1)
-    tail = _read(fd, t0, t1) if t1 > t0 else b""
     if raw:
         known: dict[bytes, bytes] = {}
-        head = _mask(redactor, head, known)
-        tail = _mask(redactor, tail, known) if tail else tail
+        head = _masked(fd, h0, h1, _run_of(data_runs, h0), redactor, known)
+        tail = b""
+        if t1 > t0:
+            _known_before(fd, data_runs, t0, redactor, known)
+            tail = _masked(fd, t0, t1, _run_of(data_runs, t0), redactor, known)
+    else:
+        head = _read(fd, h0, h1)
+        tail = _read(fd, t0, t1) if t1 > t0 else b""
     return retained_from + h0, head, retained_from + (t0 if tail else h1), tail
 
 

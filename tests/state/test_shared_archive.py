@@ -197,3 +197,52 @@ def test_a_log_past_its_cap_is_copied_as_its_machine_kept_it(tmp_path: Path, dat
     finally:
         a.close()
         b.close()
+
+
+def test_a_raw_logs_copy_masks_secrets_cut_by_its_edges_and_values_found_before_its_tail(
+    machines: tuple[State, State], database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy keeps a head and a tail of a big log: a token crossing the tail's first byte,
+    and a password whose name is in the bytes the copy drops but whose value shows bare in the
+    tail, are masked as a local read masks them."""
+    a, b = machines
+    cap = 1024 * 1024
+    monkeypatch.setattr(shared_archive, "SHARED_ENTRY_BYTES", cap)
+    total = 3 * cap
+    tail_start = total - cap // 2  # where the copy's tail begins (aligned already)
+    password = "Kq8Wz3Lp5Rt7Ny2Vb4"
+    writer = a.archive.open_log(kind="log", session_id="s1", redact=False)
+    filler = b"x" * 99 + b"\n"
+    written = 0
+
+    def fill(up_to: int) -> None:
+        nonlocal written
+        while written + len(filler) <= up_to:
+            writer.write(filler)
+            written += len(filler)
+        writer.write(b"y" * (up_to - written))
+        written = up_to
+
+    fill(2 * cap)
+    line = f"\nexport DB_PASSWORD={password}\n".encode()
+    writer.write(line)
+    written += len(line)
+    token_line = f"token: {SECRET}\n".encode()
+    fill(tail_start - 20)  # the token crosses the tail's first byte
+    writer.write(token_line)
+    written += len(token_line)
+    bare = f"connecting with {password}\n".encode()
+    writer.write(bare)
+    written += len(bare)
+    fill(total)
+    writer.close()
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT tail_start, tail FROM shared_archive WHERE ref = %s", (writer.ref,)
+        ).fetchone()
+    assert row is not None and row[0] == tail_start
+    tail = bytes(row[1])
+    assert SECRET[-12:].encode() not in tail and password.encode() not in tail
+    assert b"connecting with " in tail
+    there = _read_all(b.archive, writer.ref, "s1")
+    assert SECRET[-12:].encode() not in there and password.encode() not in there

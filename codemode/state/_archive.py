@@ -644,6 +644,11 @@ class Archive:
         if self._db.execute("UPDATE archive_entries SET pinned = ? WHERE ref = ?", (int(pinned), ref)) == 0:
             raise UnknownRefError(f"no archived text {ref!r} to pin", {"ref": ref})
 
+    def flush_copies(self, timeout: float = 30.0) -> bool:
+        """Wait until the copies queued for the shared database are written (a front letting a
+        session go does, so that the next front finds them); True at once without one."""
+        return self._shared is None or self._shared.flush(timeout)
+
     @host_faults
     def has_session(self, session_id: str) -> bool:
         """Whether an entry of this session is kept (here, or copied to the shared database)."""

@@ -8,8 +8,8 @@ rule a local read has (owner check, dropped ranges, redaction of raw logs).
 
 A copy is capped: at most `SHARED_ENTRY_BYTES` of an entry (all of it when it fits; else its
 head and its tail, cut at `_capped`'s alignment so that the fetching machine can leave the
-middle as a hole), and at most `SESSION_SHARED_BYTES` per session (its oldest finished copies
-go first). Offsets are the entry's own, so a page read on either machine starts and ends at the
+middle as a hole), at most `SESSION_SHARED_BYTES` per session and `SHARED_TOTAL_BYTES` in all
+(the oldest finished copies go first). Offsets are the entry's own, so a page read on either machine starts and ends at the
 same byte. A raw log (stored unredacted, redacted when read) leaves its machine with every
 secret masked in place by a marker of the secret's own length, found as a local read finds it:
 with the lines around each edge of the copy as context, and the values found by their context
@@ -21,16 +21,19 @@ writes it), so another machine says where it is instead of "no such reference".
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import logging
 import os
 import secrets
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from codemode.state import _capped
-from codemode.state._database import DRIVER_ERRORS, SqlDatabase, host_faults
+from codemode.state._database import SqlDatabase, host_faults
 from codemode.state._redact import Redactor, context_start
 from codemode.state._stream import StreamRedactor
 
@@ -48,6 +51,10 @@ SHARED_ENTRY_BYTES = 4 * 1024 * 1024
 """Most bytes of one entry its shared copy keeps (its head and its tail past that)."""
 SESSION_SHARED_BYTES = 64 * 1024 * 1024
 """Most bytes of one session's copies the shared database keeps (oldest finished go first)."""
+SHARED_TOTAL_BYTES = 4 * 1024 * 1024 * 1024
+"""Most bytes of all copies the shared database keeps (oldest finished go first)."""
+QUEUE_BYTES = 64 * 1024 * 1024
+"""Most bytes of copies waiting to be written; past it a copy is not made (and logged)."""
 
 _ALIGN = _capped.ALIGN
 _CONTEXT_BYTES = 64 * 1024  # of the line around an edge, read as a local page read reads it
@@ -202,8 +209,11 @@ _COLUMNS = (
 class SharedArchive:
     """The shared database's copies of archived entries (the ``shared_archive`` table).
 
-    `fetch`, `has_session` and `expire` raise `HostFault` when the database fails; `announce`
-    and `keep` log it.
+    What it writes (`announce`, `keep`) goes through a queue to a thread of its own, in order,
+    so that neither the event loop nor a command's reaper waits on the database; a database
+    that fails or falls behind (`QUEUE_BYTES` waiting) is logged, and the entry stays readable
+    on its machine only. `flush` waits for the queue. `fetch`, `has_session` and `expire` raise
+    `HostFault` when the database fails.
 
     Args:
         db: The shared database.
@@ -213,18 +223,77 @@ class SharedArchive:
     def __init__(self, db: SqlDatabase, holder: str) -> None:
         self._db = db
         self.holder = holder
+        self._work: collections.deque[tuple[str, int, Callable[[], None]]] = collections.deque()
+        self._queued_bytes = 0
+        self._busy = False
+        self._closed = False
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stored_since_trim = 0
+
+    def _submit(self, what: str, size: int, job: Callable[[], None]) -> None:
+        with self._cond:
+            if self._closed or self._queued_bytes + size > QUEUE_BYTES:
+                _log.warning(
+                    "%s is not copied to the shared database: %s",
+                    what,
+                    "the archive is closed" if self._closed else "the database is behind",
+                )
+                return
+            self._work.append((what, size, job))
+            self._queued_bytes += size
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._drain, name="codemode-archive-copies", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _drain(self) -> None:
+        while True:
+            with self._cond:
+                while not self._work and not self._closed:
+                    self._cond.wait()
+                if not self._work:
+                    return
+                what, size, job = self._work.popleft()
+                self._busy = True
+            try:
+                job()
+            except Exception as exc:  # the database failed: the entry stays on its machine
+                _log.warning("%s is not copied to the shared database: %s", what, exc)
+            finally:
+                with self._cond:
+                    self._queued_bytes -= size
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until everything queued is written (or failed); False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._work and not self._busy, timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Write what is queued (at most ``timeout`` seconds), then stop the thread. Idempotent."""
+        self.flush(timeout)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
 
     def announce(self, ref: str, *, kind: str, session_id: str | None, raw: bool) -> None:
-        """Record a log this process has started writing. A database that fails is logged:
-        the log works on this machine; another does not know it until it is kept."""
-        try:
-            self._db.execute(
-                "INSERT INTO shared_archive (ref, session_id, kind, holder, created, raw)"
-                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (ref) DO NOTHING",
-                (ref, session_id, kind, self.holder, time.time(), int(raw)),
-            )
-        except tuple(DRIVER_ERRORS) as exc:
-            _log.warning("log %s is not announced in the shared database: %s", ref, exc)
+        """Record a log this process has started writing (queued)."""
+        row = (ref, session_id, kind, self.holder, time.time(), int(raw))
+        self._submit(f"the announcement of log {ref}", 0, lambda: self._announce(row))
+
+    def _announce(self, row: tuple[object, ...]) -> None:
+        self._db.execute(
+            "INSERT INTO shared_archive (ref, session_id, kind, holder, created, raw)"
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (ref) DO NOTHING",
+            row,
+        )
 
     def keep(
         self,
@@ -237,8 +306,7 @@ class SharedArchive:
         raw: bool,
         parts: tuple[int, bytes, int, bytes],
     ) -> None:
-        """Copy a finished entry (``parts`` from `copy_of_file` or `copy_of_bytes`). A database
-        that fails is logged: the entry stays readable on this machine, not on others."""
+        """Copy a finished entry (``parts`` from `copy_of_file` or `copy_of_bytes`; queued)."""
         head_start, head, tail_start, tail = parts
         copy = SharedCopy(
             ref=ref,
@@ -255,10 +323,7 @@ class SharedArchive:
             tail_start=tail_start,
             tail=tail,
         )
-        try:
-            self.store(copy)
-        except tuple(DRIVER_ERRORS) as exc:
-            _log.warning("archived text %s is not copied to the shared database: %s", ref, exc)
+        self._submit(f"archived text {ref}", len(head) + len(tail), lambda: self.store(copy))
 
     def store(self, copy: SharedCopy) -> None:
         """Keep ``copy`` (replacing its announcement), then drop the session's oldest finished
@@ -299,6 +364,29 @@ class SharedArchive:
                 held += int(size)
                 if held > SESSION_SHARED_BYTES:
                     conn.execute("DELETE FROM shared_archive WHERE ref = ?", (ref,))
+        self._stored_since_trim += len(copy.head) + len(copy.tail)
+        if self._stored_since_trim >= SHARED_TOTAL_BYTES // 64:
+            self._stored_since_trim = 0
+            self.trim()
+
+    def trim(self) -> int:
+        """Drop the oldest finished copies while all of them hold more than
+        `SHARED_TOTAL_BYTES` (checked after every 1/64 of it stored); how many."""
+        with self._db.connection() as conn:
+            (total,) = conn.execute("SELECT COALESCE(SUM(size), 0) FROM shared_archive").fetchone()
+            excess = int(total) - SHARED_TOTAL_BYTES
+            if excess <= 0:
+                return 0
+            dropped = 0
+            for ref, size in conn.execute(
+                "SELECT ref, size FROM shared_archive WHERE finished IS NOT NULL ORDER BY created"
+            ).fetchall():
+                if excess <= 0:
+                    break
+                conn.execute("DELETE FROM shared_archive WHERE ref = ?", (ref,))
+                excess -= int(size)
+                dropped += 1
+            return dropped
 
     @host_faults
     def fetch(self, ref: str) -> SharedCopy | None:

@@ -143,7 +143,10 @@ class State:
         return counts
 
     def close(self) -> None:
-        """Close the databases' pooled connections. Idempotent."""
+        """Write the copies still queued for the shared database (at most 10 s), then close
+        the databases' pooled connections. Idempotent."""
+        if self._copies is not None:
+            self._copies.close()
         if self.shared is not self.db:
             self.shared.close()
         self.db.close()

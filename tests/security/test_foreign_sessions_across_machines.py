@@ -60,6 +60,7 @@ async def test_another_session_on_another_machine_cannot_tell_a_ref_exists(
         )
         assert ran.ok, ran.text
         log_ref = ran.text.strip()
+        assert a.archive.flush_copies()
         for ref, starts in ((printed.refs[0], "row 0\nrow 1\n"), (log_ref, "token=[REDACTED")):
             failed, text = await _read(b, "alice", ref)
             assert not failed and starts in text, text

@@ -50,6 +50,7 @@ def test_text_archived_on_one_machine_is_read_on_another_by_its_session_only(
     a, b = machines
     text = "".join(f"line {i}\n" for i in range(5000))
     ref = a.archive.put(text, kind="output", session_id="s1")
+    assert a.archive.flush_copies()
     assert _read_all(b.archive, ref.ref, "s1") == text.encode()
     page = b.archive.read(ref.ref, 6, 10, session_id="s1")  # offsets are the entry's own
     assert page.data == text.encode()[6:16] and page.total_bytes == ref.total_bytes
@@ -68,12 +69,14 @@ def test_a_log_is_named_with_its_machine_while_written_and_read_anywhere_once_fi
     writer = a.archive.open_log(kind="log", session_id="s1", redact=False)
     writer.write(b"building...\n")
     writer.flush()
+    assert a.archive.flush_copies()
     with pytest.raises(UnknownRefError, match=r"still running on another machine \(11t1@place-a\)"):
         b.archive.read(writer.ref, session_id="s1")
     with pytest.raises(UnknownRefError, match="no archived text"):  # to a stranger: nothing at all
         b.archive.read(writer.ref, session_id="s2")
     writer.write(f"token={SECRET}\ndone\n".encode())
     writer.close()
+    assert a.archive.flush_copies()
     here, there = _read_all(a.archive, writer.ref, "s1"), _read_all(b.archive, writer.ref, "s1")
     assert SECRET.encode() not in here and SECRET.encode() not in there
     assert there.startswith(b"building...\ntoken=") and there.endswith(b"\ndone\n")
@@ -88,6 +91,7 @@ def test_a_raw_log_leaves_its_machine_with_its_secrets_masked_in_place(
     raw = f"export GITHUB_TOKEN={SECRET}\nok\n".encode()
     writer.write(raw)
     writer.close()
+    assert a.archive.flush_copies()
     with psycopg.connect(database_url) as conn:
         row = conn.execute(
             "SELECT head, tail, raw FROM shared_archive WHERE ref = %s", (writer.ref,)
@@ -107,6 +111,7 @@ def test_a_copy_keeps_the_head_and_tail_of_a_big_entry_and_reports_its_middle_dr
     monkeypatch.setattr(shared_archive, "SHARED_ENTRY_BYTES", cap)
     blob = os.urandom(3 * cap)
     ref = a.archive.put(blob, kind="image", session_id="s1")
+    assert a.archive.flush_copies()
     first = b.archive.read(ref.ref, 0, READ_MAX_LIMIT, session_id="s1")
     assert blob.startswith(first.data) and len(first.data) >= cap // 4
     middle = b.archive.read(ref.ref, len(blob) // 2, 100, session_id="s1")
@@ -126,6 +131,7 @@ def test_where_holes_cannot_be_left_the_fetched_copy_keeps_its_tail(
     monkeypatch.setattr(shared_archive, "SHARED_ENTRY_BYTES", cap)
     blob = os.urandom(3 * cap)
     ref = a.archive.put(blob, kind="image", session_id="s1")
+    assert a.archive.flush_copies()
     monkeypatch.setattr(capped, "holes_supported", lambda directory: False)
     page = b.archive.read(ref.ref, 0, 100, session_id="s1")
     assert page.dropped == (0, page.retained_from) and page.retained_from > 0
@@ -140,6 +146,7 @@ def test_a_sessions_copies_are_capped_oldest_first(
     monkeypatch.setattr(shared_archive, "SESSION_SHARED_BYTES", 250_000)
     refs = [a.archive.put(os.urandom(100_000), kind="image", session_id="s1").ref for _ in range(4)]
     other = a.archive.put(os.urandom(100_000), kind="image", session_id="s2").ref
+    assert a.archive.flush_copies()
     for gone in refs[:2]:
         with pytest.raises(UnknownRefError):
             b.archive.read(gone, session_id="s1")
@@ -151,6 +158,7 @@ def test_a_sessions_copies_are_capped_oldest_first(
 def test_copies_expire_with_the_archive(machines: tuple[State, State]) -> None:
     a, b = machines
     ref = a.archive.put("old", kind="output", session_id="s1")
+    assert a.archive.flush_copies()
     with a.shared.connection() as conn:
         conn.execute(
             "INSERT INTO shared_processes (process_id, session_id, holder, command, state, started_at, ended_at,"
@@ -170,6 +178,7 @@ def test_a_failing_shared_database_leaves_the_entry_readable_where_it_was_made(
         conn.execute("ALTER TABLE shared_archive RENAME TO shared_archive_away")
     with caplog.at_level(logging.WARNING, logger="codemode.state"):
         ref = a.archive.put("still here", kind="output", session_id="s1")
+        assert a.archive.flush_copies()
     assert a.archive.read(ref.ref, session_id="s1").data == b"still here"
     assert any(
         ref.ref in record.getMessage() and "not copied" in record.getMessage() for record in caplog.records
@@ -188,6 +197,7 @@ def test_a_log_past_its_cap_is_copied_as_its_machine_kept_it(tmp_path: Path, dat
         for line in lines:
             writer.write(line)
         result = writer.close()
+        assert a.archive.flush_copies()
         assert result.dropped is not None
         for offset in (0, result.dropped[0] - 50, result.dropped[0] + 10, result.total_bytes - 300):
             here = a.archive.read(writer.ref, offset, 200, session_id="s1")
@@ -236,6 +246,7 @@ def test_a_raw_logs_copy_masks_secrets_cut_by_its_edges_and_values_found_before_
     written += len(bare)
     fill(total)
     writer.close()
+    assert a.archive.flush_copies()
     with psycopg.connect(database_url) as conn:
         row = conn.execute(
             "SELECT tail_start, tail FROM shared_archive WHERE ref = %s", (writer.ref,)
@@ -246,3 +257,26 @@ def test_a_raw_logs_copy_masks_secrets_cut_by_its_edges_and_values_found_before_
     assert b"connecting with " in tail
     there = _read_all(b.archive, writer.ref, "s1")
     assert SECRET[-12:].encode() not in there and password.encode() not in there
+
+
+def test_all_copies_are_capped_oldest_first(
+    machines: tuple[State, State], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = machines
+    monkeypatch.setattr(shared_archive, "SHARED_TOTAL_BYTES", 64 * 4096)  # checked every 4 KiB stored
+    refs = [a.archive.put(os.urandom(100_000), kind="image", session_id=f"s{i}").ref for i in range(4)]
+    assert a.archive.flush_copies()
+    with pytest.raises(UnknownRefError):
+        b.archive.read(refs[0], session_id="s0")
+    assert b.archive.read(refs[3], 0, 10, session_id="s3").data
+
+
+def test_copies_past_the_queue_are_not_made_and_say_so(
+    machines: tuple[State, State], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, _b = machines
+    monkeypatch.setattr(shared_archive, "QUEUE_BYTES", 1000)
+    with caplog.at_level(logging.WARNING, logger="codemode.state"):
+        ref = a.archive.put(os.urandom(5000), kind="image", session_id="s1")
+    assert any("database is behind" in record.getMessage() for record in caplog.records)
+    assert len(a.archive.read(ref.ref, 0, 10_000, session_id="s1").data) == 5000

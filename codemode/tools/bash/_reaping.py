@@ -241,6 +241,7 @@ class Reaping:
                     await anyio.to_thread.run_sync(self.publish)
                 except HostFault as exc:  # the HTTP front publishes again every second
                     log.warning("could not publish session %s to the shared database: %s", session_id, exc)
+                await anyio.to_thread.run_sync(self._archive.flush_copies)
 
     def _end_hold(self, session_id: str, reason: EndReason) -> None:
         with self._holds_db() as conn:

@@ -589,6 +589,7 @@ async def serve_http(
             signals.start_soon(_short_collections)
             if not isinstance(opened, str) and opened.state.is_shared:
                 signals.start_soon(_beat, opened)
+                signals.start_soon(_publish, opened)
             # Commands with a network allowlist never reach this front through the proxy.
             front = sock.getsockname()
             protect_front(str(front[0]), int(front[1]))
@@ -632,23 +633,24 @@ async def _short_collections() -> None:
 
 
 async def _beat(host: Host) -> None:
-    """With a shared database: say every `session_holds.BEAT_SECONDS` that this front is alive
-    (`HeldSessions.beat`), so that the fronts of a machine that died are found and their sessions
-    ended; and every second publish this front's processes and the notifications of sessions
-    that moved to another front (`HeldSessions.publish`)."""
-    beaten = -session_holds.BEAT_SECONDS
+    """Say every `session_holds.BEAT_SECONDS` that this front is alive (`HeldSessions.beat`): with a shared
+    database, the fronts of a machine that died are found so, and their sessions ended."""
     while True:
-        if time.monotonic() - beaten >= session_holds.BEAT_SECONDS:
-            beaten = time.monotonic()
-            try:
-                ended = await anyio.to_thread.run_sync(host.held.beat)
-            except Exception as exc:  # the database is down: /healthz says so; try again later
-                sys.stderr.write(f"codemode: could not record that this server is alive: {exc}\n")
-            else:
-                if ended:
-                    sys.stderr.write(
-                        f"codemode: ended {len(ended)} sessions of servers silent for a minute\n"
-                    )
+        try:
+            ended = await anyio.to_thread.run_sync(host.held.beat)
+        except Exception as exc:  # the database is down: /healthz says so; try again later
+            sys.stderr.write(f"codemode: could not record that this server is alive: {exc}\n")
+        else:
+            if ended:
+                sys.stderr.write(f"codemode: ended {len(ended)} sessions of servers silent for a minute\n")
+        await anyio.sleep(session_holds.BEAT_SECONDS)
+
+
+async def _publish(host: Host) -> None:
+    """Every second, with a shared database: publish this front's processes and the
+    notifications of sessions that moved to another front (`HeldSessions.publish`). A task of
+    its own, so that a slow publication never delays a beat."""
+    while True:
         try:
             await anyio.to_thread.run_sync(host.held.publish)
         except Exception as exc:  # as above; the notifications stay queued here meanwhile

@@ -524,7 +524,20 @@ class Archive:
     def _adopt(self, copy: SharedCopy) -> None:
         """Make the shared ``copy`` an entry of this state directory (finished, evictable)."""
         file, retained_from, disk = materialize(copy, self._blob_dir)
-        added = self._db.execute(
+        try:
+            added = self._add_fetched(copy, file, retained_from, disk)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                (self._blob_dir / file).unlink()
+            raise
+        if added:
+            self._quota.added(disk)
+        else:  # another thread fetched it first
+            with contextlib.suppress(FileNotFoundError):
+                (self._blob_dir / file).unlink()
+
+    def _add_fetched(self, copy: SharedCopy, file: str, retained_from: int, disk: int) -> int:
+        return self._db.execute(
             "INSERT INTO archive_entries (ref, kind, session_id, created, finished, total_bytes, sha256,"
             " retained_from, raw, file, disk_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (ref) DO NOTHING",
@@ -542,11 +555,6 @@ class Archive:
                 disk,
             ),
         )
-        if added:
-            self._quota.added(disk)
-        else:  # another thread fetched it first
-            with contextlib.suppress(FileNotFoundError):
-                (self._blob_dir / file).unlink()
 
     @host_faults
     def read(

@@ -82,7 +82,8 @@ def publish_processes(conn: SqlConnection, holder: str, rows: Iterable[Sequence[
         conn.execute(
             "INSERT INTO shared_processes (process_id, session_id, holder, command, state, exit_code, log_ref,"
             " started_at, ended_at, published_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (process_id) DO UPDATE SET state = excluded.state, exit_code = excluded.exit_code,"
+            " ON CONFLICT (process_id) DO UPDATE SET holder = excluded.holder, state = excluded.state,"
+            " exit_code = excluded.exit_code,"
             " log_ref = excluded.log_ref, ended_at = excluded.ended_at, published_at = excluded.published_at",
             (row[0], row[1], holder, *row[2:], now),
         )

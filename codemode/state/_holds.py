@@ -136,11 +136,16 @@ def beat(conn: SqlConnection, holder: str, now: float) -> None:
     )
 
 
-def front_alive(conn: SqlConnection, holder: str, now: float) -> bool:
-    """Whether front ``holder`` said it is alive within `STALE_SECONDS` of ``now`` (shared
-    database only)."""
-    row = conn.execute("SELECT seen_at FROM front_beats WHERE holder = ?", (holder,)).fetchone()
-    return row is not None and float(row[0]) >= now - STALE_SECONDS
+def place_alive(conn: SqlConnection, holder: str, now: float) -> bool:
+    """Whether a front of ``holder``'s place (its machine: ``<pid>t<start>@<place>``) said it is
+    alive within `STALE_SECONDS` of ``now`` (shared database only): a front that restarted
+    there left its background processes running under their supervisors."""
+    place = holder.rpartition("@")[2]
+    row = conn.execute(
+        "SELECT 1 FROM front_beats WHERE holder LIKE ? AND seen_at >= ? LIMIT 1",
+        ("%@" + place, now - STALE_SECONDS),  # a place is hex: nothing in it that LIKE reads
+    ).fetchone()
+    return row is not None
 
 
 def end_stale(conn: SqlConnection, now: float) -> list[str]:

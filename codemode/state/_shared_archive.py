@@ -447,6 +447,9 @@ def materialize(copy: SharedCopy, blob_dir: Path) -> tuple[str, int, int]:
                 written = os.pwrite(fd, view, offset)
                 view, offset = view[written:], offset + written
         disk = os.fstat(fd).st_blocks * 512
+    except BaseException:
+        os.unlink(blob_dir / file)  # a part written (disk full): no file outside the index
+        raise
     finally:
         os.close(fd)
     return file, head_start, disk

@@ -192,10 +192,10 @@ class Completions:
             The ids this call marked: one another channel (or a read) delivered first is left
             out, so whoever acks first is the one to deliver it.
         """
-        published = self._ack_published(session_id, [i for i in ids if i < 0])
+        published = [i for i in ids if i < 0]  # marked after this front's own (below)
         ids = [i for i in ids if i > 0]
         if not ids:
-            return published
+            return self._ack_published(session_id, published)
         marks = ", ".join("?" for _ in ids)
         with self._db() as conn:
             conn.execute("BEGIN IMMEDIATE")
@@ -225,4 +225,4 @@ class Completions:
             if row["log_ref"]:
                 with contextlib.suppress(ToolError):
                     self._archive.pin(row["log_ref"], False)
-        return fresh + published
+        return fresh + self._ack_published(session_id, published)

@@ -4,7 +4,7 @@ while its background processes run on; the processes stay where they started.
 Every front publishes (`Elsewhere.publish`, about once a second from the HTTP front) the index
 of its processes and the notifications of sessions it no longer holds; a front asked about a
 process it does not run answers from the index: where it runs, how it ended, or that it was lost
-with its machine (a front silent for `session_holds.STALE_SECONDS`). Published notifications
+with its machine (no front of that machine heard from for `session_holds.STALE_SECONDS`). Published notifications
 reach the session's new front by ``LISTEN/NOTIFY`` (`codemode.state._elsewhere.CHANNEL`) and
 are delivered there like its own, under negative ids.
 """
@@ -29,6 +29,7 @@ from codemode.tools.bash._completions import Notification
 log = logging.getLogger("codemode.bash")
 
 _PUBLISH_MARGIN_SECONDS = 5.0  # records changed this long before the last publication go again
+_MAX_ARRIVED = 100_000  # sessions remembered as having published notifications to look at
 
 
 class Elsewhere:
@@ -61,11 +62,18 @@ class Elsewhere:
         stop = self._stop_listen
 
         def listen() -> None:
-            for session_id in sessions.listen(elsewhere.CHANNEL, stop):
-                found = {session_id} if session_id else self._sessions_with_pending()
-                with self._arrived_lock:
-                    self._arrived |= found
-                    self._listening = self._listening or not session_id
+            while not stop.is_set():
+                try:
+                    for session_id in sessions.listen(elsewhere.CHANNEL, stop):
+                        found = {session_id} if session_id else self._sessions_with_pending()
+                        with self._arrived_lock:
+                            self._arrived |= found
+                            self._listening = self._listening or not session_id
+                            while len(self._arrived) > _MAX_ARRIVED:  # sessions never served here
+                                self._arrived.pop()
+                except Exception:  # never the end of listening: log it, and listen again
+                    log.exception("listening for published notifications failed")
+                    stop.wait(1.0)
 
         threading.Thread(target=listen, name="codemode-notes", daemon=True).start()
 
@@ -123,8 +131,12 @@ class Elsewhere:
         notes = [row for row in undelivered if row["session_id"] not in mine]
         for record in changed:
             if not record.live and record.log_ref and not self._log_finished(record.log_ref):
-                with contextlib.suppress(ToolError):
+                try:
                     self._archive.finish_log(record.log_ref)  # its copy goes to the shared database
+                except ToolError:
+                    pass  # its file is gone: nothing to copy
+                except HostFault as exc:  # one log's trouble holds up no one else's
+                    log.warning("could not finish the log of process %s: %s", record.process_id, exc)
         index = [
             (
                 r.process_id,
@@ -138,18 +150,39 @@ class Elsewhere:
             )
             for r in changed
         ]
-        published = [self._published(row) for row in notes]
-        if index or published:
-            with self._sessions.transaction("shared_notifications") as pg:
-                elsewhere.publish_processes(pg, me, index)
-                elsewhere.publish_notes(pg, published)
+        # Claimed here first (as a delivery is), so that a front on this state directory that
+        # delivers one meanwhile keeps it, and none is published and delivered here both.
         by_session: dict[str, list[int]] = {}
         for row in notes:
             by_session.setdefault(str(row["session_id"]), []).append(int(row["id"]))
-        for session_id, ids in by_session.items():
-            self.ack(session_id, ids)  # delivered by whoever holds the session now
+        claimed = {i for session_id, ids in by_session.items() for i in self.ack(session_id, ids)}
+        published = [self._published(row) for row in notes if int(row["id"]) in claimed]
+        if index or published:
+            try:
+                with self._sessions.transaction("shared_notifications") as pg:
+                    elsewhere.publish_processes(pg, me, index)
+                    elsewhere.publish_notes(pg, published)
+            except BaseException:
+                self._unclaim(sorted(claimed))  # delivered here after all, or published next time
+                raise
         self._published_at = started
         return len(published)
+
+    def _unclaim(self, ids: list[int]) -> None:
+        """Make claimed notifications pending again (and their logs pinned again)."""
+        if not ids:
+            return
+        marks = ", ".join("?" for _ in ids)
+        with self._db() as conn:
+            conn.execute(f"UPDATE notifications SET delivered_at = NULL WHERE id IN ({marks})", tuple(ids))
+            refs = conn.execute(
+                "SELECT p.log_ref FROM bash_processes p JOIN notifications n USING (process_id)"
+                f" WHERE n.kind = 'completion' AND p.log_ref IS NOT NULL AND n.id IN ({marks})",
+                tuple(ids),
+            ).fetchall()
+        for (ref,) in refs:
+            with contextlib.suppress(ToolError):
+                self._archive.pin(ref, True)
 
     def _published(self, row: sqlite3.Row) -> elsewhere.PublishedNote:
         note = self._notification(row)  # redacted, with its verification and network notes
@@ -176,7 +209,7 @@ class Elsewhere:
             return None
         with self._sessions.connection() as pg:
             found = elsewhere.find_process(pg, process_id)
-            alive = found is not None and _holds.front_alive(pg, found.holder, time.time())
+            alive = found is not None and _holds.place_alive(pg, found.holder, time.time())
         if found is None or found.session_id != session_id:
             return None
         data = {"process_id": process_id, "machine": found.holder, "state": found.state}

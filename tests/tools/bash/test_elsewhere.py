@@ -5,6 +5,7 @@ session there, once, through LISTEN/NOTIFY; the log is readable there once the p
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from codemode.errors import ProcessNotFound
+from codemode.errors import HostFault, ProcessNotFound
 from codemode.sandbox import SandboxPolicy, placed_identity
 from codemode.state import State
 from codemode.state import session_holds as holds
@@ -159,3 +160,34 @@ async def test_a_front_that_starts_after_a_completion_was_published_still_delive
             assert note.process_id == process_id and late.ack("s1", [note.id]) == [note.id]
         finally:
             await late.aclose()
+
+
+async def test_a_failed_publication_leaves_the_notification_pending_where_it_was(
+    machines: tuple[Machine, Machine], database_url: str
+) -> None:
+    a, _b = machines
+    a.manager.hold_session("s1")
+    started = await a.bash(command="read go; echo over", run_in_background=True)
+    process_id = started.structured_content["process_id"]
+    _move_away(a, "s1")
+    await _finish(a, process_id)
+    with a.state.shared.connection() as conn:
+        conn.execute("ALTER TABLE shared_notifications RENAME TO shared_notifications_away")
+    with anyio.fail_after(20):
+        while not [n for n in a.manager.pending_notifications("s1") if n.id > 0]:
+            await anyio.sleep(0.05)
+    with pytest.raises(HostFault):
+        a.manager.publish()
+    (note,) = a.manager.pending_notifications("s1")
+    assert note.id > 0 and note.process_id == process_id  # still this front's to deliver
+
+
+def test_a_machine_is_alive_while_any_of_its_fronts_beats(tmp_path: Path, database_url: str) -> None:
+    """A front that restarted leaves its processes running: they are not lost while another
+    front of the same machine beats."""
+    with State(tmp_path / "s", database_url=database_url) as state, state.shared.connection() as conn:
+        now = time.time()
+        holds.beat(conn, "200t9@0123456789ab", now)
+        assert holds.place_alive(conn, "100t1@0123456789ab", now)  # its old front, gone
+        assert not holds.place_alive(conn, "100t1@fedcba987654", now)
+        assert not holds.place_alive(conn, "100t1@0123456789ab", now + holds.STALE_SECONDS + 1)

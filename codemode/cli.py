@@ -86,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if only == "run":
         _start_zygote_early(words[1:])
     args = build_parser(only).parse_args(words)
+    args.words = words  # as given: `mcp --processes` starts its front processes with them
     handler: Callable[[argparse.Namespace], int] = _part(args.command, "cmd_")
     try:
         return handler(args)

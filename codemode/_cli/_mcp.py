@@ -19,6 +19,9 @@ from codemode.errors import UserError
 from codemode.host import Host
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from codemode import mcp as mcp_types
     from codemode.mcp import Tenants
 
 
@@ -105,6 +108,16 @@ def add_mcp(sub: Subparsers) -> None:
         help="who answers approvals: elicit (the MCP client's user, through elicitation; the default) or "
         "console (a person at /console; needs --http and --console on)",
     )
+    mcp.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --http, serve the port with N front processes on this state directory (one core each), "
+        "each session kept on the process that opened it (default 1)",
+    )
+    # A front process behind --processes: the address its clients reach (the router's).
+    mcp.add_argument("--behind", default=None, help=argparse.SUPPRESS)
     common(mcp, None)  # speaks JSON-RPC on stdout: there is no other output to format
 
 
@@ -192,6 +205,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         token = secrets.token_urlsafe(32)
 
     def announce(url: str) -> None:  # once listening (nothing is printed for a bind that fails)
+        if args.behind is not None:  # a front process behind --processes: its router announces
+            stderr_note(f"front process listening at {url}")
+            return
         if generated:
             stderr_note(
                 f"bearer token (generated; set CODEMODE_MCP_TOKEN or pass --token-file to choose one): {token}"
@@ -200,6 +216,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             stderr_note(f"console at {url.removesuffix('/mcp')}/console (log in with the token)")
         stderr_note(f"serving MCP over streamable HTTP at {url}")  # last: the line that says it is ready
 
+    behind = None if args.behind is None else mcp.parse_bind(args.behind)
     options = mcp.HttpOptions(
         token=token,
         tenants=tenants,
@@ -213,6 +230,71 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         output_schemas=args.output_schemas == "on",
         console=ConsoleMode(args.console),
         approvals=args.approvals,
+        front_address=behind,
     )
+    if args.processes != 1:
+        return _serve_routed(args, options, token, announce)
     anyio.run(lambda: mcp.serve_http(make_host, options, announce=announce))
     return 0
+
+
+_ROUTER_OWN = ("--http", "--processes", "--behind")
+
+
+def _serve_routed(
+    args: argparse.Namespace, options: mcp_types.HttpOptions, token: str, announce: Callable[[str], None]
+) -> int:
+    """``--processes N``: this process routes the port to N front processes (`serve_routed`),
+    each this command with ``--http unix:PATH``; only the first serves the console."""
+    import os
+    import sys
+
+    from codemode.mcp import serve_routed
+
+    if not 2 <= args.processes <= 64:
+        raise UserError(f"--processes must be 1 to 64, got {args.processes}")
+    if args.approvals == "console":
+        raise UserError(
+            "--approvals console waits in the process that asked, and the console is one process's: "
+            "use --processes 1, or --approvals elicit"
+        )
+    words = _without(list(args.words), (*_ROUTER_OWN, "--console"))
+    behind = f"[{options.host}]:{options.port}" if ":" in options.host else f"{options.host}:{options.port}"
+
+    def front_argv(index: int, socket_path: str) -> list[str]:
+        console = args.console if index == 0 else "off"
+        return [
+            sys.executable,
+            "-m",
+            "codemode",
+            *words,
+            "--http",
+            f"unix:{socket_path}",
+            "--behind",
+            behind,
+            "--console",
+            console,
+        ]
+
+    env = dict(os.environ)
+    if token and args.token_file is None:  # taken from the environment or made here: passed on so
+        env["CODEMODE_MCP_TOKEN"] = token  # (each front process takes it out of its own at start)
+    anyio.run(lambda: serve_routed(options, args.processes, front_argv, env, announce))
+    return 0
+
+
+def _without(words: list[str], names: tuple[str, ...]) -> list[str]:
+    """``words`` without the options ``names`` and their values (``--name V``, ``--name=V``, or
+    an abbreviation argparse took for one of them)."""
+    kept: list[str] = []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        name, eq, _value = word.partition("=")
+        if name.startswith("--") and len(name) > 2 and any(full.startswith(name) for full in names):
+            skip = not eq
+            continue
+        kept.append(word)
+    return kept

@@ -7,6 +7,7 @@ processes are stopped then; ``lifecycle: managed`` ones live on.
 """
 
 from codemode.mcp._http import DEFAULT_PORT, HttpOptions, create_http_app, parse_bind, serve_http
+from codemode.mcp._router import serve_routed
 from codemode.mcp._server import (
     RUN_CODE_SCHEMA,
     RunCodeOutput,
@@ -32,5 +33,6 @@ __all__ = [
     "parse_bind",
     "parse_tenants",
     "serve_http",
+    "serve_routed",
     "serve_stdio",
 ]

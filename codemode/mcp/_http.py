@@ -16,6 +16,7 @@ import gc
 import ipaddress
 import json
 import math
+import os
 import resource
 import signal
 import socket
@@ -103,6 +104,9 @@ class HttpOptions:
         console: The console at ``/console`` (`codemode.console`): on, read-only or off.
         approvals: Who answers approvals: ``elicit`` (the client's user, through MCP
             elicitation) or ``console`` (a person at the console).
+        front_address: Where clients reach this process when it is one of several behind
+            ``--processes`` (the router's address, kept from commands' network proxy as the
+            bound one is); None: the bound address.
     """
 
     token: str = ""
@@ -117,6 +121,7 @@ class HttpOptions:
     output_schemas: bool = False
     console: ConsoleMode = ConsoleMode.ON
     approvals: Literal["elicit", "console"] = "elicit"
+    front_address: tuple[str, int] | None = None
 
     def __post_init__(self) -> None:
         # Always required, on loopback too: a confined command reaches 127.0.0.1 when its
@@ -139,7 +144,8 @@ class HttpOptions:
 
     def security(self) -> TransportSecuritySettings:
         """The SDK's DNS-rebinding settings for these options."""
-        bound = f"[{self.host}]" if ":" in self.host else self.host
+        host = self.host if self.front_address is None else self.front_address[0]  # what clients reach
+        bound = f"[{host}]" if ":" in host else host
         hosts = [f"{name}:*" for name in (*_LOOPBACK_NAMES, bound)]
         hosts += [*_LOOPBACK_NAMES, bound, *self.allowed_hosts]
         origins = [f"{scheme}://{name}:*" for scheme in ("http", "https") for name in _LOOPBACK_NAMES]
@@ -153,10 +159,13 @@ class HttpOptions:
 
 def parse_bind(text: str) -> tuple[str, int]:
     """``PORT``, ``HOST:PORT`` or ``[IPv6]:PORT`` as (host, port); the host defaults to 127.0.0.1.
+    ``unix:PATH`` (a front process behind ``--processes``) is (``unix:PATH``, 0).
 
     Raises:
         UserError: Not one of those forms, or the port is not 0 to 65535.
     """
+    if text.startswith("unix:/"):
+        return text, 0
     host, _, port_text = text.rpartition(":")
     host = host.removeprefix("[").removesuffix("]") or "127.0.0.1"
     try:
@@ -533,7 +542,11 @@ async def serve_http(
     sock = _listen(options.host, options.port)
     _raise_open_files_limit()
     bound = f"[{options.host}]" if ":" in options.host else options.host
-    url = f"http://{bound}:{sock.getsockname()[1]}{ENDPOINT}"
+    url = (
+        options.host
+        if options.host.startswith("unix:")
+        else f"http://{bound}:{sock.getsockname()[1]}{ENDPOINT}"
+    )
     sessions: ConnectionSessions | None = None
     console: Console | None = None
     async with open_host(host) as opened, anyio.create_task_group() as closing:
@@ -576,7 +589,7 @@ async def serve_http(
             if console is not None:
                 signals.start_soon(console.run)
             (announce or _announce)(url)
-            if not _loopback(options.host):
+            if not _loopback(options.host) and not options.host.startswith("unix:"):
                 sys.stderr.write(
                     f"codemode: listening on {options.host}, beyond this machine: whoever reaches it with the "
                     "token runs commands as this user; put TLS in front (a reverse proxy), keep the token secret\n"
@@ -591,12 +604,14 @@ async def serve_http(
                 signals.start_soon(_beat, opened)
                 signals.start_soon(_publish, opened)
             # Commands with a network allowlist never reach this front through the proxy.
-            front = sock.getsockname()
-            protect_front(str(front[0]), int(front[1]))
+            front = options.front_address or (None if sock.family == socket.AF_UNIX else sock.getsockname())
+            if front is not None:
+                protect_front(str(front[0]), int(front[1]))
             try:
                 await http.serve(sockets=[sock])
             finally:
-                release_front(str(front[0]), int(front[1]))
+                if front is not None:
+                    release_front(str(front[0]), int(front[1]))
             if sessions is not None:
                 sessions.stopping()
             if console is not None:
@@ -702,6 +717,8 @@ def _raise_open_files_limit() -> None:
 
 
 def _listen(host: str, port: int) -> socket.socket:
+    if host.startswith("unix:"):
+        return _listen_unix(host.removeprefix("unix:"))
     sock: socket.socket | None = None
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
@@ -717,4 +734,20 @@ def _listen(host: str, port: int) -> socket.socket:
         if sock is not None:
             sock.close()
         raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    return sock
+
+
+def _listen_unix(path: str) -> socket.socket:
+    """A Unix socket at ``path`` only this user may connect to (a front process behind
+    ``--processes``; its directory is the router's, mode 0700)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        sock.bind(path)
+        os.chmod(path, 0o600)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
     return sock

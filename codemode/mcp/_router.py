@@ -47,6 +47,20 @@ _MAX_BODY_BYTES = 64 * 1024 * 1024  # a request body the router holds before pas
 _START_SECONDS = 120.0  # a front process has this long to listen before it is started again
 _STOP_SECONDS = 15.0
 _SESSION_HEADER = b"mcp-session-id"
+_MAX_HEAD_BYTES = 16 * 1024  # a request's line and headers (uvicorn's own bound)
+_HOP_HEADERS = frozenset(
+    [
+        b"content-length",
+        b"transfer-encoding",
+        b"connection",
+        b"keep-alive",
+        b"upgrade",
+        b"te",
+        b"trailer",
+        b"proxy-connection",
+        b"expect",
+    ]
+)
 
 
 @dataclass
@@ -77,7 +91,7 @@ class _Side:
 
     def __init__(self, stream: anyio.abc.ByteStream, role: type[h11.CLIENT] | type[h11.SERVER]) -> None:
         self.stream = stream
-        self.conn = h11.Connection(role, max_incomplete_event_size=64 * 1024)
+        self.conn = h11.Connection(role, max_incomplete_event_size=_MAX_HEAD_BYTES)
 
     async def next_event(self) -> object:
         while True:
@@ -193,6 +207,9 @@ class Router:
                 event = await client.next_event()
                 if not isinstance(event, h11.Request):
                     return  # closed (or a protocol error: h11 raises)
+                if _header(event.headers, b"transfer-encoding") and _header(event.headers, b"content-length"):
+                    # RFC 9112 lets a server read such a request by its chunks; this one refuses it.
+                    raise h11.RemoteProtocolError("both Transfer-Encoding and Content-Length", 400)
                 body = await _body(client)
                 if event.target.split(b"?")[0] == b"/healthz":
                     await self._health(client)
@@ -222,6 +239,9 @@ class Router:
                 if client.conn.our_state is h11.MUST_CLOSE:
                     return
                 client.conn.start_next_cycle()
+        except h11.RemoteProtocolError as exc:  # a request h11 will not read: say so, then close
+            with contextlib.suppress(h11.ProtocolError, OSError, anyio.BrokenResourceError):
+                await _refuse(client, exc.error_status_hint, str(exc))
         except (h11.ProtocolError, _Closed, OSError, anyio.BrokenResourceError, anyio.EndOfStream):
             pass
         finally:
@@ -232,7 +252,9 @@ class Router:
     async def _forward(
         self, client: _Side, upstream: _Side, request: h11.Request, body: bytes, front: FrontProcess
     ) -> None:
-        headers = [(name, value) for name, value in request.headers if name.lower() != b"content-length"]
+        # Framing is this router's (the body read whole): the client's framing and hop-by-hop
+        # headers do not pass, so what reaches a front process is one request, as h11 read it.
+        headers = [(name, value) for name, value in request.headers if name.lower() not in _HOP_HEADERS]
         headers.append((b"content-length", str(len(body)).encode()))
         try:
             await upstream.send(h11.Request(method=request.method, target=request.target, headers=headers))
@@ -320,6 +342,14 @@ async def _connect(path: str) -> anyio.abc.ByteStream:
         raise _FrontGone from exc
 
 
+async def _refuse(client: _Side, status: int, why: str) -> None:
+    body = json.dumps({"error": f"bad request: {why}"}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await client.send(h11.Response(status_code=status, headers=[*headers, (b"connection", b"close")]))
+    await client.send(h11.Data(data=body))
+    await client.send(h11.EndOfMessage())
+
+
 async def _unavailable(client: _Side, front: FrontProcess) -> None:
     """503 with ``Retry-After``: the front process that served the request is gone (it is being
     started again; a session it held is answered for by another on the retry)."""
@@ -360,6 +390,8 @@ async def _watch_for_disconnect(client: _Side, gone: anyio.Event, scope: anyio.C
 
 
 async def _body(side: _Side) -> bytes:
+    if side.conn.client_is_waiting_for_100_continue:  # (curl sends Expect: 100-continue)
+        await side.send(h11.InformationalResponse(status_code=100, headers=[]))
     parts: list[bytes] = []
     size = 0
     while True:

@@ -217,6 +217,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         stderr_note(f"serving MCP over streamable HTTP at {url}")  # last: the line that says it is ready
 
     behind = None if args.behind is None else mcp.parse_bind(args.behind)
+    if behind is not None:
+        mcp.stop_with_router()
     options = mcp.HttpOptions(
         token=token,
         tenants=tenants,
@@ -258,10 +260,11 @@ def _serve_routed(
             "--approvals console waits in the process that asked, and the console is one process's: "
             "use --processes 1, or --approvals elicit"
         )
+    if options.host.startswith("unix:"):
+        raise UserError("--processes serves a TCP port: give --http [HOST:]PORT")
     words = _without(list(args.words), (*_ROUTER_OWN, "--console"))
-    behind = f"[{options.host}]:{options.port}" if ":" in options.host else f"{options.host}:{options.port}"
 
-    def front_argv(index: int, socket_path: str) -> list[str]:
+    def front_argv(index: int, socket_path: str, behind: str) -> list[str]:
         console = args.console if index == 0 else "off"
         return [
             sys.executable,

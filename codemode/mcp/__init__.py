@@ -7,7 +7,7 @@ processes are stopped then; ``lifecycle: managed`` ones live on.
 """
 
 from codemode.mcp._http import DEFAULT_PORT, HttpOptions, create_http_app, parse_bind, serve_http
-from codemode.mcp._router import serve_routed
+from codemode.mcp._router import serve_routed, stop_with_router
 from codemode.mcp._server import (
     RUN_CODE_SCHEMA,
     RunCodeOutput,
@@ -35,4 +35,5 @@ __all__ = [
     "serve_http",
     "serve_routed",
     "serve_stdio",
+    "stop_with_router",
 ]

@@ -20,6 +20,7 @@ import os
 import resource
 import signal
 import socket
+import stat
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -77,6 +78,7 @@ RESUME_HEADER = b"codemode-resume"
 RESUME_SECRET_HEADER = b"codemode-resume-secret"
 _RETRY_AFTER_SECONDS = 1
 _PUBLISH_SECONDS = 1.0  # how often a front publishes to the shared database (completions that moved)
+_ROUTED_KEEP_ALIVE_SECONDS = 180  # longer than the router keeps an idle client connection (120 s)
 
 
 @dataclass(frozen=True)
@@ -582,7 +584,14 @@ async def serve_http(
         else:
             health = _cannot_start
         app = create_http_app(server, options, sessions, health, console)
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=5,
+            # Behind --processes the router keeps a connection per client: idle as long as it.
+            timeout_keep_alive=5 if options.front_address is None else _ROUTED_KEEP_ALIVE_SECONDS,
+        )
         http = _Uvicorn(config)
         async with anyio.create_task_group() as signals:
             signals.start_soon(_stop_on_signal, http, sessions)
@@ -743,6 +752,8 @@ def _listen_unix(path: str) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISSOCK(os.lstat(path).st_mode):  # never unlink what is not a socket
+                raise UserError(f"cannot listen on {path}: something that is not a socket is there")
             os.unlink(path)
         sock.bind(path)
         os.chmod(path, 0o600)
@@ -750,4 +761,7 @@ def _listen_unix(path: str) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise UserError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
+    except UserError:
+        sock.close()
+        raise
     return sock

@@ -19,6 +19,7 @@ then cancels the session's running calls as for a direct client.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import logging
 import os
@@ -36,15 +37,25 @@ import anyio.abc
 import anyio.to_thread
 import h11
 
+from codemode.errors import UserError
 from codemode.mcp._http import ENDPOINT, HttpOptions, _listen, _loopback, _raise_open_files_limit
+from codemode.mcp._tenants import Tenants
 
 log = logging.getLogger("codemode.mcp")
 
-__all__ = ["FrontProcess", "Router", "serve_routed"]
+__all__ = ["ROUTER_PID_VARIABLE", "FrontProcess", "Router", "serve_routed", "stop_with_router"]
+
+ROUTER_PID_VARIABLE = "CODEMODE_ROUTER_PID"
+"""Names the router's pid to a front process it starts (`stop_with_router`)."""
+_PR_SET_PDEATHSIG = 1
 
 _READ_BYTES = 65_536
 _MAX_BODY_BYTES = 64 * 1024 * 1024  # a request body the router holds before passing it on
 _START_SECONDS = 120.0  # a front process has this long to listen before it is started again
+_HEAD_SECONDS = 30.0  # a request's head (and body) must arrive within this once begun
+_IDLE_SECONDS = 120.0  # a client connection idle this long between requests is closed
+_MAX_CONNECTIONS = 4096  # client connections at once; one more is answered 503 and closed
+_MAX_PENDING_BYTES = 64 * 1024  # what a client may send ahead while its answer streams
 _STOP_SECONDS = 15.0
 _SESSION_HEADER = b"mcp-session-id"
 _MAX_HEAD_BYTES = 16 * 1024  # a request's line and headers (uvicorn's own bound)
@@ -76,6 +87,7 @@ class FrontProcess:
     ready: anyio.Event = field(default_factory=anyio.Event)
     restarts: int = 0
     stopped: bool = False
+    failed: str | None = None  # why it could not start the first time (the router then stops)
 
 
 class _Closed(Exception):
@@ -113,19 +125,31 @@ class _Side:
 class Router:
     """Routes requests on one listening socket to the front processes (see the module)."""
 
-    def __init__(self, fronts: Sequence[FrontProcess]) -> None:
+    def __init__(
+        self, fronts: Sequence[FrontProcess], access: Tenants, session_idle_seconds: float | None
+    ) -> None:
         self._fronts = list(fronts)
-        self._owner: dict[str, FrontProcess] = {}  # session id: the process that opened it
+        self._access = access
+        # session id: the process that opened it, and when a request last named it
+        self._owner: dict[str, tuple[FrontProcess, float]] = {}
+        self._forget_after = None if session_idle_seconds is None else 2 * session_idle_seconds
         self._stopping = False
+        self._connections = anyio.CapacityLimiter(_MAX_CONNECTIONS)
 
     # -- the front processes ----------------------------------------------------------------
 
     async def run_fronts(self, task_group: anyio.abc.TaskGroup) -> None:
-        """Start every front process and keep it running (started again when it exits)."""
+        """Start every front process and keep it running (started again when it exits).
+
+        Raises:
+            UserError: A front process could not start the first time (its errors are above).
+        """
         for front in self._fronts:
             task_group.start_soon(self._keep_running, front)
         for front in self._fronts:
             await front.ready.wait()
+            if front.failed is not None:
+                raise UserError(front.failed)
 
     async def _keep_running(self, front: FrontProcess) -> None:
         delay = 1.0
@@ -136,6 +160,12 @@ class Router:
             started = time.monotonic()
             if await self._listening(front):
                 front.ready.set()
+            elif front.restarts == 0:  # never listened: its arguments or its machine are wrong
+                front.failed = (
+                    f"front process {front.index} did not start (exit status {front.process.poll()})"
+                )
+                front.ready.set()
+                return
             code = await anyio.to_thread.run_sync(front.process.wait, abandon_on_cancel=True)
             if self._stopping:
                 return
@@ -186,14 +216,47 @@ class Router:
     # -- requests ---------------------------------------------------------------------------
 
     async def serve(self, listener: anyio.abc.Listener[anyio.abc.SocketStream]) -> None:
-        """Serve client connections until cancelled."""
-        await listener.serve(self._client)
+        """Serve client connections until cancelled (an accept that fails, out of files, is
+        tried again; the router goes on)."""
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._sweep)
+            while True:
+                try:
+                    await listener.serve(self._admit)
+                except OSError as exc:
+                    log.warning("accepting a connection failed: %s", exc)
+                    await anyio.sleep(0.1)
+
+    async def _admit(self, stream: anyio.abc.SocketStream) -> None:
+        try:
+            self._connections.acquire_nowait()
+        except anyio.WouldBlock:
+            with contextlib.suppress(Exception):
+                await _unavailable(_Side(stream, h11.SERVER), None)
+            await stream.aclose()
+            return
+        try:
+            await self._client(stream)
+        finally:
+            self._connections.release()
+
+    async def _sweep(self) -> None:
+        """Forget sessions no request named for twice the fronts' idle timeout (their front
+        ended them by then)."""
+        while self._forget_after is not None:
+            await anyio.sleep(60)
+            stale = time.monotonic() - self._forget_after
+            for session, (front, seen) in list(self._owner.items()):
+                if seen < stale:
+                    del self._owner[session]
+                    front.sessions.discard(session)
 
     def _pick(self, request: h11.Request) -> FrontProcess:
         session = _header(request.headers, _SESSION_HEADER)
-        owner = self._owner.get(session.decode("latin-1")) if session else None
-        if owner is not None:
-            return owner
+        known = self._owner.get(session.decode("latin-1")) if session else None
+        if known is not None and session is not None:
+            self._owner[session.decode("latin-1")] = (known[0], time.monotonic())
+            return known[0]
         if not request.target.startswith(b"/mcp"):
             return self._fronts[0]
         ready = [front for front in self._fronts if front.ready.is_set()] or self._fronts
@@ -204,50 +267,86 @@ class Router:
         upstreams: dict[int, _Side] = {}
         try:
             while True:
-                event = await client.next_event()
+                with anyio.move_on_after(_IDLE_SECONDS):  # idle between requests: closed
+                    event = await client.next_event()
                 if not isinstance(event, h11.Request):
-                    return  # closed (or a protocol error: h11 raises)
-                if _header(event.headers, b"transfer-encoding") and _header(event.headers, b"content-length"):
-                    # RFC 9112 lets a server read such a request by its chunks; this one refuses it.
-                    raise h11.RemoteProtocolError("both Transfer-Encoding and Content-Length", 400)
-                body = await _body(client)
+                    return  # closed, or idle too long (a protocol error: h11 raises)
+                with anyio.fail_after(_HEAD_SECONDS):
+                    body = await self._admit_request(client, event)
                 if event.target.split(b"?")[0] == b"/healthz":
                     await self._health(client)
                 else:
-                    front = self._pick(event)
-                    try:
-                        upstream = upstreams.get(front.index)
-                        if upstream is None:
-                            upstream = upstreams[front.index] = _Side(
-                                await _connect(front.socket_path), h11.CLIENT
-                            )
-                        await self._forward(client, upstream, event, body, front)
-                    except _FrontGone:
-                        gone = upstreams.pop(front.index, None)
-                        if gone is not None:
-                            await gone.stream.aclose()
-                        self._forget(event, front)
-                        await _unavailable(client, front)
-                    else:
-                        if (
-                            upstream.conn.our_state is h11.MUST_CLOSE
-                            or upstream.conn.their_state is h11.MUST_CLOSE
-                        ):
-                            await upstreams.pop(front.index).stream.aclose()
-                        else:
-                            upstream.conn.start_next_cycle()
+                    await self._route(client, upstreams, event, body)
                 if client.conn.our_state is h11.MUST_CLOSE:
                     return
                 client.conn.start_next_cycle()
         except h11.RemoteProtocolError as exc:  # a request h11 will not read: say so, then close
             with contextlib.suppress(h11.ProtocolError, OSError, anyio.BrokenResourceError):
                 await _refuse(client, exc.error_status_hint, str(exc))
-        except (h11.ProtocolError, _Closed, OSError, anyio.BrokenResourceError, anyio.EndOfStream):
+        except (
+            h11.ProtocolError,
+            _Closed,
+            OSError,
+            TimeoutError,
+            anyio.BrokenResourceError,
+            anyio.EndOfStream,
+        ):
             pass
         finally:
             for upstream in upstreams.values():
                 await upstream.stream.aclose()
             await stream.aclose()
+
+    async def _admit_request(self, client: _Side, request: h11.Request) -> bytes:
+        """Check what the router can of a request before it holds its body: its framing, its
+        Host, and on ``/mcp`` its bearer token (a request the front would refuse 401 never
+        has its body read here); then read the body.
+
+        Raises:
+            h11.RemoteProtocolError: Refused (its status hint says how).
+        """
+        if _header(request.headers, b"transfer-encoding") and _header(request.headers, b"content-length"):
+            # RFC 9112 lets a server read such a request by its chunks; this one refuses it.
+            raise h11.RemoteProtocolError("both Transfer-Encoding and Content-Length", 400)
+        if not _header(request.headers, b"host"):
+            raise h11.RemoteProtocolError("a Host header is required", 400)
+        if request.target.startswith(b"/mcp"):
+            scheme, _, token = (_header(request.headers, b"authorization") or b"").partition(b" ")
+            if scheme.lower() != b"bearer" or self._access.tenant_of(token.strip().decode("latin-1")) is None:
+                raise h11.RemoteProtocolError(
+                    "a valid bearer token is required (Authorization: Bearer ...)", 401
+                )
+        return await _body(client)
+
+    async def _route(
+        self, client: _Side, upstreams: dict[int, _Side], request: h11.Request, body: bytes
+    ) -> None:
+        """Forward one request to its front process: on a connection kept from an earlier
+        request, tried once more on a new one when the front had closed it (an idle
+        keep-alive); 503 when the front process is gone."""
+        front = self._pick(request)
+        for attempt in range(2):
+            reused = front.index in upstreams
+            try:
+                upstream = upstreams.get(front.index)
+                if upstream is None:
+                    upstream = upstreams[front.index] = _Side(await _connect(front.socket_path), h11.CLIENT)
+                await self._forward(client, upstream, request, body, front)
+            except _FrontGone:
+                gone = upstreams.pop(front.index, None)
+                if gone is not None:
+                    await gone.stream.aclose()
+                if reused and attempt == 0:
+                    continue
+                if front.process is None or front.process.poll() is not None:
+                    self._forget_front_session(request, front)  # it died: the session ended with it
+                await _unavailable(client, front)
+                return
+            if upstream.conn.our_state is h11.MUST_CLOSE or upstream.conn.their_state is h11.MUST_CLOSE:
+                await upstreams.pop(front.index).stream.aclose()
+            else:
+                upstream.conn.start_next_cycle()
+            return
 
     async def _forward(
         self, client: _Side, upstream: _Side, request: h11.Request, body: bytes, front: FrontProcess
@@ -291,26 +390,30 @@ class Router:
         if gone.is_set() or not finished:
             raise _Closed
 
-    def _forget(self, request: h11.Request, front: FrontProcess) -> None:
-        """The session a request named is no longer on ``front`` (it went away)."""
+    def _forget_front_session(self, request: h11.Request, front: FrontProcess) -> None:
+        """The session a request named was on ``front``, which died."""
         asked = _header(request.headers, _SESSION_HEADER)
-        if asked and self._owner.get(asked.decode("latin-1")) is front:
+        known = self._owner.get(asked.decode("latin-1")) if asked else None
+        if asked and known is not None and known[0] is front:
             session = asked.decode("latin-1")
             del self._owner[session]
             front.sessions.discard(session)
 
     def _learn(self, request: h11.Request, response: h11.Response, front: FrontProcess) -> None:
+        """A session ``front`` opened (its ``initialize`` answered with its id), or closed
+        (``DELETE``). A 404 changes nothing: another tenant's request for a session id is
+        answered so too, and must not move the session."""
         asked = _header(request.headers, _SESSION_HEADER)
         given = _header(response.headers, _SESSION_HEADER)
         if given and not asked and 200 <= response.status_code < 300:
             session = given.decode("latin-1")
-            self._owner[session] = front
+            self._owner[session] = (front, time.monotonic())
             front.sessions.add(session)
-        elif asked and (
-            response.status_code == 404 or (request.method == b"DELETE" and response.status_code < 300)
-        ):
+        elif asked and request.method == b"DELETE" and response.status_code < 300:
             session = asked.decode("latin-1")
-            if self._owner.pop(session, None) is not None:
+            known = self._owner.get(session)
+            if known is not None and known[0] is front:
+                del self._owner[session]
                 front.sessions.discard(session)
 
     async def _health(self, client: _Side) -> None:
@@ -343,27 +446,28 @@ async def _connect(path: str) -> anyio.abc.ByteStream:
 
 
 async def _refuse(client: _Side, status: int, why: str) -> None:
-    body = json.dumps({"error": f"bad request: {why}"}).encode()
+    body = json.dumps(
+        {"error": "invalid_token" if status == 401 else "bad_request", "error_description": why}
+    ).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer error="invalid_token"'))
     await client.send(h11.Response(status_code=status, headers=[*headers, (b"connection", b"close")]))
     await client.send(h11.Data(data=body))
     await client.send(h11.EndOfMessage())
 
 
-async def _unavailable(client: _Side, front: FrontProcess) -> None:
+async def _unavailable(client: _Side, front: FrontProcess | None) -> None:
     """503 with ``Retry-After``: the front process that served the request is gone (it is being
-    started again; a session it held is answered for by another on the retry)."""
-    body = json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": None,
-            "error": {
-                "code": -32000,
-                "message": f"front process {front.index} stopped while serving this request; retry it "
-                "(a session it held has ended: resume it with its Codemode-Resume secret)",
-            },
-        }
-    ).encode()
+    started again; a session it held is answered for by another on the retry), or (None) the
+    router holds as many connections as it takes."""
+    message = (
+        f"front process {front.index} stopped while serving this request; retry it (a session it "
+        "held has ended: resume it with its Codemode-Resume secret)"
+        if front is not None
+        else f"the server holds {_MAX_CONNECTIONS} connections, its most; retry"
+    )
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": message}}).encode()
     await client.send(
         h11.Response(
             status_code=503,
@@ -379,10 +483,14 @@ async def _unavailable(client: _Side, front: FrontProcess) -> None:
 
 
 async def _watch_for_disconnect(client: _Side, gone: anyio.Event, scope: anyio.CancelScope) -> None:
+    ahead = 0
     while True:
         try:
             data = await client.stream.receive(_READ_BYTES)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            data = b""
+        ahead += len(data)
+        if not data or ahead > _MAX_PENDING_BYTES:  # gone, or sending more than a next request
             gone.set()
             scope.cancel()
             return
@@ -436,7 +544,7 @@ def _header(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> bytes | None
 async def serve_routed(
     options: HttpOptions,
     processes: int,
-    front_argv: Callable[[int, str], list[str]],
+    front_argv: Callable[[int, str, str], list[str]],
     env: Mapping[str, str],
     announce: Callable[[str], None],
 ) -> None:
@@ -446,7 +554,8 @@ async def serve_routed(
     Args:
         options: Where to listen (the rest is the front processes' own).
         processes: How many (2 or more).
-        front_argv: The command of front process ``i`` listening on the given Unix socket.
+        front_argv: The command of front process ``i`` listening on the given Unix socket,
+            behind the given address (``HOST:PORT``, the port bound).
         env: Their environment.
         announce: Called with the URL once every front process listens.
 
@@ -456,13 +565,15 @@ async def serve_routed(
     sock = _listen(options.host, options.port)
     _raise_open_files_limit()
     bound = f"[{options.host}]" if ":" in options.host else options.host
-    url = f"http://{bound}:{sock.getsockname()[1]}{ENDPOINT}"
+    port = sock.getsockname()[1]
+    url = f"http://{bound}:{port}{ENDPOINT}"
     run_dir = tempfile.mkdtemp(prefix="codemode-fronts-")  # mode 0700
+    env = {**env, ROUTER_PID_VARIABLE: str(os.getpid())}
     fronts = [
-        FrontProcess(i, front_argv(i, path), path, dict(env))
+        FrontProcess(i, front_argv(i, path, f"{bound}:{port}"), path, dict(env))
         for i, path in ((i, os.path.join(run_dir, f"front-{i}.sock")) for i in range(processes))
     ]
-    router = Router(fronts)
+    router = Router(fronts, options.access(), options.idle_timeout_seconds)
     listener = await anyio.abc.SocketListener.from_socket(sock)
     try:
         async with anyio.create_task_group() as group:
@@ -487,3 +598,22 @@ async def _stop_on_signal(router: Router, scope: anyio.CancelScope) -> None:
             router.stop_fronts()
             scope.cancel()
             return
+
+
+def stop_with_router() -> None:
+    """In a front process behind ``--processes``: be sent SIGTERM (and so stop as on it, ending
+    its sessions) when the router dies, killed or out of memory, rather than hold sessions
+    nobody routes to; exit at once if it is gone already.
+
+    Raises:
+        UserError: This process was not started by a router (the variable is missing or
+            names another process), or its router is gone.
+    """
+    expected = os.environ.pop(ROUTER_PID_VARIABLE, "")
+    if not expected.isdigit():
+        raise UserError("--behind is for front processes a router started (codemode mcp --processes N)")
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != int(expected):  # it died before the line above took effect
+        raise UserError("the router of this front process is gone")

@@ -16,7 +16,15 @@ import httpx2
 import psutil
 import pytest
 
-from tests.mcp.http_support import auth, http_server, open_raw, rpc_answer, run_code_call, session
+from tests.mcp.http_support import (
+    auth,
+    http_server,
+    open_raw,
+    rpc_answer,
+    run_code_call,
+    session,
+    wait_until_gone,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.blackbox]
 
@@ -119,3 +127,45 @@ def test_auth_header_is_required_through_the_router(tmp_path: Path) -> None:
             server.url, headers={**auth("wrong-token-000000000")}, json=run_code_call("print(1)")
         )
         assert refused.status_code == 401
+
+
+async def test_front_processes_stop_when_their_router_is_killed(tmp_path: Path) -> None:
+    with http_server(tmp_path, "--processes", "2") as server:
+        fronts = _fronts(server.process.pid)
+        assert len(fronts) == 2
+        server.process.kill()
+        server.process.wait()
+        for front in fronts:
+            assert await wait_until_gone(front.pid, 60), f"front process {front.pid} outlived its router"
+
+
+async def test_a_pause_between_requests_keeps_the_session_on_its_process(tmp_path: Path) -> None:
+    """The router keeps a connection to a front per client connection; a pause longer than a
+    plain server's keep-alive (5 s) leaves the session where it was."""
+    with http_server(tmp_path, "--processes", "2") as server, anyio.fail_after(60):
+        async with httpx2.AsyncClient(timeout=60) as http:
+            raw = await open_raw(http, server.url)
+            await _run(http, server.url, raw.headers, 'await store.set("k", 1); print("set")')
+            await anyio.sleep(6)
+            assert (await _run(http, server.url, raw.headers, 'print(await store.get("k"))')).strip() == "1"
+
+
+async def test_another_tenants_request_for_a_session_does_not_move_it(tmp_path: Path) -> None:
+    tenants = tmp_path / "state" / "tenants"
+    tenants.parent.mkdir(mode=0o700)
+    tenants.write_text(f"alice {'a' * 32}\nmallory {'m' * 32}\n")
+    with (
+        http_server(
+            tmp_path, "--processes", "2", "--tenants-file", str(tenants), env={"CODEMODE_MCP_TOKEN": ""}
+        ) as server,
+        anyio.fail_after(60),
+    ):
+        async with httpx2.AsyncClient(timeout=60) as http:
+            alice = await open_raw(http, server.url, token="a" * 32)
+            await _run(http, server.url, alice.headers, 'await store.set("k", "mine"); print("set")')
+            stolen = {**alice.headers, "Authorization": f"Bearer {'m' * 32}"}
+            refused = await http.post(server.url, headers=stolen, json=run_code_call("print(1)"))
+            assert refused.status_code == 404
+            assert (
+                await _run(http, server.url, alice.headers, 'print(await store.get("k"))')
+            ).strip() == "mine"

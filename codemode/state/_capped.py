@@ -27,7 +27,7 @@ import os
 import sqlite3
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 __all__ = [
     "ALIGN",
@@ -43,6 +43,8 @@ __all__ = [
     "holes_supported",
     "kept_runs",
     "kept_sha256",
+    "pread_chunks",
+    "pwrite_fully",
     "quota_step",
     "read_kept",
     "session_tmpfs_usage",
@@ -138,7 +140,8 @@ def _probe_holes(directory: str) -> bool:
         os.close(fd)
 
 
-def _pwrite_fully(fd: int, data: bytes | memoryview, offset: int) -> None:
+def pwrite_fully(fd: int, data: bytes | memoryview, offset: int) -> None:
+    """Write all of ``data`` at ``offset`` (``pwrite`` may write less than asked)."""
     view = memoryview(data)
     while view:
         written = os.pwrite(fd, view, offset)
@@ -208,7 +211,7 @@ class CappedLog:
             raise ValueError(f"log {self.path} is closed")
         n = len(data)
         if self._limit < 0 or self._kept + n <= self._limit:
-            _pwrite_fully(self._fd, data, self.seen)
+            pwrite_fully(self._fd, data, self.seen)
             self.seen += n
             self._kept += n
         else:
@@ -238,11 +241,11 @@ class CappedLog:
                     self._kept -= end - self._hole_end
                     self._hole_end = end
         if self._holes:
-            _pwrite_fully(self._fd, piece, self.seen)
+            pwrite_fully(self._fd, piece, self.seen)
             self._kept += m
         elif self.seen < self.cap and self._kept == self.seen:
             room = self.cap - self.seen
-            _pwrite_fully(self._fd, piece[:room], self.seen)
+            pwrite_fully(self._fd, piece[:room], self.seen)
             self._kept += min(room, m)
         self.seen += m
 
@@ -309,18 +312,24 @@ def dropped_range(runs: list[tuple[int, int]], total: int) -> tuple[int, int] | 
     return (position, total) if position < total else None
 
 
+def pread_chunks(fd: int, start: int, end: int) -> Iterator[bytes]:
+    """The file's bytes ``[start, end)`` in chunks of at most 1 MiB (fewer at its end)."""
+    while start < end:
+        chunk = os.pread(fd, min(1 << 20, end - start), start)
+        if not chunk:
+            return
+        yield chunk
+        start += len(chunk)
+
+
 def kept_sha256(fd: int) -> str:
     """sha256 (hex) of a log's kept bytes, in order (its head, then its tail)."""
     import hashlib  # here: a supervisor never hashes, and OpenSSL costs it megabytes
 
     digest = hashlib.sha256()
     for start, end in kept_runs(fd):
-        while start < end:
-            chunk = os.pread(fd, min(1 << 20, end - start), start)
-            if not chunk:
-                break
+        for chunk in pread_chunks(fd, start, end):
             digest.update(chunk)
-            start += len(chunk)
     return digest.hexdigest()
 
 

@@ -132,13 +132,10 @@ def _known_before(
     stream = StreamRedactor(redactor)
     stream.known.update(known)
     for run_start, run_end in data_runs:
-        position, stop = max(run_start, offset - _KNOWN_SCAN_BYTES), min(run_end, offset)
-        while position < stop:
-            chunk = os.pread(fd, min(1 << 20, stop - position), position)
-            if not chunk:
-                break
+        for chunk in _capped.pread_chunks(
+            fd, max(run_start, offset - _KNOWN_SCAN_BYTES), min(run_end, offset)
+        ):
             stream.feed(chunk)
-            position += len(chunk)
     known.update(stream.known)
 
 
@@ -190,14 +187,7 @@ def copy_of_bytes(data: bytes) -> tuple[int, bytes, int, bytes]:
 
 
 def _read(fd: int, start: int, end: int) -> bytes:
-    parts: list[bytes] = []
-    while start < end:
-        chunk = os.pread(fd, min(1 << 20, end - start), start)
-        if not chunk:
-            break
-        parts.append(chunk)
-        start += len(chunk)
-    return b"".join(parts)
+    return b"".join(_capped.pread_chunks(fd, start, end))
 
 
 _COLUMNS = (
@@ -441,11 +431,8 @@ def materialize(copy: SharedCopy, blob_dir: Path) -> tuple[str, int, int]:
     file = f"{copy.ref}.{secrets.token_hex(4)}"
     fd = os.open(blob_dir / file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
-        for offset, data in ((0, head), (tail_start - head_start, tail)):
-            view = memoryview(data)
-            while view:
-                written = os.pwrite(fd, view, offset)
-                view, offset = view[written:], offset + written
+        _capped.pwrite_fully(fd, head, 0)
+        _capped.pwrite_fully(fd, tail, tail_start - head_start)
         disk = os.fstat(fd).st_blocks * 512
     except BaseException:
         os.unlink(blob_dir / file)  # a part written (disk full): no file outside the index

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from codemode.errors import HostFault, UnknownRefError
-from codemode.state import Archive, State
+from codemode.state import Archive, ArchiveRef, State
 from codemode.state import _capped as capped
 from codemode.state import _shared_archive as shared_archive
 from codemode.state._archive import READ_MAX_LIMIT
@@ -103,15 +103,21 @@ def test_a_raw_log_leaves_its_machine_with_its_secrets_masked_in_place(
     assert head.endswith(b"\nok\n") and b"[REDACTED:" in head
 
 
-def test_a_copy_keeps_the_head_and_tail_of_a_big_entry_and_reports_its_middle_dropped(
-    machines: tuple[State, State], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    a, b = machines
+def _put_three_caps(a: State, monkeypatch: pytest.MonkeyPatch) -> tuple[int, bytes, ArchiveRef]:
+    """A copy cap of 1 MiB, and an entry of 3 MiB of random bytes archived (and copied) on ``a``."""
     cap = 1024 * 1024
     monkeypatch.setattr(shared_archive, "SHARED_ENTRY_BYTES", cap)
     blob = os.urandom(3 * cap)
     ref = a.archive.put(blob, kind="image", session_id="s1")
     assert a.archive.flush_copies()
+    return cap, blob, ref
+
+
+def test_a_copy_keeps_the_head_and_tail_of_a_big_entry_and_reports_its_middle_dropped(
+    machines: tuple[State, State], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = machines
+    cap, blob, ref = _put_three_caps(a, monkeypatch)
     first = b.archive.read(ref.ref, 0, READ_MAX_LIMIT, session_id="s1")
     assert blob.startswith(first.data) and len(first.data) >= cap // 4
     middle = b.archive.read(ref.ref, len(blob) // 2, 100, session_id="s1")
@@ -127,11 +133,7 @@ def test_where_holes_cannot_be_left_the_fetched_copy_keeps_its_tail(
     machines: tuple[State, State], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b = machines
-    cap = 1024 * 1024
-    monkeypatch.setattr(shared_archive, "SHARED_ENTRY_BYTES", cap)
-    blob = os.urandom(3 * cap)
-    ref = a.archive.put(blob, kind="image", session_id="s1")
-    assert a.archive.flush_copies()
+    _cap, blob, ref = _put_three_caps(a, monkeypatch)
     monkeypatch.setattr(capped, "holes_supported", lambda directory: False)
     page = b.archive.read(ref.ref, 0, 100, session_id="s1")
     assert page.dropped == (0, page.retained_from) and page.retained_from > 0

@@ -116,6 +116,17 @@ async def test_a_moved_sessions_process_is_answered_for_and_its_completion_reach
     assert b"finished" in page.data and SECRET.encode() not in page.data
 
 
+async def _ended_after_its_session_moved(a: Machine) -> str:
+    """A process of session s1 started on ``a``, s1 moved to another front, then the process
+    ended: its completion is now ``a``'s to publish. Its id."""
+    a.manager.hold_session("s1")
+    started = await a.bash(command="read go; echo over", run_in_background=True)
+    process_id: str = started.structured_content["process_id"]
+    _move_away(a, "s1")
+    await _finish(a, process_id)
+    return process_id
+
+
 async def _finish(machine: Machine, process_id: str) -> None:
     """Let the process end (it waits for a line) and wait until its end is recorded."""
     await machine.bash(action="write", process_id=process_id, input="go\n")
@@ -143,11 +154,7 @@ async def test_a_front_that_starts_after_a_completion_was_published_still_delive
     machines: tuple[Machine, Machine], tmp_path: Path, database_url: str
 ) -> None:
     a, _b = machines
-    a.manager.hold_session("s1")
-    started = await a.bash(command="read go; echo over", run_in_background=True)
-    process_id = started.structured_content["process_id"]
-    _move_away(a, "s1")
-    await _finish(a, process_id)
+    process_id = await _ended_after_its_session_moved(a)
     with anyio.fail_after(20):
         while a.manager.publish() == 0:
             await anyio.sleep(0.05)
@@ -167,11 +174,7 @@ async def test_a_failed_publication_leaves_the_notification_pending_where_it_was
     machines: tuple[Machine, Machine], database_url: str
 ) -> None:
     a, _b = machines
-    a.manager.hold_session("s1")
-    started = await a.bash(command="read go; echo over", run_in_background=True)
-    process_id = started.structured_content["process_id"]
-    _move_away(a, "s1")
-    await _finish(a, process_id)
+    process_id = await _ended_after_its_session_moved(a)
     with a.state.shared.connection() as conn:
         conn.execute("ALTER TABLE shared_notifications RENAME TO shared_notifications_away")
     with anyio.fail_after(20):

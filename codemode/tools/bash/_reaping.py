@@ -235,13 +235,19 @@ class Reaping:
                         await anyio.to_thread.run_sync(self._stop, record)
             await anyio.to_thread.run_sync(self._end_leftovers, session_id)
             await anyio.to_thread.run_sync(self._end_hold, session_id, reason)
-            if self._sessions is not None:
-                # Its processes and notifications, for whichever front serves it next, now.
+            if self._sessions is not None and await anyio.to_thread.run_sync(self._has_processes, session_id):
+                # Its processes and notifications, for whichever front serves it next, now (the
+                # one-second publication covers the rest: most sessions that close ran none).
                 try:
                     await anyio.to_thread.run_sync(self.publish)
                 except HostFault as exc:  # the HTTP front publishes again every second
                     log.warning("could not publish session %s to the shared database: %s", session_id, exc)
+            if self._sessions is not None:  # its archived text, there for the next front too
                 await anyio.to_thread.run_sync(self._archive.flush_copies)
+
+    def _has_processes(self, session_id: str) -> bool:
+        with self._db() as conn:
+            return bool(_records.for_session(conn, session_id))
 
     def _end_hold(self, session_id: str, reason: EndReason) -> None:
         with self._holds_db() as conn:

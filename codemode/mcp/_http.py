@@ -598,11 +598,7 @@ async def serve_http(
             if console is not None:
                 signals.start_soon(console.run)
             (announce or _announce)(url)
-            if not _loopback(options.host) and not options.host.startswith("unix:"):
-                sys.stderr.write(
-                    f"codemode: listening on {options.host}, beyond this machine: whoever reaches it with the "
-                    "token runs commands as this user; put TLS in front (a reverse proxy), keep the token secret\n"
-                )
+            _warn_if_public(options.host)
             # What start-up made lives as long as the server: out of the collector's sight, so a
             # full collection under load scans only what requests made (bench/bench_console.py:
             # its longest pause went from ~65 ms to under the 50 ms target with 200 sessions).
@@ -705,6 +701,15 @@ async def _stop_on_signal(http: uvicorn.Server, sessions: ConnectionSessions | N
 def _announce(url: str) -> None:
     sys.stderr.write(f"codemode: serving MCP over streamable HTTP at {url}\n")
     sys.stderr.flush()
+
+
+def _warn_if_public(host: str) -> None:
+    """Say on stderr that a front bound beyond loopback serves anyone who has the token."""
+    if not _loopback(host) and not host.startswith("unix:"):
+        sys.stderr.write(
+            f"codemode: listening on {host}, beyond this machine: whoever reaches it with the "
+            "token runs commands as this user; put TLS in front (a reverse proxy), keep the token secret\n"
+        )
 
 
 def _loopback(host: str) -> bool:

@@ -38,7 +38,7 @@ import anyio.to_thread
 import h11
 
 from codemode.errors import UserError
-from codemode.mcp._http import ENDPOINT, HttpOptions, _listen, _loopback, _raise_open_files_limit
+from codemode.mcp._http import ENDPOINT, HttpOptions, _listen, _raise_open_files_limit, _warn_if_public
 from codemode.mcp._tenants import Tenants
 
 log = logging.getLogger("codemode.mcp")
@@ -580,11 +580,7 @@ async def serve_routed(
             group.start_soon(_stop_on_signal, router, group.cancel_scope)
             await router.run_fronts(group)
             announce(url)
-            if not _loopback(options.host):
-                sys.stderr.write(
-                    f"codemode: listening on {options.host}, beyond this machine: whoever reaches it with the "
-                    "token runs commands as this user; put TLS in front (a reverse proxy), keep the token secret\n"
-                )
+            _warn_if_public(options.host)
             await router.serve(listener)
     finally:
         router.stop_fronts()

@@ -217,8 +217,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         stderr_note(f"serving MCP over streamable HTTP at {url}")  # last: the line that says it is ready
 
     behind = None if args.behind is None else mcp.parse_bind(args.behind)
-    if behind is not None:
-        mcp.stop_with_router()
+    router_pid = None if behind is None else mcp.stop_with_router()
     options = mcp.HttpOptions(
         token=token,
         tenants=tenants,
@@ -233,6 +232,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         console=ConsoleMode(args.console),
         approvals=args.approvals,
         front_address=behind,
+        router_pid=router_pid,
     )
     if args.processes != 1:
         return _serve_routed(args, options, token, announce)

@@ -47,6 +47,7 @@ from codemode.errors import UserError
 from codemode.host import Host
 from codemode.mcp._approval import ClientApproved
 from codemode.mcp._disconnect import SCOPE_KEY, Disconnect
+from codemode.mcp._peer import router_only_protocol
 from codemode.mcp._server import create_failed_server, create_server
 from codemode.mcp._sessions import ConnectionSessions
 from codemode.mcp._startup import HostSource, open_host
@@ -109,6 +110,8 @@ class HttpOptions:
         front_address: Where clients reach this process when it is one of several behind
             ``--processes`` (the router's address, kept from commands' network proxy as the
             bound one is); None: the bound address.
+        router_pid: The router such a process takes connections from, and from no other
+            process (`codemode.mcp._peer`); None: anyone who can reach the socket.
     """
 
     token: str = ""
@@ -124,6 +127,7 @@ class HttpOptions:
     console: ConsoleMode = ConsoleMode.ON
     approvals: Literal["elicit", "console"] = "elicit"
     front_address: tuple[str, int] | None = None
+    router_pid: int | None = None
 
     def __post_init__(self) -> None:
         # Always required, on loopback too: a confined command reaches 127.0.0.1 when its
@@ -591,6 +595,7 @@ async def serve_http(
             timeout_graceful_shutdown=5,
             # Behind --processes the router keeps a connection per client: idle as long as it.
             timeout_keep_alive=5 if options.front_address is None else _ROUTED_KEEP_ALIVE_SECONDS,
+            http="auto" if options.router_pid is None else router_only_protocol(options.router_pid),
         )
         http = _Uvicorn(config)
         async with anyio.create_task_group() as signals:

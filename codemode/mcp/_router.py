@@ -596,10 +596,13 @@ async def _stop_on_signal(router: Router, scope: anyio.CancelScope) -> None:
             return
 
 
-def stop_with_router() -> None:
+def stop_with_router() -> int:
     """In a front process behind ``--processes``: be sent SIGTERM (and so stop as on it, ending
     its sessions) when the router dies, killed or out of memory, rather than hold sessions
     nobody routes to; exit at once if it is gone already.
+
+    Returns:
+        The router's pid (the one process the front takes connections from).
 
     Raises:
         UserError: This process was not started by a router (the variable is missing or
@@ -613,3 +616,4 @@ def stop_with_router() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if os.getppid() != int(expected):  # it died before the line above took effect
         raise UserError("the router of this front process is gone")
+    return int(expected)

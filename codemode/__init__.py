@@ -5,9 +5,9 @@ tools as ``await tools.<name>(args)``, and only what it prints comes back, cut t
 budget (the rest archived behind a recovery reference).
 """
 
-import importlib as _importlib
 import typing as _typing
 
+from codemode._lazy import lazy_exports as _lazy_exports
 from codemode._version import __version__
 
 if _typing.TYPE_CHECKING:
@@ -32,58 +32,61 @@ if _typing.TYPE_CHECKING:
     from codemode.tools.bash import Notification
     from codemode.tools.upstream import McpServerConfig, load_mcp_config
 
-# Where each public name lives: imported at its first use (PEP 562), so that a command that
-# needs a few of them (`codemode run` loads the engine before the host, to start its zygote
-# early) does not pay for all of them.
-_HOMES = {
-    "ApprovalRequest": "codemode.policy",
-    "CallResult": "codemode._results",
-    "CodemodeError": "codemode.errors",
-    "CommandPolicy": "codemode.policy",
-    "Decision": "codemode.policy",
-    "ErrorCode": "codemode.errors",
-    "Extension": "codemode.tools",
-    "Host": "codemode.host",
-    "HostConfig": "codemode._results",
-    "HostFault": "codemode.errors",
-    "McpServerConfig": "codemode.tools.upstream",
-    "Notification": "codemode.tools.bash",
-    "ProcessNotFound": "codemode.errors",
-    "Progress": "codemode._progress",
-    "RunError": "codemode._results",
-    "RunImage": "codemode._results",
-    "RunResult": "codemode._results",
-    "SandboxDenied": "codemode.errors",
-    "SandboxMode": "codemode.sandbox",
-    "SandboxPolicy": "codemode.sandbox",
-    "SandboxUnavailable": "codemode.errors",
-    "StateDirError": "codemode.errors",
-    "TextContent": "codemode.tools",
-    "Tool": "codemode.tools",
-    "ToolContext": "codemode.tools",
-    "ToolError": "codemode.errors",
-    "ToolResult": "codemode.tools",
-    "UnknownRefError": "codemode.errors",
-    "Usage": "codemode._results",
-    "UserError": "codemode.errors",
-    "load_mcp_config": "codemode.tools.upstream",
-    "make_tool": "codemode.tools",
-    "run_code": "codemode._sync",
-    "tool": "codemode.tools",
-}
-
-
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'codemode' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(home), name)
-    globals()[name] = value  # found here from now on
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+# Each public name is imported at its first use (codemode._lazy), so that a command that needs
+# a few of them (`codemode run` loads the engine before the host, to start its zygote early)
+# does not pay for all of them.
+if not _typing.TYPE_CHECKING:
+    __getattr__, __dir__ = _lazy_exports(
+        __name__,
+        {
+            "codemode.policy": (
+                "ApprovalRequest",
+                "CommandPolicy",
+                "Decision",
+            ),
+            "codemode._results": (
+                "CallResult",
+                "HostConfig",
+                "RunError",
+                "RunImage",
+                "RunResult",
+                "Usage",
+            ),
+            "codemode.errors": (
+                "CodemodeError",
+                "ErrorCode",
+                "HostFault",
+                "ProcessNotFound",
+                "SandboxDenied",
+                "SandboxUnavailable",
+                "StateDirError",
+                "ToolError",
+                "UnknownRefError",
+                "UserError",
+            ),
+            "codemode.tools": (
+                "Extension",
+                "TextContent",
+                "Tool",
+                "ToolContext",
+                "ToolResult",
+                "make_tool",
+                "tool",
+            ),
+            "codemode.host": ("Host",),
+            "codemode.tools.upstream": (
+                "McpServerConfig",
+                "load_mcp_config",
+            ),
+            "codemode.tools.bash": ("Notification",),
+            "codemode._progress": ("Progress",),
+            "codemode.sandbox": (
+                "SandboxMode",
+                "SandboxPolicy",
+            ),
+            "codemode._sync": ("run_code",),
+        },
+    )
 
 
 __all__ = [

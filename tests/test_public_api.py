@@ -82,13 +82,18 @@ def test_importing_codemode_does_not_load_the_mcp_sdk() -> None:
 
 def test_importing_codemode_leaves_what_only_commands_need_unloaded() -> None:
     # Verification and result shaping load at the first command (~10 ms of every cold start);
-    # the built-in tools' modules (their models) at the first use of one of them (~30 ms);
-    # psutil when a process must be found or ended (~7 ms; not even for the host's identity).
+    # so do the sandbox's launch path, the network proxy and the command policy's walker (its
+    # shell parser) (~25 ms, bench/bench_start.py); the built-in tools' modules (their models)
+    # at the first use of one of them (~30 ms); psutil when a process must be found or ended
+    # (~7 ms; not even for the host's identity). The probe imports the host, as `codemode run` does.
     probe = (
-        "import sys, codemode, codemode.cli; "
+        "import sys, codemode, codemode.cli, codemode.host; "
         "print(sorted(m for m in sys.modules if m.startswith(('codemode.tools._verification', "
         "'codemode.tools.bash._shape', 'codemode.tools.bash._tool', 'codemode.tools.bash._results', "
-        "'codemode.tools.files', 'codemode.tools.monitor', 'codemode.tools._read_archive', 'psutil'))))"
+        "'codemode.tools.files', 'codemode.tools.monitor', 'codemode.tools._read_archive', 'psutil', "
+        "'codemode.sandbox._enforce', 'codemode.sandbox._landlock', 'codemode.sandbox._seccomp', "
+        "'codemode.network._proxy', 'codemode.network._service', 'codemode.policy._walk', "
+        "'codemode.policy._shell', 'tree_sitter'))))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -102,4 +107,4 @@ def test_importing_codemode_loads_its_names_at_first_use() -> None:
         "codemode.Host; print(before, 'codemode.host' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['codemode._version'] True"
+    assert out.strip() == "['codemode._lazy', 'codemode._version'] True"

@@ -1,11 +1,41 @@
 """The QuickJS Code Mode engine: runs one JavaScript program per fresh context."""
 
-from codemode.engine._header import HeaderError, HeaderOptions, parse_header
-from codemode.engine._loop import LoopSpawner
-from codemode.engine._outcome import CallGate, EngineLimits, GuestError, ProgramOutcome
-from codemode.engine._processes import worker_report
-from codemode.engine._qjs import ENGINE_VERSION
-from codemode.engine._runtime import Engine, RunView
+from typing import TYPE_CHECKING
+
+from codemode._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from codemode.engine._header import HeaderError, HeaderOptions, parse_header
+    from codemode.engine._loop import LoopSpawner
+    from codemode.engine._outcome import CallGate, EngineLimits, GuestError, ProgramOutcome
+    from codemode.engine._processes import worker_report
+    from codemode.engine._qjs import ENGINE_VERSION
+    from codemode.engine._runtime import Engine, RunView
+
+if not TYPE_CHECKING:  # each name loads its module at first use (codemode._lazy)
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "._header": (
+                "HeaderError",
+                "HeaderOptions",
+                "parse_header",
+            ),
+            "._loop": ("LoopSpawner",),
+            "._outcome": (
+                "CallGate",
+                "EngineLimits",
+                "GuestError",
+                "ProgramOutcome",
+            ),
+            "._processes": ("worker_report",),
+            "._qjs": ("ENGINE_VERSION",),
+            "._runtime": (
+                "Engine",
+                "RunView",
+            ),
+        },
+    )
 
 __all__ = [
     "ENGINE_VERSION",

@@ -1,81 +1,191 @@
 """Sandbox policy (plain data) and the one launch path that applies every confinement layer."""
 
-from codemode.sandbox._cgroup import (
-    CgroupRoot,
-    cgroup_empty,
-    cgroup_join,
-    cgroup_kill,
-    cgroup_members,
-    cgroup_remove,
-    cgroup_root,
-    pids_limit_path,
-    pids_refused,
-    pids_refused_note,
-)
-from codemode.sandbox._denial import network_refusal_note
-from codemode.sandbox._enforce import (
-    ENFORCEMENT_FAILED_EXIT,
-    ENFORCEMENT_FAILED_MARKER,
-    Confinement,
-    LandlockStatus,
-    LaunchSpec,
-    check_policy,
-    explain_denial,
-    landlock_status,
-    launch,
-    prepare_confinement,
-)
-from codemode.sandbox._fs import Changed, Walk, open_at, pseudo_fs, rename_into, reopen
-from codemode.sandbox._paths import locate_readable, locate_writable
-from codemode.sandbox._policy import SHIM_DIR_NAME, SandboxMode, SandboxPolicy
-from codemode.sandbox._policy_json import policy_from_json, policy_to_json
-from codemode.sandbox._procstat import (
-    ProcStat,
-    identity_is_gone,
-    is_running,
-    placed_identity,
-    proc_stat,
-    process_identity,
-    process_place,
-    process_start,
-)
-from codemode.sandbox._report import Layer, sandbox_report
-from codemode.sandbox._safeopen import (
-    UnsafePath,
-    anchor,
-    aread_text,
-    copy_tree_at,
-    is_dir_at,
-    listdir_at,
-    make_dir_at,
-    open_anchor,
-    open_dir_at,
-    read_bytes_at,
-    read_file_beneath,
-    read_text,
-    read_text_at,
-    remove_at,
-    remove_tree_at,
-    rename_at,
-    write_fresh_at,
-)
-from codemode.sandbox._seccomp import WORKER_ALLOWED
-from codemode.sandbox._spawn import Process
-from codemode.sandbox._state_dirs import register_state_dir, with_state_dirs
-from codemode.sandbox._tmpfs import (
-    INBOX_SUFFIX,
-    OWNER_SUFFIX,
-    check_share,
-    is_mounted,
-    make_session_tmp,
-    quota_report,
-    remove_session_tmp,
-    session_inbox,
-    session_owner,
-    sweep_stale_tmp,
-    tmp_full_note,
-    tmp_mounts,
-)
+from typing import TYPE_CHECKING
+
+from codemode._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from codemode.sandbox._cgroup import (
+        CgroupRoot,
+        cgroup_empty,
+        cgroup_join,
+        cgroup_kill,
+        cgroup_members,
+        cgroup_remove,
+        cgroup_root,
+        pids_limit_path,
+        pids_refused,
+        pids_refused_note,
+    )
+    from codemode.sandbox._denial import network_refusal_note
+    from codemode.sandbox._enforce import (
+        ENFORCEMENT_FAILED_EXIT,
+        ENFORCEMENT_FAILED_MARKER,
+        Confinement,
+        LandlockStatus,
+        LaunchSpec,
+        explain_denial,
+        landlock_status,
+        launch,
+        prepare_confinement,
+    )
+    from codemode.sandbox._fs import Changed, Walk, open_at, pseudo_fs, rename_into, reopen
+    from codemode.sandbox._paths import locate_readable, locate_writable
+    from codemode.sandbox._policy import SHIM_DIR_NAME, SandboxMode, SandboxPolicy, check_policy
+    from codemode.sandbox._policy_json import policy_from_json, policy_to_json
+    from codemode.sandbox._procstat import (
+        ProcStat,
+        identity_is_gone,
+        is_running,
+        placed_identity,
+        proc_stat,
+        process_identity,
+        process_place,
+        process_start,
+    )
+    from codemode.sandbox._report import Layer, sandbox_report
+    from codemode.sandbox._safeopen import (
+        UnsafePath,
+        anchor,
+        aread_text,
+        copy_tree_at,
+        is_dir_at,
+        listdir_at,
+        make_dir_at,
+        open_anchor,
+        open_dir_at,
+        read_bytes_at,
+        read_file_beneath,
+        read_text,
+        read_text_at,
+        remove_at,
+        remove_tree_at,
+        rename_at,
+        write_fresh_at,
+    )
+    from codemode.sandbox._seccomp import WORKER_ALLOWED
+    from codemode.sandbox._spawn import Process
+    from codemode.sandbox._state_dirs import register_state_dir, with_state_dirs
+    from codemode.sandbox._tmpfs import (
+        INBOX_SUFFIX,
+        OWNER_SUFFIX,
+        check_share,
+        is_mounted,
+        make_session_tmp,
+        quota_report,
+        remove_session_tmp,
+        session_inbox,
+        session_owner,
+        sweep_stale_tmp,
+        tmp_full_note,
+        tmp_mounts,
+    )
+
+if not TYPE_CHECKING:  # each name loads its module at first use (codemode._lazy)
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "._cgroup": (
+                "CgroupRoot",
+                "cgroup_empty",
+                "cgroup_join",
+                "cgroup_kill",
+                "cgroup_members",
+                "cgroup_remove",
+                "cgroup_root",
+                "pids_limit_path",
+                "pids_refused",
+                "pids_refused_note",
+            ),
+            "._denial": ("network_refusal_note",),
+            "._enforce": (
+                "ENFORCEMENT_FAILED_EXIT",
+                "ENFORCEMENT_FAILED_MARKER",
+                "Confinement",
+                "LandlockStatus",
+                "LaunchSpec",
+                "explain_denial",
+                "landlock_status",
+                "launch",
+                "prepare_confinement",
+            ),
+            "._fs": (
+                "Changed",
+                "Walk",
+                "open_at",
+                "pseudo_fs",
+                "rename_into",
+                "reopen",
+            ),
+            "._paths": (
+                "locate_readable",
+                "locate_writable",
+            ),
+            "._policy": (
+                "check_policy",
+                "SHIM_DIR_NAME",
+                "SandboxMode",
+                "SandboxPolicy",
+            ),
+            "._policy_json": (
+                "policy_from_json",
+                "policy_to_json",
+            ),
+            "._procstat": (
+                "ProcStat",
+                "identity_is_gone",
+                "is_running",
+                "placed_identity",
+                "proc_stat",
+                "process_identity",
+                "process_place",
+                "process_start",
+            ),
+            "._report": (
+                "Layer",
+                "sandbox_report",
+            ),
+            "._safeopen": (
+                "UnsafePath",
+                "anchor",
+                "aread_text",
+                "copy_tree_at",
+                "is_dir_at",
+                "listdir_at",
+                "make_dir_at",
+                "open_anchor",
+                "open_dir_at",
+                "read_bytes_at",
+                "read_file_beneath",
+                "read_text",
+                "read_text_at",
+                "remove_at",
+                "remove_tree_at",
+                "rename_at",
+                "write_fresh_at",
+            ),
+            "._seccomp": ("WORKER_ALLOWED",),
+            "._spawn": ("Process",),
+            "._state_dirs": (
+                "register_state_dir",
+                "with_state_dirs",
+            ),
+            "._tmpfs": (
+                "INBOX_SUFFIX",
+                "OWNER_SUFFIX",
+                "check_share",
+                "is_mounted",
+                "make_session_tmp",
+                "quota_report",
+                "remove_session_tmp",
+                "session_inbox",
+                "session_owner",
+                "sweep_stale_tmp",
+                "tmp_full_note",
+                "tmp_mounts",
+            ),
+        },
+    )
 
 __all__ = [
     "ENFORCEMENT_FAILED_EXIT",

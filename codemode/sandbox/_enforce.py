@@ -75,8 +75,8 @@ from codemode.sandbox._netns import open_proxy_channel
 from codemode.sandbox._policy import (
     WRITABLE_DEVICES,
     SandboxPolicy,
+    check_policy,
     extra_writable,
-    is_within,
 )
 from codemode.sandbox._seccomp import filter_fd
 from codemode.sandbox._spawn import Layers, Process, spawn_helper
@@ -88,7 +88,6 @@ __all__ = [
     "Confinement",
     "LandlockStatus",
     "LaunchSpec",
-    "check_policy",
     "explain_denial",
     "landlock_status",
     "launch",
@@ -263,43 +262,6 @@ def _which(program: str, search: str) -> str | None:
             _which_cache.clear()
         _which_cache[key] = found
     return found
-
-
-def check_policy(policy: SandboxPolicy) -> None:
-    """Refuse a policy that would let commands write a protected directory (the state dir).
-
-    Landlock grants by hierarchy and cannot carve a subtree out of a writable root, so a
-    protected directory at or under a writable root cannot be kept unwritable. Nor may a
-    writable root lie inside a protected directory (its blobs, another session's temp dir):
-    only the policy's own ``temp_dir`` (the session's, which the host puts there) may.
-
-    Args:
-        policy: The policy the host is about to use.
-
-    Raises:
-        UserError: A protected directory lies at or under a writable root.
-    """
-    if not policy.confined:
-        return
-    roots = [os.path.realpath(p) for p in policy.all_writable()]
-    roots.extend(extra_writable(policy))
-    for protected in policy.protected:
-        real = os.path.realpath(protected)
-        for writable in policy.writable_roots:
-            inner = os.path.realpath(writable)
-            if is_within(inner, real):
-                raise UserError(
-                    f"The writable root {inner} lies inside the protected directory {real} (codemode's "
-                    "state directory), which commands may never write; choose a directory outside it."
-                )
-        for root in roots:
-            if is_within(real, root):
-                raise UserError(
-                    f"The protected directory {real} (codemode's state directory) lies inside the "
-                    f"writable root {root}, so sandboxed commands could change the archive, logs and "
-                    "database. Move the state directory outside every writable root (set "
-                    "CODEMODE_HOME) or do not make that directory writable."
-                )
 
 
 def _unavailable_message(policy: SandboxPolicy, status: LandlockStatus) -> str:

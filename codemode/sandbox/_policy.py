@@ -1,10 +1,14 @@
-"""Sandbox policy as plain data; enforcement lives elsewhere."""
+"""Sandbox policy as plain data, and the check that refuses a policy that cannot be kept;
+enforcement lives elsewhere."""
 
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from codemode.errors import UserError
 
 
 class SandboxMode(enum.StrEnum):
@@ -114,3 +118,40 @@ def extra_writable(policy: SandboxPolicy) -> tuple[str, ...]:
 def is_within(path: str, root: str) -> bool:
     """Whether the resolved ``path`` is ``root`` or lies under it."""
     return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def check_policy(policy: SandboxPolicy) -> None:
+    """Refuse a policy that would let commands write a protected directory (the state dir).
+
+    Landlock grants by hierarchy and cannot carve a subtree out of a writable root, so a
+    protected directory at or under a writable root cannot be kept unwritable. Nor may a
+    writable root lie inside a protected directory (its blobs, another session's temp dir):
+    only the policy's own ``temp_dir`` (the session's, which the host puts there) may.
+
+    Args:
+        policy: The policy the host is about to use.
+
+    Raises:
+        UserError: A protected directory lies at or under a writable root.
+    """
+    if not policy.confined:
+        return
+    roots = [os.path.realpath(p) for p in policy.all_writable()]
+    roots.extend(extra_writable(policy))
+    for protected in policy.protected:
+        real = os.path.realpath(protected)
+        for writable in policy.writable_roots:
+            inner = os.path.realpath(writable)
+            if is_within(inner, real):
+                raise UserError(
+                    f"The writable root {inner} lies inside the protected directory {real} (codemode's "
+                    "state directory), which commands may never write; choose a directory outside it."
+                )
+        for root in roots:
+            if is_within(real, root):
+                raise UserError(
+                    f"The protected directory {real} (codemode's state directory) lies inside the "
+                    f"writable root {root}, so sandboxed commands could change the archive, logs and "
+                    "database. Move the state directory outside every writable root (set "
+                    "CODEMODE_HOME) or do not make that directory writable."
+                )

@@ -18,7 +18,7 @@ ROOT = Path(codemode.__file__).parent.parent
 MODULES = {
     "codemode/policy/_trash.py": "the trash inbox and the rm shim's dir in a session's $TMPDIR; restore into the workspace",
     "codemode/policy/_guard.py": "files the session's inbox and installs the shim around every run",
-    "codemode/policy/_commands.py": "reads the workspace's package.json for `npm run` scripts",
+    "codemode/policy/_walk.py": "reads the workspace's package.json for `npm run` scripts",
     "codemode/policy/_scripts.py": "reads script files of the workspace that a command line runs",
     "codemode/tools/bash/_env.py": "reads the workspace's .git (a .git file, HEAD, refs, packed-refs)",
     "codemode/tools/bash/_foreground.py": "runs commands in the workspace and looks up its work tree",

@@ -35,10 +35,34 @@ Design notes:
   return once output is quiet for 200 ms, at ``max_bytes``, or at the end).
 """
 
-from codemode.tools.bash._completions import Notification
-from codemode.tools.bash._gate import AfterRun, CommandGate, CommandPlan
-from codemode.tools.bash._manager import ProcessManager
-from codemode.tools.bash._packages import PackageManager, find_package_manager, os_release
+from typing import TYPE_CHECKING
+
+from codemode._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from codemode.tools.bash._completions import Notification
+    from codemode.tools.bash._gate import AfterRun, CommandGate, CommandPlan
+    from codemode.tools.bash._manager import ProcessManager
+    from codemode.tools.bash._packages import PackageManager, find_package_manager, os_release
+
+if not TYPE_CHECKING:  # each name loads its module at first use (codemode._lazy)
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "._completions": ("Notification",),
+            "._gate": (
+                "AfterRun",
+                "CommandGate",
+                "CommandPlan",
+            ),
+            "._manager": ("ProcessManager",),
+            "._packages": (
+                "PackageManager",
+                "find_package_manager",
+                "os_release",
+            ),
+        },
+    )
 
 __all__ = [
     "AfterRun",

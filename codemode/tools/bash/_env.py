@@ -18,7 +18,6 @@ from typing import TypedDict
 from codemode._host_secrets import without_host_secrets
 from codemode.errors import ErrorCode, SandboxUnavailable, ToolError, UserError
 from codemode.sandbox import (
-    LaunchSpec,
     SandboxMode,
     SandboxPolicy,
     UnsafePath,
@@ -26,7 +25,6 @@ from codemode.sandbox import (
     cgroup_kill,
     cgroup_remove,
     cgroup_root,
-    launch,
     read_text,
     read_text_at,
 )
@@ -300,6 +298,8 @@ def git_dirty(root: str, policy: SandboxPolicy, *, cgroup_owner: str) -> tuple[b
 
 
 def _run_git_status(root: str, confined: SandboxPolicy, cgroup: str | None) -> tuple[bool | None, str | None]:
+    from codemode.sandbox import LaunchSpec, launch  # the launch path loads with the first command
+
     read, write = os.pipe2(os.O_CLOEXEC)
     devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     env = {k: v for k, v in without_host_secrets(os.environ).items() if not k.startswith("GIT_")}

@@ -33,19 +33,14 @@ import anyio.to_thread
 from codemode._trace import current
 from codemode.errors import ErrorCode, SandboxUnavailable, ToolError
 from codemode.sandbox import (
-    Confinement,
-    LaunchSpec,
     Process,
     SandboxPolicy,
     cgroup_empty,
     cgroup_remove,
     cgroup_root,
     identity_is_gone,
-    launch,
-    network_refusal_note,
     pids_refused,
     pids_refused_note,
-    prepare_confinement,
     process_identity,
     tmp_full_note,
 )
@@ -64,12 +59,19 @@ from codemode.tools.bash._proctree import markers_with_prefix, terminate_tree
 from codemode.tools.bash._pump import Pump, PumpStatus
 
 if TYPE_CHECKING:
+    from codemode.sandbox import Confinement
     from codemode.tools._model import ProgramScope
     from codemode.tools._verification import Classification, StreamScan
 
-# Verification (recognising test and build commands, reading their summaries) and result
-# shaping load at the first command, not with the package: ~10 ms of every cold start that
-# runs none (bench/bench_cold.py).
+# Verification (recognising test and build commands, reading their summaries), result
+# shaping and the sandbox's launch path load at the first command, not with the package:
+# ~25 ms of every cold start that runs none (bench/bench_cold.py, bench/bench_start.py).
+
+
+def _network_refusal_note(refusals: list[str] | None, policy: SandboxPolicy) -> str | None:
+    from codemode.sandbox import network_refusal_note
+
+    return network_refusal_note(refusals, policy)
 
 
 @functools.lru_cache(maxsize=512)
@@ -376,21 +378,32 @@ def confine(policy: SandboxPolicy) -> Confinement:
     Raises:
         ToolError: The sandbox cannot be enforced (fail closed).
     """
+    from codemode.sandbox import prepare_confinement  # the launch path loads with the first command
+
     try:
         return prepare_confinement(policy)
     except SandboxUnavailable as exc:
         raise ToolError(str(exc), code=ErrorCode.SANDBOX_UNAVAILABLE) from exc
 
 
-def _launch(spec: LaunchSpec) -> Process:
-    """`launch`, its refusal as the error the model sees.
+def _launch(
+    argv: list[str],
+    cwd: str,
+    env: dict[str, str],
+    policy: SandboxPolicy,
+    stdio: tuple[int, int, int],
+    cgroup: str | None,
+) -> Process:
+    """`launch` of that `LaunchSpec`, its refusal as the error the model sees.
 
     Raises:
         ToolError: The sandbox cannot be enforced (fail closed).
         OSError: The command could not be started.
     """
+    from codemode.sandbox import LaunchSpec, launch  # the launch path loads with the first command
+
     try:
-        return launch(spec)
+        return launch(LaunchSpec(argv, cwd, env, policy, stdio=stdio, cgroup=cgroup))
     except SandboxUnavailable as exc:
         raise ToolError(str(exc), code=ErrorCode.SANDBOX_UNAVAILABLE) from exc
 
@@ -431,13 +444,13 @@ def spawn(spec: RunSpec, archive: Archive, marker: str, redactor: Redactor) -> R
         refused = pids_refused(cgroup)
         stdio = (_devnull(), out_write, err_write)
         try:
-            proc = _launch(LaunchSpec(argv, str(spec.cwd), env, spec.policy, stdio=stdio, cgroup=cgroup))
+            proc = _launch(argv, str(spec.cwd), env, spec.policy, stdio, cgroup)
         except FileNotFoundError:
             if not spec.shell_fallback:
                 raise
             # Not on PATH: bash says so as it would have ("command not found", exit 127).
             argv = ["/bin/bash", "-c", spec.command]
-            proc = _launch(LaunchSpec(argv, str(spec.cwd), env, spec.policy, stdio=stdio, cgroup=cgroup))
+            proc = _launch(argv, str(spec.cwd), env, spec.policy, stdio, cgroup)
     except BaseException as exc:
         os.close(out_read)
         os.close(err_read)
@@ -582,7 +595,7 @@ def finish(
     notes = (
         pids_refused_note(running.proc.cgroup, running.forks_refused),
         tmp_full_note(spec.policy.temp_dir),
-        network_refusal_note(running.proc.network_refusals, spec.policy),
+        _network_refusal_note(running.proc.network_refusals, spec.policy),
     )
     blocks, structured = build_result(
         command=spec.command,

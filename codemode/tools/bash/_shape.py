@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from codemode.budget import read_archive_call
-from codemode.sandbox import SandboxPolicy, explain_denial
 from codemode.state import ArchiveRef, Redactor
 from codemode.tools._capture import Excerpt, shape_output
 from codemode.tools._verification import Classification, StreamScan, failure_summary, parse_verification
 
 if TYPE_CHECKING:
+    from codemode.sandbox import SandboxPolicy
     from codemode.tools.bash._env import RevisionData
 
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
@@ -106,6 +106,8 @@ def build_result(
             )
         elif log_ref is not None:
             lines.append(f"Output was cut; the full log: {read_archive_call(log_ref, 0)}")
+    from codemode.sandbox import explain_denial  # loads with the first command's result
+
     denial = explain_denial(f"{stdout.text}\n{stderr.text}", policy, cwd, exit_code=exit_code)
     if denial:
         lines.append(denial)

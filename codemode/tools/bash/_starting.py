@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from codemode._trace import current
 from codemode.errors import ErrorCode, ToolError
-from codemode.sandbox import SandboxPolicy, network_refusal_note, process_start
+from codemode.sandbox import SandboxPolicy, process_start
 from codemode.state import Archive, ProcessRecord, Redactor
 from codemode.state import process_records as _records
 from codemode.tools.bash._answers import StartedAnswer
@@ -50,7 +50,11 @@ class Starting:
         """What the host's proxy refused a background process this host started, and how to
         allow it (`network_refusal_note`); None when it refused nothing."""
         kept = self._network_refusals.get(process_id)
-        return network_refusal_note(*kept) if kept is not None else None
+        if kept is None:
+            return None
+        from codemode.sandbox import network_refusal_note  # loads with the first command's note
+
+        return network_refusal_note(*kept)
 
     def _check_cap(self, session_id: str, kind: str = "background") -> bool:
         """Whether the session may start one more background process (or watcher: ``kind``)."""

@@ -15,7 +15,7 @@ import anyio.to_thread
 
 from codemode._ids import check_id
 from codemode.sandbox import SandboxPolicy, make_session_tmp, remove_session_tmp, session_inbox
-from codemode.state import HeldSession, SessionEnd, State
+from codemode.state import HeldSession, SessionEnd, State, session_holds
 from codemode.tools import ToolContext, WriterTurn
 from codemode.tools.bash import Notification, ProcessManager
 
@@ -216,12 +216,18 @@ class HeldSessions:
         if held is not None:
             held.hold_session(check_id(session_id, "session_id"), tenant, client)
 
-    def beat(self) -> list[str]:
+    def beat(self, stale_seconds: float = session_holds.STALE_SECONDS) -> list[str]:
         """A front holding sessions calls it every `codemode.state.session_holds.BEAT_SECONDS`
         (blocking): with a shared database it says this host is alive and ends the sessions of
-        hosts that went silent (`ProcessManager.beat`); the sessions it ended."""
+        hosts silent for ``stale_seconds`` (`ProcessManager.beat`); the sessions it ended."""
         held = self._processes()
-        return [] if held is None else held.beat()
+        return [] if held is None else held.beat(stale_seconds)
+
+    def held_here(self) -> frozenset[str]:
+        """The sessions the state says this host holds open now (blocking): after a time cut off
+        from a shared database, those that another front ended or took are missing."""
+        held = self._processes()
+        return frozenset() if held is None else held.held_here()
 
     def publish(self) -> int:
         """A front holding sessions in a shared database calls it about once a second

@@ -118,6 +118,9 @@ def add_mcp(sub: Subparsers) -> None:
     )
     # A front process behind --processes: the address its clients reach (the router's).
     mcp.add_argument("--behind", default=None, help=argparse.SUPPRESS)
+    # With a shared database, seconds between a front's beats (HttpOptions.beat_seconds): for
+    # drills and tests of the fence, which otherwise take a minute; every front must agree.
+    mcp.add_argument("--beat-seconds", type=float, default=None, help=argparse.SUPPRESS)
     common(mcp, None)  # speaks JSON-RPC on stdout: there is no other output to format
 
 
@@ -233,6 +236,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         approvals=args.approvals,
         front_address=behind,
         router_pid=router_pid,
+        **({} if args.beat_seconds is None else {"beat_seconds": args.beat_seconds}),
     )
     if args.processes != 1:
         return _serve_routed(args, options, token, announce)

@@ -43,7 +43,7 @@ from codemode.console._guard import COOKIE, HEADERS, LOGIN_SECONDS, Guard, Login
 from codemode.console._static import StaticFiles
 from codemode.console._terminal import terminal_events
 from codemode.console._watch import RunWatcher
-from codemode.errors import ProcessNotFound, ToolError, UserError
+from codemode.errors import HostFault, ProcessNotFound, ToolError, UserError
 from codemode.host import Host
 from codemode.policy import Decision
 from codemode.sandbox import process_identity
@@ -173,6 +173,8 @@ class Console:
                     await self._sync_state()
                     self._poll_sessions()
                     await self._poll_notices()
+                except HostFault as exc:  # the state database is down: one line a failure, no stack
+                    log.warning("the console's upkeep failed (%s); trying again", exc)
                 except Exception:  # the console's upkeep must never end the front
                     log.exception("the console's upkeep failed; trying again")
                 await anyio.sleep(_POLL_SECONDS)

@@ -52,6 +52,7 @@ from codemode.mcp._server import create_failed_server, create_server
 from codemode.mcp._sessions import ConnectionSessions
 from codemode.mcp._startup import HostSource, open_host
 from codemode.mcp._tenants import ONE_TENANT, Tenants
+from codemode.mcp._upkeep import beat, publish, short_collections
 from codemode.network import protect_front, release_front
 from codemode.state import session_holds
 
@@ -78,7 +79,7 @@ DEFAULT_MAX_REQUESTS = 1024
 RESUME_HEADER = b"codemode-resume"
 RESUME_SECRET_HEADER = b"codemode-resume-secret"
 _RETRY_AFTER_SECONDS = 1
-_PUBLISH_SECONDS = 1.0  # how often a front publishes to the shared database (completions that moved)
+_FENCED_RETRY_SECONDS = 5  # a fenced front's Retry-After (it may take a few beats to reach the database)
 _ROUTED_KEEP_ALIVE_SECONDS = 180  # longer than the router keeps an idle client connection (120 s)
 
 
@@ -112,6 +113,9 @@ class HttpOptions:
             bound one is); None: the bound address.
         router_pid: The router such a process takes connections from, and from no other
             process (`codemode.mcp._peer`); None: anyone who can reach the socket.
+        beat_seconds: With a shared database, how often this front records that it is alive;
+            silent six beats, its sessions may be ended by the others, and past four it stops
+            serving them (`codemode.mcp._upkeep`). Every front of one database uses the same.
     """
 
     token: str = ""
@@ -128,6 +132,7 @@ class HttpOptions:
     approvals: Literal["elicit", "console"] = "elicit"
     front_address: tuple[str, int] | None = None
     router_pid: int | None = None
+    beat_seconds: float = session_holds.BEAT_SECONDS
 
     def __post_init__(self) -> None:
         # Always required, on loopback too: a confined command reaches 127.0.0.1 when its
@@ -136,6 +141,8 @@ class HttpOptions:
             raise UserError("give the HTTP front one token or a tenants file, not both")
         if self.max_requests < 1:
             raise UserError(f"max_requests must be 1 or more, got {self.max_requests}")
+        if not 0.1 <= self.beat_seconds <= 3600:
+            raise UserError(f"beat_seconds must be 0.1 to 3600, got {self.beat_seconds:g}")
         if self.approvals == "console" and self.console is not ConsoleMode.ON:
             raise UserError("--approvals console needs a console that may answer them: --console on")
         self.access()
@@ -304,9 +311,22 @@ class _SessionEnds:
         )
         tenant = _tenant(scope)
         sessions = self._sessions
+        silent = None if sessions is None else sessions.fence.closed_for()
+        if silent is not None:
+            await _json_error(
+                send,
+                503,
+                f"this server has not reached the shared state database for {silent:.0f} s, so it serves no "
+                "session until it does (another server may take its sessions over); retry in a few seconds",
+                headers=[(b"retry-after", str(_FENCED_RETRY_SECONDS).encode())],
+            )
+            return
         if session_id is not None and sessions is not None and not sessions.belongs(session_id, tenant):
             # Another tenant's session: answered as if it did not exist, before the SDK sees it.
             await self._session_not_found(session_id, send, tenant)
+            return
+        if session_id is not None and sessions is not None and sessions.moved(session_id):
+            await self._session_not_found(session_id, send, tenant)  # taken elsewhere meanwhile
             return
         if session_id is not None and scope["method"] == "DELETE" and sessions is not None:
             closed = sessions.closing(session_id)
@@ -609,10 +629,10 @@ async def serve_http(
             # its longest pause went from ~65 ms to under the 50 ms target with 200 sessions).
             gc.collect()
             gc.freeze()
-            signals.start_soon(_short_collections)
-            if not isinstance(opened, str) and opened.state.is_shared:
-                signals.start_soon(_beat, opened)
-                signals.start_soon(_publish, opened)
+            signals.start_soon(short_collections)
+            if sessions is not None and not isinstance(opened, str) and opened.state.is_shared:
+                signals.start_soon(beat, opened, sessions, options.beat_seconds)
+                signals.start_soon(publish, opened)
             # Commands with a network allowlist never reach this front through the proxy.
             front = options.front_address or (None if sock.family == socket.AF_UNIX else sock.getsockname())
             if front is not None:
@@ -628,59 +648,6 @@ async def serve_http(
                 console.uninstall()
             signals.cancel_scope.cancel()
     # Here the sessions' closes have run (the task group waited for them), then the host closed.
-
-
-# Full collections scan every object the process holds; with 1,000 sessions that is ~300,000
-# and 170-250 ms with the loop stopped, 2-3 times every 10 s (bench/bench_front.py). So what
-# lived through `_FREEZE_SECONDS` is frozen out of the collector's sight (`gc.freeze`: a list
-# splice): a full collection then scans only what is younger, and stays short. Objects frozen
-# that die in a cycle (~33 per closed session) are freed only by a collection of everything:
-# one runs (unfreeze, collect) when the frozen objects have doubled since the last one, or
-# every `_COLLECT_ALL_SECONDS`: one long pause then instead of several every few seconds.
-_FREEZE_SECONDS = 2.0
-_COLLECT_ALL_SECONDS = 600.0
-
-
-async def _short_collections() -> None:
-    collected_all = time.monotonic()
-    frozen_after = gc.get_freeze_count()
-    while True:
-        await anyio.sleep(_FREEZE_SECONDS)
-        grown = gc.get_freeze_count() > 2 * max(frozen_after, 10_000)
-        if grown or time.monotonic() - collected_all >= _COLLECT_ALL_SECONDS:
-            gc.unfreeze()
-            gc.collect()
-            collected_all = time.monotonic()
-            gc.freeze()
-            frozen_after = gc.get_freeze_count()
-        else:
-            gc.freeze()
-
-
-async def _beat(host: Host) -> None:
-    """Say every `session_holds.BEAT_SECONDS` that this front is alive (`HeldSessions.beat`): with a shared
-    database, the fronts of a machine that died are found so, and their sessions ended."""
-    while True:
-        try:
-            ended = await anyio.to_thread.run_sync(host.held.beat)
-        except Exception as exc:  # the database is down: /healthz says so; try again later
-            sys.stderr.write(f"codemode: could not record that this server is alive: {exc}\n")
-        else:
-            if ended:
-                sys.stderr.write(f"codemode: ended {len(ended)} sessions of servers silent for a minute\n")
-        await anyio.sleep(session_holds.BEAT_SECONDS)
-
-
-async def _publish(host: Host) -> None:
-    """Every second, with a shared database: publish this front's processes and the
-    notifications of sessions that moved to another front (`HeldSessions.publish`). A task of
-    its own, so that a slow publication never delays a beat."""
-    while True:
-        try:
-            await anyio.to_thread.run_sync(host.held.publish)
-        except Exception as exc:  # as above; the notifications stay queued here meanwhile
-            sys.stderr.write(f"codemode: could not publish to the shared database: {exc}\n")
-        await anyio.sleep(_PUBLISH_SECONDS)
 
 
 class _Uvicorn(uvicorn.Server):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
@@ -20,7 +21,7 @@ from codemode.host import Host
 from codemode.mcp._tenants import ONE_TENANT
 from codemode.state import EndReason
 
-__all__ = ["ConnectionSessions", "NoSession", "SessionOf"]
+__all__ = ["ConnectionSessions", "Fence", "NoSession", "SessionOf"]
 
 SessionOf = Callable[[ServerRequestContext[Any]], str]
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]
@@ -32,6 +33,50 @@ _ENDED_KEPT = 10_000  # ended sessions whose tenant is remembered (to tell only 
 
 class NoSession(Exception):
     """A request that cannot be given a codemode session (the message says why and what to do)."""
+
+
+class Fence:
+    """Whether a front with a shared database may serve its sessions: not once it went four
+    beats without recording one (`codemode.mcp._upkeep`: from six the other fronts may end its
+    sessions). Open until `arm`ed: a front without a shared database never fences."""
+
+    def __init__(self) -> None:
+        self._after: float | None = None
+        self._last = time.monotonic()
+        self._told = False  # the stderr line for the fence closing was written
+
+    def arm(self, beat_seconds: float) -> None:
+        """Beats of ``beat_seconds`` start now."""
+        self._after = 4 * beat_seconds
+        self._last = time.monotonic()
+
+    def recorded(self, at: float) -> None:
+        """A beat that started at ``at`` (monotonic) was recorded."""
+        if self._told:
+            silent = time.monotonic() - self._last
+            sys.stderr.write(
+                f"codemode: reached the shared database again after {silent:.0f} s; serving again\n"
+            )
+            self._told = False
+        self._last = max(self._last, at)
+
+    def failed(self, exc: Exception) -> None:
+        """A beat could not be recorded (the database is unreachable or failing)."""
+        sys.stderr.write(f"codemode: could not record that this server is alive: {exc}\n")
+        silent = self.closed_for()
+        if silent is not None and not self._told:
+            self._told = True
+            sys.stderr.write(
+                f"codemode: no beat recorded for {silent:.0f} s: this server stops serving its sessions "
+                "until it reaches the shared database again (the other servers may end them)\n"
+            )
+
+    def closed_for(self) -> float | None:
+        """Seconds since the last beat recorded, once past four beats; None while open."""
+        if self._after is None:
+            return None
+        silent = time.monotonic() - self._last
+        return silent if silent > self._after else None
 
 
 class ConnectionSessions:
@@ -72,6 +117,11 @@ class ConnectionSessions:
         self._closed: dict[str, anyio.Event] = {}  # set when the close of a session is over
         self._resuming: set[str] = set()  # codemode sessions a resume is opening now
         self._info: dict[str, SessionInfo] = {}  # session -> what the console shows of it, while open
+        self._held_since: dict[str, tuple[float, str]] = {}  # session -> (monotonic, MCP id), while open
+        # MCP sessions whose codemode session another front ended or took while this one was cut
+        # off from the shared database (closed here already): MCP session id -> that session.
+        self._moved: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self.fence = Fence()
         self._stopping = False
 
     def _session(self, mcp_session_id: str) -> str:
@@ -152,10 +202,43 @@ class ConnectionSessions:
             tenant = self._owner(connection.session_id) or ONE_TENANT
             self._host.held.hold(session, tenant=tenant, client=client)
             self._open[session] = None
+            self._held_since[session] = (time.monotonic(), connection.session_id)
             self._info[session] = SessionInfo(session, tenant, client, time.time())
             close = functools.partial(self._close, session, connection.session_id)
             connection.exit_stack.callback(self._spawn, close)
         return session
+
+    def taken_elsewhere(self, held: frozenset[str], since: float) -> None:
+        """After a beat that started at ``since`` (monotonic) found this front holding ``held``
+        in the shared database: every session open here before it and missing there was ended
+        or taken by another front while this one was cut off. Each is closed here (through
+        ``spawn``) and its MCP session answered 404 from now on (`moved`)."""
+        for session, (opened, mcp_session_id) in list(self._held_since.items()):
+            if opened >= since or session in held or session not in self._open:
+                continue
+            del self._held_since[session]
+            self._open.pop(session, None)
+            self._info.pop(session, None)
+            self._moved[mcp_session_id] = session
+            while len(self._moved) > _ENDED_KEPT:
+                self._moved.popitem(last=False)
+            sys.stderr.write(
+                f"codemode: session {session} was ended or taken by another server while this one could not "
+                "reach the shared database; closing it here\n"
+            )
+            self._spawn(functools.partial(self._close_moved, session))
+
+    async def _close_moved(self, session: str) -> None:
+        done = self._closed.setdefault(session, anyio.Event())  # a resume of it here waits for it
+        try:
+            await self._host.close_session(session, "server_died")  # its new holder's hold is left alone
+        finally:
+            self._closed.pop(session, None)
+            done.set()
+
+    def moved(self, mcp_session_id: str) -> bool:
+        """Whether this MCP session's codemode session was found taken elsewhere (`taken_elsewhere`)."""
+        return mcp_session_id in self._moved
 
     def open_sessions(self) -> list[SessionInfo]:
         """The sessions open here (the console's list)."""
@@ -185,19 +268,27 @@ class ConnectionSessions:
         return self._stopping
 
     async def _close(self, session: str, mcp_session_id: str) -> None:
+        if mcp_session_id in self._moved:  # closed when found taken elsewhere; only its MCP id is left
+            self._aliases.pop(mcp_session_id, None)
+            self._remember_ended(mcp_session_id)
+            return
+        self._held_since.pop(session, None)
         reason = self._open.pop(session, None) or ("server_stopped" if self._stopping else "expired")
         self._info.pop(session, None)
         self._aliases.pop(mcp_session_id, None)
         self._closed.setdefault(session, anyio.Event())
+        self._remember_ended(mcp_session_id)
+        try:
+            await self._host.close_session(session, reason)
+        finally:
+            self._closed.pop(session).set()
+
+    def _remember_ended(self, mcp_session_id: str) -> None:
         owner = self._owners.pop(mcp_session_id, None)
         if owner is not None:
             self._ended[mcp_session_id] = owner
             while len(self._ended) > _ENDED_KEPT:
                 self._ended.popitem(last=False)
-        try:
-            await self._host.close_session(session, reason)
-        finally:
-            self._closed.pop(session).set()
 
     def ended_message(self, mcp_session_id: str, tenant: str = ONE_TENANT) -> str:
         """What a request of ``tenant`` presenting an MCP session id this process does not hold
@@ -207,6 +298,13 @@ class ConnectionSessions:
         owner = self._owner(mcp_session_id)
         if self._tenants and owner != tenant:
             return f"Session not found: this server holds no MCP session with this id for you{again}"
+        if mcp_session_id in self._moved:
+            return (
+                "Session ended here: this server could not reach the shared state database for a while, and "
+                "another server ended the session or took it over meanwhile (its lifecycle=session processes "
+                "here were stopped); resume it with its Codemode-Resume secret on any server or start a new session (send initialize "
+                "without an Mcp-Session-Id header)"
+            )
         try:
             end = self._host.held.end_of(check_id(f"mcp-{mcp_session_id}", "session_id"))
         except UserError:

@@ -34,7 +34,7 @@ BEAT_SECONDS = 10.0
 """How often a front holding sessions in a shared database says it is alive (`beat`)."""
 
 STALE_SECONDS = 60.0
-"""A front silent this long is dead: its sessions end (`end_stale`)."""
+"""A front silent this long is dead: its sessions end (`end_stale`). Six beats."""
 
 
 @dataclass(frozen=True)
@@ -87,12 +87,14 @@ def open_holds(conn: SqlConnection, limit: int) -> list[HeldSession]:
     return [HeldSession(str(r[0]), str(r[1]), float(r[2]), r[3], r[4]) for r in rows]
 
 
-def end(conn: SqlConnection, session_id: str, reason: EndReason) -> bool:
-    """Record that a held session ended (the first end recorded wins); False when it was not
-    held or had ended already."""
+def end(conn: SqlConnection, session_id: str, holder: str, reason: EndReason) -> bool:
+    """Record that ``holder``'s hold of a session ended (the first end recorded wins); False
+    when it was not held, had ended already, or is held by another front now (a front cut off
+    from the shared database whose session moved meanwhile never ends its new holder's hold)."""
     cur = conn.execute(
-        "UPDATE session_holds SET ended_at = ?, reason = ? WHERE session_id = ? AND ended_at IS NULL",
-        (time.time(), reason, session_id),
+        "UPDATE session_holds SET ended_at = ?, reason = ? WHERE session_id = ? AND holder = ?"
+        " AND ended_at IS NULL",
+        (time.time(), reason, session_id, holder),
     )
     return cur.rowcount > 0
 
@@ -108,6 +110,14 @@ def ending(conn: SqlConnection, session_id: str) -> SessionEnd | None:
     holder, ended_at, reason = row
     pid = str(holder).partition("t")[0]
     return SessionEnd(reason=reason, ended_at=float(ended_at), holder_pid=int(pid) if pid.isdigit() else 0)
+
+
+def held_by(conn: SqlConnection, holder: str) -> frozenset[str]:
+    """The sessions ``holder`` holds open now, as the database says."""
+    rows = conn.execute(
+        "SELECT session_id FROM session_holds WHERE holder = ? AND ended_at IS NULL", (holder,)
+    ).fetchall()
+    return frozenset(str(row[0]) for row in rows)
 
 
 def held(conn: SqlConnection) -> list[tuple[str, str]]:
@@ -148,12 +158,12 @@ def place_alive(conn: SqlConnection, holder: str, now: float) -> bool:
     return row is not None
 
 
-def end_stale(conn: SqlConnection, now: float) -> list[str]:
+def end_stale(conn: SqlConnection, now: float, stale_seconds: float = STALE_SECONDS) -> list[str]:
     """End (``server_died``) the sessions of every front whose last beat is older than
-    `STALE_SECONDS`, and forget those fronts; the sessions ended (shared database only)."""
+    ``stale_seconds``, and forget those fronts; the sessions ended (shared database only)."""
     ended: list[str] = []
     stale = conn.execute(
-        "SELECT holder FROM front_beats WHERE seen_at < ?", (now - STALE_SECONDS,)
+        "SELECT holder FROM front_beats WHERE seen_at < ?", (now - stale_seconds,)
     ).fetchall()
     for (holder,) in stale:
         rows = conn.execute(
@@ -163,7 +173,7 @@ def end_stale(conn: SqlConnection, now: float) -> list[str]:
         ).fetchall()
         ended.extend(str(row[0]) for row in rows)
         conn.execute(
-            "DELETE FROM front_beats WHERE holder = ? AND seen_at < ?", (holder, now - STALE_SECONDS)
+            "DELETE FROM front_beats WHERE holder = ? AND seen_at < ?", (holder, now - stale_seconds)
         )
     return ended
 

@@ -29,7 +29,7 @@ def test_a_secret_resumes_its_session_for_its_tenant_once_it_ended(tmp_path: Pat
         secret = holds.issue_resume(conn, "mcp-a", "alice")
         assert holds.resume_target(conn, secret, "alice") == ("mcp-a", True)  # held: not yet
         assert holds.resume_target(conn, secret, "bob") is None  # another tenant's
-        holds.end(conn, "mcp-a", "closed")
+        holds.end(conn, "mcp-a", "1x1.0", "closed")
         assert holds.resume_target(conn, secret, "alice") == ("mcp-a", False)
         renewed = holds.issue_resume(conn, "mcp-a", "alice")
         assert holds.resume_target(conn, secret, "alice") is None  # replaced
@@ -103,7 +103,7 @@ def test_every_front_lists_the_sessions_held_open_with_their_tenant_and_client(t
         holds.hold(conn, "mcp-a", "1t1", "alice", "claude-code 2.1")
         holds.hold(conn, "mcp-b", "2t2")
         holds.hold(conn, "mcp-c", "2t2", "bob", None)
-        holds.end(conn, "mcp-c", "closed")
+        holds.end(conn, "mcp-c", "2t2", "closed")
         listed = {(h.session_id, h.holder, h.tenant, h.client) for h in holds.open_holds(conn, 10)}
         assert listed == {("mcp-a", "1t1", "alice", "claude-code 2.1"), ("mcp-b", "2t2", None, None)}
         assert len(holds.open_holds(conn, 1)) == 1

@@ -90,9 +90,14 @@ def test_held_sessions_and_resume_secrets(make_state: MakeState) -> None:
         assert holds.resume_target(theirs, secret, "alice") == ("mcp-a", True)
         assert holds.resume_target(theirs, secret, "bob") is None
         assert [h.session_id for h in holds.open_holds(theirs, 10)] == ["mcp-a"]
-        assert holds.end(theirs, "mcp-a", "closed") and not holds.end(mine, "mcp-a", "expired")
+        # Only its holder ends a hold: a front whose session moved to another leaves it held.
+        holds.hold(theirs, "mcp-a", "2t2@there", "alice", "client")
+        assert not holds.end(mine, "mcp-a", "1t1@elsewhere", "expired")
+        assert holds.held_by(mine, "2t2@there") == {"mcp-a"} and holds.held_by(mine, "1t1@elsewhere") == set()
+        assert holds.end(theirs, "mcp-a", "2t2@there", "closed")
+        assert not holds.end(mine, "mcp-a", "2t2@there", "expired")  # the first end recorded wins
         ended = holds.ending(mine, "mcp-a")
-        assert ended is not None and ended.reason == "closed" and ended.holder_pid == 1
+        assert ended is not None and ended.reason == "closed" and ended.holder_pid == 2
         assert holds.resume_target(mine, secret, "alice") == ("mcp-a", False)
         assert holds.expire(theirs, before=float("inf")) == 1
         assert holds.resume_target(mine, secret, "alice") is None

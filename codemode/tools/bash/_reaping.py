@@ -98,10 +98,12 @@ class Reaping:
         """
         counts = {"lost": 0, "expired": 0, "orphans": 0, "ended_sessions": 0, "stopped": 0}
         with self._holds_db() as conn:
-            orphaned = [session for session, holder in _holds.held(conn) if identity_is_gone(holder)]
+            orphaned = [
+                (session, holder) for session, holder in _holds.held(conn) if identity_is_gone(holder)
+            ]
             _holds.expire(conn, time.time() - _holds.KEEP_SECONDS)
-        for session_id in orphaned:
-            counts["stopped"] += self._end_orphaned_session(session_id)
+        for session_id, holder in orphaned:
+            counts["stopped"] += self._end_orphaned_session(session_id, holder)
             counts["ended_sessions"] += 1
         with self._db() as conn:
             live = _records.live_records(conn)
@@ -169,7 +171,7 @@ class Reaping:
                 with self._lock:
                     self._adopted.pop(process_id, None)
 
-    def _end_orphaned_session(self, session_id: str) -> int:
+    def _end_orphaned_session(self, session_id: str, holder: str) -> int:
         """End a session whose holder died: stop its ``lifecycle: session`` processes (each
         identity checked by `_stop`), record the end; how many were stopped."""
         with self._db() as conn:
@@ -181,19 +183,24 @@ class Reaping:
                     self._stop(record)
                     stopped += 1
         with self._holds_db() as conn:
-            _holds.end(conn, session_id, "server_died")
+            _holds.end(conn, session_id, holder, "server_died")
         return stopped
 
-    def beat(self) -> list[str]:
+    def beat(self, stale_seconds: float = _holds.STALE_SECONDS) -> list[str]:
         """With a shared database: record that this host is alive, and end the sessions of
-        hosts silent past `session_holds.STALE_SECONDS` (their machine died: their processes
-        are lost with it); the sessions ended. Without one, nothing (pids are checked)."""
+        hosts silent past ``stale_seconds`` (their machine died: their processes are lost
+        with it); the sessions ended. Without one, nothing (pids are checked)."""
         if self._sessions is None:
             return []
         now = time.time()
         with self._sessions.connection() as conn:
             _holds.beat(conn, placed_identity(), now)
-            return _holds.end_stale(conn, now)
+            return _holds.end_stale(conn, now, stale_seconds)
+
+    def held_here(self) -> frozenset[str]:
+        """The sessions the state says this host holds open now (`session_holds.held_by`)."""
+        with self._holds_db() as conn:
+            return _holds.held_by(conn, placed_identity())
 
     def hold_session(self, session_id: str, tenant: str | None = None, client: str | None = None) -> None:
         """Record that this host holds ``session_id`` open (for ``tenant`` and its ``client``),
@@ -224,8 +231,8 @@ class Reaping:
             return _holds.resume_target(conn, secret, tenant)
 
     async def close_session(self, session_id: str, reason: EndReason = "closed") -> None:
-        """Stop the session's ``lifecycle: session`` processes; a held session's end is recorded
-        with ``reason``."""
+        """Stop the session's ``lifecycle: session`` processes; this host's hold of the session
+        ends with ``reason`` (another front's hold of it, if it moved there, is left alone)."""
         with self._db() as conn:
             live = _records.live_records(conn, session_id)
         with anyio.CancelScope(shield=True):
@@ -251,7 +258,7 @@ class Reaping:
 
     def _end_hold(self, session_id: str, reason: EndReason) -> None:
         with self._holds_db() as conn:
-            _holds.end(conn, session_id, reason)
+            _holds.end(conn, session_id, placed_identity(), reason)
 
     def _end_leftovers(self, session_id: str | None) -> None:
         """End what finished foreground runs of one session (None: every session) left running."""

@@ -1,5 +1,6 @@
-"""The HTTP front's garbage collections: what lived a while is frozen out of the collector's
-sight (full collections stay short), and what was frozen and died in a cycle is still freed.
+"""The HTTP front's upkeep (`codemode.mcp._upkeep`), its garbage collections: what lived a
+while is frozen out of the collector's sight (full collections stay short), and what was frozen
+and died in a cycle is still freed. (Its beat and fence: tests/mcp/test_fencing.py.)
 
 In a child process: the collector's state is the whole process's."""
 
@@ -10,10 +11,10 @@ import sys
 
 _PROBE = """
 import gc, weakref, anyio
-from codemode.mcp import _http
+from codemode.mcp import _upkeep
 
-_http._FREEZE_SECONDS = 0.05
-_http._COLLECT_ALL_SECONDS = 0.5
+_upkeep._FREEZE_SECONDS = 0.05
+_upkeep._COLLECT_ALL_SECONDS = 0.5
 
 class Node:
     pass
@@ -23,7 +24,7 @@ async def main():
     node.self = node  # a cycle: only a collection frees it
     gone = weakref.ref(node)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_http._short_collections)
+        tg.start_soon(_upkeep.short_collections)
         with anyio.fail_after(30):
             while gc.get_freeze_count() == 0:
                 await anyio.sleep(0.01)

@@ -29,7 +29,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +47,8 @@ from codemode.sandbox._tmpfs import sweep_stale_tmp
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = "--quick" in sys.argv
 PROFILE = "--profile" in sys.argv
+WHERE = "--where" in sys.argv  # sample the loop thread's stack while it is stalled past WHERE_AFTER
+WHERE_AFTER = 0.020
 ROUNDS = 1 if QUICK else 3
 WINDOW_SECONDS = 10.0 if QUICK else 20.0
 WARMUP_SECONDS = 3.0  # after the streams open, before the window (their backlog read)
@@ -73,6 +77,9 @@ def load() -> str:
 class Window:
     on: bool = False
     samples: list[float] = field(default_factory=list)  # how late each wake-up was
+    on_cpu: list[float] = field(default_factory=list)  # each lateness less the loop thread's run-queue wait
+    beat: float = 0.0  # when the monitor last woke
+    where: dict[str, int] = field(default_factory=dict)  # with --where: stalled stacks, sampled
     gc_max: float = 0.0  # the longest garbage collection (its pause stops the loop too)
     gc_started: float = 0.0
     gc_full: int = 0  # full (generation 2) collections in the window
@@ -89,12 +96,37 @@ class Window:
             self.gc_full += info["generation"] == 2
 
 
+def _run_queue_wait() -> float:
+    """Seconds this thread has spent runnable but waiting for a CPU (the kernel's schedstat), so
+    a stall can be told apart from the loop waiting its turn on two shared cores."""
+    with open("/proc/thread-self/schedstat", "rb") as stat:
+        return int(stat.read().split()[1]) / 1e9
+
+
 async def _monitor(window: Window) -> None:
+    if WHERE:
+        threading.Thread(target=_where, args=(window, threading.get_ident()), daemon=True).start()
     while True:
-        start = time.perf_counter()
+        start, waited = time.perf_counter(), _run_queue_wait()
         await anyio.sleep(TICK)
+        window.beat = time.perf_counter()
         if window.on:
-            window.samples.append(time.perf_counter() - start - TICK)
+            late = window.beat - start - TICK
+            window.samples.append(late)
+            window.on_cpu.append(max(0.0, late - (_run_queue_wait() - waited)))
+
+
+def _where(window: Window, loop_thread: int) -> None:
+    """(--where) Every 5 ms: when the loop has not woken for WHERE_AFTER, count where its thread
+    is (its innermost frames); the window's figures name the most frequent places."""
+    while True:
+        time.sleep(0.005)
+        if not window.on or time.perf_counter() - window.beat < WHERE_AFTER:
+            continue
+        frame = sys._current_frames().get(loop_thread)
+        stack = traceback.extract_stack(frame, limit=None)[-6:] if frame is not None else []
+        place = " < ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(stack))
+        window.where[place] = window.where.get(place, 0) + 1
 
 
 async def _control(window: Window, directory: Path) -> None:
@@ -102,7 +134,8 @@ async def _control(window: Window, directory: Path) -> None:
     with anyio.open_signal_receiver(signal.SIGUSR1, signal.SIGUSR2) as received:
         async for signum in received:
             if signum == signal.SIGUSR1:
-                window.samples, window.gc_max, window.on = [], 0.0, True
+                window.samples, window.on_cpu, window.where, window.gc_max = [], [], {}, 0.0
+                window.on = True
                 window.gc_full, window.gc_seconds = 0, 0.0
                 if PROFILE:
                     window.profiler = cProfile.Profile()
@@ -118,6 +151,8 @@ async def _control(window: Window, directory: Path) -> None:
                 "p50": p50,
                 "p99": p99,
                 "max": max(late),
+                "max_on_cpu": max(window.on_cpu or [0.0]),
+                "where": sorted(window.where.items(), key=lambda kv: -kv[1])[:8],
                 "gc": window.gc_max,
                 "gc_full": window.gc_full,
                 "gc_seconds": window.gc_seconds,

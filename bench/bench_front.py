@@ -2,7 +2,7 @@
 MCP SDK's own streamable-HTTP server answering a no-op tool, measured in the same run.
 
     python -m bench.bench_front [--quick | --smoke] [--sessions N] [--modes codemode,thread,sdk]
-        [--console off] [--profile]
+        [--console off] [--profile] [--where]
 
 Each run starts a server in a child process (this file with ``--serve``: the server and, on its
 event loop, a task that sleeps 5 ms in a loop and records how late it wakes; garbage collections
@@ -21,7 +21,10 @@ For each window: calls made and failed, latency p50/p99/max, the server loop's s
 and its longest garbage collection, and the CPU seconds of the server and of the load generator
 (which shares the machine's two cores). The servers alternate over rotated rounds (3; 1 with
 ``--quick``); figures are medians over rounds, the machine's load beside them. ``--profile``:
-cProfile of the servers' loop threads (the last window's), its top printed.
+cProfile of the servers' loop threads (the last window's), its top printed. ``--where``: a
+thread samples the loop thread's stack every 5 ms while it is stalled past 20 ms and prints the
+places most seen. Each longest stall is printed also less the time the loop thread spent
+waiting for a CPU in it (the kernel's schedstat): what is left is the loop working or blocked.
 
 ``--smoke`` (CI): 40 sessions each calling every second, 4 s windows, codemode and the SDK; exits
 1 when a call failed or codemode's CPU per call is over 5x the SDK's.
@@ -111,9 +114,9 @@ async def serve(directory: Path, mode: str) -> None:
         tg.start_soon(_monitor, window)
         tg.start_soon(_control, window, directory)
         if mode == "unfrozen":  # (the collector policy off: only the start-up heap frozen)
-            from codemode.mcp import _http
+            from codemode.mcp import _upkeep
 
-            _http._FREEZE_SECONDS = math.inf
+            _upkeep._FREEZE_SECONDS = math.inf
         if mode != "sdk":
             await _serve_codemode(directory, announce, engine="thread" if mode == "thread" else "process")
         else:
@@ -181,6 +184,8 @@ class Figures:
     p50: float = 0.0  # the server loop's stall
     p99: float = 0.0
     max: float = 0.0
+    max_on_cpu: float = 0.0  # the longest stall less the loop thread's wait for a CPU in it
+    where: list[tuple[str, int]] = field(default_factory=list)  # (--where) stalled stacks, sampled
     gc: float = 0.0
     gc_full: int = 0  # full collections in the window
     gc_seconds: float = 0.0  # time in collections
@@ -302,6 +307,7 @@ async def window(
     found = await read_stall(child.directory)
     figures.p50, figures.p99, figures.max, figures.gc = found["p50"], found["p99"], found["max"], found["gc"]
     figures.gc_full, figures.gc_seconds = found["gc_full"], found["gc_seconds"]
+    figures.max_on_cpu, figures.where = found["max_on_cpu"], found["where"]
 
 
 def median(runs: list[Figures], value: Any) -> float:
@@ -341,13 +347,16 @@ async def main() -> int:
                 f"p99 {ms(median(runs, lambda f: f.latency(99)))}, max {ms(median(runs, lambda f: f.latency(100)))}\n"
                 f"                 loop stall p50 {ms(median(runs, lambda f: f.p50))}, "
                 f"p99 {ms(median(runs, lambda f: f.p99))}, max {ms(median(runs, lambda f: f.max))} "
-                f"(rounds: {', '.join(ms(f.max) for f in runs)}); longest GC {ms(median(runs, lambda f: f.gc))} "
+                f"(rounds: {', '.join(ms(f.max) for f in runs)}; less the wait for a CPU: "
+                f"{', '.join(ms(f.max_on_cpu) for f in runs)}); longest GC {ms(median(runs, lambda f: f.gc))} "
                 f"({median(runs, lambda f: f.gc_full):.0f} full, {median(runs, lambda f: f.gc_seconds):.2f} s in all)\n"
                 f"                 CPU s: server {median(runs, lambda f: f.server_cpu):.2f} "
                 f"({per_call * 1e3:.2f} ms per call; its main process "
                 f"{median(runs, lambda f: f.host_cpu / max(1, f.calls)) * 1e3:.2f} ms), load generator {median(runs, lambda f: f.client_cpu):.2f}"
             )
             for f in runs:
+                for place, count in f.where:
+                    print(f"                 stalled {count}x at {place}")
                 for error in f.errors:
                     print(f"                 e.g. {error}")
     if "codemode" not in results or "sdk" not in results:

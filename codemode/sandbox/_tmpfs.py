@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import logging
 import os
 import stat
@@ -106,7 +107,10 @@ class TmpUse:
     complete: bool = True
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
+    # One handle: each `CDLL` makes a class of its own, in a reference cycle that only a
+    # collection frees (one per session's mount and unmount, left to a front's collector).
     return ctypes.CDLL(None, use_errno=True)
 
 

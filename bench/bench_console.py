@@ -99,8 +99,11 @@ class Window:
 def _run_queue_wait() -> float:
     """Seconds this thread has spent runnable but waiting for a CPU (the kernel's schedstat), so
     a stall can be told apart from the loop waiting its turn on two shared cores."""
-    with open("/proc/thread-self/schedstat", "rb") as stat:
-        return int(stat.read().split()[1]) / 1e9
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as stat:
+            return int(stat.read().split()[1]) / 1e9
+    except OSError:  # a kernel without schedstats: every stall then counts as the loop's own
+        return 0.0
 
 
 async def _monitor(window: Window) -> None:

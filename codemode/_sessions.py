@@ -130,16 +130,18 @@ class Sessions:
             p["state"] == "running" for p in processes.list_processes(session_id, watchers=True)
         )
 
-    async def drop(self, session_id: str, file_trash: Callable[[], object] | None) -> None:
+    async def drop(self, session_id: str, file_trash: Callable[[Path], object] | None) -> None:
         """Remove the session's temp dir (its end), after ``file_trash`` (run in a worker
-        thread) filed what its commands moved to the trash inbox inside it."""
+        thread with the temp dir) filed what its commands moved to its trash inboxes."""
         if not self._writers.get(session_id):  # (a call still in its line keeps it)
             self._writers.pop(session_id, None)
         temp = self.temp_dirs.pop(session_id, None)
         if temp is not None:
             if file_trash is not None:
                 try:
-                    await anyio.to_thread.run_sync(file_trash)  # before the inbox goes with the temp dir
+                    await anyio.to_thread.run_sync(
+                        file_trash, temp
+                    )  # before the inbox goes with the temp dir
                 except Exception:
                     log.exception("filing the trash inbox of session %s failed", session_id)
             await _remove_tmp(session_id, temp, 0.0 if self._running(session_id) else _BUSY_SECONDS)

@@ -472,7 +472,7 @@ class Host:
         self.approvals.forget_session(session_id)
         if self._processes is not None:
             await self._processes.close_session(session_id, reason)
-        await self._sessions.drop(session_id, self.trash.file_all if self._state is not None else None)
+        await self._sessions.drop(session_id, self.trash.file_ended if self._state is not None else None)
         self._runner.forget_session(session_id)
 
     def session_exists(self, session_id: str) -> bool:

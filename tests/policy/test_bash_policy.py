@@ -15,6 +15,7 @@ import pytest
 from codemode import Host
 from codemode.cli import main as cli_main
 from codemode.policy import CommandPolicy, Trash
+from codemode.sandbox import session_inbox
 from tests.host_support import MakeHost
 
 pytestmark = pytest.mark.anyio
@@ -218,6 +219,31 @@ async def test_rm_from_anywhere_on_path_is_protected_but_an_absolute_rm_is_not(m
         trashed = sorted(Path(t["path"]).name for t in result.structured_content["trashed"])  # type: ignore[index]
         assert trashed == ["a", "b", "c"]  # /bin/rm d bypasses the shim: not a sandbox boundary
         assert not any((host.workspace / n).exists() for n in "abcd")
+
+
+async def test_a_session_that_ends_files_its_own_inbox_and_no_other(make_host: MakeHost) -> None:
+    """What a session's commands moved to its trash inboxes after the last filing (a background
+    ``rm``) is filed when the session ends; another session's inbox waits for its own end."""
+    async with make_host() as (host, _):
+        inboxes: dict[str, Path] = {}
+        for session in ("s1", "s2"):
+            shown = await host.call_tool("bash", {"command": 'printf %s "$TMPDIR"'}, session_id=session)
+            temp = Path(shown.text.strip())
+            # s1's in its inbox beside its temp dir (the shim's), s2's in the one inside it
+            inboxes[session] = session_inbox(temp) if session == "s1" else host.trash.inbox(temp)
+            entry = inboxes[session] / f"late-{session}"  # as the rm shim leaves one
+            entry.mkdir(parents=True, exist_ok=True)
+            (entry / "item").write_text(session)
+            (entry / "meta.json").write_text(
+                json.dumps({"path": str(host.workspace / session), "kind": "file"})
+            )
+        await host.close_session("s1")
+        assert [e.id for e in host.trash.entries()] == ["late-s1"]
+        assert (inboxes["s2"] / "late-s2").is_dir()
+        await host.close_session("s2")
+        assert sorted(e.id for e in host.trash.entries()) == ["late-s1", "late-s2"]
+        host.trash.restore("late-s2")
+        assert (host.workspace / "s2").read_text() == "s2"
 
 
 async def test_restore_never_writes_outside_the_workspace(tmp_path: Path) -> None:

@@ -473,6 +473,9 @@ class ProcessPool:
             "cpu_seconds": _WORKER_CPU_SECONDS,
         }
         self._idle: collections.OrderedDict[int, WorkerProcess] = collections.OrderedDict()  # LRU first
+        # The same idle workers by session (most recent last): a program finds its session's in
+        # one lookup, not by a walk of every idle worker (~0.8 ms a call with 1,000 sessions).
+        self._idle_by_session: dict[str, dict[int, WorkerProcess]] = {}
         self._busy: dict[int, WorkerProcess] = {}
         self._running = 0  # programs holding a worker, or having one started for them
         self._waiters: collections.deque[_Waiter] = collections.deque()
@@ -522,14 +525,24 @@ class ProcessPool:
     def _idle_of(self, session_id: str) -> WorkerProcess | None:
         """The session's most recently used idle worker, taken from the idle list; one that
         died while idle, or broke the protocol (its sync thread killed it), is retired instead."""
-        for pid, worker in reversed(self._idle.items()):
-            if worker.session_id == session_id:
-                del self._idle[pid]
-                if not worker.dead and not worker.closed():
-                    return worker
-                worker.close()
-                return self._idle_of(session_id)
+        while mine := self._idle_by_session.get(session_id):
+            worker = self._unpark(next(reversed(mine)))
+            if not worker.dead and not worker.closed():
+                return worker
+            worker.close()
         return None
+
+    def _park(self, worker: WorkerProcess) -> None:
+        self._idle[worker.pid] = worker
+        self._idle_by_session.setdefault(worker.session_id, {})[worker.pid] = worker
+
+    def _unpark(self, pid: int) -> WorkerProcess:
+        worker = self._idle.pop(pid)
+        mine = self._idle_by_session[worker.session_id]
+        del mine[pid]
+        if not mine:
+            del self._idle_by_session[worker.session_id]
+        return worker
 
     async def _start(self, session_id: str) -> WorkerProcess:
         mine_ctl, theirs_ctl = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -585,10 +598,9 @@ class ProcessPool:
                     waiter.worker = worker  # (its running slot passes on with the worker)
                     waiter.event.set()
                     return
-            self._idle[worker.pid] = worker
+            self._park(worker)
             while len(self._idle) > self.idle_workers:
-                _, oldest = self._idle.popitem(last=False)
-                oldest.close()
+                self._unpark(next(iter(self._idle))).close()
         self._running -= 1
         self._wake_one()
 
@@ -604,17 +616,14 @@ class ProcessPool:
 
     def forget_session(self, session_id: str) -> None:
         """End the idle workers of a session that ended."""
-        for pid, worker in list(self._idle.items()):
-            if worker.session_id == session_id:
-                del self._idle[pid]
-                worker.close()
+        for pid in list(self._idle_by_session.get(session_id, ())):
+            self._unpark(pid).close()
 
     def close(self) -> None:
         """End every idle worker; busy ones end when their programs do."""
         self._closed = True
         while self._idle:
-            _, worker = self._idle.popitem()
-            worker.close()
+            self._unpark(next(reversed(self._idle))).close()
 
     @property
     def waiting(self) -> int:

@@ -277,7 +277,6 @@ def tmp_form(path: Path) -> str:
     return "tmpfs" if is_mounted(Path(os.path.realpath(path))) else "counted"
 
 
-
 def tmpfs_use(path: Path) -> TmpUse:
     """Bytes in use on a session tmpfs (one statvfs)."""
     st = os.statvfs(path)

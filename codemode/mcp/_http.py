@@ -629,7 +629,7 @@ async def serve_http(
             # its longest pause went from ~65 ms to under the 50 ms target with 200 sessions).
             gc.collect()
             gc.freeze()
-            signals.start_soon(short_collections)
+            signals.start_soon(short_collections, (lambda: sessions.closed_count) if sessions else lambda: 0)
             if sessions is not None and not isinstance(opened, str) and opened.state.is_shared:
                 signals.start_soon(beat, opened, sessions, options.beat_seconds)
                 signals.start_soon(publish, opened)

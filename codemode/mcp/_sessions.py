@@ -123,6 +123,7 @@ class ConnectionSessions:
         self._moved: collections.OrderedDict[str, str] = collections.OrderedDict()
         self.fence = Fence()
         self._stopping = False
+        self.closed_count = 0  # sessions whose close ran here (the collector's policy reads it)
 
     def _session(self, mcp_session_id: str) -> str:
         return self._aliases.get(mcp_session_id) or f"mcp-{mcp_session_id}"
@@ -272,6 +273,7 @@ class ConnectionSessions:
             self._aliases.pop(mcp_session_id, None)
             self._remember_ended(mcp_session_id)
             return
+        self.closed_count += 1
         self._held_since.pop(session, None)
         reason = self._open.pop(session, None) or ("server_stopped" if self._stopping else "expired")
         self._info.pop(session, None)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import sys
 import time
+from collections.abc import Callable
 
 import anyio
 import anyio.to_thread
@@ -33,28 +34,35 @@ _PUBLISH_SECONDS = 1.0  # how often a front publishes to the shared database (co
 # and 170-250 ms with the loop stopped, 2-3 times every 10 s (bench/bench_front.py). So what
 # lived through `_FREEZE_SECONDS` is frozen out of the collector's sight (`gc.freeze`: a list
 # splice): a full collection then scans only what is younger, and stays short. Objects frozen
-# that die in a cycle (~20 per closed session, most of them the MCP SDK's and uvicorn's: tasks
-# cancelled with their tracebacks, transports) are freed only by a collection of everything,
-# which runs (unfreeze, collect) when the heap has doubled since the last one: one long pause
-# (150-400 ms at 1,000 sessions) each time the process reaches twice its size, and never while
-# its size holds. What died frozen is thus at most as large as what lives. The heap is measured
-# by `sys.getallocatedblocks()` (a walk of the allocator's pools, ~0.1-0.5 ms), not by
+# that die in a cycle are freed only by a collection of everything (unfreeze, collect): one
+# long pause (150-400 ms at 1,000 sessions), so it runs only when there is garbage worth it.
+# What dies frozen comes from sessions that end (~20 objects, ~3 KiB, each: the MCP SDK's and
+# uvicorn's, tasks cancelled with their tracebacks, transports; listed with gc.DEBUG_SAVEALL),
+# so one runs after `_CLOSES_PER_COLLECTION` sessions ended (~70 MiB of garbage at most), and,
+# for garbage of any other source, when the heap has grown `_HEAP_GROWTH` times since the last.
+# Not on the heap's doubling alone: sessions opening double it with nothing to free (a pause
+# right after 1,000 sessions opened, bench_front.py). The heap is measured by
+# `sys.getallocatedblocks()` (a walk of the allocator's pools, ~0.1-0.5 ms), not by
 # `gc.get_freeze_count()`, which walks the frozen objects one by one: 60-70 ms with the loop
 # stopped at 1,000 sessions, every `_FREEZE_SECONDS` (found with `--where` in bench_front.py).
 _FREEZE_SECONDS = 2.0
+_CLOSES_PER_COLLECTION = 20_000
+_HEAP_GROWTH = 4
 _HEAP_FLOOR = 500_000  # blocks: below this the heap is not worth a collection of everything
 
 
-async def short_collections() -> None:
-    """Keep what lived through `_FREEZE_SECONDS` out of the collector's sight (see above)."""
-    heap_after = sys.getallocatedblocks()
+async def short_collections(closed_sessions: Callable[[], int] = lambda: 0) -> None:
+    """Keep what lived through `_FREEZE_SECONDS` out of the collector's sight and collect
+    everything now and then (see above). ``closed_sessions``: how many sessions ended so far."""
+    heap_after, closed_after = sys.getallocatedblocks(), closed_sessions()
     while True:
         await anyio.sleep(_FREEZE_SECONDS)
-        if sys.getallocatedblocks() > 2 * max(heap_after, _HEAP_FLOOR):
+        grown = sys.getallocatedblocks() > _HEAP_GROWTH * max(heap_after, _HEAP_FLOOR)
+        if grown or closed_sessions() - closed_after >= _CLOSES_PER_COLLECTION:
             gc.unfreeze()
             gc.collect()
             gc.freeze()
-            heap_after = sys.getallocatedblocks()
+            heap_after, closed_after = sys.getallocatedblocks(), closed_sessions()
         else:
             gc.freeze()
 

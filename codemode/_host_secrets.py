@@ -28,6 +28,7 @@ HOST_SECRET_NAMES = frozenset(
     {
         "CODEMODE_MCP_TOKEN",  # the streamable HTTP front's bearer token
         "CODEMODE_DATABASE_URL",  # a database URL carries its password
+        "CODEMODE_ARCHIVE_URL",  # an archive store's URL may carry its keys
     }
 )
 

@@ -51,6 +51,11 @@ class HostConfig(pydantic.BaseModel):
             run records, approvals and the consoles' journal (the ``postgres`` extra; README,
             "Several machines"); None: the state directory holds everything. Never logged, and
             never in a command's environment.
+        archive_url: An S3-compatible object store that holds the shared copies of archived
+            text instead of ``database_url``'s database (which keeps their index):
+            ``s3://[KEY:SECRET@]BUCKET[/PREFIX][?endpoint=URL&region=NAME]`` (the ``s3`` extra;
+            README, "Several machines"). Needs ``database_url``. Never logged, and never in a
+            command's environment.
         session_id: Session used when a call names none.
         max_output_tokens: Default budget of a run's printed text.
         max_output_tokens_limit: Highest budget a program may ask for (requests are clamped).
@@ -118,6 +123,7 @@ class HostConfig(pydantic.BaseModel):
     workspace: Path = pydantic.Field(default_factory=Path.cwd)
     state_dir: Path = pydantic.Field(default_factory=default_state_dir)
     database_url: pydantic.SecretStr | None = None
+    archive_url: pydantic.SecretStr | None = None
     session_id: str = "default"
     max_output_tokens: int = pydantic.Field(10_000, ge=80)  # ge: codemode.budget.MIN_BUDGET
     max_output_tokens_limit: int = pydantic.Field(50_000, ge=80)

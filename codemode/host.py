@@ -167,6 +167,9 @@ class Host:
             if self.config.database_url is None
             else self.config.database_url.get_secret_value(),
             holder=placed_identity(),
+            archive_url=None
+            if self.config.archive_url is None
+            else self.config.archive_url.get_secret_value(),
         )
         # Loading the tokenizer takes about a second, compiling the secret rules half a
         # second; do both now, off the loop, so the first long output does not pay for them.

@@ -19,6 +19,7 @@ if "TIKTOKEN_CACHE_DIR" not in os.environ and _SHARED_CACHE.is_dir():
 from codemode import Host  # noqa: E402
 from tests.host_support import MakeHost, Probe, add_test_tools  # noqa: E402 - after the cache dir is set
 from tests.postgres_support import Cluster, start_cluster  # noqa: E402
+from tests.s3_support import S3Server, start_s3  # noqa: E402
 
 
 @pytest.fixture
@@ -40,6 +41,22 @@ def postgres_cluster() -> Iterator[Cluster]:
 def database_url(postgres_cluster: Cluster) -> str:
     """A connection string to a new empty schema of the test cluster."""
     return postgres_cluster.new_schema()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """A throw-away S3-compatible server for this test process (`tests.s3_support`)."""
+    server = start_s3()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def archive_url(s3_server: S3Server) -> str:
+    """The archive store URL of a new empty bucket of the test S3 server."""
+    return s3_server.url(s3_server.new_bucket())
 
 
 @pytest.fixture

@@ -12,6 +12,9 @@ from typing import Any
 
 import pytest
 
+from codemode.state._objects import parse_object_store_url
+from tests.s3_support import S3Server
+
 pytestmark = pytest.mark.blackbox
 
 REPO = Path(__file__).resolve().parent.parent
@@ -84,27 +87,74 @@ def test_a_shared_database_from_a_file_or_the_environment_reaches_no_command(
     url_file = tmp_path / "state-a" / "database-url"
     url_file.parent.mkdir(mode=0o700)
     url_file.write_text(database_url + "\n")
-    show = "await store.set('n', 41); print((await tools.bash({command: 'env; cat /proc/$PPID/cmdline'})).output)"
+    show = (
+        "await store.set('n', 41);"
+        "print((await tools.bash({command: 'env; cat /proc/$PPID/cmdline'})).stdout.excerpt)"
+    )
     first = codemode(
         tmp_path, workspace, "run", "-", "--session", "s1", "--database-url-file", str(url_file),
         stdin=show, home=tmp_path / "state-a",
     )  # fmt: skip
     assert first.returncode == 0, first.stderr
+    assert "PATH=" in first.stdout and "codemode" in first.stdout  # the environment and command line
     assert "search_path" not in first.stdout and "CODEMODE_DATABASE_URL" not in first.stdout
     env = {**os.environ, "CODEMODE_HOME": str(tmp_path / "state-b"), "CODEMODE_DATABASE_URL": database_url}
     second = subprocess.run(
         [sys.executable, "-m", "codemode", "run", "-", "--session", "s1"],
-        input="print((await store.get('n')) + 1); print((await tools.bash({command: 'env'})).output)",
+        input="print((await store.get('n')) + 1); print((await tools.bash({command: 'env'})).stdout.excerpt)",
         capture_output=True, text=True, cwd=workspace, env=env, timeout=120, check=False,
     )  # fmt: skip
     assert second.returncode == 0, second.stderr
-    assert second.stdout.startswith("42\n") and "search_path" not in second.stdout
+    assert (
+        second.stdout.startswith("42\n") and "PATH=" in second.stdout and "search_path" not in second.stdout
+    )
     (tmp_path / "fifo").unlink(missing_ok=True)
     os.mkfifo(tmp_path / "fifo")  # a FIFO where the file should be would hang the start: refused
     refused = codemode(
         tmp_path, workspace, "run", "-", "--database-url-file", str(tmp_path / "fifo"), stdin="print(1)"
     )
     assert refused.returncode != 0 and "not a regular file" in refused.stderr
+
+
+def test_an_archive_store_from_a_file_or_the_environment_serves_another_machine_and_no_command(
+    tmp_path: Path, workspace: Path, database_url: str, archive_url: str, s3_server: S3Server
+) -> None:
+    """A run's archived output goes to the object store named by ``--archive-url-file``; a run
+    with a state directory of its own (another machine) given it by ``$CODEMODE_ARCHIVE_URL``
+    reads it back; a command sees neither the URL nor its keys."""
+    home = tmp_path / "state-a"
+    home.mkdir(mode=0o700)
+    (home / "database-url").write_text(database_url + "\n")
+    (home / "archive-url").write_text(archive_url + "\n")
+    program = (
+        "print((await tools.bash({command: 'env; cat /proc/$PPID/cmdline'})).stdout.excerpt);"
+        "for (let i = 0; i < 3000; i++) print('row ' + i)"
+    )
+    first = codemode(
+        tmp_path, workspace, "run", "-", "--json", "--max-output-tokens", "300",
+        "--database-url-file", str(home / "database-url"), "--archive-url-file", str(home / "archive-url"),
+        stdin=program, home=home,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    ref = json.loads(first.stdout)["refs"][0]
+    store = parse_object_store_url(archive_url)
+    objects = s3_server.client().list_objects_v2(Bucket=store.bucket, Prefix=store.prefix).get("Contents", [])
+    assert ref in [item["Key"].split("/")[-1].split(".")[0] for item in objects]  # and the bash log's
+    env = {
+        **os.environ,
+        "CODEMODE_HOME": str(tmp_path / "state-b"),
+        "CODEMODE_DATABASE_URL": database_url,
+        "CODEMODE_ARCHIVE_URL": archive_url,
+    }
+    there = subprocess.run(
+        [sys.executable, "-m", "codemode", "archive", "read", ref],
+        capture_output=True, text=True, cwd=workspace, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert there.returncode == 0, there.stderr
+    assert there.stdout.endswith("row 2998\nrow 2999\n") and "PATH=" in there.stdout
+    assert "--archive-url-file" in there.stdout  # the command line names the file, not the URL
+    for secret in ("codemode-test-secret", "CODEMODE_ARCHIVE_URL", store.bucket):
+        assert secret not in there.stdout
 
 
 def test_budget_cut_then_archive_read_gives_the_exact_text(tmp_path: Path, workspace: Path) -> None:

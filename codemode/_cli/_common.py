@@ -42,6 +42,14 @@ def common(parser: argparse.ArgumentParser, json_help: str | None = "print the w
         "none: the state directory holds everything); keep the file in the state directory",
     )
     parser.add_argument(
+        "--archive-url-file",
+        default=None,
+        metavar="PATH",
+        help="an S3-compatible store for the shared copies of archived text, its URL "
+        "(s3://[KEY:SECRET@]BUCKET[/PREFIX][?endpoint=URL&region=NAME]) read from PATH (default: "
+        "$CODEMODE_ARCHIVE_URL; none: the shared database holds them); needs a database URL",
+    )
+    parser.add_argument(
         "--session",
         default=None,
         help="session id (runs with one id share store and processes; default: cli, and for mcp a "
@@ -192,7 +200,7 @@ def read_secret_file(path: str, flag: str, limit: int, state_dir: Path | None, t
     return data.decode("utf-8", "replace")
 
 
-_DATABASE_URL_FILE_LIMIT = 8192
+_URL_FILE_LIMIT = 8192
 
 
 def database_url(args: argparse.Namespace) -> str | None:
@@ -203,18 +211,33 @@ def database_url(args: argparse.Namespace) -> str | None:
     Raises:
         UserError: The file cannot be read or holds no URL.
     """
+    return _secret_url(
+        args, "--database-url-file", args.database_url_file, "CODEMODE_DATABASE_URL", "database"
+    )
+
+
+def archive_url(args: argparse.Namespace) -> str | None:
+    """The archive store's URL: ``--archive-url-file``, else ``$CODEMODE_ARCHIVE_URL``, else None
+    (read as `database_url` reads its own).
+
+    Raises:
+        UserError: The file cannot be read or holds no URL.
+    """
+    return _secret_url(
+        args, "--archive-url-file", args.archive_url_file, "CODEMODE_ARCHIVE_URL", "archive store"
+    )
+
+
+def _secret_url(
+    args: argparse.Namespace, flag: str, path: str | None, variable: str, what: str
+) -> str | None:
     from codemode._host_secrets import take_host_secret
 
-    from_env = take_host_secret("CODEMODE_DATABASE_URL") or None
-    if args.database_url_file is None:
+    from_env = take_host_secret(variable) or None
+    if path is None:
         return from_env
-    path = args.database_url_file
-    expected = (
-        f"--database-url-file {path!r}: expected one database URL of at most {_DATABASE_URL_FILE_LIMIT} bytes"
-    )
-    url = read_secret_file(
-        path, "--database-url-file", _DATABASE_URL_FILE_LIMIT, args.state_dir, expected
-    ).strip()
+    expected = f"{flag} {path!r}: expected one {what} URL of at most {_URL_FILE_LIMIT} bytes"
+    url = read_secret_file(path, flag, _URL_FILE_LIMIT, args.state_dir, expected).strip()
     if not url or "\n" in url:
         raise UserError(expected)
     return url
@@ -223,6 +246,7 @@ def database_url(args: argparse.Namespace) -> str | None:
 def cli_host(args: argparse.Namespace, workspace: Path | None = None) -> Host:
     mcp = args.command == "mcp"
     url = database_url(args)
+    store = archive_url(args)
     servers = [server for path in args.mcp_config for server in load_mcp_config(path)]
     return Host(
         approve=terminal_approval(args),
@@ -231,6 +255,7 @@ def cli_host(args: argparse.Namespace, workspace: Path | None = None) -> Host:
         workspace=workspace or args.workspace,
         state_dir=args.state_dir or default_state_dir(),
         database_url=url,
+        archive_url=store,
         session_id=args.session or ("mcp-" + uuid.uuid4().hex[:12] if mcp else "cli"),
         sandbox=SandboxMode(args.sandbox),
         network=args.network == "on",

@@ -355,7 +355,7 @@ class Archive:
                 created=now,
                 total_bytes=len(blob),
                 raw=False,
-                parts=copy_of_bytes(blob),
+                parts=copy_of_bytes(blob, self._shared.entry_bytes),
             )
         return ArchiveRef(ref, len(blob), digest)
 
@@ -461,7 +461,13 @@ class Archive:
         except FileNotFoundError:
             return
         try:
-            parts = copy_of_file(fd, retained_from=retained_from, raw=bool(raw), redactor=self._redactor)
+            parts = copy_of_file(
+                fd,
+                retained_from=retained_from,
+                raw=bool(raw),
+                redactor=self._redactor,
+                cap=self._shared.entry_bytes,
+            )
         finally:
             os.close(fd)
         self._shared.keep(

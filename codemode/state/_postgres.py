@@ -193,6 +193,10 @@ CREATE TABLE shared_notifications (
 CREATE INDEX shared_notifications_pending ON shared_notifications (session_id) WHERE delivered_at IS NULL;
 CREATE INDEX shared_notifications_created ON shared_notifications (created);
 """,
+    """
+ALTER TABLE shared_archive ADD COLUMN object_key TEXT;
+ALTER TABLE shared_archive ADD COLUMN head_bytes BIGINT NOT NULL DEFAULT 0;
+""",
 )
 
 PG_SCHEMA_VERSION = len(_MIGRATIONS)

@@ -17,6 +17,13 @@ in the 8 MiB before its tail.
 
 A log still being written is announced (its row, without bytes, names the process that
 writes it), so another machine says where it is instead of "no such reference".
+
+With an object store beside the database (`codemode.state._objects`), a copy's bytes are one
+object there (its head then its tail) and its row names the object, under caps of their own
+(`OBJECT_ENTRY_BYTES`, `OBJECT_SESSION_BYTES`, `OBJECT_TOTAL_BYTES`). The object is written
+before its row and removed after it, so a row never names an object not yet written; an object
+whose row is gone (a failure between the two) goes with the expiry of its age. What is read
+back must have the size and digest its row gives, or the read fails.
 """
 
 from __future__ import annotations
@@ -32,12 +39,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from codemode.errors import HostFault
 from codemode.state import _capped
 from codemode.state._database import SqlDatabase, host_faults
+from codemode.state._objects import ObjectStore
 from codemode.state._redact import Redactor, context_start
 from codemode.state._stream import StreamRedactor
 
 __all__ = [
+    "OBJECT_ENTRY_BYTES",
+    "OBJECT_SESSION_BYTES",
+    "OBJECT_TOTAL_BYTES",
     "SESSION_SHARED_BYTES",
     "SHARED_ENTRY_BYTES",
     "SharedArchive",
@@ -53,6 +65,12 @@ SESSION_SHARED_BYTES = 64 * 1024 * 1024
 """Most bytes of one session's copies the shared database keeps (oldest finished go first)."""
 SHARED_TOTAL_BYTES = 4 * 1024 * 1024 * 1024
 """Most bytes of all copies the shared database keeps (oldest finished go first)."""
+OBJECT_ENTRY_BYTES = 64 * 1024 * 1024
+"""`SHARED_ENTRY_BYTES` when an object store holds the copies' bytes."""
+OBJECT_SESSION_BYTES = 1024 * 1024 * 1024
+"""`SESSION_SHARED_BYTES` when an object store holds the copies' bytes."""
+OBJECT_TOTAL_BYTES = 256 * 1024 * 1024 * 1024
+"""`SHARED_TOTAL_BYTES` when an object store holds the copies' bytes."""
 QUEUE_BYTES = 64 * 1024 * 1024
 """Most bytes of copies waiting to be written; past it a copy is not made (and logged)."""
 
@@ -157,14 +175,15 @@ def _runs(data_runs: list[tuple[int, int]], cap: int) -> tuple[tuple[int, int], 
 
 
 def copy_of_file(
-    fd: int, *, retained_from: int, raw: bool, redactor: Redactor
+    fd: int, *, retained_from: int, raw: bool, redactor: Redactor, cap: int
 ) -> tuple[int, bytes, int, bytes]:
-    """What a copy of a finished entry's file keeps: ``(head_start, head, tail_start, tail)``
-    in entry offsets (the file's offset 0 is ``retained_from``), a raw log's secrets masked."""
+    """What a copy of a finished entry's file keeps (at most ``cap`` bytes): ``(head_start,
+    head, tail_start, tail)`` in entry offsets (the file's offset 0 is ``retained_from``), a
+    raw log's secrets masked."""
     data_runs = _capped.kept_runs(fd)
     if not data_runs:
         return retained_from, b"", retained_from, b""
-    (h0, h1), (t0, t1) = _runs(data_runs, SHARED_ENTRY_BYTES)
+    (h0, h1), (t0, t1) = _runs(data_runs, cap)
     if raw:
         known: dict[bytes, bytes] = {}
         head = _masked(fd, h0, h1, _run_of(data_runs, h0), redactor, known)
@@ -178,11 +197,11 @@ def copy_of_file(
     return retained_from + h0, head, retained_from + (t0 if tail else h1), tail
 
 
-def copy_of_bytes(data: bytes) -> tuple[int, bytes, int, bytes]:
+def copy_of_bytes(data: bytes, cap: int) -> tuple[int, bytes, int, bytes]:
     """What a copy of an entry stored whole (already redacted) keeps, as `copy_of_file`."""
     if not data:
         return 0, b"", 0, b""
-    (h0, h1), (t0, t1) = _runs([(0, len(data))], SHARED_ENTRY_BYTES)
+    (h0, h1), (t0, t1) = _runs([(0, len(data))], cap)
     return h0, data[h0:h1], (t0 if t1 > t0 else h1), data[t0:t1]
 
 
@@ -192,7 +211,7 @@ def _read(fd: int, start: int, end: int) -> bytes:
 
 _COLUMNS = (
     "ref, session_id, kind, holder, created, finished, total_bytes, sha256, raw,"
-    " head_start, head, tail_start, tail"
+    " head_start, head, tail_start, tail, object_key, head_bytes"
 )
 
 
@@ -208,11 +227,14 @@ class SharedArchive:
     Args:
         db: The shared database.
         holder: This process (``<pid>t<start>@<place>``), named in what it announces.
+        objects: An object store for the copies' bytes (the rows stay in ``db``); None: ``db``
+            holds them. Closed with this archive.
     """
 
-    def __init__(self, db: SqlDatabase, holder: str) -> None:
+    def __init__(self, db: SqlDatabase, holder: str, objects: ObjectStore | None = None) -> None:
         self._db = db
         self.holder = holder
+        self.objects = objects
         self._work: collections.deque[tuple[str, int, Callable[[], None]]] = collections.deque()
         self._queued_bytes = 0
         self._busy = False
@@ -220,6 +242,21 @@ class SharedArchive:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stored_since_trim = 0
+
+    @property
+    def entry_bytes(self) -> int:
+        """Most bytes of one entry a copy keeps."""
+        return SHARED_ENTRY_BYTES if self.objects is None else OBJECT_ENTRY_BYTES
+
+    @property
+    def session_bytes(self) -> int:
+        """Most bytes of one session's copies."""
+        return SESSION_SHARED_BYTES if self.objects is None else OBJECT_SESSION_BYTES
+
+    @property
+    def total_bytes(self) -> int:
+        """Most bytes of all copies."""
+        return SHARED_TOTAL_BYTES if self.objects is None else OBJECT_TOTAL_BYTES
 
     def _submit(self, what: str, size: int, job: Callable[[], None]) -> None:
         with self._cond:
@@ -272,6 +309,8 @@ class SharedArchive:
             thread = self._thread
         if thread is not None:
             thread.join(timeout)
+        if self.objects is not None:
+            self.objects.close()
 
     def announce(self, ref: str, *, kind: str, session_id: str | None, raw: bool) -> None:
         """Record a log this process has started writing (queued)."""
@@ -317,7 +356,13 @@ class SharedArchive:
 
     def store(self, copy: SharedCopy) -> None:
         """Keep ``copy`` (replacing its announcement), then drop the session's oldest finished
-        copies past `SESSION_SHARED_BYTES`."""
+        copies past `session_bytes`. With an object store, its bytes are written there first."""
+        size = len(copy.head) + len(copy.tail)
+        head, tail, key = copy.head, copy.tail, None
+        if self.objects is not None:
+            key = f"{self.objects.prefix}{copy.ref}.{secrets.token_hex(8)}"
+            self.objects.put(key, copy.head + copy.tail)
+            head, tail = b"", b""
         values = (
             copy.ref,
             copy.session_id,
@@ -329,62 +374,117 @@ class SharedArchive:
             copy.sha256,
             int(copy.raw),
             copy.head_start,
-            copy.head,
+            head,
             copy.tail_start,
-            copy.tail,
+            tail,
+            key,
+            len(copy.head),
         )
-        with self._db.connection() as conn:
-            conn.execute(
-                f"INSERT INTO shared_archive ({_COLUMNS}, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (ref) DO UPDATE SET finished = excluded.finished,"
-                " total_bytes = excluded.total_bytes, sha256 = excluded.sha256, head_start = excluded.head_start,"
-                " head = excluded.head, tail_start = excluded.tail_start, tail = excluded.tail,"
-                " size = excluded.size",
-                (*values, len(copy.head) + len(copy.tail)),
-            )
-            if copy.session_id is None:
-                return
-            rows = conn.execute(
-                "SELECT ref, size FROM shared_archive WHERE session_id = ? AND finished IS NOT NULL"
-                " ORDER BY created DESC",
-                (copy.session_id,),
-            ).fetchall()
-            held = 0
-            for ref, size in rows:
-                held += int(size)
-                if held > SESSION_SHARED_BYTES:
-                    conn.execute("DELETE FROM shared_archive WHERE ref = ?", (ref,))
-        self._stored_since_trim += len(copy.head) + len(copy.tail)
-        if self._stored_since_trim >= SHARED_TOTAL_BYTES // 64:
+        dropped: list[str | None] = []
+        try:
+            with self._db.connection() as conn:
+                replaced = conn.execute(
+                    "SELECT object_key FROM shared_archive WHERE ref = ?", (copy.ref,)
+                ).fetchone()
+                dropped.append(None if replaced is None else replaced[0])
+                conn.execute(
+                    f"INSERT INTO shared_archive ({_COLUMNS}, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (ref) DO UPDATE SET finished = excluded.finished,"
+                    " total_bytes = excluded.total_bytes, sha256 = excluded.sha256, head_start = excluded.head_start,"
+                    " head = excluded.head, tail_start = excluded.tail_start, tail = excluded.tail,"
+                    " object_key = excluded.object_key, head_bytes = excluded.head_bytes, size = excluded.size",
+                    (*values, size),
+                )
+                if copy.session_id is not None:
+                    rows = conn.execute(
+                        "SELECT ref, size, object_key FROM shared_archive WHERE session_id = ?"
+                        " AND finished IS NOT NULL ORDER BY created DESC",
+                        (copy.session_id,),
+                    ).fetchall()
+                    held = 0
+                    for ref, ref_size, ref_key in rows:
+                        held += int(ref_size)
+                        if held > self.session_bytes:
+                            conn.execute("DELETE FROM shared_archive WHERE ref = ?", (ref,))
+                            dropped.append(ref_key)
+        except BaseException:
+            if key is not None:
+                self._remove_objects([key])  # its row was not written: nothing names it
+            raise
+        self._remove_objects(dropped)
+        self._stored_since_trim += size
+        if self._stored_since_trim >= self.total_bytes // 64:
             self._stored_since_trim = 0
             self.trim()
 
+    def _remove_objects(self, keys: list[str | None]) -> None:
+        """Remove these objects (None: a copy kept in the database); a failure is logged, and
+        what is left goes when it expires (`expire`)."""
+        named = [key for key in keys if key]
+        if self.objects is None or not named:
+            return
+        try:
+            self.objects.delete(named)
+        except HostFault as exc:
+            _log.warning(
+                "%d copies of archived text stay in the archive store until they expire: %s", len(named), exc
+            )
+
     def trim(self) -> int:
-        """Drop the oldest finished copies while all of them hold more than
-        `SHARED_TOTAL_BYTES` (checked after every 1/64 of it stored); how many."""
+        """Drop the oldest finished copies while all of them hold more than `total_bytes`
+        (checked after every 1/64 of it stored); how many."""
+        dropped: list[str | None] = []
         with self._db.connection() as conn:
             (total,) = conn.execute("SELECT COALESCE(SUM(size), 0) FROM shared_archive").fetchone()
-            excess = int(total) - SHARED_TOTAL_BYTES
+            excess = int(total) - self.total_bytes
             if excess <= 0:
                 return 0
-            dropped = 0
-            for ref, size in conn.execute(
-                "SELECT ref, size FROM shared_archive WHERE finished IS NOT NULL ORDER BY created"
+            for ref, size, key in conn.execute(
+                "SELECT ref, size, object_key FROM shared_archive WHERE finished IS NOT NULL ORDER BY created"
             ).fetchall():
                 if excess <= 0:
                     break
                 conn.execute("DELETE FROM shared_archive WHERE ref = ?", (ref,))
                 excess -= int(size)
-                dropped += 1
-            return dropped
+                dropped.append(key)
+        self._remove_objects(dropped)
+        return len(dropped)
 
     @host_faults
     def fetch(self, ref: str) -> SharedCopy | None:
-        """The copy of ``ref``; None when there is none."""
+        """The copy of ``ref``; None when there is none.
+
+        Raises:
+            HostFault: The database or the object store failed, or the object store's bytes
+                are not the ones its row describes.
+        """
         with self._db.connection() as conn:
-            row = conn.execute(f"SELECT {_COLUMNS} FROM shared_archive WHERE ref = ?", (ref,)).fetchone()
+            row = conn.execute(
+                f"SELECT {_COLUMNS}, size FROM shared_archive WHERE ref = ?", (ref,)
+            ).fetchone()
         if row is None:
             return None
+        head, tail, key, head_bytes, size = (
+            bytes(row[10]),
+            bytes(row[12]),
+            row[13],
+            int(row[14]),
+            int(row[15]),
+        )
+        if key is not None:
+            if self.objects is None:
+                raise HostFault(
+                    f"the copy of {ref} is in an archive store this server was not given: start it with "
+                    "the same --archive-url-file (or $CODEMODE_ARCHIVE_URL) as the server that made it"
+                )
+            data = self.objects.get(str(key), size)
+            if data is None or len(data) != size or hashlib.sha256(data).hexdigest() != row[7]:
+                raise HostFault(
+                    f"the archive store {self.objects.describe()} "
+                    f"{'has lost the' if data is None else 'holds a damaged'} copy of {ref} ({key}); "
+                    f"the machine that made it ({row[3]}) may still hold it"
+                )
+            head, tail = data[:head_bytes], data[head_bytes:]
         return SharedCopy(
             ref=str(row[0]),
             session_id=row[1],
@@ -396,9 +496,9 @@ class SharedArchive:
             sha256=str(row[7]),
             raw=bool(row[8]),
             head_start=int(row[9]),
-            head=bytes(row[10]),
+            head=head,
             tail_start=int(row[11]),
-            tail=bytes(row[12]),
+            tail=tail,
         )
 
     @host_faults
@@ -410,8 +510,25 @@ class SharedArchive:
 
     @host_faults
     def expire(self, before: float) -> int:
-        """Remove the copies created before ``before``; how many."""
-        return self._db.execute("DELETE FROM shared_archive WHERE created < ?", (before,))
+        """Remove the copies created before ``before``, and the object store's objects written
+        before it (those rows' objects, and any an interrupted write or removal left); how
+        many copies."""
+        with self._db.connection() as conn:
+            keys = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT object_key FROM shared_archive WHERE created < ? AND object_key IS NOT NULL",
+                    (before,),
+                ).fetchall()
+            ]
+            expired = conn.execute("DELETE FROM shared_archive WHERE created < ?", (before,)).rowcount
+        self._remove_objects(keys)
+        if self.objects is not None:
+            try:
+                self.objects.delete_older(before)
+            except HostFault as exc:
+                _log.warning("old objects stay in the archive store until its next expiry: %s", exc)
+        return int(expired)
 
 
 def materialize(copy: SharedCopy, blob_dir: Path) -> tuple[str, int, int]:

@@ -15,6 +15,7 @@ from codemode.state._capped import DEFAULT_LOG_CAP_BYTES, DEFAULT_QUOTA_BYTES
 from codemode.state._database import Database, SqlDatabase, host_faults
 from codemode.state._journal import RunJournal
 from codemode.state._learned import LearnedTypes
+from codemode.state._objects import ObjectStore, S3Store, parse_object_store_url
 from codemode.state._redact import Redactor
 from codemode.state._runs import RunRecords
 from codemode.state._shared_archive import SharedArchive
@@ -51,10 +52,13 @@ class State:
             do not hold it: `SharedArchive`); None: the state directory's database holds it all.
         holder: This process with its place (``<pid>t<start>@<place>``), named in the shared
             database as the writer of logs still being written.
+        archive_url: An S3-compatible object store for the shared copies' bytes (the ``s3``
+            extra; `codemode.state._objects` says the URL's shape); needs ``database_url``.
 
     Raises:
         StateDirError: The directory or a database cannot be used, or ``database_url`` is
-            given without the ``postgres`` extra installed.
+            given without the ``postgres`` extra installed; ``archive_url`` cannot be parsed,
+            reached, or used without ``database_url`` or the ``s3`` extra.
         ValueError: ``log_cap_bytes`` or ``quota_bytes`` is below its minimum.
     """
 
@@ -67,23 +71,34 @@ class State:
         quota_bytes: int = DEFAULT_QUOTA_BYTES,
         database_url: str | None = None,
         holder: str = "",
+        archive_url: str | None = None,
     ) -> None:
+        if archive_url is not None and database_url is None:
+            raise StateDirError(
+                "an archive store holds the shared copies of archived text, and needs the shared "
+                "database that indexes them: give a database URL too (--database-url-file)"
+            )
         self.db = Database(state_dir)
         self.shared: SqlDatabase = self.db
+        objects: ObjectStore | None = None
         try:
             copies = None
             if database_url is not None:
                 self.shared = _open_shared(database_url)
-                copies = SharedArchive(self.shared, holder)
+                objects = None if archive_url is None else _open_objects(archive_url)
+                copies = SharedArchive(self.shared, holder, objects)
             self.archive = Archive(
                 self.db, redactor, log_cap_bytes=log_cap_bytes, quota_bytes=quota_bytes, shared=copies
             )
         except BaseException:
+            if objects is not None:
+                objects.close()
             if self.shared is not self.db:
                 self.shared.close()
             self.db.close()
             raise
-        self._copies = copies
+        self.copies = copies
+        """The shared database's copies of archived text (None without a shared database)."""
         self.values = ValueStore(self.shared)
         self.runs = RunRecords(self.shared)
         self.approvals = ApprovalLog(self.shared)
@@ -136,8 +151,8 @@ class State:
         now = time.time() if now is None else now
         counts = self.archive.maintain(now)
         counts["expired_runs"] = self.runs.expire(now - EXPIRE_AFTER_SECONDS)
-        if self._copies is not None:
-            counts["expired_copies"] = self._copies.expire(now - EXPIRE_AFTER_SECONDS)
+        if self.copies is not None:
+            counts["expired_copies"] = self.copies.expire(now - EXPIRE_AFTER_SECONDS)
             with self.shared.connection() as conn:
                 counts["expired_elsewhere"] = elsewhere.expire(conn, now - EXPIRE_AFTER_SECONDS)
         return counts
@@ -145,8 +160,8 @@ class State:
     def close(self) -> None:
         """Write the copies still queued for the shared database (at most 10 s), then close
         the databases' pooled connections. Idempotent."""
-        if self._copies is not None:
-            self._copies.close()
+        if self.copies is not None:
+            self.copies.close()
         if self.shared is not self.db:
             self.shared.close()
         self.db.close()
@@ -170,3 +185,12 @@ def _open_shared(url: str) -> SqlDatabase:
             "install codemode with the postgres extra (pip install 'codemode[postgres]')"
         ) from exc
     return PostgresDatabase(url)
+
+
+def _open_objects(url: str) -> ObjectStore:
+    """The object store at ``url`` (boto3 is loaded only then)."""
+    try:
+        parsed = parse_object_store_url(url)
+    except ValueError as exc:
+        raise StateDirError(str(exc)) from None
+    return S3Store(parsed)

@@ -54,9 +54,9 @@ async def test_a_session_moves_between_two_servers_on_one_database(tmp_path: Pat
             await _run(http, first.url, opened.headers, 'await store.set("k", {n: 42}); print("set")')
             once = await _run(http, first.url, opened.headers, "print(Math.random())", call_id="c1")
             seen = await _run(
-                http, first.url, opened.headers, 'print((await tools.bash({command: "env"})).output)'
+                http, first.url, opened.headers, 'print((await tools.bash({command: "env"})).stdout.excerpt)'
             )
-            assert "CODEMODE_DATABASE_URL" not in seen and "search_path" not in seen
+            assert "PATH=" in seen and "CODEMODE_DATABASE_URL" not in seen and "search_path" not in seen
             started = await _run(
                 http,
                 first.url,

@@ -14,7 +14,7 @@ import pytest
 
 from codemode.errors import HostFault, StateDirError
 from codemode.state import State
-from codemode.state._postgres import PG_SCHEMA_VERSION, PostgresDatabase, _pg_sql
+from codemode.state._postgres import _MIGRATIONS, PG_SCHEMA_VERSION, PostgresDatabase, _pg_sql
 
 
 def test_hosts_opening_a_new_database_at_once_make_its_schema_once(database_url: str) -> None:
@@ -39,6 +39,27 @@ def test_hosts_opening_a_new_database_at_once_make_its_schema_once(database_url:
     finally:
         for db in opened:
             db.close()
+
+
+def test_a_database_of_an_older_version_is_brought_up_to_date_keeping_its_rows(database_url: str) -> None:
+    """A database made by the previous version (schema 2: copies' bytes only in the database)
+    gains what this one adds, its rows kept."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE codemode_schema (version INTEGER NOT NULL)")
+        for step in _MIGRATIONS[:2]:
+            conn.execute(step.encode())
+        conn.execute("INSERT INTO codemode_schema (version) VALUES (2)")
+        conn.execute(
+            "INSERT INTO shared_archive (ref, kind, holder, created, head) VALUES ('ar_x', 'output', 'h', 1, 'kept')"
+        )
+    db = PostgresDatabase(database_url)
+    try:
+        with db.connection() as conn:
+            assert conn.execute("SELECT version FROM codemode_schema").fetchall() == [(PG_SCHEMA_VERSION,)]
+            row = conn.execute("SELECT head, object_key, head_bytes FROM shared_archive").fetchone()
+        assert (bytes(row[0]), row[1], row[2]) == (b"kept", None, 0)
+    finally:
+        db.close()
 
 
 def test_a_newer_schema_is_refused_and_named(database_url: str) -> None:

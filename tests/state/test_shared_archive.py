@@ -1,7 +1,10 @@
 """Archived text across machines (a real PostgreSQL): what one state directory archives, another
 on the same shared database reads, as its owner session only; a log being written elsewhere is
 named with where it runs; copies are capped per entry (head and tail, the middle reported
-dropped) and per session; a raw log leaves its machine with its secrets masked in place."""
+dropped) and per session; a raw log leaves its machine with its secrets masked in place.
+
+Each test that takes ``machines`` runs twice: with the copies' bytes in the database, and in an
+S3-compatible object store beside it (`tests.s3_support`)."""
 
 from __future__ import annotations
 
@@ -18,20 +21,47 @@ from codemode.state import Archive, ArchiveRef, State
 from codemode.state import _capped as capped
 from codemode.state import _shared_archive as shared_archive
 from codemode.state._archive import READ_MAX_LIMIT
+from codemode.state._objects import parse_object_store_url
+from tests.s3_support import S3Server
 
 SECRET = "ghp_" + "Q4w8E2r6T1y5U9i3O7p0A5s9D3f7G1h4J8k2"
 
 
+@pytest.fixture(params=["database", "objects"])
+def store(request: pytest.FixtureRequest) -> str | None:
+    """Where the copies' bytes go: None (the database), or an archive store's URL."""
+    return None if request.param == "database" else str(request.getfixturevalue("archive_url"))
+
+
 @pytest.fixture
-def machines(tmp_path: Path, database_url: str) -> Iterator[tuple[State, State]]:
-    """Two state directories (two machines) on one shared database."""
-    a = State(tmp_path / "a", database_url=database_url, holder="11t1@place-a")
-    b = State(tmp_path / "b", database_url=database_url, holder="22t2@place-b")
+def machines(tmp_path: Path, database_url: str, store: str | None) -> Iterator[tuple[State, State]]:
+    """Two state directories (two machines) on one shared database (and object store)."""
+    a = State(tmp_path / "a", database_url=database_url, holder="11t1@place-a", archive_url=store)
+    b = State(tmp_path / "b", database_url=database_url, holder="22t2@place-b", archive_url=store)
     try:
         yield a, b
     finally:
         a.close()
         b.close()
+
+
+_CAP_NAMES = {
+    "entry": ("SHARED_ENTRY_BYTES", "OBJECT_ENTRY_BYTES"),
+    "session": ("SESSION_SHARED_BYTES", "OBJECT_SESSION_BYTES"),
+    "total": ("SHARED_TOTAL_BYTES", "OBJECT_TOTAL_BYTES"),
+}
+
+
+def _cap(monkeypatch: pytest.MonkeyPatch, which: str, value: int) -> None:
+    """Set one of the copies' caps, whichever store holds their bytes."""
+    for name in _CAP_NAMES[which]:
+        monkeypatch.setattr(shared_archive, name, value)
+
+
+def _object(server: S3Server, store: str, key: str) -> bytes:
+    """The bytes of object ``key`` of the bucket ``store`` names, as the test server holds them."""
+    answer = server.client().get_object(Bucket=parse_object_store_url(store).bucket, Key=key)
+    return bytes(answer["Body"].read())
 
 
 def _read_all(archive: Archive, ref: str, session_id: str | None, limit: int = READ_MAX_LIMIT) -> bytes:
@@ -84,7 +114,7 @@ def test_a_log_is_named_with_its_machine_while_written_and_read_anywhere_once_fi
 
 
 def test_a_raw_log_leaves_its_machine_with_its_secrets_masked_in_place(
-    machines: tuple[State, State], database_url: str
+    machines: tuple[State, State], database_url: str, store: str | None, s3_server: S3Server
 ) -> None:
     a, _b = machines
     writer = a.archive.open_log(kind="log", session_id="s1", redact=False)
@@ -94,10 +124,13 @@ def test_a_raw_log_leaves_its_machine_with_its_secrets_masked_in_place(
     assert a.archive.flush_copies()
     with psycopg.connect(database_url) as conn:
         row = conn.execute(
-            "SELECT head, tail, raw FROM shared_archive WHERE ref = %s", (writer.ref,)
+            "SELECT head, tail, raw, object_key FROM shared_archive WHERE ref = %s", (writer.ref,)
         ).fetchone()
     assert row is not None
-    head, tail, is_raw = bytes(row[0]), bytes(row[1]), row[2]
+    head, tail, is_raw, key = bytes(row[0]), bytes(row[1]), row[2], row[3]
+    if store is not None:  # the bytes are the object's; the row holds none
+        assert head == tail == b"" and key is not None
+        head = _object(s3_server, store, key)
     assert is_raw == 1 and tail == b""
     assert SECRET.encode() not in head and len(head) == len(raw)  # masked, every offset in place
     assert head.endswith(b"\nok\n") and b"[REDACTED:" in head
@@ -106,7 +139,7 @@ def test_a_raw_log_leaves_its_machine_with_its_secrets_masked_in_place(
 def _put_three_caps(a: State, monkeypatch: pytest.MonkeyPatch) -> tuple[int, bytes, ArchiveRef]:
     """A copy cap of 1 MiB, and an entry of 3 MiB of random bytes archived (and copied) on ``a``."""
     cap = 1024 * 1024
-    monkeypatch.setattr(shared_archive, "SHARED_ENTRY_BYTES", cap)
+    _cap(monkeypatch, "entry", cap)
     blob = os.urandom(3 * cap)
     ref = a.archive.put(blob, kind="image", session_id="s1")
     assert a.archive.flush_copies()
@@ -145,7 +178,7 @@ def test_a_sessions_copies_are_capped_oldest_first(
     machines: tuple[State, State], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b = machines
-    monkeypatch.setattr(shared_archive, "SESSION_SHARED_BYTES", 250_000)
+    _cap(monkeypatch, "session", 250_000)
     refs = [a.archive.put(os.urandom(100_000), kind="image", session_id="s1").ref for _ in range(4)]
     other = a.archive.put(os.urandom(100_000), kind="image", session_id="s2").ref
     assert a.archive.flush_copies()
@@ -219,7 +252,7 @@ def test_a_raw_logs_copy_masks_secrets_cut_by_its_edges_and_values_found_before_
     tail, are masked as a local read masks them."""
     a, b = machines
     cap = 1024 * 1024
-    monkeypatch.setattr(shared_archive, "SHARED_ENTRY_BYTES", cap)
+    _cap(monkeypatch, "entry", cap)
     total = 3 * cap
     tail_start = total - cap // 2  # where the copy's tail begins (aligned already)
     password = "Kq8Wz3Lp5Rt7Ny2Vb4"
@@ -249,12 +282,10 @@ def test_a_raw_logs_copy_masks_secrets_cut_by_its_edges_and_values_found_before_
     fill(total)
     writer.close()
     assert a.archive.flush_copies()
-    with psycopg.connect(database_url) as conn:
-        row = conn.execute(
-            "SELECT tail_start, tail FROM shared_archive WHERE ref = %s", (writer.ref,)
-        ).fetchone()
-    assert row is not None and row[0] == tail_start
-    tail = bytes(row[1])
+    assert a.copies is not None
+    copy = a.copies.fetch(writer.ref)  # what left the machine
+    assert copy is not None and copy.tail_start == tail_start
+    tail = copy.tail
     assert SECRET[-12:].encode() not in tail and password.encode() not in tail
     assert b"connecting with " in tail
     there = _read_all(b.archive, writer.ref, "s1")
@@ -265,7 +296,7 @@ def test_all_copies_are_capped_oldest_first(
     machines: tuple[State, State], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b = machines
-    monkeypatch.setattr(shared_archive, "SHARED_TOTAL_BYTES", 64 * 4096)  # checked every 4 KiB stored
+    _cap(monkeypatch, "total", 64 * 4096)  # checked every 4 KiB stored
     refs = [a.archive.put(os.urandom(100_000), kind="image", session_id=f"s{i}").ref for i in range(4)]
     assert a.archive.flush_copies()
     with pytest.raises(UnknownRefError):
@@ -282,3 +313,105 @@ def test_copies_past_the_queue_are_not_made_and_say_so(
         ref = a.archive.put(os.urandom(5000), kind="image", session_id="s1")
     assert any("database is behind" in record.getMessage() for record in caplog.records)
     assert len(a.archive.read(ref.ref, 0, 10_000, session_id="s1").data) == 5000
+
+
+# With an object store: where the bytes are, what is read back, what goes when.
+
+
+@pytest.fixture
+def on_objects(tmp_path: Path, database_url: str, archive_url: str) -> Iterator[tuple[State, State]]:
+    """Two machines whose copies' bytes are in an object store."""
+    a = State(tmp_path / "a", database_url=database_url, holder="11t1@place-a", archive_url=archive_url)
+    b = State(tmp_path / "b", database_url=database_url, holder="22t2@place-b", archive_url=archive_url)
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+def _keys(server: S3Server, store: str) -> list[str]:
+    url = parse_object_store_url(store)
+    answer = server.client().list_objects_v2(Bucket=url.bucket, Prefix=url.prefix)
+    return sorted(item["Key"] for item in answer.get("Contents", []))
+
+
+def _object_key(state: State, ref: str) -> str:
+    with state.shared.connection() as conn:
+        row = conn.execute("SELECT object_key FROM shared_archive WHERE ref = ?", (ref,)).fetchone()
+    assert row is not None and row[0] is not None
+    return str(row[0])
+
+
+def test_an_object_stores_copy_that_was_changed_or_lost_is_refused_not_served(
+    on_objects: tuple[State, State], archive_url: str, s3_server: S3Server
+) -> None:
+    a, b = on_objects
+    refs = [a.archive.put(f"entry {i}\n" * 100, kind="output", session_id="s1").ref for i in range(2)]
+    assert a.archive.flush_copies()
+    bucket = parse_object_store_url(archive_url).bucket
+    changed, lost = (_object_key(a, ref) for ref in refs)
+    s3_server.client().put_object(Bucket=bucket, Key=changed, Body=b"entry 9\n" * 100)  # same size
+    s3_server.client().delete_object(Bucket=bucket, Key=lost)
+    with pytest.raises(HostFault, match=rf"holds a damaged copy of {refs[0]}"):
+        b.archive.read(refs[0], session_id="s1")
+    with pytest.raises(HostFault, match=rf"has lost the copy of {refs[1]}.*11t1@place-a"):
+        b.archive.read(refs[1], session_id="s1")
+    assert a.archive.read(refs[0], session_id="s1").data == b"entry 0\n" * 100  # its own, untouched
+
+
+def test_copies_dropped_or_expired_take_their_objects_and_any_left_behind(
+    on_objects: tuple[State, State], archive_url: str, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, _b = on_objects
+    _cap(monkeypatch, "session", 250_000)
+    refs = [a.archive.put(os.urandom(100_000), kind="image", session_id="s1").ref for _ in range(4)]
+    assert a.archive.flush_copies()
+    kept = sorted(_object_key(a, ref) for ref in refs[2:])
+    assert _keys(s3_server, archive_url) == kept  # the two oldest went with their rows
+    url = parse_object_store_url(archive_url)
+    left = f"{url.prefix}ar_left_behind.0000"  # as a write whose row failed would leave it
+    s3_server.client().put_object(Bucket=url.bucket, Key=left, Body=b"x")
+    outside = "not-codemode/keep-me"  # another prefix of the bucket is not ours
+    s3_server.client().put_object(Bucket=url.bucket, Key=outside, Body=b"x")
+    assert a.maintain(now=2**40)["expired_copies"] == 2
+    assert _keys(s3_server, archive_url) == []
+    assert s3_server.client().head_object(Bucket=url.bucket, Key=outside)["ContentLength"] == 1
+
+
+def test_a_failing_object_store_leaves_the_entry_readable_where_it_was_made(
+    on_objects: tuple[State, State], archive_url: str, s3_server: S3Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b = on_objects
+    before = a.archive.put("copied", kind="output", session_id="s1").ref
+    assert a.archive.flush_copies()
+    bucket = parse_object_store_url(archive_url).bucket
+    client = s3_server.client()
+    client.delete_objects(
+        Bucket=bucket, Delete={"Objects": [{"Key": k} for k in _keys(s3_server, archive_url)]}
+    )
+    client.delete_bucket(Bucket=bucket)  # the store fails every call from now on
+    with caplog.at_level(logging.WARNING, logger="codemode.state"):
+        ref = a.archive.put("still here", kind="output", session_id="s1")
+        assert a.archive.flush_copies()
+    assert a.archive.read(ref.ref, session_id="s1").data == b"still here"
+    message = next(r.getMessage() for r in caplog.records if ref.ref in r.getMessage())
+    assert "not copied" in message and "NoSuchBucket" in message and "codemode-test-secret" not in message
+    with pytest.raises(UnknownRefError):  # no row was written: another machine has nothing
+        b.archive.read(ref.ref, session_id="s1")
+    with pytest.raises(HostFault, match=f"archive store s3://{bucket}/archive/ at http://127.0.0.1:"):
+        b.archive.read(before, session_id="s1")  # its row is there, its object cannot be read
+
+
+def test_a_copy_in_an_object_store_needs_the_store_to_be_read(
+    on_objects: tuple[State, State], tmp_path: Path, database_url: str
+) -> None:
+    a, _b = on_objects
+    ref = a.archive.put("where?", kind="output", session_id="s1").ref
+    assert a.archive.flush_copies()
+    c = State(tmp_path / "c", database_url=database_url, holder="33t3@place-c")  # no archive store
+    try:
+        with pytest.raises(HostFault, match=r"archive store this server was not given.*--archive-url-file"):
+            c.archive.read(ref, session_id="s1")
+    finally:
+        c.close()

@@ -1,0 +1,96 @@
+"""The archive store's URL and opening it: a URL of the wrong shape, a store that cannot be
+reached and a missing driver say what is wrong without showing the keys; credentials taken from
+the environment leave it (no command inherits them)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from codemode.errors import StateDirError
+from codemode.state import State
+from codemode.state._objects import S3Store, parse_object_store_url
+from tests.s3_support import S3Server
+
+SECRET_KEY = "Zx9Qw8Er7Ty6Ui5Op4As3Df2"
+
+
+def test_a_url_gives_bucket_prefix_endpoint_region_and_keys() -> None:
+    url = parse_object_store_url(
+        f"s3://AKIDEXAMPLE:{SECRET_KEY.replace('Q', '%51')}@archives/codemode/prod/"
+        "?endpoint=https://minio.internal:9000&region=eu-west-1"
+    )
+    assert (url.bucket, url.prefix, url.endpoint, url.region) == (
+        "archives",
+        "codemode/prod/",
+        "https://minio.internal:9000",
+        "eu-west-1",
+    )
+    assert (url.access_key, url.secret_key) == ("AKIDEXAMPLE", SECRET_KEY)  # percent-decoded
+    assert SECRET_KEY not in repr(url) and SECRET_KEY not in url.describe()
+    assert url.describe() == "s3://archives/codemode/prod/ at https://minio.internal:9000"
+    bare = parse_object_store_url("s3://archives")
+    assert (bare.prefix, bare.endpoint, bare.region, bare.access_key) == ("", None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("https://archives/x", "starts with s3://"),
+        ("s3:///prefix", "names its bucket"),
+        ("s3://archives:9000/x", "names its bucket"),
+        (f"s3://AKID:@archives/x?k={SECRET_KEY}", "both keys or neither"),
+        (f"s3://AKID:{SECRET_KEY}@archives/x?endpont=http://h", "not endpont"),
+        (f"s3://AKID:{SECRET_KEY}@archives/x?region=a&region=b", "once each"),
+        (f"s3://AKID:{SECRET_KEY}@archives/x?endpoint=file:///etc", "http:// or https://"),
+    ],
+)
+def test_a_url_of_another_shape_is_refused_saying_the_shape_never_the_keys(url: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says) as refused:
+        parse_object_store_url(url)
+    assert SECRET_KEY not in str(refused.value)
+
+
+def test_an_archive_store_without_a_shared_database_is_refused(tmp_path: Path, archive_url: str) -> None:
+    with pytest.raises(StateDirError, match=r"needs the shared database.*--database-url-file"):
+        State(tmp_path / "state", archive_url=archive_url)
+
+
+def test_a_store_that_cannot_be_reached_or_has_no_such_bucket_fails_at_open(
+    tmp_path: Path, database_url: str, s3_server: S3Server
+) -> None:
+    missing = s3_server.url("no-such-bucket")
+    with pytest.raises(
+        StateDirError, match=r"s3://no-such-bucket/archive/ at .* failed to reach the bucket"
+    ) as e:
+        State(tmp_path / "a", database_url=database_url, archive_url=missing)
+    assert "codemode-test-secret" not in str(e.value)
+    with pytest.raises(StateDirError, match="starts with s3://"):
+        State(tmp_path / "b", database_url=database_url, archive_url="gs://bucket")
+
+
+def test_keys_taken_from_the_environment_leave_it(
+    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bucket = s3_server.new_bucket()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "codemode-test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "codemode-test-secret")
+    store = S3Store(parse_object_store_url(f"s3://{bucket}/p?endpoint={s3_server.endpoint}&region=us-east-1"))
+    try:
+        assert "AWS_ACCESS_KEY_ID" not in os.environ and "AWS_SECRET_ACCESS_KEY" not in os.environ
+        store.put("p/one", b"kept")
+        assert store.get("p/one", 4) == b"kept"
+        assert store.get("p/two", 4) is None
+    finally:
+        store.close()
+
+
+def test_without_the_driver_the_store_says_which_extra_to_install(
+    tmp_path: Path, database_url: str, archive_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "boto3", None)  # as if boto3 were not installed
+    with pytest.raises(StateDirError, match=r"driver is not installed \(boto3\).*codemode\[s3\]"):
+        State(tmp_path / "state", database_url=database_url, archive_url=archive_url)

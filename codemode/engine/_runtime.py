@@ -267,7 +267,9 @@ class Engine:
         """Stop the calls the program left pending and say what each really did.
 
         A call that took effect although nothing awaited it (a background process started, a
-        file written) is reported with its result; only one that was stopped is "cancelled".
+        file written) is reported with its result; only one that was stopped is "cancelled". A
+        call of a tool that declares it changes nothing (``read_only``) did nothing to report,
+        whenever it finished (as while the program ran: `ProgramCalls.unawaited`).
         """
         spawner = calls.spawner
         spawner.stop_runs()
@@ -277,8 +279,16 @@ class Engine:
         # Calls that finished after the program stopped reading: their results are unread.
         done = {cid: value for cid, (_, value) in calls.unread.items() if cid in outcome.pending_calls}
         outcome.cancelled = [name for cid, name in outcome.pending_calls.items() if cid not in done]
-        outcome.late = [(outcome.pending_calls[cid], as_result(value)) for cid, value in sorted(done.items())]
+        outcome.late = [
+            (outcome.pending_calls[cid], as_result(value))
+            for cid, value in sorted(done.items())
+            if not self._changes_nothing(outcome.pending_calls[cid])
+        ]
         return outcome
+
+    def _changes_nothing(self, name: str) -> bool:
+        tool = self.registry.get(name)
+        return tool is not None and tool.read_only
 
 
 def _idle_workers() -> int:

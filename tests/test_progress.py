@@ -45,6 +45,29 @@ async def test_run_code_reports_printed_characters_tool_calls_and_command_output
         assert reports == []
 
 
+async def test_a_program_computing_without_calls_reports_what_it_has_printed(tmp_path: Path) -> None:
+    """Nothing wakes the host for such a program but its own printed text (handed over when it
+    awaits): in a worker process, its thread wakes the relay that tells the host (a program that
+    ends sooner says it all at its end, and costs no wake-up)."""
+    (tmp_path / "ws").mkdir()
+    reports: list[Progress] = []
+
+    async def collect(progress: Progress) -> None:
+        reports.append(progress)
+
+    code = """
+    const spin = (ms) => { const end = Date.now() + ms; while (Date.now() < end) {} };
+    spin(400);
+    print("x".repeat(99));
+    await new Promise((resolve) => setTimeout(resolve, 1));  // hands its text over; no tool call
+    spin(1800);
+    """
+    async with Host(workspace=tmp_path / "ws", state_dir=tmp_path / "state", handoff_seconds=None) as host:
+        result = await host.run_code(code, on_progress=collect)
+    assert result.ok, result.text
+    assert any(r.printed_chars == 100 for r in reports), [r.printed_chars for r in reports]
+
+
 async def test_a_direct_call_counts_only_its_own_commands(tmp_path: Path) -> None:
     (tmp_path / "ws").mkdir()
     reports: list[Progress] = []

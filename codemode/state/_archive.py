@@ -515,8 +515,8 @@ class Archive:
         except UnknownRefError:
             if self._shared is None or not _REF_RE.fullmatch(ref):
                 raise
-            copy = self._shared.fetch(ref)
-            if copy is None or (session_id is not None and copy.session_id != session_id):
+            copy = self._shared.fetch(ref, session_id)  # another session's: None, nothing read
+            if copy is None:
                 raise
             if copy.finished is None:
                 raise UnknownRefError(

@@ -258,13 +258,29 @@ class SharedArchive:
         """Most bytes of all copies."""
         return SHARED_TOTAL_BYTES if self.objects is None else OBJECT_TOTAL_BYTES
 
+    @property
+    def where(self) -> str:
+        """Where copies go, for messages: the shared database, or the archive store."""
+        return (
+            "the shared database" if self.objects is None else f"the archive store {self.objects.describe()}"
+        )
+
+    @property
+    def queue_bytes(self) -> int:
+        """Most bytes of copies waiting: `QUEUE_BYTES`, and room for two of the largest."""
+        return max(QUEUE_BYTES, 2 * self.entry_bytes)
+
     def _submit(self, what: str, size: int, job: Callable[[], None]) -> None:
+        """Queue ``job`` for the writer thread; ``what`` says what is lost when it cannot run
+        ("X is not copied to ..."), logged with why."""
         with self._cond:
-            if self._closed or self._queued_bytes + size > QUEUE_BYTES:
+            if self._closed or self._queued_bytes + size > self.queue_bytes:
                 _log.warning(
-                    "%s is not copied to the shared database: %s",
+                    "%s: %s",
                     what,
-                    "the archive is closed" if self._closed else "the database is behind",
+                    "the archive is closed"
+                    if self._closed
+                    else f"{self.where} is behind ({self._queued_bytes:,} bytes wait to be written)",
                 )
                 return
             self._work.append((what, size, job))
@@ -287,8 +303,8 @@ class SharedArchive:
                 self._busy = True
             try:
                 job()
-            except Exception as exc:  # the database failed: the entry stays on its machine
-                _log.warning("%s is not copied to the shared database: %s", what, exc)
+            except Exception as exc:  # the database or the store failed: the entry stays on its machine
+                _log.warning("%s: %s", what, exc)
             finally:
                 with self._cond:
                     self._queued_bytes -= size
@@ -315,7 +331,9 @@ class SharedArchive:
     def announce(self, ref: str, *, kind: str, session_id: str | None, raw: bool) -> None:
         """Record a log this process has started writing (queued)."""
         row = (ref, session_id, kind, self.holder, time.time(), int(raw))
-        self._submit(f"the announcement of log {ref}", 0, lambda: self._announce(row))
+        self._submit(
+            f"the announcement of log {ref} is not made in {self.where}", 0, lambda: self._announce(row)
+        )
 
     def _announce(self, row: tuple[object, ...]) -> None:
         self._db.execute(
@@ -352,14 +370,18 @@ class SharedArchive:
             tail_start=tail_start,
             tail=tail,
         )
-        self._submit(f"archived text {ref}", len(head) + len(tail), lambda: self.store(copy))
+        self._submit(
+            f"archived text {ref} is not copied to {self.where}",
+            len(head) + len(tail),
+            lambda: self.store(copy),
+        )
 
     def store(self, copy: SharedCopy) -> None:
         """Keep ``copy`` (replacing its announcement), then drop the session's oldest finished
         copies past `session_bytes`. With an object store, its bytes are written there first."""
         size = len(copy.head) + len(copy.tail)
         head, tail, key = copy.head, copy.tail, None
-        if self.objects is not None:
+        if self.objects is not None and size:  # (an empty copy needs no object)
             key = f"{self.objects.prefix}{copy.ref}.{secrets.token_hex(8)}"
             self.objects.put(key, copy.head + copy.tail)
             head, tail = b"", b""
@@ -398,7 +420,7 @@ class SharedArchive:
                 if copy.session_id is not None:
                     rows = conn.execute(
                         "SELECT ref, size, object_key FROM shared_archive WHERE session_id = ?"
-                        " AND finished IS NOT NULL ORDER BY created DESC",
+                        f" AND finished IS NOT NULL AND {self._own_kind} ORDER BY created DESC",
                         (copy.session_id,),
                     ).fetchall()
                     held = 0
@@ -416,6 +438,13 @@ class SharedArchive:
         if self._stored_since_trim >= self.total_bytes // 64:
             self._stored_since_trim = 0
             self.trim()
+
+    @property
+    def _own_kind(self) -> str:
+        """The SQL condition of the copies this archive's caps count: those whose bytes are where
+        this archive keeps its own (the database, or an object store). A fleet with servers of
+        both kinds (mid-way through turning a store on) keeps each kind under its own caps."""
+        return "object_key IS NULL" if self.objects is None else "object_key IS NOT NULL"
 
     def _remove_objects(self, keys: list[str | None]) -> None:
         """Remove these objects (None: a copy kept in the database); a failure is logged, and
@@ -435,12 +464,15 @@ class SharedArchive:
         (checked after every 1/64 of it stored); how many."""
         dropped: list[str | None] = []
         with self._db.connection() as conn:
-            (total,) = conn.execute("SELECT COALESCE(SUM(size), 0) FROM shared_archive").fetchone()
+            (total,) = conn.execute(
+                f"SELECT COALESCE(SUM(size), 0) FROM shared_archive WHERE {self._own_kind}"
+            ).fetchone()
             excess = int(total) - self.total_bytes
             if excess <= 0:
                 return 0
             for ref, size, key in conn.execute(
-                "SELECT ref, size, object_key FROM shared_archive WHERE finished IS NOT NULL ORDER BY created"
+                "SELECT ref, size, object_key FROM shared_archive WHERE finished IS NOT NULL"
+                f" AND {self._own_kind} ORDER BY created"
             ).fetchall():
                 if excess <= 0:
                     break
@@ -451,26 +483,29 @@ class SharedArchive:
         return len(dropped)
 
     @host_faults
-    def fetch(self, ref: str) -> SharedCopy | None:
-        """The copy of ``ref``; None when there is none.
+    def fetch(self, ref: str, session_id: str | None = None) -> SharedCopy | None:
+        """The copy of ``ref``; None when there is none (or, with ``session_id``, when it is
+        another session's: nothing of it is read, from the database or the store). A copy still
+        being written on its machine comes without bytes.
 
         Raises:
-            HostFault: The database or the object store failed, or the object store's bytes
-                are not the ones its row describes.
+            HostFault: The database or the object store failed, or the bytes read are not the
+                ones its row describes (their size and SHA-256).
         """
         with self._db.connection() as conn:
             row = conn.execute(
-                f"SELECT {_COLUMNS}, size FROM shared_archive WHERE ref = ?", (ref,)
+                "SELECT ref, session_id, kind, holder, created, finished, total_bytes, sha256, raw,"
+                " head_start, tail_start, object_key, head_bytes, size FROM shared_archive WHERE ref = ?",
+                (ref,),
             ).fetchone()
-        if row is None:
-            return None
-        head, tail, key, head_bytes, size = (
-            bytes(row[10]),
-            bytes(row[12]),
-            row[13],
-            int(row[14]),
-            int(row[15]),
-        )
+            if row is None or (session_id is not None and row[1] != session_id):
+                return None
+            key, head_bytes, size = row[11], int(row[12]), int(row[13])
+            head = tail = b""
+            if row[5] is not None and key is None:
+                kept = conn.execute("SELECT head, tail FROM shared_archive WHERE ref = ?", (ref,)).fetchone()
+                head, tail = (b"", b"") if kept is None else (bytes(kept[0]), bytes(kept[1]))
+        holder = str(row[3])
         if key is not None:
             if self.objects is None:
                 raise HostFault(
@@ -478,18 +513,24 @@ class SharedArchive:
                     "the same --archive-url-file (or $CODEMODE_ARCHIVE_URL) as the server that made it"
                 )
             data = self.objects.get(str(key), size)
-            if data is None or len(data) != size or hashlib.sha256(data).hexdigest() != row[7]:
+            if data is None:
                 raise HostFault(
-                    f"the archive store {self.objects.describe()} "
-                    f"{'has lost the' if data is None else 'holds a damaged'} copy of {ref} ({key}); "
-                    f"the machine that made it ({row[3]}) may still hold it"
+                    f"the archive store {self.objects.describe()} has lost the copy of {ref}; "
+                    f"the machine that made it ({holder}) may still hold it"
                 )
             head, tail = data[:head_bytes], data[head_bytes:]
+        if row[5] is not None and (
+            len(head) + len(tail) != size or hashlib.sha256(head + tail).hexdigest() != row[7]
+        ):
+            raise HostFault(
+                f"{self.where} holds a damaged copy of {ref} (not the size and digest it was written "
+                f"with); the machine that made it ({holder}) may still hold it"
+            )
         return SharedCopy(
             ref=str(row[0]),
             session_id=row[1],
             kind=str(row[2]),
-            holder=str(row[3]),
+            holder=holder,
             created=float(row[4]),
             finished=None if row[5] is None else float(row[5]),
             total_bytes=int(row[6]),
@@ -497,7 +538,7 @@ class SharedArchive:
             raw=bool(row[8]),
             head_start=int(row[9]),
             head=head,
-            tail_start=int(row[11]),
+            tail_start=int(row[10]),
             tail=tail,
         )
 
@@ -510,9 +551,9 @@ class SharedArchive:
 
     @host_faults
     def expire(self, before: float) -> int:
-        """Remove the copies created before ``before``, and the object store's objects written
-        before it (those rows' objects, and any an interrupted write or removal left); how
-        many copies."""
+        """Remove the copies created before ``before``; how many. Their objects, and any object
+        of this store written before then (one an interrupted write or removal left), are
+        removed by the writer thread (queued: a long listing never holds the caller)."""
         with self._db.connection() as conn:
             keys = [
                 row[0]
@@ -522,12 +563,14 @@ class SharedArchive:
                 ).fetchall()
             ]
             expired = conn.execute("DELETE FROM shared_archive WHERE created < ?", (before,)).rowcount
-        self._remove_objects(keys)
-        if self.objects is not None:
-            try:
-                self.objects.delete_older(before)
-            except HostFault as exc:
-                _log.warning("old objects stay in the archive store until its next expiry: %s", exc)
+        objects = self.objects
+        if objects is not None:
+
+            def sweep() -> None:
+                self._remove_objects(list(keys))
+                objects.delete_older(before)
+
+            self._submit(f"expired objects stay in {self.where} until its next expiry", 0, sweep)
         return int(expired)
 
 

@@ -42,16 +42,31 @@ def test_a_url_gives_bucket_prefix_endpoint_region_and_keys() -> None:
         ("https://archives/x", "starts with s3://"),
         ("s3:///prefix", "names its bucket"),
         ("s3://archives:9000/x", "names its bucket"),
+        ("s3://MyArchives/x", "lower-case"),  # S3 has no such bucket; a URL parser would lower it
         (f"s3://AKID:@archives/x?k={SECRET_KEY}", "both keys or neither"),
+        (f"s3://{SECRET_KEY}@archives/x", "KEY:SECRET@"),
+        # A secret with an unencoded / (AWS secrets often have one) or # cuts the URL elsewhere.
+        (f"s3://AKID:{SECRET_KEY[:8]}/{SECRET_KEY[8:]}@archives/x", "percent-encoded"),
+        (f"s3://AKID:{SECRET_KEY[:8]}#{SECRET_KEY[8:]}@archives/x", "percent-encoded"),
         (f"s3://AKID:{SECRET_KEY}@archives/x?endpont=http://h", "not endpont"),
         (f"s3://AKID:{SECRET_KEY}@archives/x?region=a&region=b", "once each"),
-        (f"s3://AKID:{SECRET_KEY}@archives/x?endpoint=file:///etc", "http:// or https://"),
+        (f"s3://AKID:{SECRET_KEY}@archives/x?region=eu+west", "region="),
+        (f"s3://AKID:{SECRET_KEY}@archives/x?endpoint=file:///etc", r"http\(s\)://HOST"),
+        (f"s3://AKID:{SECRET_KEY}@archives/x?endpoint=http://", r"http\(s\)://HOST"),
+        (f"s3://AKID:{SECRET_KEY}@archives/x?endpoint=http://u:{SECRET_KEY}@h", "keys not in it"),
     ],
 )
 def test_a_url_of_another_shape_is_refused_saying_the_shape_never_the_keys(url: str, says: str) -> None:
     with pytest.raises(ValueError, match=says) as refused:
         parse_object_store_url(url)
-    assert SECRET_KEY not in str(refused.value)
+    for part in (SECRET_KEY, SECRET_KEY[:8], SECRET_KEY[8:]):
+        assert part not in str(refused.value)
+
+
+def test_a_secret_with_a_slash_percent_encoded_is_read_whole() -> None:
+    url = parse_object_store_url(f"s3://AKID:{SECRET_KEY[:8]}%2F{SECRET_KEY[8:]}@archives?region=eu-west-1")
+    assert url.secret_key == f"{SECRET_KEY[:8]}/{SECRET_KEY[8:]}" and url.prefix == ""
+    assert parse_object_store_url("s3://archives?endpoint=http://[::1]:9000").endpoint == "http://[::1]:9000"
 
 
 def test_an_archive_store_without_a_shared_database_is_refused(tmp_path: Path, archive_url: str) -> None:
@@ -72,15 +87,18 @@ def test_a_store_that_cannot_be_reached_or_has_no_such_bucket_fails_at_open(
         State(tmp_path / "b", database_url=database_url, archive_url="gs://bucket")
 
 
-def test_keys_taken_from_the_environment_leave_it(
-    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+def test_credentials_found_in_the_environment_are_used_and_leave_it(
+    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     bucket = s3_server.new_bucket()
+    (tmp_path / "aws-config").write_text("[default]\n")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "codemode-test")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "codemode-test-secret")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))  # points to them: goes too
     store = S3Store(parse_object_store_url(f"s3://{bucket}/p?endpoint={s3_server.endpoint}&region=us-east-1"))
     try:
-        assert "AWS_ACCESS_KEY_ID" not in os.environ and "AWS_SECRET_ACCESS_KEY" not in os.environ
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_CONFIG_FILE"):
+            assert name not in os.environ
         store.put("p/one", b"kept")
         assert store.get("p/one", 4) == b"kept"
         assert store.get("p/two", 4) is None
@@ -94,3 +112,23 @@ def test_without_the_driver_the_store_says_which_extra_to_install(
     monkeypatch.setitem(sys.modules, "boto3", None)  # as if boto3 were not installed
     with pytest.raises(StateDirError, match=r"driver is not installed \(boto3\).*codemode\[s3\]"):
         State(tmp_path / "state", database_url=database_url, archive_url=archive_url)
+
+
+@pytest.mark.parametrize(
+    ("variables", "says"),
+    [
+        ({"AWS_ACCESS_KEY_ID": "only-the-id"}, "credentials"),  # no secret beside it
+        ({"AWS_PROFILE": "no-such-profile"}, "no-such-profile"),
+    ],
+)
+def test_credentials_that_cannot_be_used_fail_at_open_saying_so(
+    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], says: str
+) -> None:
+    url = f"s3://{s3_server.new_bucket()}?endpoint={s3_server.endpoint}"
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(StateDirError, match=f"cannot be used: .*{says}.*check its URL") as refused:
+        S3Store(parse_object_store_url(url))
+    assert refused.value.__cause__ is None  # said, not a traceback of boto3's

@@ -308,10 +308,12 @@ def test_copies_past_the_queue_are_not_made_and_say_so(
     machines: tuple[State, State], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     a, _b = machines
-    monkeypatch.setattr(shared_archive, "QUEUE_BYTES", 1000)
+    monkeypatch.setattr(shared_archive.SharedArchive, "queue_bytes", 1000)
     with caplog.at_level(logging.WARNING, logger="codemode.state"):
         ref = a.archive.put(os.urandom(5000), kind="image", session_id="s1")
-    assert any("database is behind" in record.getMessage() for record in caplog.records)
+    assert a.copies is not None
+    behind = f"archived text {ref.ref} is not copied to {a.copies.where}: {a.copies.where} is behind"
+    assert any(record.getMessage().startswith(behind) for record in caplog.records), caplog.text
     assert len(a.archive.read(ref.ref, 0, 10_000, session_id="s1").data) == 5000
 
 
@@ -360,23 +362,81 @@ def test_an_object_stores_copy_that_was_changed_or_lost_is_refused_not_served(
     assert a.archive.read(refs[0], session_id="s1").data == b"entry 0\n" * 100  # its own, untouched
 
 
-def test_copies_dropped_or_expired_take_their_objects_and_any_left_behind(
-    on_objects: tuple[State, State], archive_url: str, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("prefix", ["archive", ""])
+def test_copies_dropped_or_expired_take_their_objects_and_any_left_behind_but_nothing_else(
+    tmp_path: Path, database_url: str, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, prefix: str
 ) -> None:
-    a, _b = on_objects
+    """Only objects named as this store names them go, even in a bucket shared with others and
+    named without a prefix."""
+    bucket = s3_server.new_bucket()
+    store = s3_server.url(bucket, prefix=prefix)
+    a = State(tmp_path / "a", database_url=database_url, holder="11t1@place-a", archive_url=store)
+    try:
+        _cap(monkeypatch, "session", 250_000)
+        refs = [a.archive.put(os.urandom(100_000), kind="image", session_id="s1").ref for _ in range(4)]
+        assert a.archive.flush_copies()
+        kept = sorted(_object_key(a, ref) for ref in refs[2:])
+        assert _keys(s3_server, store) == kept  # the two oldest went with their rows
+        folder = f"{prefix}/codemode-archive/" if prefix else "codemode-archive/"
+        assert all(key.startswith(folder) for key in kept)
+        client = s3_server.client()
+        left = f"{folder}ar_{'L' * 20}.{'0' * 16}"  # as a write whose row failed would leave it
+        others = [f"{folder}notes.txt", "backups/db.dump", "ar_xxxxxxxxxxxxxxxxxxxx.0000000000000000"]
+        for key in (left, *others):
+            client.put_object(Bucket=bucket, Key=key, Body=b"x")
+        assert a.maintain(now=2**40)["expired_copies"] == 2
+        assert a.archive.flush_copies()  # the objects go on the writer thread
+        assert _keys(s3_server, store) == sorted(
+            key for key in others if key.startswith(parse_object_store_url(store).prefix)
+        )
+        for key in others:
+            assert client.head_object(Bucket=bucket, Key=key)["ContentLength"] == 1
+    finally:
+        a.close()
+
+
+def test_a_server_without_the_store_keeps_its_own_copies_under_its_caps_and_no_others(
+    on_objects: tuple[State, State], tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mid-way through turning a store on, servers of both kinds share the table: each kind of
+    copy is capped apart, so one server's small caps do not drop the other's copies."""
+    a, b = on_objects
     _cap(monkeypatch, "session", 250_000)
-    refs = [a.archive.put(os.urandom(100_000), kind="image", session_id="s1").ref for _ in range(4)]
+    monkeypatch.setattr(shared_archive, "OBJECT_SESSION_BYTES", 10**9)
+    in_store = [a.archive.put(os.urandom(100_000), kind="image", session_id="s1").ref for _ in range(3)]
     assert a.archive.flush_copies()
-    kept = sorted(_object_key(a, ref) for ref in refs[2:])
-    assert _keys(s3_server, archive_url) == kept  # the two oldest went with their rows
-    url = parse_object_store_url(archive_url)
-    left = f"{url.prefix}ar_left_behind.0000"  # as a write whose row failed would leave it
-    s3_server.client().put_object(Bucket=url.bucket, Key=left, Body=b"x")
-    outside = "not-codemode/keep-me"  # another prefix of the bucket is not ours
-    s3_server.client().put_object(Bucket=url.bucket, Key=outside, Body=b"x")
-    assert a.maintain(now=2**40)["expired_copies"] == 2
-    assert _keys(s3_server, archive_url) == []
-    assert s3_server.client().head_object(Bucket=url.bucket, Key=outside)["ContentLength"] == 1
+    c = State(tmp_path / "c", database_url=database_url, holder="33t3@place-c")  # no store
+    try:
+        in_database = [
+            c.archive.put(os.urandom(100_000), kind="image", session_id="s1").ref for _ in range(3)
+        ]
+        assert c.archive.flush_copies()
+        for ref in in_store:  # none of the store's went for the database's cap
+            assert len(b.archive.read(ref, 0, 10, session_id="s1").data) == 10
+        with pytest.raises(UnknownRefError):  # its own oldest did
+            b.archive.read(in_database[0], session_id="s1")
+        assert len(b.archive.read(in_database[2], 0, 10, session_id="s1").data) == 10
+    finally:
+        c.close()
+
+
+def test_a_strangers_read_reads_no_object_and_learns_nothing(
+    on_objects: tuple[State, State], archive_url: str, s3_server: S3Server
+) -> None:
+    """Another session's reference is "no such text", whatever its object is like (damaged, or
+    lost): the row's owner is checked before any byte is read."""
+    a, b = on_objects
+    ref = a.archive.put("s1's own\n" * 50, kind="output", session_id="s1").ref
+    assert a.archive.flush_copies()
+    bucket = parse_object_store_url(archive_url).bucket
+    s3_server.client().put_object(Bucket=bucket, Key=_object_key(a, ref), Body=b"changed")
+    never = "ar_" + "n" * 20
+    for asked in (ref, never):
+        with pytest.raises(UnknownRefError, match="no archived text") as refused:
+            b.archive.read(asked, session_id="s2")
+        assert "11t1" not in str(refused.value) and "codemode-archive" not in str(refused.value)
+    with pytest.raises(HostFault, match="damaged"):  # its owner is told
+        b.archive.read(ref, session_id="s1")
 
 
 def test_a_failing_object_store_leaves_the_entry_readable_where_it_was_made(

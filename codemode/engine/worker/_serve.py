@@ -36,7 +36,9 @@ _PRINTED_EVERY = 0.25
 
 class _Current:
     """The program the relay serves: its run id and channel (made by the relay when the run
-    comes), its run (set by the main thread when it starts it), and whether it was stopped."""
+    comes), its run (set by the main thread when it starts it), and whether it was stopped;
+    when what it printed is first due to be told (`_PRINTED_EVERY` after it came), and how
+    many of its calls the relay sent the host and has no result of yet (the relay's)."""
 
     def __init__(self, run_id: int, channel: _qjs.Channel) -> None:
         self.run_id = run_id
@@ -44,6 +46,8 @@ class _Current:
         self.guest: GuestRun | None = None
         self.stopped = False
         self.ended = False
+        self.due = time.monotonic() + _PRINTED_EVERY
+        self.outstanding = 0
 
 
 class Worker:
@@ -81,11 +85,16 @@ class Worker:
         try:
             while True:
                 current = self.current
-                running = current is not None and not current.ended
                 untold = self.printed != self.printed_told
-                # While a program runs and has printed something untold, look now and then
-                # whether it printed more; else its thread wakes this one when that is due.
-                self.timed = running and untold
+                # Look now and then whether the program printed while it waits for calls (its
+                # text is handed over as it starts waiting), or once it has run _PRINTED_EVERY
+                # with text untold; else its thread wakes this one when that is due (`_run`).
+                # A short program that calls nothing never wakes this thread but for its run.
+                self.timed = (
+                    current is not None
+                    and not current.ended
+                    and (current.outstanding > 0 or (untold and time.monotonic() >= current.due))
+                )
                 ready = self.poller.poll(_PRINTED_EVERY * 1000 if self.timed else None)
                 for fd, _events in ready:
                     if fd == ctl:
@@ -121,6 +130,7 @@ class Worker:
             run_id, call_id, ok, is_text = _wire.RESULT_HEAD.unpack_from(body)
             current = self.current
             if current is not None and current.run_id == run_id:
+                current.outstanding = max(0, current.outstanding - 1)
                 current.channel.post(call_id, ok, body[_wire.RESULT_HEAD.size :].decode("utf-8"), is_text)
         elif kind == _wire.STOP:
             (run_id,) = _RUN_ID.unpack_from(body)
@@ -145,6 +155,7 @@ class Worker:
         if current is None:
             return
         calls = current.channel.take_calls()
+        current.outstanding += len(calls)
         body = json.dumps([current.run_id, current.channel.unread, calls], ensure_ascii=False)
         self.ctl_out.send(_wire.CALLS, body.encode("utf-8"))
 
@@ -171,7 +182,7 @@ class Worker:
 
         stream = bool(message.get("stream"))
         printed = 0
-        due = time.monotonic() + _PRINTED_EVERY  # when a sleeping relay is woken to tell it
+        due = current.due  # from then, a relay sleeping without a timeout is woken to tell it
 
         def output(text: str) -> None:
             nonlocal printed

@@ -45,27 +45,33 @@ async def test_run_code_reports_printed_characters_tool_calls_and_command_output
         assert reports == []
 
 
-async def test_a_program_computing_without_calls_reports_what_it_has_printed(tmp_path: Path) -> None:
-    """Nothing wakes the host for such a program but its own printed text (handed over when it
-    awaits): in a worker process, its thread wakes the relay that tells the host (a program that
-    ends sooner says it all at its end, and costs no wake-up)."""
+@pytest.mark.parametrize(
+    "then",
+    [
+        "await sleep(2200);",  # waits on a timer of its own
+        "await new Promise((resolve) => setTimeout(resolve, 1)); spin(2200);",  # computes
+    ],
+)
+async def test_a_program_that_printed_then_waits_or_computes_without_calls_reports_it(
+    tmp_path: Path, then: str
+) -> None:
+    """Nothing wakes the host for such a program but the text it handed over as it went on:
+    in a worker process, its thread wakes the relay that tells the host (a program that ends
+    sooner says it all at its end, and costs no wake-up)."""
     (tmp_path / "ws").mkdir()
     reports: list[Progress] = []
 
     async def collect(progress: Progress) -> None:
         reports.append(progress)
 
-    code = """
-    const spin = (ms) => { const end = Date.now() + ms; while (Date.now() < end) {} };
-    spin(400);
-    print("x".repeat(99));
-    await new Promise((resolve) => setTimeout(resolve, 1));  // hands its text over; no tool call
-    spin(1800);
-    """
+    code = (
+        "const spin = (ms) => { const end = Date.now() + ms; while (Date.now() < end) {} };"
+        f'print("x".repeat(99)); {then}'
+    )
     async with Host(workspace=tmp_path / "ws", state_dir=tmp_path / "state", handoff_seconds=None) as host:
         result = await host.run_code(code, on_progress=collect)
     assert result.ok, result.text
-    assert any(r.printed_chars == 100 for r in reports), [r.printed_chars for r in reports]
+    assert reports and all(r.printed_chars == 100 for r in reports), [r.printed_chars for r in reports]
 
 
 async def test_a_direct_call_counts_only_its_own_commands(tmp_path: Path) -> None:

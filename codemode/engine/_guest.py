@@ -290,6 +290,8 @@ class GuestRun:
         any_effects: Whether a call of a tool that changes things has delivered (else the end
             needs no report of unobserved calls when no call is pending).
         on_output: Given each piece of printed text as it is collected; thread-safe, non-blocking.
+        on_wait: Called when the program has handed over what it queued (its text, its calls)
+            and goes on: it waits for a call or a timer, or runs on. Not at its end.
     """
 
     def __init__(
@@ -300,6 +302,7 @@ class GuestRun:
         strip: Strip,
         any_effects: Callable[[], bool],
         on_output: Callable[[str], None] | None = None,
+        on_wait: Callable[[], None] | None = None,
     ) -> None:
         # Lone surrogates (non-UTF-8 input) cannot be compiled: they become U+FFFD.
         self.source = _js_text(spec.source)
@@ -310,6 +313,7 @@ class GuestRun:
         self.strip = strip
         self.any_effects = any_effects
         self.on_output = on_output
+        self.on_wait = on_wait
         self.cancelled = False
         self._output = PrintedOutput(self.limits.output_bytes_in_memory)
         self._done: tuple[bool, str, str] | None = None
@@ -520,6 +524,8 @@ class GuestRun:
                     self._drain(ctx, drained)
                     if self._done is not None:
                         return self._finish_error()
+                    if self.on_wait is not None:
+                        self.on_wait()
                 elif event == "wait":
                     return WAITING
                 elif event == "timer":

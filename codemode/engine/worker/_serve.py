@@ -27,18 +27,17 @@ _RUN_ID = struct.Struct(">I")
 _PRINTED = struct.Struct(">IQ")
 # How long after a program printed the relay tells the host how much (progress reports tick in
 # seconds; a frame per print would wake the host's loop for nothing, and a program that ends
-# sooner says it all in its end). The relay sleeps without a timeout until the program has
-# printed something untold and has run that long: a timer per program woke it ~250 ms after
-# every short one had ended, ~0.3 ms of CPU each in a worker idle meanwhile (cold caches:
-# /proc/<pid>/task/*/schedstat, one program every 0.3 s).
+# sooner says it all in its end). The relay polls with that timeout only while the running
+# program has text untold; a program that goes on after handing text over (it waits for a call
+# or a timer) wakes it. Before, a timer per program woke it ~250 ms after every short one had
+# ended, ~0.3 ms of CPU each in a worker idle meanwhile (cold caches: /proc/<pid>/task/*/schedstat,
+# one program every 0.3 s).
 _PRINTED_EVERY = 0.25
 
 
 class _Current:
     """The program the relay serves: its run id and channel (made by the relay when the run
-    comes), its run (set by the main thread when it starts it), and whether it was stopped;
-    when what it printed is first due to be told (`_PRINTED_EVERY` after it came), and how
-    many of its calls the relay sent the host and has no result of yet (the relay's)."""
+    comes), its run (set by the main thread when it starts it), and whether it was stopped."""
 
     def __init__(self, run_id: int, channel: _qjs.Channel) -> None:
         self.run_id = run_id
@@ -46,8 +45,6 @@ class _Current:
         self.guest: GuestRun | None = None
         self.stopped = False
         self.ended = False
-        self.due = time.monotonic() + _PRINTED_EVERY
-        self.outstanding = 0
 
 
 class Worker:
@@ -69,8 +66,8 @@ class Worker:
         # by the program's end, which says it all (so the relay does not wake to tell it after).
         self.printed = (0, 0)
         self.printed_told = (0, 0)
-        # The program's thread wakes the relay through this once its program has run
-        # _PRINTED_EVERY and printed while the relay sleeps without a timeout (`timed`).
+        # The program's thread wakes the relay through this when its program goes on with text
+        # untold while the relay sleeps without a timeout (`timed`).
         self.wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.poller.register(self.wake, select.POLLIN)
         self.timed = False
@@ -85,16 +82,16 @@ class Worker:
         try:
             while True:
                 current = self.current
+                running = current is not None and not current.ended
+                # While a running program has printed text not yet told, look now and then
+                # whether it printed more; else sleep until something comes: a program that
+                # goes on (`_run`'s on_wait) with text untold wakes this thread itself.
+                self.timed = running and self.printed != self.printed_told
+                if running and not self.timed and self.printed != self.printed_told:
+                    # (handed over as this thread published `timed`: that on_wait may have
+                    # read the old value and not woken it)
+                    self.timed = True
                 untold = self.printed != self.printed_told
-                # Look now and then whether the program printed while it waits for calls (its
-                # text is handed over as it starts waiting), or once it has run _PRINTED_EVERY
-                # with text untold; else its thread wakes this one when that is due (`_run`).
-                # A short program that calls nothing never wakes this thread but for its run.
-                self.timed = (
-                    current is not None
-                    and not current.ended
-                    and (current.outstanding > 0 or (untold and time.monotonic() >= current.due))
-                )
                 ready = self.poller.poll(_PRINTED_EVERY * 1000 if self.timed else None)
                 for fd, _events in ready:
                     if fd == ctl:
@@ -130,7 +127,6 @@ class Worker:
             run_id, call_id, ok, is_text = _wire.RESULT_HEAD.unpack_from(body)
             current = self.current
             if current is not None and current.run_id == run_id:
-                current.outstanding = max(0, current.outstanding - 1)
                 current.channel.post(call_id, ok, body[_wire.RESULT_HEAD.size :].decode("utf-8"), is_text)
         elif kind == _wire.STOP:
             (run_id,) = _RUN_ID.unpack_from(body)
@@ -155,7 +151,6 @@ class Worker:
         if current is None:
             return
         calls = current.channel.take_calls()
-        current.outstanding += len(calls)
         body = json.dumps([current.run_id, current.channel.unread, calls], ensure_ascii=False)
         self.ctl_out.send(_wire.CALLS, body.encode("utf-8"))
 
@@ -182,7 +177,6 @@ class Worker:
 
         stream = bool(message.get("stream"))
         printed = 0
-        due = current.due  # from then, a relay sleeping without a timeout is woken to tell it
 
         def output(text: str) -> None:
             nonlocal printed
@@ -191,8 +185,12 @@ class Worker:
                 return
             printed += len(text)  # progress reports need the count only: the relay tells it
             self.printed = (run_id, printed)
-            if not self.timed and time.monotonic() >= due:
-                self.timed = True  # once: the relay polls with a timeout from now on
+
+        def going_on() -> None:
+            # The program goes on with text the host was not told of: a relay sleeping without
+            # a timeout must tell it (a program that ends says it all in its end instead).
+            if not self.timed and self.printed != self.printed_told:
+                self.timed = True
                 os.eventfd_write(self.wake, 1)
 
         guest = GuestRun(
@@ -202,6 +200,7 @@ class Worker:
             self._strip,
             lambda: True,  # the host knows which calls changed things: always ask JS for its report
             output,
+            going_on,
         )
         current.guest = guest
         if current.stopped:  # stopped before it started

@@ -114,7 +114,7 @@ def test_a_log_is_named_with_its_machine_while_written_and_read_anywhere_once_fi
 
 
 def test_a_raw_log_leaves_its_machine_with_its_secrets_masked_in_place(
-    machines: tuple[State, State], database_url: str, store: str | None, s3_server: S3Server
+    machines: tuple[State, State], database_url: str, store: str | None, request: pytest.FixtureRequest
 ) -> None:
     a, _b = machines
     writer = a.archive.open_log(kind="log", session_id="s1", redact=False)
@@ -130,7 +130,7 @@ def test_a_raw_log_leaves_its_machine_with_its_secrets_masked_in_place(
     head, tail, is_raw, key = bytes(row[0]), bytes(row[1]), row[2], row[3]
     if store is not None:  # the bytes are the object's; the row holds none
         assert head == tail == b"" and key is not None
-        head = _object(s3_server, store, key)
+        head = _object(request.getfixturevalue("s3_server"), store, key)
     assert is_raw == 1 and tail == b""
     assert SECRET.encode() not in head and len(head) == len(raw)  # masked, every offset in place
     assert head.endswith(b"\nok\n") and b"[REDACTED:" in head

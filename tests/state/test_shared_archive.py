@@ -8,6 +8,7 @@ S3-compatible object store beside it (`tests.s3_support`)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterator
@@ -33,8 +34,8 @@ def store(request: pytest.FixtureRequest) -> str | None:
     return None if request.param == "database" else str(request.getfixturevalue("archive_url"))
 
 
-@pytest.fixture
-def machines(tmp_path: Path, database_url: str, store: str | None) -> Iterator[tuple[State, State]]:
+@contextlib.contextmanager
+def _two_machines(tmp_path: Path, database_url: str, store: str | None) -> Iterator[tuple[State, State]]:
     """Two state directories (two machines) on one shared database (and object store)."""
     a = State(tmp_path / "a", database_url=database_url, holder="11t1@place-a", archive_url=store)
     b = State(tmp_path / "b", database_url=database_url, holder="22t2@place-b", archive_url=store)
@@ -43,6 +44,13 @@ def machines(tmp_path: Path, database_url: str, store: str | None) -> Iterator[t
     finally:
         a.close()
         b.close()
+
+
+@pytest.fixture
+def machines(tmp_path: Path, database_url: str, store: str | None) -> Iterator[tuple[State, State]]:
+    """Two machines; their copies' bytes where ``store`` says."""
+    with _two_machines(tmp_path, database_url, store) as both:
+        yield both
 
 
 _CAP_NAMES = {
@@ -323,13 +331,8 @@ def test_copies_past_the_queue_are_not_made_and_say_so(
 @pytest.fixture
 def on_objects(tmp_path: Path, database_url: str, archive_url: str) -> Iterator[tuple[State, State]]:
     """Two machines whose copies' bytes are in an object store."""
-    a = State(tmp_path / "a", database_url=database_url, holder="11t1@place-a", archive_url=archive_url)
-    b = State(tmp_path / "b", database_url=database_url, holder="22t2@place-b", archive_url=archive_url)
-    try:
-        yield a, b
-    finally:
-        a.close()
-        b.close()
+    with _two_machines(tmp_path, database_url, archive_url) as both:
+        yield both
 
 
 def _keys(server: S3Server, store: str) -> list[str]:

@@ -87,11 +87,11 @@ class Worker:
                 # whether it printed more; else sleep until something comes: a program that
                 # goes on (`_run`'s on_wait) with text untold wakes this thread itself.
                 self.timed = running and self.printed != self.printed_told
-                if running and not self.timed and self.printed != self.printed_told:
-                    # (handed over as this thread published `timed`: that on_wait may have
-                    # read the old value and not woken it)
-                    self.timed = True
+                # Read again once `timed` is published: text handed over in between was seen
+                # by a `going_on` that read the old value and did not wake this thread.
                 untold = self.printed != self.printed_told
+                if running and untold:
+                    self.timed = True
                 ready = self.poller.poll(_PRINTED_EVERY * 1000 if self.timed else None)
                 for fd, _events in ready:
                     if fd == ctl:

@@ -332,6 +332,8 @@ class WorkerProcess:
         self._outbox = collections.deque[tuple[bytes | memoryview, bool]]()
         self.results_queued = 0
         self._writing = False
+        self._run_rest: memoryview | None = None  # what is left to write of a program (`send_run`)
+        self._writing_run = False
         threading.Thread(target=self._serve_sync, name=f"codemode-worker-{pid}", daemon=True).start()
 
     def _serve_sync(self) -> None:
@@ -429,14 +431,48 @@ class WorkerProcess:
     def _on_writable(self) -> None:
         self._flush()
 
+    def send_run(self, body: bytes) -> None:
+        """Send a program (`_wire.RUN`) to this idle worker, without blocking the loop (on the
+        loop). It goes on the sync socket, where the worker's idle main thread waits for it;
+        the sync thread only reads that socket, and writes its replies only while a program
+        runs (after it has read all of its program)."""
+        if self.dead:
+            return
+        self._run_rest = memoryview(_wire.frame(_wire.RUN, body))
+        self._flush_run()
+
+    def _flush_run(self) -> None:
+        rest = self._run_rest
+        if rest is None:
+            return
+        try:
+            sent = self.sync.send(rest, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            sent = 0
+        except OSError:  # it died: its control socket says so
+            sent = len(rest)
+        loop = asyncio.get_running_loop()
+        if sent < len(rest):
+            self._run_rest = rest[sent:]
+            if not self._writing_run:
+                self._writing_run = True
+                loop.add_writer(self.sync.fileno(), self._flush_run)
+            return
+        self._run_rest = None
+        if self._writing_run:
+            self._writing_run = False
+            loop.remove_writer(self.sync.fileno())
+
     def close(self) -> None:
         """End the worker: its sockets closed, it exits (and is killed, should it not)."""
-        if self._writing:
-            try:
-                asyncio.get_running_loop().remove_writer(self.ctl.fileno())
-            except RuntimeError:
-                pass
-            self._writing = False
+        for writing, sock in ((self._writing, self.ctl), (self._writing_run, self.sync)):
+            if writing:
+                try:
+                    asyncio.get_running_loop().remove_writer(sock.fileno())
+                except RuntimeError:
+                    pass
+        self._writing = self._writing_run = False
+        self._run_rest = None
         self.dead = True
         with self._closing:
             for sock in (self.ctl, self.sync):

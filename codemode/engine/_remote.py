@@ -285,7 +285,7 @@ async def run_in_worker(
     spawner.watch_readable(fd, run.on_readable)
     finished = False
     try:
-        worker.send(_wire.RUN, json.dumps(message, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        worker.send_run(json.dumps(message, ensure_ascii=False).encode("utf-8", "surrogatepass"))
         with anyio.move_on_after(timeout_seconds + _GRACE_SECONDS):
             await run.ended.wait()
         finished = True

@@ -1,9 +1,11 @@
 """The messages between the host and an engine worker process: framed bytes on two stream sockets.
 
 A frame is a 4-byte big-endian length (of what follows), one byte saying what it is, and its
-body. The *control* socket carries a program's run (host -> worker: `RUN`, `RESULT`, `STOP`;
-worker -> host: `CALLS`, `OUTPUT`, `END`); the *sync* socket carries the calls the program's
-thread waits for (worker -> host: `HOST_CALL`, `STRIP`; the host answers each with `REPLY`).
+body. The *sync* socket is the worker's main thread's: it brings each program (host -> worker:
+`RUN`, read while the worker is idle) and carries the calls the program's thread waits for
+(worker -> host: `HOST_CALL`, `STRIP`; the host answers each with `REPLY`). The *control* socket
+carries the rest of a run (host -> worker: `RESULT`, `STOP`; worker -> host: `CALLS`, `OUTPUT`,
+`PRINTED`, `END`, and `READY` once).
 Standard library only (and `_guest`, the JSON forms of what a run carries): the worker imports
 it without the host. The zygote's messages (`ZygoteOrder`, `ZygoteHello`, `ZygoteReport`) are
 JSON objects, one per datagram on its own socket.
@@ -21,9 +23,10 @@ from typing import TypedDict
 
 from codemode.engine._guest import EngineLimitsJson, GuestEndJson
 
-# host -> worker (control)
+# host -> worker (sync)
 RUN = 1
 """A program: JSON `RunMessage`."""
+# host -> worker (control)
 RESULT = 2
 """A call's result: `RESULT_HEAD` (run id, call id, ok, is text) then the payload (UTF-8)."""
 STOP = 3

@@ -309,11 +309,13 @@ def filter_fd(network: bool, *, proxied: bool = False) -> int:
 
 #: Everything an engine worker process may ask of the kernel once it is confined (x86_64), most
 #: frequent first (the filter tests them in order): its sockets to the host and its program's
-#: eventfd (read, write, poll), memory, futexes, clocks, its own signals, and exit. No open, no
+#: eventfd (read, write, poll; epoll on the one instance it made before), memory, futexes,
+#: clocks, its own signals, and exit. No open, no
 #: socket, no exec, no clone: the worker made its threads before it sealed itself
 #: (`codemode.engine.worker`). Anything else fails with EPERM; a foreign architecture is killed.
 WORKER_ALLOWED: dict[str, int] = {
-    "futex": 202, "read": 0, "write": 1, "recvfrom": 45, "sendto": 44, "poll": 7, "ppoll": 271,
+    "futex": 202, "read": 0, "write": 1, "recvfrom": 45, "sendto": 44, "epoll_wait": 232,
+    "epoll_pwait": 281, "epoll_ctl": 233, "poll": 7, "ppoll": 271,
     "clock_gettime": 228, "clock_nanosleep": 230, "nanosleep": 35, "sched_yield": 24,
     "mmap": 9, "munmap": 11, "mremap": 25, "mprotect": 10, "madvise": 28, "brk": 12,
     "eventfd2": 290, "close": 3, "recvmsg": 47, "sendmsg": 46, "readv": 19, "writev": 20,

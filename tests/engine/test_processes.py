@@ -5,6 +5,7 @@ Real zygote, real workers, real signals; no timing thresholds."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -13,7 +14,7 @@ import anyio
 import pytest
 
 from codemode import Host, Progress, RunResult
-from codemode.engine import _processes, _remote
+from codemode.engine import _processes, _remote, _wire
 from codemode.sandbox import cgroup_remove, cgroup_root, pids_limit_path
 from tests.host_support import MakeHost, alive
 
@@ -80,7 +81,8 @@ async def test_a_worker_is_confined(make_host: MakeHost) -> None:
         fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
         sockets = [fd for fd in fds if fd.startswith("socket:")]
         assert len(sockets) == 2, fds  # its two sockets to the host
-        assert fds - set(sockets) <= {"/dev/null", "anon_inode:[eventfd]"}, fds
+        # Beside them: its programs' and its relay's eventfds, and the relay's epoll instance.
+        assert fds - set(sockets) <= {"/dev/null", "anon_inode:[eventfd]", "anon_inode:[eventpoll]"}, fds
 
 
 def _cgroup_of(pid: int) -> str:
@@ -230,3 +232,60 @@ def test_describe_status_names_the_signal() -> None:
     assert _processes.describe_status(signal.SIGSEGV) == "was killed by SIGSEGV"
     assert _processes.describe_status(70 << 8) == "exited with status 70"
     assert _processes.describe_status(None) == "ended"
+
+
+@pytest.mark.parametrize("stop_first", [True, False])
+async def test_a_program_stopped_as_it_is_sent_stops_and_keeps_its_worker(
+    make_host: MakeHost, monkeypatch: pytest.MonkeyPatch, stop_first: bool
+) -> None:
+    """A program comes on the sync socket, its STOP on the control socket: read by two threads,
+    in either order, the STOP stops it (else it would compute to its timeout), and its worker
+    is kept."""
+    async with make_host(engine="process") as (host, _probe):
+        assert (await host.run_code("print(1)")).ok
+        (pid,) = _workers(host)
+        real_send_run = _processes.WorkerProcess.send_run
+
+        def send_run_and_stop(worker: _processes.WorkerProcess, body: bytes) -> None:
+            stop = _remote._RUN_ID.pack(json.loads(body)["run"])
+            if stop_first:
+                worker.send(_wire.STOP, stop)
+            real_send_run(worker, body)
+            if not stop_first:
+                worker.send(_wire.STOP, stop)
+
+        monkeypatch.setattr(_processes.WorkerProcess, "send_run", send_run_and_stop)
+        for _ in range(3):
+            result = await host.run_code("while (true) {}", timeout_seconds=20)
+            assert result.error is not None and "cancelled" in result.error.message, result.error
+        monkeypatch.setattr(_processes.WorkerProcess, "send_run", real_send_run)
+        after = await host.run_code("print('next')")
+        assert after.text == "next\n", after.text
+        assert _workers(host) == [pid]  # never killed for not answering
+
+
+async def test_a_workers_open_files_do_not_grow_with_its_programs(make_host: MakeHost) -> None:
+    """Each program has a channel of its own (an eventfd, made before the last one is closed):
+    a worker that kept its programs' channels would run out of files after a few programs (it
+    has a small RLIMIT_NOFILE)."""
+    async with make_host(engine="process") as (host, _probe):
+        source = "const r = await tools.echo({value: 1}); print(JSON.stringify(r))"
+        for _ in range(2):
+            assert (await host.run_code(source)).ok
+        (pid,) = _workers(host)
+        before = len(os.listdir(f"/proc/{pid}/fd"))
+        for _ in range(24):
+            result = await host.run_code(source)
+            assert result.ok, result.text
+        assert _workers(host) == [pid]
+        assert len(os.listdir(f"/proc/{pid}/fd")) == before
+
+
+async def test_a_program_larger_than_a_socket_buffer_reaches_its_worker_whole(make_host: MakeHost) -> None:
+    """A program goes to its worker without blocking the loop: what the socket does not take at
+    once is written as the worker reads it."""
+    async with make_host(engine="process") as (host, _probe):
+        padding = "x" * (4 * 1024 * 1024)
+        result = await host.run_code(f"const s = {json.dumps(padding)}; print(s.length)")
+        assert result.text == f"{len(padding)}\n", result.text[:200]
+        assert (await host.run_code("print('next')")).text == "next\n"

@@ -88,8 +88,8 @@ class HostileWorker:
     # -- what the attack does ---------------------------------------------------------------
 
     def take_run(self) -> _wire.RunMessage:
-        """Wait for the program the host sends."""
-        kind, body = _wire.read_frame(self.ctl)
+        """Wait for the program the host sends (on the sync socket)."""
+        kind, body = _wire.read_frame(self.sync)
         assert kind == _wire.RUN, kind
         message: _wire.RunMessage = json.loads(body)
         self.run = message

@@ -43,6 +43,12 @@ _READ_TIMEOUT_SECONDS = 20.0
 _ATTEMPTS = 3  # in all (botocore's total_max_attempts: the first try and two retries)
 _DELETE_BATCH = 1000  # S3's DeleteObjects takes at most 1,000 keys
 _SWEEP_SECONDS = 60.0  # the most one sweep of old objects spends listing and removing
+# Every server opening the state expires what is old; the store's objects are listed at most
+# once a day, by whichever server comes first (an object's age is counted in days: a listing
+# of a large bucket at each open bought nothing). The marker object's time says when the last
+# sweep began; its name is not of codemode's archive shape, so no sweep removes it.
+_SWEEP_EVERY_SECONDS = 24 * 3600.0
+_SWEPT = "last-sweep"
 _URL_SHAPE = "s3://[ACCESS_KEY:SECRET_KEY@]BUCKET[/PREFIX][?endpoint=URL&region=NAME]"
 _FOLDER = "codemode-archive/"  # under the URL's prefix: every object this store names
 _OBJECT_NAME = re.compile(r"ar_[A-Za-z0-9_-]{20}\.[0-9a-f]{16}")
@@ -159,10 +165,11 @@ class ObjectStore(Protocol):
 
     def delete(self, keys: list[str]) -> None: ...
 
-    def delete_older(self, before: float) -> int:
+    def delete_older(self, before: float, now: float) -> int:
         """Remove the objects this store names (``<prefix><ref>.<hex>``; nothing else under the
         prefix) last written before ``before`` (a Unix time), page by page, for at most
-        `_SWEEP_SECONDS`; how many."""
+        `_SWEEP_SECONDS`; how many. Nothing is listed when a sweep of the store (by any server)
+        began less than a day before ``now``."""
         ...
 
     def close(self) -> None: ...
@@ -286,7 +293,12 @@ class S3Store:
                     f"({failed[0].get('Key')}: {failed[0].get('Code')})"
                 )
 
-    def delete_older(self, before: float) -> int:
+    def delete_older(self, before: float, now: float) -> int:
+        marker = self.prefix + _SWEPT
+        last = self._swept_at(marker)
+        if last is not None and now - last < _SWEEP_EVERY_SECONDS:
+            return 0
+        self.put(marker, b"")
         stop = time.monotonic() + _SWEEP_SECONDS
         pages = self._client.get_paginator("list_objects_v2").paginate(
             Bucket=self.url.bucket, Prefix=self.prefix
@@ -306,6 +318,22 @@ class S3Store:
             self.delete(old)
             removed += len(old)
         return removed
+
+    def _swept_at(self, marker: str) -> float | None:
+        """When the last sweep began (the marker's time), or None when none did."""
+        try:
+            answer = self._client.head_object(Bucket=self.url.bucket, Key=marker)
+        except self._client_error as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise HostFault(
+                f"the archive store {self.describe()} failed to read {marker}: {_reason(exc)}"
+            ) from None
+        except self._errors as exc:
+            raise HostFault(
+                f"the archive store {self.describe()} failed to read {marker}: {_reason(exc)}"
+            ) from None
+        return float(answer["LastModified"].timestamp())
 
     def close(self) -> None:
         self._client.close()

@@ -550,10 +550,11 @@ class SharedArchive:
             return row.fetchone() is not None
 
     @host_faults
-    def expire(self, before: float) -> int:
+    def expire(self, before: float, now: float) -> int:
         """Remove the copies created before ``before``; how many. Their objects, and any object
-        of this store written before then (one an interrupted write or removal left), are
-        removed by the writer thread (queued: a long listing never holds the caller)."""
+        of this store written before then (one an interrupted write or removal left: listed at
+        most once a day, ``now`` saying when today is), are removed by the writer thread (queued:
+        a long listing never holds the caller)."""
         with self._db.connection() as conn:
             keys = [
                 row[0]
@@ -568,7 +569,7 @@ class SharedArchive:
 
             def sweep() -> None:
                 self._remove_objects(list(keys))
-                objects.delete_older(before)
+                objects.delete_older(before, now)
 
             self._submit(f"expired objects stay in {self.where} until its next expiry", 0, sweep)
         return int(expired)

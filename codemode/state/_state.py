@@ -152,7 +152,7 @@ class State:
         counts = self.archive.maintain(now)
         counts["expired_runs"] = self.runs.expire(now - EXPIRE_AFTER_SECONDS)
         if self.copies is not None:
-            counts["expired_copies"] = self.copies.expire(now - EXPIRE_AFTER_SECONDS)
+            counts["expired_copies"] = self.copies.expire(now - EXPIRE_AFTER_SECONDS, now)
             with self.shared.connection() as conn:
                 counts["expired_elsewhere"] = elsewhere.expire(conn, now - EXPIRE_AFTER_SECONDS)
         return counts

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,35 @@ def test_credentials_that_cannot_be_used_fail_at_open_saying_so(
     with pytest.raises(StateDirError, match=f"cannot be used: .*{says}.*check its URL") as refused:
         S3Store(parse_object_store_url(url))
     assert refused.value.__cause__ is None  # said, not a traceback of boto3's
+
+
+def test_the_store_is_listed_for_old_objects_at_most_once_a_day_by_any_server(s3_server: S3Server) -> None:
+    """Every server that opens the state expires what is old; listing a large bucket each time
+    would buy nothing (objects expire by the day), so a marker in the store says when the last
+    sweep began, and sweeps within a day of it list nothing."""
+    bucket = s3_server.new_bucket()
+    url = parse_object_store_url(s3_server.url(bucket))
+    one, two = S3Store(url), S3Store(url)  # two servers on one store
+    client = s3_server.client()
+    try:
+
+        def put_old() -> str:
+            key = f"{one.prefix}ar_{os.urandom(10).hex()}.{'0' * 16}"
+            client.put_object(Bucket=bucket, Key=key, Body=b"x")
+            return key
+
+        def names() -> set[str]:
+            return {item["Key"] for item in client.list_objects_v2(Bucket=bucket).get("Contents", [])}
+
+        first = put_old()
+        now = time.time()
+        assert one.delete_older(now + 60, now) == 1  # (written before now + 60 s: old enough)
+        assert first not in names()
+        second = put_old()
+        assert two.delete_older(now + 60, now + 3600) == 0  # the first sweep began an hour ago
+        assert second in names()
+        assert one.delete_older(now + 60, now + 2 * 24 * 3600) == 1  # two days later
+        assert names() == {f"{one.prefix}last-sweep"}  # the marker is never swept itself
+    finally:
+        one.close()
+        two.close()

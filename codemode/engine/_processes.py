@@ -343,14 +343,18 @@ class WorkerProcess:
                 kind, body = _wire.read_frame(self.sync)
                 if kind not in (_wire.HOST_CALL, _wire.STRIP):
                     raise _wire.WireError(f"unexpected frame {kind} on the sync socket")
-                with self._answering:
+                with self._answering:  # (held until the reply is written: see end_calls)
                     handler = self.handler
                     if handler is None:
                         raise _wire.WireError("a call when no program of it runs")
                     reply = handler(kind, body)
-                sender.send(_wire.REPLY, reply)
+                    sender.send(_wire.REPLY, reply)
         except (_wire.PeerClosed, OSError):
-            pass  # the worker ended (its control socket says so too), or the host closed it
+            # The worker ended, or the host closed it; or it closed this socket only, when its
+            # program can no longer run: its loop side sees the end now either way (how the
+            # worker ended is then asked of the zygote).
+            with self._closing, contextlib.suppress(OSError):
+                self.ctl.shutdown(socket.SHUT_RDWR)
         except Exception as exc:  # a frame no worker of ours sends, or what it made the host do
             if not self.dead:
                 self._break(f"broke the protocol on its sync socket ({exc})")
@@ -369,16 +373,21 @@ class WorkerProcess:
                 except OSError:
                     pass
 
-    async def end_calls(self) -> None:
-        """Its program ended: no call more is answered, and one being answered is waited for
-        (up to `_END_CALLS_SECONDS`), so that none runs once the program's end is returned."""
+    async def end_calls(self) -> bool:
+        """Its program ended: no call more is answered, and one being answered (until its reply
+        is written) is waited for, up to `_END_CALLS_SECONDS`, so that none runs once the
+        program's end is returned. False when one still is: the worker ended its program with a
+        call unanswered or its reply unread, which no worker of ours does (it waits for each
+        reply), and it must not get another program on that socket: the caller kills it."""
         self.handler = None
         if self._answering.acquire(blocking=False):
             self._answering.release()
-            return
+            return True
         answering = self._answering
         if await anyio.to_thread.run_sync(lambda: answering.acquire(timeout=_END_CALLS_SECONDS)):
             answering.release()
+            return True
+        return False
 
     # -- the control socket, from the event loop ---------------------------------------------
 
@@ -407,7 +416,7 @@ class WorkerProcess:
         while self._outbox:
             data, result = self._outbox[0]
             try:
-                sent = self.ctl.send(data, socket.MSG_DONTWAIT)
+                sent = self.ctl.send(data, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
             except BlockingIOError:
                 sent = 0
             except OSError:
@@ -431,11 +440,17 @@ class WorkerProcess:
     def _on_writable(self) -> None:
         self._flush()
 
+    @property
+    def sending_run(self) -> bool:
+        """Whether part of its program is still to be written (on the loop)."""
+        return self._run_rest is not None
+
     def send_run(self, body: bytes) -> None:
         """Send a program (`_wire.RUN`) to this idle worker, without blocking the loop (on the
         loop). It goes on the sync socket, where the worker's idle main thread waits for it;
         the sync thread only reads that socket, and writes its replies only while a program
-        runs (after it has read all of its program)."""
+        runs. The two never interleave: a worker that ends its program before reading all of
+        it (`sending_run`), or with a reply unread (`end_calls`), is killed, not kept."""
         if self.dead:
             return
         self._run_rest = memoryview(_wire.frame(_wire.RUN, body))
@@ -446,11 +461,13 @@ class WorkerProcess:
         if rest is None:
             return
         try:
-            sent = self.sync.send(rest, socket.MSG_DONTWAIT)
+            sent = self.sync.send(rest, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
         except BlockingIOError:
             sent = 0
-        except OSError:  # it died: its control socket says so
+        except OSError:  # it died, or closed this socket only: its program's loop side sees it now
             sent = len(rest)
+            with self._closing, contextlib.suppress(OSError):
+                self.ctl.shutdown(socket.SHUT_RDWR)
         loop = asyncio.get_running_loop()
         if sent < len(rest):
             self._run_rest = rest[sent:]

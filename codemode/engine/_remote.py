@@ -212,6 +212,8 @@ class _Run:
             run_id, end = read_end(body, self.limits, self.calls.shared.tool_calls)
             if run_id != self.run_id:
                 raise _wire.WireError("an end of another run")
+            if self.worker.sending_run:  # (a worker of ours reads its program whole first)
+                raise _wire.WireError("an end before its program was read whole")
             self.end = end
             self.ended.set()
         else:
@@ -301,7 +303,10 @@ async def run_in_worker(
                 run.broken = worker.broken or "stopped answering"
             pool.kill(worker)
         with anyio.CancelScope(shield=True):
-            await worker.end_calls()  # no call of the program is answered once it has ended
+            if not await worker.end_calls():  # no call of the program is answered once it has ended
+                run.broken = run.broken or "ended its program with a call unanswered"
+                worker.broken = worker.broken or run.broken
+                pool.kill(worker)
         pool.release(worker)
     if run.end is not None and worker.broken is None:
         return outcome_of(run.end, shared), calls

@@ -9,6 +9,8 @@ program with ``engine_crashed``."""
 from __future__ import annotations
 
 import json
+import re
+import socket
 import struct
 import threading
 
@@ -16,11 +18,13 @@ import anyio
 import pytest
 
 from codemode import Host
-from codemode.engine import _wire
+from codemode.engine import _processes, _wire
 from tests.host_support import MakeHost, assert_healthy
 from tests.security.hostile_worker import HostileWorker
 
 pytestmark = pytest.mark.anyio
+
+_BIG_PROGRAM = f"const s = {json.dumps('x' * (4 * 1024 * 1024))}; print(s.length)"
 
 
 def _store_set(key: str, value: str) -> bytes:
@@ -148,4 +152,92 @@ async def test_only_the_programs_own_source_is_stripped_once(
         # The program is JavaScript: nothing to strip, whatever text the worker sent.
         assert answers == [(_wire.REPLY, b"{}")]
         assert result.error is not None and "broke the protocol on its sync socket" in result.error.message
+        await assert_healthy(host)
+
+
+async def test_a_worker_that_ends_before_reading_its_whole_program_is_killed_not_kept(
+    make_host: MakeHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The program goes on the sync socket, written as the worker reads it: a worker that ends
+    with part of it unread would be kept idle with the rest still to write, and its next program
+    written into the middle of the last."""
+
+    def attack(worker: HostileWorker) -> None:
+        head = worker.sync.recv(64)  # the start of a program larger than the socket takes at once
+        found = re.search(rb'"run": (\d+)', head)
+        assert found is not None, head
+        worker.end(int(found.group(1)), output="A\n")
+        worker.wait_closed()
+
+    async with make_host(engine="process") as (host, _probe):
+        with HostileWorker() as worker:
+            worker.install(host, monkeypatch, attack)
+            with anyio.fail_after(30):
+                result = await host.run_code(_BIG_PROGRAM, session_id="attacker")
+            worker.check()
+            process = worker.process
+            assert process is not None and process.dead and not process.sending_run
+        assert result.error is not None and result.error.kind == "engine_crashed", result.text
+        assert "an end before its program was read whole" in result.error.message
+        assert (await host.run_code("print('next')", session_id="attacker")).text == "next\n"
+        await assert_healthy(host)
+
+
+async def test_a_worker_that_ends_with_a_reply_unread_is_killed_not_given_another_program(
+    make_host: MakeHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reply the worker does not read would otherwise still be being written on the socket
+    that carries its next program (the two interleaved)."""
+    monkeypatch.setattr(_processes, "_END_CALLS_SECONDS", 0.5)
+
+    def attack(worker: HostileWorker) -> None:
+        run_id = worker.take_run()["run"]
+        worker.sync.sendall(
+            _wire.frame(_wire.HOST_CALL, json.dumps(["call", 1, "large_text", "{}", 2]).encode())
+        )
+        worker.sync.recv(1)  # its reply is being written (more than the socket takes at once)
+        worker.end(run_id, output="done\n")
+        worker.wait_closed()
+
+    async with make_host(engine="process") as (host, _probe):
+
+        @host.tool(inline=True)
+        def large_text() -> str:
+            """A large text."""
+            return "x" * (4 * 1024 * 1024)
+
+        with HostileWorker() as worker:
+            worker.install(host, monkeypatch, attack)
+            with anyio.fail_after(30):
+                result = await host.run_code("print(1)", session_id="attacker")
+            worker.check()
+            process = worker.process
+            assert process is not None and process.dead
+        assert result.error is not None and result.error.kind == "engine_crashed", result.text
+        assert "ended its program with a call unanswered" in result.error.message
+        assert (await host.run_code("print('next')", session_id="attacker")).text == "next\n"
+        await assert_healthy(host)
+
+
+@pytest.mark.parametrize("after_its_program", [False, True])
+async def test_a_worker_that_closes_its_sync_socket_ends_its_program_at_once(
+    make_host: MakeHost, monkeypatch: pytest.MonkeyPatch, after_its_program: bool
+) -> None:
+    """Without its sync socket a worker can neither get its program nor wait for a call: the
+    program ends then (engine_crashed), not at its timeout."""
+
+    def attack(worker: HostileWorker) -> None:
+        if after_its_program:
+            worker.take_run()
+        worker.sync.shutdown(socket.SHUT_RDWR)
+        worker.wait_closed()
+
+    async with make_host(engine="process") as (host, _probe):
+        with HostileWorker() as worker:
+            worker.install(host, monkeypatch, attack)
+            with anyio.fail_after(30):  # (its timeout is 120 s)
+                result = await host.run_code("print(1)", session_id="attacker", timeout_seconds=120)
+            worker.check()
+        assert result.error is not None and result.error.kind == "engine_crashed", result.text
+        assert (await host.run_code("print('next')", session_id="attacker")).text == "next\n"
         await assert_healthy(host)

@@ -7,7 +7,9 @@ process, ...), with the machine's load printed beside it. Targets for process mo
 
 1. ``print(1)`` through ``Host.run_code``: <= 1 ms.
 2. A sequential async tool call (``await tools.echo``): <= 2x thread mode.
-3. A sequential sync (``inline``) tool call: <= 50 us.
+3. A sequential sync (``inline``) tool call: <= 50 us. Beside it, the floor under it on this
+   machine in the same rounds: a bare round trip between two processes over a socketpair (an
+   inline call is two cross-process wake-ups).
 4. RSS of an idle worker: <= 15 MiB (PSS beside it: most pages are shared with the zygote).
 5. Throughput of 200 concurrent programs (each awaits a 20 ms tool, then prints): >= 0.8x thread mode.
 6. The worker's form: a worker forked by the zygote (to ready: its limits, threads, seal) vs a
@@ -112,6 +114,31 @@ async def fork_start(host: Host) -> float:
     return elapsed
 
 
+def ping_pong() -> float:
+    """Seconds per round trip of one byte between two processes over a socketpair, each
+    sleeping in recv: the floor under an inline call (two cross-process wake-ups), this round."""
+    import socket
+
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:  # the echo: no Python left to run after it
+        ours.close()
+        while data := theirs.recv(64):
+            theirs.send(data)
+        os._exit(0)
+    theirs.close()
+    n = 2000 if QUICK else 5000
+    try:
+        start = time.perf_counter()
+        for _ in range(n):
+            ours.send(b"x")
+            ours.recv(64)
+        return (time.perf_counter() - start) / n
+    finally:
+        ours.close()
+        os.waitpid(pid, 0)
+
+
 def fresh_interpreter() -> float:
     """Seconds for a fresh ``python -I -S`` to import what a worker holds (no zygote)."""
     import subprocess
@@ -174,6 +201,7 @@ async def main() -> None:
                 memory.append(worker_memory(hosts["process"]))
                 results.setdefault(("fork", "process"), []).append(await fork_start(hosts["process"]))
                 results.setdefault(("fresh", "process"), []).append(fresh_interpreter())
+                results.setdefault(("ping-pong", "process"), []).append(ping_pong())
                 loads.append(load())
         finally:
             for host in hosts.values():
@@ -190,7 +218,11 @@ async def main() -> None:
         f"2. async call       process {p * 1e6:7.1f} us   thread {t * 1e6:7.1f} us   ratio {p / t:4.2f}x (<= 2x)"
     )
     p, t = med("inline call", "process"), med("inline call", "thread")
-    print(f"3. inline call      process {p * 1e6:7.1f} us   thread {t * 1e6:7.1f} us   (target <= 50 us)")
+    floor = med("ping-pong", "process")
+    print(
+        f"3. inline call      process {p * 1e6:7.1f} us   thread {t * 1e6:7.1f} us   (target <= 50 us;"
+        f" two processes' bare ping-pong here: {floor * 1e6:.1f} us)"
+    )
     rss = statistics.median(m[0] for m in memory)
     pss = statistics.median(m[1] for m in memory)
     print(f"4. idle worker      RSS {rss:5.1f} MiB, PSS {pss:5.1f} MiB   (target RSS <= 15 MiB)")

@@ -351,10 +351,8 @@ class WorkerProcess:
                     sender.send(_wire.REPLY, reply)
         except (_wire.PeerClosed, OSError):
             # The worker ended, or the host closed it; or it closed this socket only, when its
-            # program can no longer run: its loop side sees the end now either way (how the
-            # worker ended is then asked of the zygote).
-            with self._closing, contextlib.suppress(OSError):
-                self.ctl.shutdown(socket.SHUT_RDWR)
+            # program can no longer run: its loop side sees the end now either way.
+            self._end_control()
         except Exception as exc:  # a frame no worker of ours sends, or what it made the host do
             if not self.dead:
                 self._break(f"broke the protocol on its sync socket ({exc})")
@@ -372,6 +370,12 @@ class WorkerProcess:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+
+    def _end_control(self) -> None:
+        """Shut the control socket down (any thread): the loop reads its end, and the program
+        ends with ``engine_crashed`` (how the worker ended is asked of the zygote)."""
+        with self._closing, contextlib.suppress(OSError):
+            self.ctl.shutdown(socket.SHUT_RDWR)
 
     async def end_calls(self) -> bool:
         """Its program ended: no call more is answered, and one being answered (until its reply
@@ -466,8 +470,7 @@ class WorkerProcess:
             sent = 0
         except OSError:  # it died, or closed this socket only: its program's loop side sees it now
             sent = len(rest)
-            with self._closing, contextlib.suppress(OSError):
-                self.ctl.shutdown(socket.SHUT_RDWR)
+            self._end_control()
         loop = asyncio.get_running_loop()
         if sent < len(rest):
             self._run_rest = rest[sent:]

@@ -304,8 +304,7 @@ async def run_in_worker(
             pool.kill(worker)
         with anyio.CancelScope(shield=True):
             if not await worker.end_calls():  # no call of the program is answered once it has ended
-                run.broken = run.broken or "ended its program with a call unanswered"
-                worker.broken = worker.broken or run.broken
+                worker.broken = worker.broken or "ended its program with a call unanswered"
                 pool.kill(worker)
         pool.release(worker)
     if run.end is not None and worker.broken is None:

@@ -49,6 +49,7 @@ _SWEEP_SECONDS = 60.0  # the most one sweep of old objects spends listing and re
 # sweep began; its name is not of codemode's archive shape, so no sweep removes it.
 _SWEEP_EVERY_SECONDS = 24 * 3600.0
 _SWEPT = "last-sweep"
+_NOT_FOUND = frozenset({"NoSuchKey", "404", "NotFound"})  # the error codes of a missing object
 _URL_SHAPE = "s3://[ACCESS_KEY:SECRET_KEY@]BUCKET[/PREFIX][?endpoint=URL&region=NAME]"
 _FOLDER = "codemode-archive/"  # under the URL's prefix: every object this store names
 _OBJECT_NAME = re.compile(r"ar_[A-Za-z0-9_-]{20}\.[0-9a-f]{16}")
@@ -250,6 +251,17 @@ class S3Store:
         except self._errors as exc:
             raise error(f"the archive store {self.describe()} failed to {what}: {_reason(exc)}") from None
 
+    def _absent(self, what: str, call: Callable[[], Any]) -> Any:
+        """``call()``'s answer, or None when the object it names does not exist."""
+        try:
+            return call()
+        except self._client_error as exc:
+            if exc.response.get("Error", {}).get("Code") in _NOT_FOUND:
+                return None
+            raise HostFault(f"the archive store {self.describe()} failed to {what}: {_reason(exc)}") from None
+        except self._errors as exc:
+            raise HostFault(f"the archive store {self.describe()} failed to {what}: {_reason(exc)}") from None
+
     def put(self, key: str, data: bytes) -> None:
         self._call(
             f"store {key}",
@@ -266,7 +278,7 @@ class S3Store:
                 body.close()
         except self._client_error as exc:
             code = exc.response.get("Error", {}).get("Code")
-            if code in ("NoSuchKey", "404"):
+            if code in _NOT_FOUND:
                 return None
             if code == "InvalidRange":
                 return b""  # an empty object has no byte 0 (the caller checks the size)
@@ -321,19 +333,10 @@ class S3Store:
 
     def _swept_at(self, marker: str) -> float | None:
         """When the last sweep began (the marker's time), or None when none did."""
-        try:
-            answer = self._client.head_object(Bucket=self.url.bucket, Key=marker)
-        except self._client_error as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
-                return None
-            raise HostFault(
-                f"the archive store {self.describe()} failed to read {marker}: {_reason(exc)}"
-            ) from None
-        except self._errors as exc:
-            raise HostFault(
-                f"the archive store {self.describe()} failed to read {marker}: {_reason(exc)}"
-            ) from None
-        return float(answer["LastModified"].timestamp())
+        answer = self._absent(
+            f"read {marker}", lambda: self._client.head_object(Bucket=self.url.bucket, Key=marker)
+        )
+        return None if answer is None else float(answer["LastModified"].timestamp())
 
     def close(self) -> None:
         self._client.close()

@@ -42,6 +42,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -1859,7 +1861,47 @@ qjs_prime_stack(PyObject *module, PyObject *unused)
     return PyLong_FromSize_t(stack_room());
 }
 
+/* spin_readable(fd, seconds): 1 when fd became readable (or hung up) within `seconds`, looked at
+ * without the GIL and without sleeping, the CPU yielded between looks; 0 when it did not; -1 when
+ * a yield let another task run (this CPU is wanted: the caller should sleep instead). Why and
+ * when: codemode/engine/_wire.py, Spin. */
+static PyObject *
+qjs_spin_readable(PyObject *module, PyObject *args)
+{
+    int fd;
+    double seconds;
+    if (!PyArg_ParseTuple(args, "id", &fd, &seconds))
+        return NULL;
+    if (fd < 0) {
+        PyErr_SetString(PyExc_ValueError, "spin_readable: a negative file descriptor");
+        return NULL;
+    }
+    int ready = 0;
+    Py_BEGIN_ALLOW_THREADS
+    double until = monotonic() + seconds;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    for (;;) {
+        if (poll(&p, 1, 0) != 0) {
+            ready = 1;
+            break;
+        }
+        double now = monotonic();
+        if (now >= until)
+            break;
+        sched_yield();
+        if (monotonic() - now > 10e-6) { /* another task ran meanwhile: this CPU is wanted */
+            ready = -1;
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(ready);
+}
+
 static PyMethodDef module_methods[] = {
+    {"spin_readable", qjs_spin_readable, METH_VARARGS,
+     "spin_readable(fd, seconds) -> int: 1 when fd became readable within seconds, looked at without "
+     "sleeping (the CPU yielded between looks) nor the GIL; 0 when not; -1 when a yield let another task run."},
     {"compile", qjs_compile, METH_VARARGS, "compile(source, filename) -> bytes: a script's bytecode."},
     {"set_prelude", qjs_set_prelude, METH_VARARGS,
      "set_prelude(bytecode, spare): the prelude every Context() gets (once per process), and how many "

@@ -100,3 +100,7 @@ def prime_stack() -> int:
 
 def keeper_stats() -> dict[str, int]:
     """How contexts were had and freed so far: ahead by the keeper thread, or by the caller."""
+
+def spin_readable(fd: int, seconds: float, /) -> int:
+    """1 when fd became readable within seconds, looked at without sleeping (the CPU yielded
+    between looks) nor the GIL; 0 when not; -1 when a yield let another task run."""

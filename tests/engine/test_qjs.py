@@ -5,6 +5,7 @@ keeper that makes contexts ahead."""
 from __future__ import annotations
 
 import select
+import socket
 import threading
 import time
 
@@ -271,3 +272,23 @@ def test_prime_stack_looks_up_the_stack_of_the_thread_it_runs_on() -> None:
         threading.stack_size(before)
     worker.join()
     assert 0 < rooms[0] <= 1024 * 1024
+
+
+def test_spin_readable_says_whether_a_frame_came_within_its_time() -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        assert _qjs.spin_readable(ours.fileno(), 0.001) in (0, -1)  # nothing came (or the CPU was wanted)
+        theirs.send(b"x")
+        assert _qjs.spin_readable(ours.fileno(), 0.001) == 1
+        ours.recv(1)
+        later = threading.Timer(0.0005, lambda: theirs.send(b"y"))
+        later.start()
+        assert _qjs.spin_readable(ours.fileno(), 5.0) in (1, -1)  # seen, or the CPU was wanted meanwhile
+        later.join()
+        theirs.close()
+        assert _qjs.spin_readable(ours.fileno(), 0.001) == 1  # a hang-up is seen too: the read says it
+
+
+def test_spin_readable_refuses_a_negative_descriptor() -> None:
+    with pytest.raises(ValueError, match="negative"):
+        _qjs.spin_readable(-1, 0.001)

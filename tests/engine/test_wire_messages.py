@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import socket
 import typing
 
+import pytest
+
+from codemode.engine import _qjs, _wire
 from codemode.engine._guest import (
     EngineLimits,
     EngineLimitsJson,
@@ -63,3 +67,32 @@ def test_an_end_from_a_lying_worker_keeps_the_types() -> None:
     end = GuestEnd.from_json(data)
     assert (end.output, end.cpu_seconds, end.pending) == ("5", 2.0, {3: "4"})
     assert end.error == GuestError("uncaught", "1", "m")
+
+
+def test_a_spin_that_finds_the_cpu_wanted_sleeps_for_longer_and_longer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The policy of `_wire.Spin` (what spin_readable says is the kernel's): -1 (another task
+    # wanted the CPU) skips the next 16, then 32, ... waits; a spin that paid halves that.
+    said: list[int] = []
+    answers = iter([-1, -1, 1, 0])
+
+    def spin_readable(fd: int, seconds: float) -> int:
+        said.append(fd)
+        return next(answers)
+
+    monkeypatch.setattr(_qjs, "spin_readable", spin_readable)
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        spin = _wire.Spin(ours, 0.001)
+        spin.wait()  # -1: skip 16
+        for _ in range(16):
+            spin.wait()
+        assert len(said) == 1
+        spin.wait()  # -1 again: skip 32
+        for _ in range(32):
+            spin.wait()
+        assert len(said) == 2
+        spin.wait()  # paid: no skip
+        spin.wait()  # nothing came: no skip either
+        assert len(said) == 4

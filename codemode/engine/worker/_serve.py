@@ -39,6 +39,9 @@ _PRINTED = struct.Struct(">IQ")
 # ended, ~0.3 ms of CPU each in a worker idle meanwhile (cold caches: /proc/<pid>/task/*/schedstat,
 # one program every 0.3 s).
 _PRINTED_EVERY = 0.25
+# How long the main thread looks for the reply to its call before it sleeps (`_wire.Spin`): an
+# inline tool answers in ~10-30 us; one that takes longer is slept for.
+_REPLY_SPIN_SECONDS = 200e-6
 
 
 class _Current:
@@ -69,6 +72,7 @@ class Worker:
         self.sync = sync
         self.ctl_out = _wire.Sender(ctl)
         self.sync_out = _wire.Sender(sync)
+        self.reply_spin = _wire.Spin(sync, _REPLY_SPIN_SECONDS)
         # The program the relay serves, set by the main thread (under `lock`, with `stopped_early`:
         # the run of a STOP that came before its program, which is read from the other socket).
         self.current: _Current | None = None
@@ -252,6 +256,7 @@ class Worker:
 
     def _ask(self, kind: int, body: bytes) -> bytes:
         self.sync_out.send(kind, body)
+        self.reply_spin.wait()
         reply_kind, reply = _wire.read_frame(self.sync)
         if reply_kind != _wire.REPLY:
             raise _wire.WireError(f"unexpected frame {reply_kind} on the sync socket")

@@ -292,6 +292,10 @@ class GuestRun:
         on_output: Given each piece of printed text as it is collected; thread-safe, non-blocking.
         on_wait: Called when the program has handed over what it queued (its text, its calls)
             and goes on: it waits for a call or a timer, or runs on. Not at its end.
+        wait_for: Waits in the channel's stead (its ``hands_over``): called with the time
+            (time.monotonic) to wait until when the program waits for a call or a timer (and
+            with 0 when a timer is due), it takes the posted calls, and returns once results
+            are posted, the program is stopped, or by then.
     """
 
     def __init__(
@@ -303,6 +307,7 @@ class GuestRun:
         any_effects: Callable[[], bool],
         on_output: Callable[[str], None] | None = None,
         on_wait: Callable[[], None] | None = None,
+        wait_for: Callable[[float], None] | None = None,
     ) -> None:
         # Lone surrogates (non-UTF-8 input) cannot be compiled: they become U+FFFD.
         self.source = _js_text(spec.source)
@@ -314,6 +319,7 @@ class GuestRun:
         self.any_effects = any_effects
         self.on_output = on_output
         self.on_wait = on_wait
+        self.wait_for = wait_for
         self.cancelled = False
         self._output = PrintedOutput(self.limits.output_bytes_in_memory)
         self._done: tuple[bool, str, str] | None = None
@@ -516,9 +522,10 @@ class GuestRun:
     def _loop(self, ctx: _qjs.Context, *, wait: bool) -> GuestError | str | None:
         """Run the program to its end: None when it ended well, else its error; or, without
         ``wait``, `WAITING` where it would wait for a call or a timer."""
+        wait_for = self.wait_for if wait else None
         try:
             while True:
-                event, drained = ctx.run(self._deadline, self._next_timer(), wait)
+                event, drained = ctx.run(self._deadline, self._next_timer(), wait and wait_for is None)
                 if event == "drain":
                     assert drained is not None
                     self._drain(ctx, drained)
@@ -527,8 +534,12 @@ class GuestRun:
                     if self.on_wait is not None:
                         self.on_wait()
                 elif event == "wait":
-                    return WAITING
+                    if wait_for is None:
+                        return WAITING
+                    wait_for(min(self._deadline, self._next_timer()))
                 elif event == "timer":
+                    if wait_for is not None:  # (its calls go now, as they would were it to wait)
+                        wait_for(0.0)
                     self._fire_due(ctx)
                 elif event == "idle":
                     self._collect_rest()

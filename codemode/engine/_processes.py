@@ -116,13 +116,15 @@ class Zygote:
             else:
                 self._replies.put(message)
 
-    def fork(self, ctl: socket.socket, sync: socket.socket, limits: _wire.WorkerLimits) -> int:
-        """Fork a worker holding these two sockets; its pid (blocking: call in a worker thread).
+    def fork(
+        self, ctl: socket.socket, sync: socket.socket, results: socket.socket, limits: _wire.WorkerLimits
+    ) -> int:
+        """Fork a worker holding these three sockets; its pid (blocking: call in a worker thread).
 
         Raises:
             EngineUnavailable: The zygote is gone.
         """
-        fds = array.array("i", [ctl.fileno(), sync.fileno()])
+        fds = array.array("i", [ctl.fileno(), sync.fileno(), results.fileno()])
         with self._lock:
             try:
                 self._sock.sendmsg(
@@ -319,10 +321,13 @@ SyncHandler = Callable[[int, bytes], bytes]
 class WorkerProcess:
     """One worker: its pid, its sockets, and the host thread that answers its program's waits."""
 
-    def __init__(self, pid: int, ctl: socket.socket, sync: socket.socket, session_id: str) -> None:
+    def __init__(
+        self, pid: int, ctl: socket.socket, sync: socket.socket, results: socket.socket, session_id: str
+    ) -> None:
         self.pid = pid
         self.ctl = ctl
         self.sync = sync
+        self.results = results
         self.session_id = session_id
         self.runs = 0
         self.dead = False
@@ -330,9 +335,9 @@ class WorkerProcess:
         self.handler: SyncHandler | None = None  # the running program's, set per run
         self._answering = threading.Lock()  # held by the sync thread while it answers a call
         self._closing = threading.Lock()  # its sockets are shut down (sync thread) or closed (loop)
-        # Frames not yet written whole, and whether each is a call's result (not yet sent, so
-        # not yet read by the program: calls it still holds in flight).
-        self._outbox = collections.deque[tuple[bytes | memoryview, bool]]()
+        # Results not yet written whole (so not yet read by the program: calls it still holds
+        # in flight).
+        self._outbox = collections.deque[bytes | memoryview]()
         self.results_queued = 0
         self._writing = False
         self._run_rest: memoryview | None = None  # what is left to write of a program (`send_run`)
@@ -370,7 +375,7 @@ class WorkerProcess:
         self.dead = True
         _kill_worker(self.pid)
         with self._closing:  # its program's loop side sees the end now (and sends it nothing more)
-            for sock in (self.ctl, self.sync):
+            for sock in (self.ctl, self.sync, self.results):
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
@@ -410,22 +415,34 @@ class WorkerProcess:
         except OSError:
             return True
 
-    def send(self, kind: int, body: bytes) -> None:
-        """Queue one frame to the worker; written without blocking the loop (on the loop)."""
+    def send_result(self, body: bytes) -> None:
+        """Queue a call's result (`_wire.RESULT`) on the results socket, where the worker's main
+        thread reads it when its program waits; written without blocking the loop (on the loop)."""
         if self.dead:
             return
-        result = kind == _wire.RESULT
-        self.results_queued += result
-        self._outbox.append((_wire.frame(kind, body), result))
+        self.results_queued += 1
+        self._outbox.append(_wire.frame(_wire.RESULT, body))
         if not self._writing:
             self._flush()
+
+    def stop(self, run_id: int) -> None:
+        """Ask the worker to stop its program (`_wire.STOP`, on the control socket, which its
+        relay thread reads even while the program computes; on the loop). Nothing else goes
+        that way, so it is never full: a worker whose relay reads nothing is killed when its
+        program does not end (`run_in_worker`)."""
+        if self.dead:
+            return
+        with contextlib.suppress(OSError):
+            self.ctl.send(
+                _wire.frame(_wire.STOP, _wire.RUN_ID.pack(run_id)), socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL
+            )
 
     def _flush(self) -> None:
         loop = asyncio.get_running_loop()
         while self._outbox:
-            data, result = self._outbox[0]
+            data = self._outbox[0]
             try:
-                sent = self.ctl.send(data, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+                sent = self.results.send(data, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
             except BlockingIOError:
                 sent = 0
             except OSError:
@@ -435,16 +452,16 @@ class WorkerProcess:
             if sent < len(data):
                 # The rest as a view: copying it would make a large result quadratic (a 100 MiB
                 # string went out in ~500 socket-buffer pieces).
-                self._outbox[0] = (memoryview(data)[sent:], result)
+                self._outbox[0] = memoryview(data)[sent:]
                 if not self._writing:
                     self._writing = True
-                    loop.add_writer(self.ctl.fileno(), self._on_writable)
+                    loop.add_writer(self.results.fileno(), self._on_writable)
                 return
             self._outbox.popleft()
-            self.results_queued -= result
+            self.results_queued -= 1
         if self._writing:
             self._writing = False
-            loop.remove_writer(self.ctl.fileno())
+            loop.remove_writer(self.results.fileno())
 
     def _on_writable(self) -> None:
         self._flush()
@@ -490,7 +507,7 @@ class WorkerProcess:
 
     def close(self) -> None:
         """End the worker: its sockets closed, it exits (and is killed, should it not)."""
-        for writing, sock in ((self._writing, self.ctl), (self._writing_run, self.sync)):
+        for writing, sock in ((self._writing, self.results), (self._writing_run, self.sync)):
             if writing:
                 try:
                     asyncio.get_running_loop().remove_writer(sock.fileno())
@@ -500,7 +517,7 @@ class WorkerProcess:
         self._run_rest = None
         self.dead = True
         with self._closing:
-            for sock in (self.ctl, self.sync):
+            for sock in (self.ctl, self.sync, self.results):
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
@@ -608,14 +625,16 @@ class ProcessPool:
     async def _start(self, session_id: str) -> WorkerProcess:
         mine_ctl, theirs_ctl = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         mine_sync, theirs_sync = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        mine_results, theirs_results = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         limits = self._limits
 
         def fork() -> int:
             try:
-                pid = zygote().fork(theirs_ctl, theirs_sync, limits)
+                pid = zygote().fork(theirs_ctl, theirs_sync, theirs_results, limits)
             finally:
                 theirs_ctl.close()
                 theirs_sync.close()
+                theirs_results.close()
             mine_ctl.settimeout(_START_SECONDS)
             try:
                 kind, _ = _wire.read_frame(mine_ctl)
@@ -638,9 +657,10 @@ class ProcessPool:
         except BaseException:
             mine_ctl.close()
             mine_sync.close()
+            mine_results.close()
             raise
         mine_ctl.setblocking(False)
-        return WorkerProcess(pid, mine_ctl, mine_sync, session_id)
+        return WorkerProcess(pid, mine_ctl, mine_sync, mine_results, session_id)
 
     def release(self, worker: WorkerProcess, *, ran: bool = True) -> None:
         """A program ended: its worker goes to the next program of its session that waits, or

@@ -186,6 +186,12 @@ typedef struct {
     PyObject_HEAD
     int efd;
     int immediate; /* wake the loop at each call (else when the JS thread next waits) */
+    /* The JS thread's caller hands its calls over itself when it would wait (an engine worker's
+     * main thread: run(wait=False)), so nothing is woken when a call is posted. Only an immediate
+     * channel's calls left there while JS runs on for HAND_OVER_AFTER are, from the interrupt
+     * check, to whoever reads the eventfd (the worker's relay). */
+    int hands_over;
+    _Atomic double pending_since; /* when the oldest call not taken was posted (0: none; hands_over) */
     pthread_mutex_t mu;
     Call *calls, *calls_tail;       /* JS thread -> loop */
     Result *results, *results_tail; /* loop -> JS thread */
@@ -221,9 +227,9 @@ wake_loop(Channel *ch)
 static PyObject *
 Channel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"immediate", NULL};
-    int immediate = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p", kwlist, &immediate))
+    static char *kwlist[] = {"immediate", "hands_over", NULL};
+    int immediate = 1, hands_over = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pp", kwlist, &immediate, &hands_over))
         return NULL;
     Channel *self = (Channel *)type->tp_alloc(type, 0);
     if (self == NULL)
@@ -235,6 +241,7 @@ Channel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return PyErr_SetFromErrno(PyExc_OSError);
     }
     self->immediate = immediate;
+    self->hands_over = hands_over;
     return (PyObject *)self;
 }
 
@@ -277,6 +284,7 @@ Channel_take_calls(Channel *self, PyObject *unused)
     (void)r; /* EAGAIN: nothing was written */
     atomic_store(&self->signaled, 0);
     pthread_mutex_lock(&self->mu);
+    atomic_store(&self->pending_since, 0.0);
     Call *c = self->calls;
     self->calls = self->calls_tail = NULL;
     pthread_mutex_unlock(&self->mu);
@@ -390,7 +398,7 @@ static PyTypeObject ChannelType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "codemode.engine._qjs.Channel",
     .tp_basicsize = sizeof(Channel),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Channel(immediate=True): one program's calls out, results in, and its stop signal.",
+    .tp_doc = "Channel(immediate=True, hands_over=False): one program's calls out, results in, and its stop signal.",
     .tp_new = Channel_new,
     .tp_dealloc = (destructor)Channel_dealloc,
     .tp_methods = Channel_methods,
@@ -437,7 +445,13 @@ typedef struct {
 
 static PyTypeObject ContextType;
 
-/* The engine asks about every 10,000 ticks; nothing happens here until interrupt(). */
+/* How long an immediate hands-over channel's calls wait for JS to stop running before they go
+ * to whoever reads its eventfd (a program that posts calls and computes on still has them
+ * started; one that awaits them at once hands them over itself, waking no thread). */
+#define HAND_OVER_AFTER 1e-3
+
+/* The engine asks about every 10,000 ticks; nothing happens here until interrupt(), but a
+ * hands-over channel's calls left too long (HAND_OVER_AFTER). */
 static int
 on_interrupt(JSRuntime *rt, void *opaque)
 {
@@ -446,8 +460,14 @@ on_interrupt(JSRuntime *rt, void *opaque)
         self->slice_end = "expired";
         return 1;
     }
-    return atomic_load_explicit(&self->armed, memory_order_relaxed) && self->channel != NULL &&
-           atomic_load_explicit(&self->channel->interrupted, memory_order_relaxed);
+    Channel *ch = self->channel;
+    if (ch == NULL)
+        return 0;
+    double since = atomic_load_explicit(&ch->pending_since, memory_order_relaxed);
+    if (since != 0.0 && monotonic() - since >= HAND_OVER_AFTER)
+        wake_loop(ch);
+    return atomic_load_explicit(&self->armed, memory_order_relaxed) &&
+           atomic_load_explicit(&ch->interrupted, memory_order_relaxed);
 }
 
 /* End the stretch at once (an uncatchable error): it will start over elsewhere. */
@@ -563,9 +583,11 @@ js_post_call(JSContext *jc, JSValueConst this_val, int argc, JSValueConst *argv)
     else
         ch->calls = c;
     ch->calls_tail = c;
+    if (ch->hands_over && ch->immediate && atomic_load(&ch->pending_since) == 0.0)
+        atomic_store(&ch->pending_since, monotonic());
     pthread_mutex_unlock(&ch->mu);
     self->outstanding++;
-    if (ch->immediate)
+    if (ch->immediate && !ch->hands_over)
         wake_loop(ch);
     return JS_UNDEFINED;
 }
@@ -1534,7 +1556,7 @@ run_loop(Context *self, double deadline, double timer_at, int wait, char **text,
             return EV_ERROR;
         if (settled > 0)
             continue;
-        if (!ch->immediate && has_calls(ch))
+        if (!ch->immediate && !ch->hands_over && has_calls(ch))
             wake_loop(ch);
         if (atomic_load(&ch->interrupted))
             return EV_INTERRUPTED;

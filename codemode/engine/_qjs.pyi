@@ -12,9 +12,13 @@ class Channel:
     Args:
         immediate: Wake the loop at each call (else when the program next waits, so calls it
             makes together reach the loop together).
+        hands_over: The caller of ``Context.run(..., wait=False)`` takes the calls itself each
+            time it returns "wait" (an engine worker's main thread): posting wakes nothing; only
+            the calls of an immediate channel that JS runs on past for 1 ms make the eventfd
+            readable (from the interrupt check).
     """
 
-    def __init__(self, immediate: bool = True) -> None: ...
+    def __init__(self, immediate: bool = True, hands_over: bool = False) -> None: ...
     def fileno(self) -> int:
         """The eventfd that becomes readable when the program has posted calls."""
     def take_calls(self) -> list[tuple[int, str, str, int]]:

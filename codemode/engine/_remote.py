@@ -16,7 +16,6 @@ socket answers calls only while the program runs (`WorkerProcess.end_calls`).
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -48,8 +47,6 @@ from codemode.tools import ToolContext, ToolRegistry
 # What the loop reads of a worker's control socket when it wakes (once: it is woken again while
 # more is there), so that a worker flooding its socket with tiny frames holds it ~20 ms at most.
 _READ_SIZE = 256 * 1024
-_RUN_ID = struct.Struct(">I")
-_PRINTED = struct.Struct(">IQ")
 # How long past its own wall limit a worker may take to report its end before it is killed
 # (it keeps the limit itself; this is the backstop for one that stopped answering).
 _GRACE_SECONDS = 10.0
@@ -67,23 +64,23 @@ class _RemoteChannel:
         self.worker = worker
         self.run_id = run_id
         self.incoming: list[tuple[int, str, str, int]] = []
-        self.reported_unread = 0
-        self.posted_since_report = 0
+        self.posted = 0  # results sent
+        self.settled = 0  # of which the program has taken this many (its last CALLS says)
 
     def take_calls(self) -> list[tuple[int, str, str, int]]:
         calls, self.incoming = self.incoming, []
         return calls
 
     def post(self, call_id: int, ok: bool, payload: str, is_text: bool, /) -> None:
-        self.posted_since_report += 1
+        self.posted += 1
         head = _wire.RESULT_HEAD.pack(self.run_id, call_id, ok, is_text)
-        self.worker.send(_wire.RESULT, head + payload.encode("utf-8", "surrogatepass"))
+        self.worker.send_result(head + payload.encode("utf-8", "surrogatepass"))
 
     @property
     def unread(self) -> int:
-        # At most this many results are unread: those unread at the worker's last report, and
-        # those posted since (some of which it may have read). Keeping too many is safe.
-        return self.reported_unread + self.posted_since_report
+        # At most this many results are unread: those sent, but for those the program said it
+        # had taken (it may have taken more since). Keeping too many is safe.
+        return self.posted - self.settled
 
 
 class _NoChannel:
@@ -186,7 +183,7 @@ class _Run:
             return  # what follows its end (or its break) is not read
         if kind == _wire.CALLS:
             calls = self.calls
-            run_id, unread, posted = read_calls(body, self.limits.calls_in_flight)
+            run_id, settled, posted = read_calls(body, self.limits.calls_in_flight)
             if run_id != self.run_id:
                 return  # calls an earlier program left: it has ended
             # The calls the host holds for the program: not answered, or answered with a result
@@ -194,18 +191,18 @@ class _Run:
             pending = calls.pending_ids
             held = len(pending) + len(self.channel.incoming) + self.worker.results_queued
             check_posted(posted, pending, held, calls.shared.args_held, self.limits)
-            self.channel.reported_unread = unread
-            self.channel.posted_since_report = 0
+            # (A worker that says more than it was sent only loses its own end's report of them.)
+            self.channel.settled = max(self.channel.settled, min(settled, self.channel.posted))
             self.channel.incoming.extend(posted)
             calls.on_posted()
         elif kind == _wire.OUTPUT:
-            (run_id,) = _RUN_ID.unpack_from(body)
+            (run_id,) = _wire.RUN_ID.unpack_from(body)
             if run_id == self.run_id and self.stream is not None:
-                text = body[_RUN_ID.size :].decode("utf-8", "replace")
+                text = body[_wire.RUN_ID.size :].decode("utf-8", "replace")
                 self.printed += len(text)
                 self.stream(text)
         elif kind == _wire.PRINTED:
-            run_id, printed = _PRINTED.unpack(body)
+            run_id, printed = _wire.PRINTED_BODY.unpack(body)
             if run_id == self.run_id:
                 self.printed = printed
         elif kind == _wire.END:
@@ -294,7 +291,7 @@ async def run_in_worker(
     finally:
         if not finished:  # this call was cancelled: stop the program, give it a moment to say so
             spawner.close()
-            worker.send(_wire.STOP, _RUN_ID.pack(run_id))
+            worker.stop(run_id)
             with anyio.CancelScope(shield=True), anyio.move_on_after(_STOP_SECONDS):
                 await run.ended.wait()
         spawner.unwatch_readable(fd)

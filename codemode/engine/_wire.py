@@ -1,14 +1,17 @@
-"""The messages between the host and an engine worker process: framed bytes on two stream sockets.
+"""The messages between the host and an engine worker process: framed bytes on three stream sockets.
 
 A frame is a 4-byte big-endian length (of what follows), one byte saying what it is, and its
 body. The *sync* socket is the worker's main thread's: it brings each program (host -> worker:
 `RUN`, read while the worker is idle) and carries the calls the program's thread waits for
-(worker -> host: `HOST_CALL`, `STRIP`; the host answers each with `REPLY`). The *control* socket
-carries the rest of a run (host -> worker: `RESULT`, `STOP`; worker -> host: `CALLS`, `OUTPUT`,
-`PRINTED`, `END`, and `READY` once).
-Standard library only (and `_guest`, the JSON forms of what a run carries): the worker imports
-it without the host. The zygote's messages (`ZygoteOrder`, `ZygoteHello`, `ZygoteReport`) are
-JSON objects, one per datagram on its own socket.
+(worker -> host: `HOST_CALL`, `STRIP`; the host answers each with `REPLY`). The *results*
+socket brings the results of its posted calls (host -> worker: `RESULT`), which the main thread
+reads when its program waits. The *control* socket carries the rest (host -> worker: `STOP`,
+read by the worker's relay thread even while the program computes; worker -> host: `CALLS`,
+`OUTPUT`, `PRINTED`, `END`, and `READY` once).
+
+Standard library only (and `_guest`, the JSON forms of what a run carries; `_qjs`, for `Spin`):
+the worker imports it without the host. The zygote's messages (`ZygoteOrder`, `ZygoteHello`,
+`ZygoteReport`) are JSON objects, one per datagram on its own socket.
 
 The host trusts nothing a worker sends: a frame over `MAX_FRAME`, an unknown kind or a body that
 does not decode ends that worker (`WireError`), never the host.
@@ -27,14 +30,17 @@ from codemode.engine._guest import EngineLimitsJson, GuestEndJson
 # host -> worker (sync)
 RUN = 1
 """A program: JSON `RunMessage`."""
-# host -> worker (control)
+# host -> worker (results)
 RESULT = 2
 """A call's result: `RESULT_HEAD` (run id, call id, ok, is text) then the payload (UTF-8)."""
+# host -> worker (control)
 STOP = 3
-"""Stop the running program (empty body)."""
+"""Stop the running program: `RUN_ID`."""
 # worker -> host (control)
 CALLS = 4
-"""Calls the program posted: JSON ``[unread, [[id, name, arguments JSON, size], ...]]``."""
+"""Calls the program posted: JSON ``[run, settled, [[id, name, arguments JSON, size], ...]]``,
+``settled`` the results of this run the program has taken so far (the host holds the others'
+values for its end: written, in the socket, or posted and not yet taken)."""
 OUTPUT = 5
 """Printed text collected (UTF-8), sent only when the run streams its output."""
 END = 6
@@ -54,6 +60,10 @@ REPLY = 10
 
 KINDS = frozenset({RUN, RESULT, STOP, CALLS, OUTPUT, END, READY, HOST_CALL, STRIP, REPLY, PRINTED})
 RESULT_HEAD = struct.Struct(">IQ??")
+RUN_ID = struct.Struct(">I")
+PRINTED_BODY = struct.Struct(">IQ")
+"""The body of `PRINTED`: the run's id, and how many characters."""
+"""The body of `STOP`, and the head of `OUTPUT`: the run's id."""
 _HEAD = struct.Struct(">IB")
 MAX_FRAME = 256 * 1024 * 1024
 """No frame is larger: a program's data is capped well below (tool data 64 MiB, output 8 MiB
@@ -186,17 +196,22 @@ def _check(size: int, kind: int) -> None:
 
 class Spin:
     """Looks for a frame the peer is about to send before sleeping on the socket: the reply to
-    an inline call (the worker's main thread), the next call of a chain (the host's sync thread).
+    an inline call and a call's result (the worker's main thread), the next call of a chain (the
+    host's sync thread).
 
-    Waking a thread asleep on the other CPU costs ~25 us here (an IPI to a halted vCPU; a bare
-    round trip between two processes: ~50 us apart, ~5 us on one CPU), twice per inline call. A
-    thread that looks again and again instead is told by memory: inline calls took 35-55 us so,
-    95-100 us asleep (bench/bench_engine_modes.py; /tmp-free A/B at load 0.9-1.2). It yields its CPU
-    between looks, and stops at the first look after a yield that let another task run: the CPU
-    is wanted, and sleeping is then as fast (the peer runs on the same CPU, ~5 us a hand-off)
-    while spinning would cost that task's slice per look. It then sleeps at once for the next
-    16, 32, ... up to 4,096 waits (halved by each spin that paid), so that a machine whose CPUs
-    are all busy pays a slice once in thousands of calls, not once per call.
+    Waking a thread asleep on the other CPU costs ~25 us here, and about as much CPU to the
+    thread that wakes it (an IPI to a halted vCPU: a bare round trip between two processes takes
+    ~50 us apart, ~5 us on one CPU, ~6 us when one looks without sleeping). A thread that looks
+    again and again is told by memory instead, and its peer wakes nobody: a loop of inline calls
+    took 95-100 us a call asleep, 35-60 us so; an async call 145-155 us, 100-110 us
+    (bench/bench_engine_modes.py measures both beside thread mode). It yields its CPU between
+    looks, and stops at the first look after a yield that let another task run: the CPU is
+    wanted, and sleeping is then as fast (the peer runs on the same CPU, ~5 us a hand-off) while
+    spinning would cost that task's slice per look. It then sleeps at once for the next 16, 32,
+    ... up to 4,096 waits (halved by each spin that paid), so that a machine whose CPUs are all
+    busy pays a slice once in thousands of calls, not once per call. A spin that saw nothing
+    (a slow tool, the end of a chain) sleeps for the next 16 waits: a program that awaits slow
+    tools wastes one spin in 17 waits, not one each.
     """
 
     _MIN_SKIP = 16
@@ -220,6 +235,8 @@ class Spin:
         elif seen < 0:  # the CPU is wanted
             self._backoff = min(max(self._backoff * 2, self._MIN_SKIP), self._MAX_SKIP)
             self._skip = self._backoff
+        else:  # nothing came in time
+            self._skip = max(self._backoff, self._MIN_SKIP)
 
 
 class FrameReader:

@@ -145,7 +145,7 @@ def _optional_str(value: object, what: str) -> str | None:
 
 
 def read_calls(body: bytes, max_calls: int) -> tuple[int, int, list[Posted]]:
-    """A `CALLS` frame: its run id, how many results the worker had not read, and at most
+    """A `CALLS` frame: its run id, how many results the program has taken, and at most
     ``max_calls`` calls.
 
     Raises:
@@ -153,9 +153,9 @@ def read_calls(body: bytes, max_calls: int) -> tuple[int, int, list[Posted]]:
     """
     message = _list(read_json(body, 8 + 5 * max_calls), 3, "a CALLS message")
     if len(message) != 3:
-        raise WireError("a CALLS message is not [run, unread, calls]")
+        raise WireError("a CALLS message is not [run, settled, calls]")
     run_id = _int(message[0], _U32, "a run id")
-    unread = _int(message[1], _U64, "a count of unread results")
+    settled = _int(message[1], _U64, "a count of results taken")
     calls: list[Posted] = []
     for call in _list(message[2], max_calls, "the calls of one CALLS message"):
         if type(call) is not list or len(call) != 4:
@@ -164,7 +164,7 @@ def read_calls(body: bytes, max_calls: int) -> tuple[int, int, list[Posted]]:
         calls.append(
             (_int(call_id, _U64, "a call id"), _str(name, "a tool name"), _str(payload, "arguments"), size)
         )
-    return run_id, unread, calls
+    return run_id, settled, calls
 
 
 def check_posted(

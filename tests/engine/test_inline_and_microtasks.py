@@ -178,3 +178,35 @@ async def test_calls_settle_the_same_on_the_programs_thread_or_through_the_loop(
     assert "unknown" in result.error.message.lower() or "no tool" in result.error.message.lower(), (
         result.error
     )
+
+
+async def test_a_call_starts_while_its_program_computes_on(make_host: MakeHost) -> None:
+    """A call is started without waiting for its program to wait: the program below computes
+    (with inline calls, which never give its posted calls to the host) until the call it
+    posted has started, and would run to its timeout were the call held until it waits."""
+    started = threading.Event()
+
+    @tool()
+    async def mark() -> str:
+        "Note that this call started."
+        started.set()
+        return "marked"
+
+    @tool(inline=True)
+    def has_started() -> bool:
+        "Whether mark has started."
+        return started.is_set()
+
+    async with make_host() as (host, _probe):
+        host.add_tool(mark)
+        host.add_tool(has_started)
+        source = """
+const marked = tools.mark({});
+while (!(await tools.has_started({}))) {}
+print(await marked);
+"""
+        with anyio.fail_after(60):
+            result = await host.run_code(source, timeout_seconds=20)
+        assert result.ok, result.error
+        assert result.text == "marked\n"
+        await assert_healthy(host)

@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from codemode import Host, Progress, RunResult
-from codemode.engine import _processes, _remote, _wire
+from codemode.engine import _processes, _remote
 from codemode.sandbox import cgroup_remove, cgroup_root, pids_limit_path
 from tests.host_support import MakeHost, alive
 
@@ -80,7 +80,7 @@ async def test_a_worker_is_confined(make_host: MakeHost) -> None:
             assert status["Uid"].split()[0] == "65534"
         fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
         sockets = [fd for fd in fds if fd.startswith("socket:")]
-        assert len(sockets) == 2, fds  # its two sockets to the host
+        assert len(sockets) == 3, fds  # its three sockets to the host
         # Beside them: its programs' and its relay's eventfds, and the relay's epoll instance.
         assert fds - set(sockets) <= {"/dev/null", "anon_inode:[eventfd]", "anon_inode:[eventpoll]"}, fds
 
@@ -247,12 +247,12 @@ async def test_a_program_stopped_as_it_is_sent_stops_and_keeps_its_worker(
         real_send_run = _processes.WorkerProcess.send_run
 
         def send_run_and_stop(worker: _processes.WorkerProcess, body: bytes) -> None:
-            stop = _remote._RUN_ID.pack(json.loads(body)["run"])
+            run_id = json.loads(body)["run"]
             if stop_first:
-                worker.send(_wire.STOP, stop)
+                worker.stop(run_id)
             real_send_run(worker, body)
             if not stop_first:
-                worker.send(_wire.STOP, stop)
+                worker.stop(run_id)
 
         monkeypatch.setattr(_processes.WorkerProcess, "send_run", send_run_and_stop)
         for _ in range(3):

@@ -1,7 +1,7 @@
 """A hostile engine worker for the attack tests: QuickJS exploited, the worker process in the
 attacker's hands (engine mode ``process``).
 
-No exploit is needed to play one: the test holds the worker's ends of a `WorkerProcess`'s two
+No exploit is needed to play one: the test holds the worker's ends of a `WorkerProcess`'s three
 sockets and writes what it likes there, from a thread of its own. The pool hands that worker to
 the next program (`HostileWorker.install`), as if the zygote had forked it; the pid it carries is
 a live process the zygote never forked (``bystander``), which must outlive every attack: the
@@ -29,11 +29,12 @@ Attack = Callable[["HostileWorker"], None]
 
 
 class HostileWorker:
-    """The worker's ends of its two sockets, and the thread that runs the attack on them."""
+    """The worker's ends of its three sockets, and the thread that runs the attack on them."""
 
     def __init__(self) -> None:
         self.host_ctl, self.ctl = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.host_sync, self.sync = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.host_results, self.results = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.bystander = subprocess.Popen(["sleep", "600"])
         self.process: WorkerProcess | None = None
         self.run: _wire.RunMessage | None = None
@@ -49,7 +50,8 @@ class HostileWorker:
         if self.process is None:  # never handed out: the host's ends are the test's to close
             self.host_ctl.close()
             self.host_sync.close()
-        for sock in (self.ctl, self.sync):  # the worker is gone (its thread's reads end)
+            self.host_results.close()
+        for sock in (self.ctl, self.sync, self.results):  # the worker is gone (its thread's reads end)
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
@@ -70,7 +72,9 @@ class HostileWorker:
         async def start(session_id: str) -> WorkerProcess:
             monkeypatch.setattr(pool, "_start", real_start)
             self.host_ctl.setblocking(False)
-            self.process = WorkerProcess(self.bystander.pid, self.host_ctl, self.host_sync, session_id)
+            self.process = WorkerProcess(
+                self.bystander.pid, self.host_ctl, self.host_sync, self.host_results, session_id
+            )
             self._thread = threading.Thread(target=self._attack, args=(attack,), daemon=True)
             self._thread.start()
             return self.process

@@ -12,7 +12,7 @@ the engine is possible and makes it hold nothing. The zygote, before it forks an
 Each worker, once forked, then sets its rlimits (address space, CPU, no files, no core), makes
 its threads, and seals itself with a seccomp allowlist (`codemode.sandbox._seccomp.WORKER_ALLOWED`:
 its sockets, memory, futexes, clocks, exit; no open, no socket, no exec, no clone), applied to
-all its threads at once (TSYNC). Its only file descriptors are its two sockets to the host.
+all its threads at once (TSYNC). Its only file descriptors are its three sockets to the host (and the eventfds and epoll it made).
 
 The zygote says in its first message what it could not apply. Without the identity steps the
 host refuses process mode (programs fail with a message that says so); without Landlock (an

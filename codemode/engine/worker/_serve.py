@@ -1,26 +1,30 @@
 """One engine worker: runs the programs the host sends, one at a time, each on a fresh context.
 
-Two threads: the main one takes each program from the sync socket and runs its JavaScript
-(`GuestRun`), answered at once by the host over that socket for its inline calls; the relay moves
-the program's posted calls to the host and their results back into its channel, over the control
-socket. Every frame names the run it belongs to, so that a late result of an earlier program
-never reaches a later one. The worker ends when the host closes its sockets (or kills it).
+Three sockets, two threads. The main thread takes each program from the *sync* socket and runs
+its JavaScript (`GuestRun`); the host answers its inline calls at once over that socket. When
+the program waits, the main thread hands its posted calls to the host (`CALLS` on the *control*
+socket) and sleeps on the *results* socket, whose `RESULT` frames it posts into the program's
+channel itself. The relay thread reads the control socket, where the host sends only `STOP` (it
+must reach a program that computes), tells the host now and then how much a program printed,
+and hands over the calls of a program that posted them and computes on (after 1 ms: the
+channel's ``hands_over``). Every frame names the run it belongs to, so that a late result of an
+earlier program never reaches a later one. The worker ends when the host closes its sockets (or
+kills it).
 
-A program comes on the sync socket, where the idle main thread waits, so that a program that
+Why the main thread waits itself: each thread woken on the other CPU costs ~25 us here (an IPI
+to a halted vCPU). An async call through the relay woke four (the relay for the call, the host,
+the relay for the result, the main thread); now two (the host, the main thread). A program that
 calls nothing never wakes the relay: it sleeps in epoll, to which the main thread adds each
-program's channel without waking it. Through the relay, each program cost a wake-up of ~0.15 ms
-of CPU in a worker gone cold: a print(1) took 0.80 ms of its worker's CPU, 0.74 ms now (64
-sessions' workers in turn, /proc/<pid>/task/*/schedstat; a program that makes calls wakes the
-relay for them, and costs the same as before).
+program's channel without waking it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import socket
-import struct
 import threading
 import time
 
@@ -29,8 +33,6 @@ from codemode.engine._guest import EngineLimits, GuestError, GuestRun, GuestSpec
 from codemode.engine._watchdog import WATCHDOG
 from codemode.engine.worker import _confine
 
-_RUN_ID = struct.Struct(">I")
-_PRINTED = struct.Struct(">IQ")
 # How long after a program printed the relay tells the host how much (progress reports tick in
 # seconds; a frame per print would wake the host's loop for nothing, and a program that ends
 # sooner says it all in its end). The relay polls with that timeout only while the running
@@ -39,15 +41,17 @@ _PRINTED = struct.Struct(">IQ")
 # ended, ~0.3 ms of CPU each in a worker idle meanwhile (cold caches: /proc/<pid>/task/*/schedstat,
 # one program every 0.3 s).
 _PRINTED_EVERY = 0.25
+_READ_SIZE = 1 << 20
 # How long the main thread looks for the reply to its call before it sleeps (`_wire.Spin`): an
 # inline tool answers in ~10-30 us; one that takes longer is slept for.
 _REPLY_SPIN_SECONDS = 200e-6
+_RESULT_SPIN_SECONDS = 200e-6
 
 
 class _Current:
-    """The program the relay serves: its run id and channel, its run (set when it starts),
-    whether it was stopped, and how many calls it made (posted, by the relay; answered at once,
-    by the main thread)."""
+    """The program running: its run id and channel, its run (set when it starts), whether it
+    was stopped, how many calls it made (posted; answered at once), and how many results it
+    was given (read off the results socket into its channel, by the main thread)."""
 
     def __init__(self, run_id: int, channel: _qjs.Channel) -> None:
         self.run_id = run_id
@@ -57,6 +61,13 @@ class _Current:
         self.ended = False
         self.posted = 0
         self.called = 0
+        self.results = 0
+
+    def settled(self) -> int:
+        """How many of its results it has taken (the host holds the rest: `_wire.CALLS`). The
+        main thread counts a result after posting it, so a count read meanwhile is short of it,
+        never ahead."""
+        return self.results - self.channel.unread
 
     def made_calls(self) -> bool:
         """Whether it made a call that can have changed something: the prelude's report of the
@@ -67,12 +78,23 @@ class _Current:
 class Worker:
     """The worker's side of its two sockets."""
 
-    def __init__(self, ctl: socket.socket, sync: socket.socket) -> None:
+    def __init__(self, ctl: socket.socket, sync: socket.socket, results: socket.socket) -> None:
         self.ctl = ctl
         self.sync = sync
+        self.results = results
+        results.setblocking(False)
+        self.results_in = _wire.FrameReader()
+        # The main thread sleeps on the results socket while its program waits, and on this
+        # eventfd, which the relay writes when it stops the program.
+        self.main_wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.main_poller = select.epoll()
+        self.main_poller.register(results.fileno(), select.EPOLLIN)
+        self.main_poller.register(self.main_wake, select.EPOLLIN)
+        self.calls_lock = threading.Lock()  # a take of calls and its CALLS frame (main or relay)
         self.ctl_out = _wire.Sender(ctl)
         self.sync_out = _wire.Sender(sync)
         self.reply_spin = _wire.Spin(sync, _REPLY_SPIN_SECONDS)
+        self.result_spin = _wire.Spin(results, _RESULT_SPIN_SECONDS)
         # The program the relay serves, set by the main thread (under `lock`, with `stopped_early`:
         # the run of a STOP that came before its program, which is read from the other socket).
         self.current: _Current | None = None
@@ -123,7 +145,7 @@ class Worker:
                 if untold and (not ready or time.monotonic() - told_at >= _PRINTED_EVERY):
                     told_at = time.monotonic()
                     self.printed_told = printed = self.printed
-                    self.ctl_out.send(_wire.PRINTED, _PRINTED.pack(*printed))
+                    self.ctl_out.send(_wire.PRINTED, _wire.PRINTED_BODY.pack(*printed))
         except _wire.WireError:
             os._exit(0)  # the host closed the socket: nothing left to do
         except BaseException:
@@ -143,13 +165,8 @@ class Worker:
             self._frame(kind, body)
 
     def _frame(self, kind: int, body: bytes) -> None:
-        if kind == _wire.RESULT:
-            run_id, call_id, ok, is_text = _wire.RESULT_HEAD.unpack_from(body)
-            current = self.current
-            if current is not None and current.run_id == run_id:
-                current.channel.post(call_id, ok, body[_wire.RESULT_HEAD.size :].decode("utf-8"), is_text)
-        elif kind == _wire.STOP:
-            (run_id,) = _RUN_ID.unpack_from(body)
+        if kind == _wire.STOP:
+            (run_id,) = _wire.RUN_ID.unpack_from(body)
             with self.lock:
                 current = self.current
                 if current is None or current.run_id != run_id:
@@ -159,17 +176,74 @@ class Worker:
                 guest = current.guest
             if guest is not None:
                 guest.cancel()
+            os.eventfd_write(self.main_wake, 1)  # (a program asleep in its wait sees it now)
         else:
             raise _wire.WireError(f"unexpected frame {kind} from the host")
 
     def _send_calls(self) -> None:
         current = self.current
-        if current is None:
+        if current is not None:
+            self._hand_over(current)
+
+    def _hand_over(self, current: _Current) -> None:
+        """Send the calls the program posted, if any (main thread or relay)."""
+        with self.calls_lock:
+            calls = current.channel.take_calls()
+            if not calls:
+                return
+            current.posted += len(calls)
+            body = json.dumps([current.run_id, current.settled(), calls], ensure_ascii=False)
+            self.ctl_out.send(_wire.CALLS, body.encode("utf-8"))
+
+    # -- the main thread, while its program waits ---------------------------------------------
+
+    def _wait_for(self, current: _Current, until: float) -> None:
+        """The program waits (`GuestRun`'s wait_for): its calls go to the host, then results
+        are read, or slept for until they come, the program is stopped, or ``until``. Exits the
+        process when the host goes away."""
+        try:
+            self._wait(current, until)
+        except _wire.PeerClosed:
+            os._exit(0)  # the host closed the socket: nothing left to do
+        except (_wire.WireError, OSError):
+            os._exit(70)
+
+    def _wait(self, current: _Current, until: float) -> None:
+        self._hand_over(current)
+        if self._take_results(current):
             return
-        calls = current.channel.take_calls()
-        current.posted += len(calls)
-        body = json.dumps([current.run_id, current.channel.unread, calls], ensure_ascii=False)
-        self.ctl_out.send(_wire.CALLS, body.encode("utf-8"))
+        left = until - time.monotonic()
+        if left <= 0:
+            return
+        self.result_spin.wait()
+        if self._take_results(current):
+            return
+        for fd, _events in self.main_poller.poll(-1 if math.isinf(left) else left):
+            if fd == self.main_wake:
+                os.eventfd_read(self.main_wake)
+        self._take_results(current)
+
+    def _take_results(self, current: _Current) -> bool:
+        """Post the results the host has sent into the program's channel; whether any was its."""
+        got = False
+        while True:
+            try:
+                data = self.results.recv(_READ_SIZE)
+            except BlockingIOError:
+                return got
+            if not data:
+                raise _wire.PeerClosed("the host closed the socket")
+            for kind, body in self.results_in.feed(data):
+                if kind != _wire.RESULT:
+                    raise _wire.WireError(f"unexpected frame {kind} on the results socket")
+                run_id, call_id, ok, is_text = _wire.RESULT_HEAD.unpack_from(body)
+                if run_id == current.run_id:  # (else a late result of an earlier program)
+                    payload = body[_wire.RESULT_HEAD.size :].decode("utf-8")
+                    current.channel.post(call_id, ok, payload, is_text)
+                    current.results += 1
+                    got = True
+            if len(data) < _READ_SIZE:  # (the socket is empty: no read more to be told so)
+                return got
 
     # -- the main thread ----------------------------------------------------------------------
 
@@ -183,7 +257,8 @@ class Worker:
             if kind != _wire.RUN:
                 os._exit(70)
             message: _wire.RunMessage = json.loads(body)
-            current = _Current(int(message["run"]), _qjs.Channel(bool(message["immediate"])))
+            channel = _qjs.Channel(bool(message["immediate"]), hands_over=True)
+            current = _Current(int(message["run"]), channel)
             with self.lock:
                 previous, self.current = self.current, current
                 current.stopped = self.stopped_early == current.run_id
@@ -210,7 +285,7 @@ class Worker:
             inline_json=str(spec_data["inline_json"]),
         )
         run_id = current.run_id
-        head = _RUN_ID.pack(run_id)
+        head = _wire.RUN_ID.pack(run_id)
 
         stream = bool(message.get("stream"))
         printed = 0
@@ -238,6 +313,7 @@ class Worker:
             current.made_calls,  # (the host knows which calls changed things; the worker does not)
             output,
             going_on,
+            lambda until: self._wait_for(current, until),
         )
         with self.lock:
             current.guest = guest
@@ -285,12 +361,13 @@ class Worker:
         return None
 
 
-def run_worker(ctl_fd: int, sync_fd: int, limits: _wire.WorkerLimits) -> None:
+def run_worker(ctl_fd: int, sync_fd: int, results_fd: int, limits: _wire.WorkerLimits) -> None:
     """The forked worker's life: limits, threads, seal, serve. Never returns."""
     try:
         ctl = socket.socket(fileno=ctl_fd)
         sync = socket.socket(fileno=sync_fd)
-        worker = Worker(ctl, sync)
+        results = socket.socket(fileno=results_fd)
+        worker = Worker(ctl, sync, results)
         _confine.set_limits(limits["address_space_bytes"], limits["cpu_seconds"])
         first = _qjs.Context()  # starts the keeper thread, which makes the next one ahead
         first.free()

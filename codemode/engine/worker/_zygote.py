@@ -3,7 +3,7 @@
 Started once (``python -I -S codemode/engine/worker FD``, FD its socket to the host), it
 imports what a worker needs and compiles the prelude, then holds itself (`_confine`: no root,
 no capability, no_new_privs, Landlock granting nothing) and says hello. For each ``fork`` the
-host sends (with the worker's two sockets as SCM_RIGHTS) it forks a worker (~2 ms, instead of
+host sends (with the worker's three sockets as SCM_RIGHTS) it forks a worker (~2 ms, instead of
 ~60 ms for a fresh interpreter) and answers with its pid; it reaps its workers and reports how
 each ended (``died``: the wait status, so that the host can name a crash's signal); ``kill``
 kills one of its own live workers, by the pid it gave (no other process can be named).
@@ -39,7 +39,7 @@ def _receive(sock: socket.socket) -> tuple[_wire.ZygoteOrder | None, list[int]]:
     """The next message and the descriptors it carried; (None, []) when the host went away."""
     fds = array.array("i")
     try:
-        data, ancillary, _flags, _address = sock.recvmsg(_MAX_MESSAGE, socket.CMSG_SPACE(2 * fds.itemsize))
+        data, ancillary, _flags, _address = sock.recvmsg(_MAX_MESSAGE, socket.CMSG_SPACE(3 * fds.itemsize))
     except ConnectionResetError:  # it went away without reading what this sent (its hello)
         return None, []
     for level, kind, payload in ancillary:
@@ -85,7 +85,7 @@ def main() -> None:
             message, fds = _receive(sock)
             if message is None:
                 os._exit(0)  # the host went away; its workers end when their sockets close
-            if "fork" in message and len(fds) == 2:
+            if "fork" in message and len(fds) == 3:
                 pid = os.fork()
                 if pid == 0:
                     signal.set_wakeup_fd(-1)
@@ -96,7 +96,7 @@ def main() -> None:
                     for stdio in (0, 1, 2):
                         os.dup2(devnull, stdio)
                     os.close(devnull)
-                    run_worker(fds[0], fds[1], message["fork"])
+                    run_worker(fds[0], fds[1], fds[2], message["fork"])
                 children.add(pid)
                 for received in fds:
                     os.close(received)

@@ -74,7 +74,7 @@ def test_a_spin_that_finds_the_cpu_wanted_sleeps_for_longer_and_longer(
 ) -> None:
     # The policy of `_wire.Spin` (what spin_readable says is the kernel's): -1 (another task
     # wanted the CPU) skips the next 16, then 32, ... waits; a spin that paid halves that; one
-    # that saw nothing skips 16.
+    # that saw nothing skips as many (at least 16).
     said: list[int] = []
     answers = iter([-1, -1, 1, 0, 1])
 
@@ -94,9 +94,11 @@ def test_a_spin_that_finds_the_cpu_wanted_sleeps_for_longer_and_longer(
         for _ in range(32):
             spin.wait()
         assert len(said) == 2
-        spin.wait()  # paid: no skip, and the next skip is halved
+        spin.wait()  # paid: no skip, and the next skip is halved (16)
         spin.wait()  # nothing came: skip 16
         assert len(said) == 4
         for _ in range(16):
             spin.wait()
         assert len(said) == 4
+        spin.wait()
+        assert len(said) == 5

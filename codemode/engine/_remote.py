@@ -117,7 +117,7 @@ def _sync_handler(host: HostCalls, source: str) -> Callable[[int, bytes], bytes]
             else:
                 reply = {"js": stripped} if stripped is not None else {}
             return json.dumps(reply).encode("utf-8")
-        answer = host(*read_host_call(body))
+        answer = host(*read_host_call(body, host.limits.tool_data_bytes))
         return answer.encode("utf-8", "surrogatepass")
 
     return handle

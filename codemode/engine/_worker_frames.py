@@ -194,8 +194,11 @@ def check_posted(
         raise WireError(f"more than the {limits.tool_data_bytes} bytes of tool-call data a program may hold")
 
 
-def read_host_call(body: bytes) -> tuple[str, int, str, str, int]:
-    """A `HOST_CALL` frame: (kind, call id, name, payload JSON, size).
+def read_host_call(body: bytes, tool_data_bytes: int) -> tuple[str, int, str, str, int]:
+    """A `HOST_CALL` frame: (kind, call id, name, payload JSON, size), as a worker's prelude
+    asks it: an inline tool's call (``call``) with arguments of its ``size`` (their length in
+    UTF-16 units) within ``tool_data_bytes``, or an operation (``sync``: the store, search)
+    whose payload is a list of two values.
 
     Raises:
         WireError: It is not that.
@@ -204,13 +207,18 @@ def read_host_call(body: bytes) -> tuple[str, int, str, str, int]:
     if len(message) != 5:
         raise WireError("a HOST_CALL message is not [kind, id, name, payload, size]")
     kind, call_id, name, payload, size = message
-    return (
-        _str(kind, "a call's kind", 16),
-        _int(call_id, _U64, "a call id"),
-        _str(name, "a tool name"),
-        _str(payload, "a payload"),
-        _int(size, _U64, "a size"),
-    )
+    if kind not in ("call", "sync"):
+        raise WireError("a HOST_CALL of a kind that is not call or sync")
+    payload = _str(payload, "a payload")
+    size = _int(size, _U64, "a size")
+    if kind == "sync":
+        # Decoded by the host after this (`HostCalls`): JSON of many small values makes many
+        # times its size of Python objects, which only a worker that lies would send here.
+        if len(payload) > _FAST_BYTES:
+            _list(read_json(payload.encode("utf-8", "surrogatepass"), 8), 2, "an operation's payload")
+    elif not (len(payload) <= size <= 2 * len(payload) and size <= tool_data_bytes):
+        raise WireError("an inline call whose size is not its arguments' length or is over the tool data")
+    return kind, _int(call_id, _U64, "a call id"), _str(name, "a tool name"), payload, size
 
 
 def read_end(body: bytes, limits: EngineLimits, max_unobserved: int) -> tuple[int, GuestEnd]:

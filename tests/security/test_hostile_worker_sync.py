@@ -49,6 +49,9 @@ async def _stored(host: Host, session: str, key: str) -> str:
         _wire.frame(_wire.HOST_CALL, b"[" * 100_000),
         _wire.frame(_wire.HOST_CALL, json.dumps(["call", -1, "echo", "{}", 2]).encode()),
         _wire.frame(_wire.HOST_CALL, json.dumps([["call"], 1, "echo", "{}", 2]).encode()),
+        _wire.frame(_wire.HOST_CALL, json.dumps(["call", 1, "echo", "{}", 1 << 40]).encode()),
+        _wire.frame(_wire.HOST_CALL, json.dumps(["call", 1, "echo", "{}", 1]).encode()),
+        _wire.frame(_wire.HOST_CALL, json.dumps(["exec", 1, "echo", "{}", 2]).encode()),
         struct.pack(">IB", _wire.MAX_FRAME + 2, _wire.HOST_CALL),
     ],
     ids=[
@@ -58,6 +61,9 @@ async def _stored(host: Host, session: str, key: str) -> str:
         "deep",
         "negative id",
         "kind not text",
+        "arguments over the tool data",
+        "a size that is not the arguments'",
+        "a kind no prelude sends",
         "over MAX_FRAME",
     ],
 )

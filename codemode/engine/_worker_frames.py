@@ -27,7 +27,7 @@ from typing import Any
 
 from codemode._images import IMAGE_MAX_BYTES, IMAGE_MAX_COUNT, is_image
 from codemode.engine._guest import EngineLimits, GuestEnd, GuestError
-from codemode.engine._wire import WireError
+from codemode.engine._wire import HOST_CALL_HEAD, WireError
 
 __all__ = ["Posted", "check_posted", "read_calls", "read_end", "read_host_call", "read_json"]
 
@@ -195,30 +195,33 @@ def check_posted(
 
 
 def read_host_call(body: bytes, tool_data_bytes: int) -> tuple[str, int, str, str, int]:
-    """A `HOST_CALL` frame: (kind, call id, name, payload JSON, size), as a worker's prelude
-    asks it: an inline tool's call (``call``) with arguments of its ``size`` (their length in
-    UTF-16 units) within ``tool_data_bytes``, or an operation (``sync``: the store, search)
-    whose payload is a list of two values.
+    """A `HOST_CALL` frame (`_wire.host_call`): (kind, call id, name, payload JSON, size), as a
+    worker's prelude asks it: an inline tool's call (``call``) with arguments of its ``size``
+    (their length in UTF-16 units) within ``tool_data_bytes``, or an operation (``sync``: the
+    store, search) whose payload is a list of two values.
 
     Raises:
         WireError: It is not that.
     """
-    message = _list(read_json(body, 8), 5, "a HOST_CALL message")
-    if len(message) != 5:
-        raise WireError("a HOST_CALL message is not [kind, id, name, payload, size]")
-    kind, call_id, name, payload, size = message
-    if kind not in ("call", "sync"):
-        raise WireError("a HOST_CALL of a kind that is not call or sync")
-    payload = _str(payload, "a payload")
-    size = _int(size, _U64, "a size")
-    if kind == "sync":
+    if len(body) < HOST_CALL_HEAD.size:
+        raise WireError("a HOST_CALL shorter than its head")
+    sync, call_id, size, name_bytes = HOST_CALL_HEAD.unpack_from(body)
+    end = HOST_CALL_HEAD.size + name_bytes
+    if end > len(body):
+        raise WireError("a HOST_CALL whose name runs past its end")
+    try:
+        name = body[HOST_CALL_HEAD.size : end].decode("utf-8")
+        payload = body[end:].decode("utf-8")
+    except UnicodeDecodeError:
+        raise WireError("a HOST_CALL that is not UTF-8") from None
+    if sync:
         # Decoded by the host after this (`HostCalls`): JSON of many small values makes many
         # times its size of Python objects, which only a worker that lies would send here.
         if len(payload) > _FAST_BYTES:
-            _list(read_json(payload.encode("utf-8", "surrogatepass"), 8), 2, "an operation's payload")
+            _list(read_json(payload.encode("utf-8"), 8), 2, "an operation's payload")
     elif not (len(payload) <= size <= 2 * len(payload) and size <= tool_data_bytes):
         raise WireError("an inline call whose size is not its arguments' length or is over the tool data")
-    return kind, _int(call_id, _U64, "a call id"), _str(name, "a tool name"), payload, size
+    return ("sync" if sync else "call"), call_id, name, payload, size
 
 
 def read_end(body: bytes, limits: EngineLimits, max_unobserved: int) -> tuple[int, GuestEnd]:

@@ -29,7 +29,7 @@ _BIG_PROGRAM = f"const s = {json.dumps('x' * (4 * 1024 * 1024))}; print(s.length
 
 def _store_set(key: str, value: str) -> bytes:
     """A HOST_CALL body: store.set(key, value) as the prelude asks it."""
-    return json.dumps(["sync", 1, "store.set", json.dumps([key, json.dumps(value)]), 0]).encode()
+    return _wire.host_call("sync", 1, "store.set", json.dumps([key, json.dumps(value)]), 0)
 
 
 async def _stored(host: Host, session: str, key: str) -> str:
@@ -45,25 +45,21 @@ async def _stored(host: Host, session: str, key: str) -> str:
     [
         _wire.frame(99, b""),  # an unknown kind
         _wire.frame(_wire.CALLS, b"[]"),  # a control frame on the sync socket
-        _wire.frame(_wire.HOST_CALL, b"not json"),
-        _wire.frame(_wire.HOST_CALL, b"[" * 100_000),
-        _wire.frame(_wire.HOST_CALL, json.dumps(["call", -1, "echo", "{}", 2]).encode()),
-        _wire.frame(_wire.HOST_CALL, json.dumps([["call"], 1, "echo", "{}", 2]).encode()),
-        _wire.frame(_wire.HOST_CALL, json.dumps(["call", 1, "echo", "{}", 1 << 40]).encode()),
-        _wire.frame(_wire.HOST_CALL, json.dumps(["call", 1, "echo", "{}", 1]).encode()),
-        _wire.frame(_wire.HOST_CALL, json.dumps(["exec", 1, "echo", "{}", 2]).encode()),
+        _wire.frame(_wire.HOST_CALL, b"short"),
+        _wire.frame(_wire.HOST_CALL, _wire.HOST_CALL_HEAD.pack(False, 1, 2, 1000) + b"echo{}"),
+        _wire.frame(_wire.HOST_CALL, _wire.HOST_CALL_HEAD.pack(False, 1, 2, 4) + b"\xff\xfe\xfd\xfc{}"),
+        _wire.frame(_wire.HOST_CALL, _wire.host_call("call", 1, "echo", "{}", 1 << 40)),
+        _wire.frame(_wire.HOST_CALL, _wire.host_call("call", 1, "echo", "{}", 1)),
         struct.pack(">IB", _wire.MAX_FRAME + 2, _wire.HOST_CALL),
     ],
     ids=[
         "unknown kind",
         "control kind",
-        "not json",
-        "deep",
-        "negative id",
-        "kind not text",
+        "shorter than its head",
+        "a name past its end",
+        "not UTF-8",
         "arguments over the tool data",
         "a size that is not the arguments'",
-        "a kind no prelude sends",
         "over MAX_FRAME",
     ],
 )
@@ -198,9 +194,7 @@ async def test_a_worker_that_ends_with_a_reply_unread_is_killed_not_given_anothe
 
     def attack(worker: HostileWorker) -> None:
         run_id = worker.take_run()["run"]
-        worker.sync.sendall(
-            _wire.frame(_wire.HOST_CALL, json.dumps(["call", 1, "large_text", "{}", 2]).encode())
-        )
+        worker.sync.sendall(_wire.frame(_wire.HOST_CALL, _wire.host_call("call", 1, "large_text", "{}", 2)))
         worker.sync.recv(1)  # its reply is being written (more than the socket takes at once)
         worker.end(run_id, output="done\n")
         worker.wait_closed()

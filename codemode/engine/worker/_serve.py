@@ -342,9 +342,10 @@ class Worker:
         current = self.current
         if kind != "sync" and current is not None:  # (the store's calls change no tool's state)
             current.called += 1
-        body = json.dumps([kind, call_id, name, payload_json, size], ensure_ascii=False)
         try:
-            return self._ask(_wire.HOST_CALL, body.encode("utf-8", "surrogatepass")).decode("utf-8")
+            return self._ask(
+                _wire.HOST_CALL, _wire.host_call(kind, call_id, name, payload_json, size)
+            ).decode("utf-8")
         except _wire.WireError:
             os._exit(0)  # the host went away mid-call
 

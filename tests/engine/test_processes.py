@@ -278,7 +278,14 @@ async def test_a_workers_open_files_do_not_grow_with_its_programs(make_host: Mak
             result = await host.run_code(source)
             assert result.ok, result.text
         assert _workers(host) == [pid]
-        assert len(os.listdir(f"/proc/{pid}/fd")) == before
+        # (Once, in a CI run under load, one file more than before was open just after the last
+        # program returned, and not which: the count is waited for a moment, and the files are
+        # named when it does not come back. A leak per program would leave 24 more.)
+        with anyio.move_on_after(10):
+            while len(os.listdir(f"/proc/{pid}/fd")) != before:
+                await anyio.sleep(0.01)
+        files = {fd: os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        assert len(files) == before, files
 
 
 async def test_a_program_larger_than_a_socket_buffer_reaches_its_worker_whole(make_host: MakeHost) -> None:

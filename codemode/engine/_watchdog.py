@@ -127,9 +127,9 @@ class Watchdog:
         with self._cond:
             while True:
                 now = time.monotonic()
-                wake = math.inf
-                for watch in self._watches:
-                    wake = min(wake, watch._check(now))
+                # (No loop variable: it would hold the last program's watch, and so its channel
+                # and that channel's eventfd, while this thread sleeps.)
+                wake = min((watch._check(now) for watch in self._watches), default=math.inf)
                 self._wake_at = wake
                 self._cond.wait(None if wake == math.inf else max(0.0, wake - now))
 

@@ -318,6 +318,60 @@ def crashed(how: str) -> GuestError:
 SyncHandler = Callable[[int, bytes], bytes]
 
 
+class _Writer:
+    """Frames written on a socket without blocking the loop (on the loop): what the socket does
+    not take at once is written as it drains. When writing fails (the worker died, or closed
+    that socket), what is left is dropped and ``on_broken`` is called."""
+
+    def __init__(self, sock: socket.socket, on_broken: Callable[[], None]) -> None:
+        self._sock = sock
+        self._on_broken = on_broken
+        self._queue = collections.deque[bytes | memoryview]()
+        self._watching = False
+
+    @property
+    def pending(self) -> int:
+        """Frames not yet written whole."""
+        return len(self._queue)
+
+    def write(self, data: bytes) -> None:
+        self._queue.append(data)
+        if not self._watching:
+            self._flush()
+
+    def _flush(self) -> None:
+        while self._queue:
+            data = self._queue[0]
+            try:
+                sent = self._sock.send(data, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self._queue.clear()
+                self._on_broken()
+                break
+            if sent < len(data):
+                # The rest as a view: copying it would make a large frame quadratic (a 100 MiB
+                # string went out in ~500 socket-buffer pieces).
+                self._queue[0] = memoryview(data)[sent:]
+                if not self._watching:
+                    self._watching = True
+                    asyncio.get_running_loop().add_writer(self._sock.fileno(), self._flush)
+                return
+            self._queue.popleft()
+        if self._watching:
+            self._watching = False
+            asyncio.get_running_loop().remove_writer(self._sock.fileno())
+
+    def close(self) -> None:
+        """Drop what is left, and stop waiting for the socket to drain."""
+        self._queue.clear()
+        if self._watching:
+            self._watching = False
+            with contextlib.suppress(RuntimeError):  # (no loop runs: nothing waits)
+                asyncio.get_running_loop().remove_writer(self._sock.fileno())
+
+
 class WorkerProcess:
     """One worker: its pid, its sockets, and the host thread that answers its program's waits."""
 
@@ -336,12 +390,9 @@ class WorkerProcess:
         self._answering = threading.Lock()  # held by the sync thread while it answers a call
         self._closing = threading.Lock()  # its sockets are shut down (sync thread) or closed (loop)
         # Results not yet written whole (so not yet read by the program: calls it still holds
-        # in flight).
-        self._outbox = collections.deque[bytes | memoryview]()
-        self.results_queued = 0
-        self._writing = False
-        self._run_rest: memoryview | None = None  # what is left to write of a program (`send_run`)
-        self._writing_run = False
+        # in flight), and what is left to write of its program (`send_run`).
+        self._results_out = _Writer(results, lambda: None)
+        self._run_out = _Writer(sync, self._end_control)
         threading.Thread(target=self._serve_sync, name=f"codemode-worker-{pid}", daemon=True).start()
 
     def _serve_sync(self) -> None:
@@ -418,12 +469,13 @@ class WorkerProcess:
     def send_result(self, body: bytes) -> None:
         """Queue a call's result (`_wire.RESULT`) on the results socket, where the worker's main
         thread reads it when its program waits; written without blocking the loop (on the loop)."""
-        if self.dead:
-            return
-        self.results_queued += 1
-        self._outbox.append(_wire.frame(_wire.RESULT, body))
-        if not self._writing:
-            self._flush()
+        if not self.dead:
+            self._results_out.write(_wire.frame(_wire.RESULT, body))
+
+    @property
+    def results_queued(self) -> int:
+        """Results not yet written whole (on the loop)."""
+        return self._results_out.pending
 
     def stop(self, run_id: int) -> None:
         """Ask the worker to stop its program (`_wire.STOP`, on the control socket, which its
@@ -437,39 +489,10 @@ class WorkerProcess:
                 _wire.frame(_wire.STOP, _wire.RUN_ID.pack(run_id)), socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL
             )
 
-    def _flush(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._outbox:
-            data = self._outbox[0]
-            try:
-                sent = self.results.send(data, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
-            except BlockingIOError:
-                sent = 0
-            except OSError:
-                self._outbox.clear()
-                self.results_queued = 0
-                break
-            if sent < len(data):
-                # The rest as a view: copying it would make a large result quadratic (a 100 MiB
-                # string went out in ~500 socket-buffer pieces).
-                self._outbox[0] = memoryview(data)[sent:]
-                if not self._writing:
-                    self._writing = True
-                    loop.add_writer(self.results.fileno(), self._on_writable)
-                return
-            self._outbox.popleft()
-            self.results_queued -= 1
-        if self._writing:
-            self._writing = False
-            loop.remove_writer(self.results.fileno())
-
-    def _on_writable(self) -> None:
-        self._flush()
-
     @property
     def sending_run(self) -> bool:
         """Whether part of its program is still to be written (on the loop)."""
-        return self._run_rest is not None
+        return self._run_out.pending > 0
 
     def send_run(self, body: bytes) -> None:
         """Send a program (`_wire.RUN`) to this idle worker, without blocking the loop (on the
@@ -477,44 +500,13 @@ class WorkerProcess:
         the sync thread only reads that socket, and writes its replies only while a program
         runs. The two never interleave: a worker that ends its program before reading all of
         it (`sending_run`), or with a reply unread (`end_calls`), is killed, not kept."""
-        if self.dead:
-            return
-        self._run_rest = memoryview(_wire.frame(_wire.RUN, body))
-        self._flush_run()
-
-    def _flush_run(self) -> None:
-        rest = self._run_rest
-        if rest is None:
-            return
-        try:
-            sent = self.sync.send(rest, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
-        except BlockingIOError:
-            sent = 0
-        except OSError:  # it died, or closed this socket only: its program's loop side sees it now
-            sent = len(rest)
-            self._end_control()
-        loop = asyncio.get_running_loop()
-        if sent < len(rest):
-            self._run_rest = rest[sent:]
-            if not self._writing_run:
-                self._writing_run = True
-                loop.add_writer(self.sync.fileno(), self._flush_run)
-            return
-        self._run_rest = None
-        if self._writing_run:
-            self._writing_run = False
-            loop.remove_writer(self.sync.fileno())
+        if not self.dead:
+            self._run_out.write(_wire.frame(_wire.RUN, body))
 
     def close(self) -> None:
         """End the worker: its sockets closed, it exits (and is killed, should it not)."""
-        for writing, sock in ((self._writing, self.results), (self._writing_run, self.sync)):
-            if writing:
-                try:
-                    asyncio.get_running_loop().remove_writer(sock.fileno())
-                except RuntimeError:
-                    pass
-        self._writing = self._writing_run = False
-        self._run_rest = None
+        self._results_out.close()
+        self._run_out.close()
         self.dead = True
         with self._closing:
             for sock in (self.ctl, self.sync, self.results):

@@ -67,9 +67,9 @@ HOST_CALL_HEAD = struct.Struct(">?QQI")
 an inline tool's call (``call``), the call id, the arguments' size (UTF-16 units), and the
 length of the name in bytes."""
 RUN_ID = struct.Struct(">I")
+"""The body of `STOP`, and the head of `OUTPUT`: the run's id."""
 PRINTED_BODY = struct.Struct(">IQ")
 """The body of `PRINTED`: the run's id, and how many characters."""
-"""The body of `STOP`, and the head of `OUTPUT`: the run's id."""
 _HEAD = struct.Struct(">IB")
 MAX_FRAME = 256 * 1024 * 1024
 """No frame is larger: a program's data is capped well below (tool data 64 MiB, output 8 MiB
@@ -228,9 +228,10 @@ class Spin:
     spinning would cost that task's slice per look. It then sleeps at once for the next 16, 32,
     ... up to 4,096 waits (halved by each spin that paid; made one less instead, the spin
     stayed off after the VM's own hiccups and an inline call took 107 us at load 1.1-1.4), so
-    that a machine whose CPUs are all busy pays a slice once in many calls, not once per call. A spin that saw nothing (a slow tool, the end of a
-    chain) sleeps for as many waits, at least 16: a program that awaits slow tools wastes one
-    spin in 17 waits or fewer, not one each. Two threads spinning on one CPU (`taskset -c 0`)
+    that a machine whose CPUs are all busy pays a slice once in many calls, not once per call.
+    A spin that saw nothing (a slow tool, the end of a chain) sleeps for as many waits, at
+    least 16: a program that awaits slow tools wastes one spin in 17 waits or fewer, not one
+    each. Two threads spinning on one CPU (`taskset -c 0`)
     take 55-60 us an inline call, as asleep (a spin without the yield took 130-185 us there).
     """
 

@@ -217,8 +217,8 @@ def read_host_call(body: bytes, tool_data_bytes: int) -> tuple[str, int, str, st
     if sync:
         # Decoded by the host after this (`HostCalls`): JSON of many small values makes many
         # times its size of Python objects, which only a worker that lies would send here.
-        if len(payload) > _FAST_BYTES:
-            _list(read_json(payload.encode("utf-8"), 8), 2, "an operation's payload")
+        if len(body) - end > _FAST_BYTES:
+            _list(read_json(body[end:], 8), 2, "an operation's payload")
     elif not (len(payload) <= size <= 2 * len(payload) and size <= tool_data_bytes):
         raise WireError("an inline call whose size is not its arguments' length or is over the tool data")
     return ("sync" if sync else "call"), call_id, name, payload, size

@@ -42,8 +42,9 @@ from codemode.engine.worker import _confine
 # one program every 0.3 s).
 _PRINTED_EVERY = 0.25
 _READ_SIZE = 1 << 20
-# How long the main thread looks for the reply to its call before it sleeps (`_wire.Spin`): an
-# inline tool answers in ~10-30 us; one that takes longer is slept for.
+# How long the main thread looks for the reply to its call, or for a result its program waits
+# for, before it sleeps (`_wire.Spin`): an inline tool answers in ~10-30 us, the loop a quick
+# async one in ~50-100; one that takes longer is slept for.
 _REPLY_SPIN_SECONDS = 200e-6
 _RESULT_SPIN_SECONDS = 200e-6
 
@@ -76,7 +77,7 @@ class _Current:
 
 
 class Worker:
-    """The worker's side of its two sockets."""
+    """The worker's side of its three sockets."""
 
     def __init__(self, ctl: socket.socket, sync: socket.socket, results: socket.socket) -> None:
         self.ctl = ctl
@@ -158,7 +159,7 @@ class Worker:
         return current is not None and not current.ended
 
     def _from_host(self) -> None:
-        data = self.ctl.recv(1 << 20)
+        data = self.ctl.recv(_READ_SIZE)
         if not data:
             raise _wire.WireError("the host closed the socket")
         for kind, body in self.reader.feed(data):

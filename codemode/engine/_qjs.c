@@ -1898,6 +1898,10 @@ qjs_spin_readable(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "spin_readable: a negative file descriptor");
         return NULL;
     }
+    if (!(seconds >= 0 && seconds <= 60)) { /* (NaN too: it would never end) */
+        PyErr_SetString(PyExc_ValueError, "spin_readable: seconds must be from 0 to 60");
+        return NULL;
+    }
     int ready = 0;
     Py_BEGIN_ALLOW_THREADS
     double until = monotonic() + seconds;

@@ -107,4 +107,8 @@ def keeper_stats() -> dict[str, int]:
 
 def spin_readable(fd: int, seconds: float, /) -> int:
     """1 when fd became readable within seconds, looked at without sleeping (the CPU yielded
-    between looks) nor the GIL; 0 when not; -1 when a yield let another task run."""
+    between looks) nor the GIL; 0 when not; -1 when a yield let another task run.
+
+    Raises:
+        ValueError: fd is negative, or seconds is not from 0 to 60.
+    """

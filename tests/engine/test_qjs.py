@@ -292,3 +292,10 @@ def test_spin_readable_says_whether_a_frame_came_within_its_time() -> None:
 def test_spin_readable_refuses_a_negative_descriptor() -> None:
     with pytest.raises(ValueError, match="negative"):
         _qjs.spin_readable(-1, 0.001)
+
+
+@pytest.mark.parametrize("seconds", [float("nan"), float("inf"), -1.0, 100.0])
+def test_spin_readable_refuses_a_time_it_could_spin_forever_or_long(seconds: float) -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs, pytest.raises(ValueError, match="seconds"):
+        _qjs.spin_readable(ours.fileno(), seconds)

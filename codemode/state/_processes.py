@@ -309,6 +309,13 @@ def pending(conn: sqlite3.Connection, session_id: str) -> list[sqlite3.Row]:
     ).fetchall()
 
 
+def changes(conn: sqlite3.Connection) -> int:
+    """How many writes the process and notification tables have had (any connection's; kept by
+    triggers): while it stands, nothing of theirs changed."""
+    (count,) = conn.execute("SELECT n FROM bash_changes WHERE id = 0").fetchone()
+    return int(count)
+
+
 def undelivered(conn: sqlite3.Connection) -> list[sqlite3.Row]:
     """Undelivered notifications of every session, oldest first."""
     return conn.execute("SELECT * FROM notifications WHERE delivered_at IS NULL ORDER BY id").fetchall()

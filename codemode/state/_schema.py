@@ -20,7 +20,7 @@ from codemode.errors import StateDirError
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "init_schema"]
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 # The bash tool's tables as version 6 had them (what migration 5 -> 6 creates).
 _BASH_TABLES_V6 = """
@@ -121,6 +121,21 @@ CREATE TABLE IF NOT EXISTS notifications (
 );
 CREATE INDEX IF NOT EXISTS notifications_pending ON notifications (session_id, delivered_at);
 """
+
+# A count of the writes to the bash tool's tables, kept by triggers (every connection's: a
+# supervisor's too). A result asks whether its session has anything live or pending; while the
+# count stands, a session found with nothing still has nothing (`bash_changes`). Each statement
+# is executed alone: a trigger's body holds semicolons, so these are not split like `SCHEMA`.
+_BASH_CHANGES = (
+    "CREATE TABLE IF NOT EXISTS bash_changes (id INTEGER PRIMARY KEY CHECK (id = 0), n INTEGER NOT NULL)",
+    "INSERT OR IGNORE INTO bash_changes (id, n) VALUES (0, 0)",
+    *(
+        f"CREATE TRIGGER IF NOT EXISTS {table}_{event.lower()}_counted AFTER {event} ON {table} "
+        "BEGIN UPDATE bash_changes SET n = n + 1 WHERE id = 0; END"
+        for table in ("bash_processes", "notifications")
+        for event in ("INSERT", "UPDATE", "DELETE")
+    ),
+)
 
 # Sessions held open by a front process (``<pid>t<start>``) and how each ended (`_holds`).
 _HOLD_TABLES = """
@@ -433,6 +448,13 @@ def _migrate_13_to_14(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
 
 
+def _migrate_14_to_15(conn: sqlite3.Connection) -> None:
+    """A result's question "anything live or pending?" is answered from memory while the bash
+    tables are unchanged: their writes are counted (`_BASH_CHANGES`)."""
+    for statement in _BASH_CHANGES:
+        conn.execute(statement)
+
+
 def _boot_time() -> int | None:
     """The kernel's boot time (``btime`` of ``/proc/stat``, whole seconds of the wall clock)."""
     try:
@@ -460,6 +482,7 @@ _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     11: _migrate_11_to_12,
     12: _migrate_12_to_13,
     13: _migrate_13_to_14,
+    14: _migrate_14_to_15,
 }
 
 
@@ -493,6 +516,8 @@ def init_schema(conn: sqlite3.Connection, db_path: Path) -> None:
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)
+            for statement in _BASH_CHANGES:
+                conn.execute(statement)
         else:
             for step in range(version, SCHEMA_VERSION):
                 _MIGRATIONS[step](conn)

@@ -104,3 +104,26 @@ def test_a_version_13_state_db_gains_the_journal(tmp_path: Path) -> None:
         held = conn.execute("SELECT session_id, tenant, client FROM session_holds").fetchall()
     conn.close()
     assert version == SCHEMA_VERSION and held == [("s", None, None)]
+
+
+def test_a_version_14_state_db_gains_the_count_of_bash_table_writes(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    State(state).close()
+    with sqlite3.connect(state / "state.db") as conn:
+        for (trigger,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+            conn.execute(f"DROP TRIGGER {trigger}")
+        conn.execute("DROP TABLE bash_changes")
+        conn.execute("PRAGMA user_version = 14")
+    conn.close()
+    State(state).close()
+    with sqlite3.connect(state / "state.db") as conn:
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        conn.execute(
+            "INSERT INTO notifications (session_id, process_id, kind, seq, command, text, created_at)"
+            " VALUES ('s', 'p_1', 'completion', 0, 'true', 'done', 0)"
+        )
+        conn.execute("UPDATE notifications SET delivered_at = 1 WHERE process_id = 'p_1'")
+        conn.execute("DELETE FROM notifications")
+        (count,) = conn.execute("SELECT n FROM bash_changes").fetchone()
+    conn.close()
+    assert version == SCHEMA_VERSION and count == 3

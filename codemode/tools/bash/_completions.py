@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from codemode._json import JsonObject
@@ -85,14 +87,48 @@ def _redact_data(value: Any, redactor: Redactor) -> Any:
     return value
 
 
+class QuietSessions:
+    """The sessions last found with no process live and no notification pending, as of a count
+    of the bash tables' writes (`process_records.changes`, kept by triggers: a supervisor's
+    writes count too). While the count stands they still have none, so every result of theirs
+    is answered with one small read, whatever other sessions asked in between (a front with
+    1,000 sessions interleaves them). The count is read on a connection of its own: a result
+    does not wait for the manager's, which a thread may hold.
+    """
+
+    def __init__(self, db_path: str | Path) -> None:
+        self._conn = _records.connect(db_path)
+        self._lock = threading.Lock()
+        self._changes = -1  # the count the sessions below were found quiet at
+        self._sessions: set[str] = set()
+
+    def changes(self) -> int:
+        """The bash tables' write count now."""
+        with self._lock:
+            return _records.changes(self._conn)
+
+    def is_quiet(self, session_id: str, changes: int) -> bool:
+        """Whether the session was found quiet at this count."""
+        with self._lock:
+            return changes == self._changes and session_id in self._sessions
+
+    def found_quiet(self, session_id: str, changes: int) -> None:
+        """The session had nothing live or pending when looked at after the count read
+        ``changes`` (a write since then moves the count on: it is looked at again)."""
+        with self._lock:
+            if changes != self._changes:
+                self._changes = changes
+                self._sessions = set()
+            self._sessions.add(session_id)
+
+
 class Completions:
     """The :class:`ProcessManager`'s notification queue (a mixin: the manager holds the state)."""
 
     _archive: Archive
     _redactor: Redactor
     _adopted: dict[str, Running]
-    _db_uses: int
-    _quiet: tuple[str, int, int] | None
+    _quiet: QuietSessions
 
     if TYPE_CHECKING:
 
@@ -116,14 +152,12 @@ class Completions:
         return self._local_pending(session_id, reconcile) + self._published_pending(session_id)
 
     def _local_pending(self, session_id: str, reconcile: bool) -> list[Notification]:
-        # Every result asks, so the common answer (nothing) is cheap: if no other connection
-        # committed (SQLite's data_version) and this one was not used since the session last
-        # had nothing live or pending, it still has nothing.
+        # Every result asks, so the common answer (nothing) is cheap: a session found with
+        # nothing live or pending still has nothing while the bash tables are unchanged.
+        changes = self._quiet.changes() if reconcile and not self._adopted else None
+        if changes is not None and self._quiet.is_quiet(session_id, changes):
+            return []
         with self._db() as conn:
-            (version,) = conn.execute("PRAGMA data_version").fetchone()
-            if reconcile and self._quiet == (session_id, version, self._db_uses - 1) and not self._adopted:
-                self._quiet = (session_id, version, self._db_uses)
-                return []
             live = _records.live_records(conn, session_id) if reconcile else []
         for record in live:
             self._reconcile(record)
@@ -131,8 +165,8 @@ class Completions:
             self._reap_adopted()
         with self._db() as conn:
             rows = _records.pending(conn, session_id)
-            if reconcile and not live and not rows and not self._adopted:
-                self._quiet = (session_id, version, self._db_uses)
+        if changes is not None and not live and not rows and not self._adopted:
+            self._quiet.found_quiet(session_id, changes)
         if any(r["kind"] == "completion" for r in rows):
             # A verification command's completion carries its summary: settle it first.
             for row in rows:

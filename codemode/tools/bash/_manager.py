@@ -44,7 +44,7 @@ from codemode.state import process_records as _records
 from codemode.tools._model import Extension, TextContent, ToolContext, ToolResult
 from codemode.tools.bash._answers import ProcessRow
 from codemode.tools.bash._answers import WatcherData as WatcherData
-from codemode.tools.bash._completions import Completions
+from codemode.tools.bash._completions import Completions, QuietSessions
 from codemode.tools.bash._elsewhere import Elsewhere
 from codemode.tools.bash._env import resolve_cwd
 from codemode.tools.bash._foreground import (
@@ -218,9 +218,7 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
         self._start_lock = threading.Lock()
         self._db_lock = threading.RLock()
         self._conn = _records.connect(archive.db_path)
-        self._db_uses = 0  # uses of the connection, each maybe a write (see pending_notifications)
-        # (session, data_version, uses) when that session last had nothing live or pending.
-        self._quiet: tuple[str, int, int] | None = None
+        self._quiet = QuietSessions(archive.db_path)  # sessions with nothing live or pending
         self._closed = False
         self._start_listening()
         self.maintain()

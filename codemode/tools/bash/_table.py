@@ -58,7 +58,6 @@ class ProcessTable:
     _archive: Archive
     _conn: sqlite3.Connection
     _db_lock: threading.RLock
-    _db_uses: int
 
     if TYPE_CHECKING:
 
@@ -73,7 +72,6 @@ class ProcessTable:
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
         with self._db_lock:
-            self._db_uses += 1
             yield self._conn
 
     def _get(self, session_id: str, process_id: str) -> ProcessRecord:

@@ -467,13 +467,58 @@ async def test_a_quiet_session_hears_of_a_process_another_host_started(
         await other.aclose()
 
 
+async def test_quiet_sessions_asked_in_turn_are_answered_without_reading_the_tables(
+    archive: Archive, manager: ProcessManager
+) -> None:
+    # A front's sessions interleave: each found quiet once stays known quiet while the bash
+    # tables are unchanged, whatever others asked in between.
+    sessions = [f"s{i}" for i in range(8)]
+    for session in sessions:
+        assert manager.pending_notifications(session) == []
+    statements: list[str] = []
+    manager._conn.set_trace_callback(statements.append)
+    try:
+        for session in sessions * 2:
+            assert manager.pending_notifications(session) == []
+        assert statements == []
+        # Another connection's write (a supervisor's) to the tables: every session is looked at
+        # again, and the one it was for hears of it.
+        with sqlite3.connect(archive.db_path) as other:
+            other.execute(
+                "INSERT INTO notifications (session_id, process_id, kind, seq, command, text, created_at)"
+                " VALUES ('s5', 'p_x', 'completion', 0, 'exit 0', 'from elsewhere', 0)"
+            )
+        other.close()
+        assert [n.text for s in sessions for n in manager.pending_notifications(s)] == ["from elsewhere"]
+        assert statements != []
+    finally:
+        manager._conn.set_trace_callback(None)
+
+
+async def test_a_write_to_other_tables_keeps_the_quiet_sessions_known(
+    archive: Archive, manager: ProcessManager
+) -> None:
+    for session in ("s1", "s2"):
+        assert manager.pending_notifications(session) == []
+    with sqlite3.connect(archive.db_path) as other:  # a run record: not the bash tables
+        other.execute("INSERT INTO sessions (session_id, first_seen) VALUES ('s9', 0)")
+    other.close()
+    statements: list[str] = []
+    manager._conn.set_trace_callback(statements.append)
+    try:
+        assert manager.pending_notifications("s1") == manager.pending_notifications("s2") == []
+        assert statements == []
+    finally:
+        manager._conn.set_trace_callback(None)
+
+
 async def test_a_quiet_session_hears_of_a_note_written_on_the_same_connection(
     bash: Caller, manager: ProcessManager
 ) -> None:
     pid = await _start(bash, "exit 0", completion_mode="detached")
     await _wait_exited(bash, pid)
     assert manager.pending_notifications("s1") == []
-    with manager._db() as conn:  # a write on the manager's own connection: data_version stays
+    with manager._db() as conn:  # a write on the manager's own connection is counted too
         conn.execute(
             "INSERT INTO notifications (session_id, process_id, kind, seq, command, text, created_at)"
             " VALUES ('s1', ?, 'completion', 99, 'exit 0', 'written here', 0)",

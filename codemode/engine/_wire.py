@@ -229,14 +229,17 @@ class Spin:
     ... up to 4,096 waits (halved by each spin that paid; made one less instead, the spin
     stayed off after the VM's own hiccups and an inline call took 107 us at load 1.1-1.4), so
     that a machine whose CPUs are all busy pays a slice once in many calls, not once per call.
-    A spin that saw nothing (a slow tool, the end of a chain) sleeps for as many waits, at
-    least 16: a program that awaits slow tools wastes one spin in 17 waits or fewer, not one
-    each. Two threads spinning on one CPU (`taskset -c 0`)
+    A spin that saw nothing (a slow tool, the end of a chain) sleeps for twice as many waits
+    too, from 16 up to 256 (more would keep a run of quick inline calls after one slow one
+    asleep for long): a worker whose programs await slow tools (200 programs each awaiting a
+    20 ms one) spun one wait in 17, 200 us each, ~12 us of CPU a program; now one in 257 at
+    most. Two threads spinning on one CPU (`taskset -c 0`)
     take 55-60 us an inline call, as asleep (a spin without the yield took 130-185 us there).
     """
 
     _MIN_SKIP = 16
     _MAX_SKIP = 4096
+    _MAX_IDLE_SKIP = 256  # (the most a spin that saw nothing sets)
 
     def __init__(self, sock: socket.socket, seconds: float) -> None:
         self._fd = sock.fileno()
@@ -257,7 +260,8 @@ class Spin:
             self._backoff = min(max(self._backoff * 2, self._MIN_SKIP), self._MAX_SKIP)
             self._skip = self._backoff
         else:  # nothing came in time
-            self._skip = max(self._backoff, self._MIN_SKIP)
+            self._backoff = max(self._backoff, min(self._backoff * 2, self._MAX_IDLE_SKIP), self._MIN_SKIP)
+            self._skip = self._backoff
 
 
 class FrameReader:

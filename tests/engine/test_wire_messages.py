@@ -74,7 +74,7 @@ def test_a_spin_that_finds_the_cpu_wanted_sleeps_for_longer_and_longer(
 ) -> None:
     # The policy of `_wire.Spin` (what spin_readable says is the kernel's): -1 (another task
     # wanted the CPU) skips the next 16, then 32, ... waits; a spin that paid halves that; one
-    # that saw nothing skips as many (at least 16).
+    # that saw nothing skips twice as many too (at least 16, at most 256 on its own).
     said: list[int] = []
     answers = iter([-1, -1, 1, 0, 1])
 
@@ -95,10 +95,37 @@ def test_a_spin_that_finds_the_cpu_wanted_sleeps_for_longer_and_longer(
             spin.wait()
         assert len(said) == 2
         spin.wait()  # paid: no skip, and the next skip is halved (16)
-        spin.wait()  # nothing came: skip 16
+        spin.wait()  # nothing came: skip 32 (16 doubled)
         assert len(said) == 4
-        for _ in range(16):
+        for _ in range(32):
             spin.wait()
         assert len(said) == 4
         spin.wait()
         assert len(said) == 5
+
+
+def test_a_spin_that_sees_nothing_again_and_again_sleeps_longer_up_to_a_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A worker whose programs await slow tools: each spin sees nothing. The skips double from
+    # 16 to 256 and stay there; after one that pays the next wait spins.
+    said: list[int] = []
+    answers = iter([0] * 7 + [1, 0])
+
+    def spin_readable(fd: int, seconds: float) -> int:
+        said.append(fd)
+        return next(answers)
+
+    monkeypatch.setattr(_qjs, "spin_readable", spin_readable)
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        spin = _wire.Spin(ours, 0.001)
+        for spun, skip in enumerate([16, 32, 64, 128, 256, 256, 256], 1):
+            spin.wait()  # spins: nothing came
+            assert len(said) == spun
+            for _ in range(skip):
+                spin.wait()
+            assert len(said) == spun
+        spin.wait()  # spins, and pays: the next wait spins at once
+        spin.wait()
+        assert len(said) == 9

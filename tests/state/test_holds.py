@@ -109,3 +109,21 @@ def test_every_front_lists_the_sessions_held_open_with_their_tenant_and_client(t
         assert len(holds.open_holds(conn, 1)) == 1
     finally:
         conn.close()
+
+
+def test_the_records_connection_commits_as_the_state_database_does(tmp_path: Path) -> None:
+    # One durability for the one database: WAL with synchronous NORMAL (a commit outlives a
+    # crash of any process). The records' connection used SQLite's default, FULL: a sync of
+    # the log at every commit a front makes for each session it opens and closes.
+    state = State(tmp_path / "state")
+    try:
+        with state.db.connection() as pooled:
+            (expected,) = pooled.execute("PRAGMA synchronous").fetchone()
+        conn = process_records.connect(state.db_path)
+        try:
+            (synchronous,) = conn.execute("PRAGMA synchronous").fetchone()
+        finally:
+            conn.close()
+    finally:
+        state.close()
+    assert synchronous == expected == 1  # NORMAL

@@ -344,6 +344,7 @@ def quota_step(quota: int) -> int:
 def _connect(db_path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(db_path, timeout=_BUSY_TIMEOUT_SECONDS, isolation_level=None)
     conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_SECONDS * 1000)}")
+    conn.execute("PRAGMA synchronous = NORMAL")  # (as every connection to the state database)
     return conn
 
 

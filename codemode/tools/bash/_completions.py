@@ -112,6 +112,11 @@ class QuietSessions:
         with self._lock:
             return changes == self._changes and session_id in self._sessions
 
+    def close(self) -> None:
+        """Close its connection (the manager's end)."""
+        with self._lock:
+            self._conn.close()
+
     def found_quiet(self, session_id: str, changes: int) -> None:
         """The session had nothing live or pending when looked at after the count read
         ``changes`` (a write since then moves the count on: it is looked at again)."""

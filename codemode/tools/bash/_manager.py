@@ -458,6 +458,7 @@ class ProcessManager(ProcessTable, Starting, Reading, Watchers, Stopping, Reapin
                 CGROUPS.clear(host_cgroup_owner(state_tag(self._archive)))
         with self._db() as conn:
             conn.close()
+        self._quiet.close()
 
 
 def _list_text(rows: list[ProcessRow], redactor: Redactor) -> str:

@@ -87,6 +87,11 @@ def _redact_data(value: Any, redactor: Redactor) -> Any:
     return value
 
 
+# Quiet sessions remembered at most (then forgotten all at once, and found again as they ask):
+# a front that runs for days without a background process must not keep every session it saw.
+_QUIET_KEPT = 10_000
+
+
 class QuietSessions:
     """The sessions last found with no process live and no notification pending, as of a count
     of the bash tables' writes (`process_records.changes`, kept by triggers: a supervisor's
@@ -121,7 +126,7 @@ class QuietSessions:
         """The session had nothing live or pending when looked at after the count read
         ``changes`` (a write since then moves the count on: it is looked at again)."""
         with self._lock:
-            if changes != self._changes:
+            if changes != self._changes or len(self._sessions) >= _QUIET_KEPT:
                 self._changes = changes
                 self._sessions = set()
             self._sessions.add(session_id)

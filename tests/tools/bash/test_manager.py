@@ -17,6 +17,7 @@ from codemode.sandbox import SandboxPolicy
 from codemode.state import Archive, State
 from codemode.tools._model import ToolContext
 from codemode.tools.bash import ProcessManager
+from codemode.tools.bash._completions import QuietSessions
 from tests.host_support import survivors
 
 from .conftest import Caller
@@ -504,6 +505,18 @@ async def test_quiet_sessions_asked_in_turn_are_answered_without_reading_the_tab
         assert statements != []
     finally:
         manager._conn.set_trace_callback(None)
+
+
+def test_quiet_sessions_remembered_are_bounded(archive: Archive) -> None:
+    quiet = QuietSessions(archive.db_path)
+    try:
+        changes = quiet.changes()
+        for i in range(10_001):
+            quiet.found_quiet(f"s{i}", changes)
+        assert quiet.is_quiet("s10000", changes)
+        assert not quiet.is_quiet("s0", changes)  # forgotten, to be looked at again
+    finally:
+        quiet.close()
 
 
 async def test_a_write_to_other_tables_keeps_the_quiet_sessions_known(

@@ -69,20 +69,27 @@ def test_an_end_from_a_lying_worker_keeps_the_types() -> None:
     assert end.error == GuestError("uncaught", "1", "m")
 
 
+def _spins_answering(monkeypatch: pytest.MonkeyPatch, answers: list[int]) -> list[int]:
+    """`_qjs.spin_readable` made to say ``answers`` in turn; the list of the fds it was asked
+    about (one entry per spin)."""
+    said: list[int] = []
+    left = iter(answers)
+
+    def spin_readable(fd: int, seconds: float) -> int:
+        said.append(fd)
+        return next(left)
+
+    monkeypatch.setattr(_qjs, "spin_readable", spin_readable)
+    return said
+
+
 def test_a_spin_that_finds_the_cpu_wanted_sleeps_for_longer_and_longer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The policy of `_wire.Spin` (what spin_readable says is the kernel's): -1 (another task
     # wanted the CPU) skips the next 16, then 32, ... waits; a spin that paid halves that; one
     # that saw nothing skips twice as many too (at least 16, at most 256 on its own).
-    said: list[int] = []
-    answers = iter([-1, -1, 1, 0, 1])
-
-    def spin_readable(fd: int, seconds: float) -> int:
-        said.append(fd)
-        return next(answers)
-
-    monkeypatch.setattr(_qjs, "spin_readable", spin_readable)
+    said = _spins_answering(monkeypatch, [-1, -1, 1, 0, 1])
     ours, theirs = socket.socketpair()
     with ours, theirs:
         spin = _wire.Spin(ours, 0.001)
@@ -109,14 +116,7 @@ def test_a_spin_that_sees_nothing_again_and_again_sleeps_longer_up_to_a_bound(
 ) -> None:
     # A worker whose programs await slow tools: each spin sees nothing. The skips double from
     # 16 to 256 and stay there; after one that pays the next wait spins.
-    said: list[int] = []
-    answers = iter([0] * 7 + [1, 0])
-
-    def spin_readable(fd: int, seconds: float) -> int:
-        said.append(fd)
-        return next(answers)
-
-    monkeypatch.setattr(_qjs, "spin_readable", spin_readable)
+    said = _spins_answering(monkeypatch, [0] * 7 + [1, 0])
     ours, theirs = socket.socketpair()
     with ours, theirs:
         spin = _wire.Spin(ours, 0.001)

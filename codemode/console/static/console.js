@@ -368,10 +368,17 @@
       return;
     }
     if (r.detail.status !== 'running') return;
+    if (run.status !== 'running') {
+      // Its end shows with its output, usage and error, all from the detail at once: never an
+      // ended badge over a "(running…)" output. (If the detail still says running, reloadRun
+      // asks once more.)
+      r.endedEarly = true;
+      reloadRun();
+      return;
+    }
     // Not Run.calls: in a RunDetail, calls is the list of calls.
     for (const k of ['status', 'duration_ms', 'started', 'first_line']) r.detail[k] = run[k];
     renderRunHead();
-    if (run.status !== 'running') reloadRun(); // its output, usage and error come with the detail
   }
 
   function onCallEvent(msg) {

@@ -949,10 +949,13 @@ keeper_main(void *unused)
     return NULL;
 }
 
-/* keeper.mu held. */
+/* keeper.mu held. With no spare engines to keep (an engine worker makes its next one itself,
+ * between programs) no keeper thread starts, and none is woken. */
 static void
 keeper_wake(void)
 {
+    if (keeper.spare == 0)
+        return;
     if (!keeper.running && keeper.prelude != NULL) {
         pthread_attr_t attr;
         pthread_t thread;

@@ -1,4 +1,4 @@
-"""Starting the engine's zygote process (engine mode ``process``, `codemode.engine._processes`).
+"""Starting the engine's zygote process (engine mode ``process``, `codemode.engine._zygote_client`).
 
 A leaf, stdlib-only, so that ``codemode run`` can start the zygote before it imports the host:
 the zygote's interpreter then boots on another CPU while this one imports (~30 ms of a cold

@@ -8,9 +8,9 @@ if TYPE_CHECKING:
     from codemode.engine._header import HeaderError, HeaderOptions, parse_header
     from codemode.engine._loop import LoopSpawner
     from codemode.engine._outcome import CallGate, EngineLimits, GuestError, ProgramOutcome
-    from codemode.engine._processes import worker_report
     from codemode.engine._qjs import ENGINE_VERSION
     from codemode.engine._runtime import Engine, RunView
+    from codemode.engine._zygote_client import worker_report
 
 if not TYPE_CHECKING:  # each name loads its module at first use (codemode._lazy)
     __getattr__, __dir__ = lazy_exports(
@@ -28,7 +28,7 @@ if not TYPE_CHECKING:  # each name loads its module at first use (codemode._lazy
                 "GuestError",
                 "ProgramOutcome",
             ),
-            "._processes": ("worker_report",),
+            "._zygote_client": ("worker_report",),
             "._qjs": ("ENGINE_VERSION",),
             "._runtime": (
                 "Engine",

@@ -20,35 +20,29 @@ protocol there.
 
 from __future__ import annotations
 
-import array
 import asyncio
 import collections
 import contextlib
-import json
-import logging
-import os
-import queue
-import signal
 import socket
 import threading
 from collections.abc import Callable
+from typing import Protocol
 
 import anyio
 import anyio.to_thread
 
-from codemode import _zygote_start
 from codemode.engine import _wire
-from codemode.engine._guest import GuestError
-from codemode.sandbox import cgroup_join, cgroup_remove, cgroup_root
+from codemode.engine._zygote_client import (
+    START_SECONDS,
+    EngineUnavailable,
+    describe_status,
+    give_cgroup,
+    kill_worker,
+    log,
+    zygote,
+)
 
-log = logging.getLogger("codemode.engine")
-
-_START_SECONDS = 30.0  # a zygote or a worker that has not said it is ready by then is broken
 _MAX_RUNS = 10_000  # programs one worker runs before it is replaced (its CPU rlimit is a total)
-# Tasks a worker's cgroup may hold: its four threads (the program's, the relay, the keeper that
-# makes the next context, the watchdog) and room to spare; its seccomp allowlist has no clone of
-# a process, so this is the second wall.
-_WORKER_PIDS = 16
 _WORKER_CPU_SECONDS = 24 * 3600
 # How long the end of a program waits for a call its worker's sync thread is answering (a
 # worker that asked as its program ended; inline tools are quick).
@@ -56,263 +50,15 @@ _END_CALLS_SECONDS = 5.0
 # How long a worker's sync thread looks for its program's next call after a reply before it
 # sleeps (`_wire.Spin`): a program that calls inline tools in a loop sends the next ~10 us later.
 _NEXT_CALL_SPIN_SECONDS = 100e-6
-
-
-class EngineUnavailable(Exception):
-    """Process mode cannot run here (the zygote failed to start or to confine itself)."""
-
-
-class Zygote:
-    """The process that forks workers: one per host process, started on first use."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()  # one fork request at a time
-        try:  # one `codemode run` started early (it booted while the host imported), or a new one
-            self.process, self._sock = _zygote_start.take()
-        except OSError as exc:
-            raise EngineUnavailable(f"the engine's zygote did not start: {exc}") from None
-        self._replies: queue.SimpleQueue[_wire.ZygoteReport] = queue.SimpleQueue()
-        self._died: dict[int, int] = {}
-        self._died_cond = threading.Condition()
-        self._sock.settimeout(_START_SECONDS)
-        try:
-            hello = json.loads(self._sock.recv(65536) or b"null")
-        except (OSError, ValueError) as exc:
-            self.process.kill()
-            raise EngineUnavailable(f"the engine's zygote did not start: {exc}") from None
-        finally:
-            self._sock.settimeout(None)
-        if not isinstance(hello, dict) or "hello" not in hello:
-            self.process.kill()
-            raise EngineUnavailable("the engine's zygote did not start")
-        self.problem: str | None = hello.get("problem")
-        self.landlock: str | None = hello.get("landlock")  # why Landlock is missing, or None
-        if self.landlock is not None:
-            log.warning("engine workers run without Landlock (seccomp still seals them): %s", self.landlock)
-        threading.Thread(target=self._read, name="codemode-zygote", daemon=True).start()
-
-    @property
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def _read(self) -> None:
-        while True:
-            try:
-                data = self._sock.recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                self._replies.put({"gone": True})
-                with self._died_cond:
-                    self._died_cond.notify_all()
-                return
-            message: _wire.ZygoteReport = json.loads(data)
-            if "died" in message:
-                pid = int(message["died"])
-                _drop_cgroup(pid)
-                with self._died_cond:
-                    self._died[pid] = int(message["status"])
-                    self._died_cond.notify_all()
-            else:
-                self._replies.put(message)
-
-    def fork(
-        self, ctl: socket.socket, sync: socket.socket, results: socket.socket, limits: _wire.WorkerLimits
-    ) -> int:
-        """Fork a worker holding these three sockets; its pid (blocking: call in a worker thread).
-
-        Raises:
-            EngineUnavailable: The zygote is gone.
-        """
-        fds = array.array("i", [ctl.fileno(), sync.fileno(), results.fileno()])
-        with self._lock:
-            try:
-                self._sock.sendmsg(
-                    [json.dumps(_wire.ZygoteOrder(fork=limits)).encode()],
-                    [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)],
-                )
-            except OSError as exc:
-                raise EngineUnavailable(f"the engine's zygote is gone: {exc}") from None
-            reply = self._replies.get()
-        if "forked" not in reply:
-            raise EngineUnavailable("the engine's zygote is gone")
-        return int(reply["forked"])
-
-    def kill(self, pid: int) -> None:
-        """Kill one of the zygote's live workers (it refuses any other pid)."""
-        try:
-            self._sock.send(json.dumps(_wire.ZygoteOrder(kill=pid)).encode())
-        except OSError:
-            pass
-
-    def wait_status(self, pid: int, timeout: float) -> int | None:
-        """The wait status of a worker that ended, once the zygote reported it (blocking)."""
-        with self._died_cond:
-            self._died_cond.wait_for(lambda: pid in self._died or not self.alive, timeout)
-            return self._died.pop(pid, None)
-
-
-_zygote: Zygote | None = None
-_zygote_lock = threading.Lock()
-
-
-def zygote() -> Zygote:
-    """The host process's zygote, started (or restarted, if it died) now.
-
-    Raises:
-        EngineUnavailable: It cannot start, or cannot confine itself.
-    """
-    global _zygote
-    with _zygote_lock:
-        if _zygote is None or not _zygote.alive:
-            _zygote = Zygote()
-        if _zygote.problem is not None:
-            raise EngineUnavailable(
-                f"engine workers cannot be confined here ({_zygote.problem}); "
-                "run programs in threads instead (engine='thread', --engine thread)"
-            )
-        return _zygote
-
-
-_cgroups: dict[int, str] = {}  # live worker pid -> its cgroup
-_cgroups_lock = threading.Lock()
-_swept = False
-
-
-def _give_cgroup(pid: int) -> None:
-    """Move the new worker ``pid`` into a cgroup of its own, ``codemode/engine-<host pid>/w<pid>``
-    (at most `_WORKER_PIDS` tasks; ``cgroup.kill`` ends it whole), before it runs a program
-    (blocking). Where cgroups are unavailable (`cgroup_root` says why, and ``codemode doctor``)
-    it runs without one.
-
-    Raises:
-        EngineUnavailable: cgroups are available but this one cannot be made or joined (the
-            worker is killed: nothing of a program ran in it).
-    """
-    global _swept
-    root = cgroup_root()
-    if root.path is None:
-        return
-    if not _swept:
-        _swept = True
-        _sweep_cgroups()
-    try:
-        path = root.make(f"engine-{os.getpid()}", f"w{pid}", pids_max=_WORKER_PIDS)
-        cgroup_join(path, pid)
-    except OSError as exc:
-        zygote().kill(pid)
-        raise EngineUnavailable(f"an engine worker's cgroup could not be made or joined ({exc})") from None
-    with _cgroups_lock:
-        _cgroups[pid] = path
-
-
-def _drop_cgroup(pid: int) -> None:
-    """The worker ``pid`` ended (the zygote reaped it): remove its cgroup (on the zygote's
-    reader thread)."""
-    with _cgroups_lock:
-        path = _cgroups.pop(pid, None)
-    if path is not None:
-        try:
-            cgroup_remove(path)
-        except OSError as exc:
-            log.warning("could not remove the cgroup %s of engine worker %d: %s", path, pid, exc)
-
-
-def _sweep_cgroups() -> None:
-    """Remove the worker cgroups that hosts which no longer run left (killed: no one removed
-    them); those still holding a process stay. Once per host process, at its first worker."""
-    root = cgroup_root()
-    for owner in root.owners():
-        host = owner.removeprefix("engine-")
-        if owner == host or not host.isdigit() or int(host) == os.getpid() or _alive(int(host)):
-            continue
-        for path in root.children(owner):
-            with contextlib.suppress(OSError):
-                cgroup_remove(path)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
-def worker_cgroup(pid: int) -> str | None:
-    """The cgroup of a live worker (tests, doctor), or None."""
-    with _cgroups_lock:
-        return _cgroups.get(pid)
-
-
-def _kill_worker(pid: int) -> None:
-    """Have the zygote kill its worker ``pid`` (it refuses any other pid); from any thread,
-    without starting a zygote (a worker of one that ended is gone with its sockets)."""
-    held = _zygote
-    if held is not None and held.alive:
-        held.kill(pid)
-
-
-def worker_report() -> dict[str, object]:
-    """How engine workers are held on this machine (``codemode doctor``): starts the zygote."""
-    from codemode.sandbox import WORKER_ALLOWED
-
-    try:
-        held = zygote()
-    except EngineUnavailable as exc:
-        return {"available": False, "problem": str(exc)}
-    root = cgroup_root()
-    return {
-        "cgroup": f"one per worker, at most {_WORKER_PIDS} tasks"
-        if root.path is not None
-        else f"none ({root.reason})",
-        "available": True,
-        "identity": "uid nobody, no capabilities, no_new_privs" if os.geteuid() == 0 else "no_new_privs",
-        "landlock": "no file, TCP, signal or abstract socket" if held.landlock is None else held.landlock,
-        "seccomp": f"allowlist of {len(set(WORKER_ALLOWED.values()))} syscalls (no open, socket, exec, clone)",
-    }
-
-
-def start_zygote_soon() -> None:
-    """Start the host process's zygote now, on a thread of its own, unless it runs: a host
-    opening in process mode has it ready when its first program asks for a worker. A failure
-    is left for that program's own `zygote` call (which tries again and says why)."""
-    if _zygote is None or not _zygote.alive:
-        threading.Thread(target=_start_quietly, name="codemode-zygote-start", daemon=True).start()
-
-
-def _start_quietly() -> None:
-    with contextlib.suppress(EngineUnavailable):
-        zygote()
-
-
-def describe_status(status: int | None) -> str:
-    """How a worker ended, in words: "killed by SIGSEGV", "exited with status 70"."""
-    if status is None:
-        return "ended"
-    if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        try:
-            name = signal.Signals(number).name
-        except ValueError:
-            name = f"signal {number}"
-        return f"was killed by {name}"
-    if os.WIFEXITED(status):
-        return f"exited with status {os.WEXITSTATUS(status)}"
-    return "ended"
-
-
-def crashed(how: str) -> GuestError:
-    """The program's error when its worker died under it."""
-    return GuestError(
-        "engine_crashed",
-        "EngineCrashed",
-        f"the engine's worker process {how} while running the program; nothing of the program's "
-        "state is left (its variables, its calls in flight); the host goes on. Run the program "
-        "again, or change what made the engine fail",
-    )
+# What the loop reads of a worker's control socket when it wakes (once: it is woken again while
+# more is there), so that a worker flooding its socket with tiny frames holds it ~20 ms at most.
+_READ_SIZE = 256 * 1024
+# What a worker may send while no program of it runs: what its relay thread had on the way as
+# its program ended (a late progress report), about that program. Read and dropped.
+LATE_KINDS = frozenset({_wire.PRINTED, _wire.OUTPUT, _wire.CALLS})
+# (An int: `socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL` is an enum operation, ~3 us a send.)
+_SEND_FLAGS = int(socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+_PEEK_FLAGS = int(socket.MSG_PEEK | socket.MSG_DONTWAIT)
 
 
 SyncHandler = Callable[[int, bytes], bytes]
@@ -335,7 +81,19 @@ class _Writer:
         return len(self._queue)
 
     def write(self, data: bytes) -> None:
-        self._queue.append(data)
+        rest: bytes | memoryview = data
+        if not self._queue:  # (nothing waits to be written before it: one send, most often whole)
+            try:
+                sent = self._sock.send(data, _SEND_FLAGS)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self._on_broken()
+                return
+            if sent == len(data):
+                return
+            rest = memoryview(data)[sent:]
+        self._queue.append(rest)
         if not self._watching:
             self._flush()
 
@@ -343,7 +101,7 @@ class _Writer:
         while self._queue:
             data = self._queue[0]
             try:
-                sent = self._sock.send(data, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+                sent = self._sock.send(data, _SEND_FLAGS)
             except BlockingIOError:
                 sent = 0
             except OSError:
@@ -372,8 +130,27 @@ class _Writer:
                 asyncio.get_running_loop().remove_writer(self._sock.fileno())
 
 
+class FrameSink(Protocol):
+    """What a worker's control socket brings goes to its running program (`_remote._Run`)."""
+
+    def frame(self, kind: int, body: bytes) -> None:
+        """One whole frame (on the loop).
+
+        Raises:
+            Exception: The frame breaks the protocol (the worker is killed).
+        """
+
+    def broke(self, why: str) -> None:
+        """The worker died, closed its socket or broke the protocol (on the loop)."""
+
+
 class WorkerProcess:
-    """One worker: its pid, its sockets, and the host thread that answers its program's waits."""
+    """One worker: its pid, its sockets, and the host thread that answers its program's waits.
+
+    The event loop watches its control socket for the worker's whole life (`watch`), not per
+    program: what comes goes to the running program's `sink`; the worker's death is seen
+    even while it is idle.
+    """
 
     def __init__(
         self, pid: int, ctl: socket.socket, sync: socket.socket, results: socket.socket, session_id: str
@@ -393,6 +170,10 @@ class WorkerProcess:
         # in flight), and what is left to write of its program (`send_run`).
         self._results_out = _Writer(results, lambda: None)
         self._run_out = _Writer(sync, self._end_control)
+        self.sink: FrameSink | None = None  # the running program's (on the loop)
+        self.on_idle_end: Callable[[WorkerProcess], None] | None = None  # its pool's, while parked
+        self._reader = _wire.FrameReader()
+        self._watching: asyncio.AbstractEventLoop | None = None
         threading.Thread(target=self._serve_sync, name=f"codemode-worker-{pid}", daemon=True).start()
 
     def _serve_sync(self) -> None:
@@ -424,7 +205,7 @@ class WorkerProcess:
         log.warning("engine worker %d %s", self.pid, why)
         self.broken = why
         self.dead = True
-        _kill_worker(self.pid)
+        kill_worker(self.pid)
         with self._closing:  # its program's loop side sees the end now (and sends it nothing more)
             for sock in (self.ctl, self.sync, self.results):
                 try:
@@ -438,15 +219,22 @@ class WorkerProcess:
         with self._closing, contextlib.suppress(OSError):
             self.ctl.shutdown(socket.SHUT_RDWR)
 
+    def calls_ended(self) -> bool:
+        """Its program ended: no call more is answered. Whether none is being answered (else
+        see `end_calls`)."""
+        self.handler = None
+        if self._answering.acquire(blocking=False):
+            self._answering.release()
+            return True
+        return False
+
     async def end_calls(self) -> bool:
         """Its program ended: no call more is answered, and one being answered (until its reply
         is written) is waited for, up to `_END_CALLS_SECONDS`, so that none runs once the
         program's end is returned. False when one still is: the worker ended its program with a
         call unanswered or its reply unread, which no worker of ours does (it waits for each
         reply), and it must not get another program on that socket: the caller kills it."""
-        self.handler = None
-        if self._answering.acquire(blocking=False):
-            self._answering.release()
+        if self.calls_ended():
             return True
         answering = self._answering
         if await anyio.to_thread.run_sync(lambda: answering.acquire(timeout=_END_CALLS_SECONDS)):
@@ -456,11 +244,71 @@ class WorkerProcess:
 
     # -- the control socket, from the event loop ---------------------------------------------
 
+    def watch(self) -> None:
+        """Have the running event loop read the control socket from now on (again when the
+        host runs on another loop than before). On the loop."""
+        loop = asyncio.get_running_loop()
+        if self._watching is loop:
+            return
+        self._unwatch()
+        loop.add_reader(self.ctl.fileno(), self._on_readable)
+        self._watching = loop
+
+    def _unwatch(self) -> None:
+        loop, self._watching = self._watching, None
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            loop.remove_reader(self.ctl.fileno())
+        else:  # (a host that moved to another loop, or closes with none running)
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(loop.remove_reader, self.ctl.fileno())
+
+    def _on_readable(self) -> None:
+        """The control socket has bytes: read some (`_READ_SIZE`) and hand the whole frames to
+        the running program. Whatever handling a frame raises breaks the protocol: the worker
+        is killed, its program ends, the loop goes on."""
+        try:
+            try:
+                data = self.ctl.recv(_READ_SIZE)
+            except BlockingIOError:
+                return
+            except ConnectionResetError:  # it died with our frames unread
+                data = b""
+            if not data:
+                self._gone("ended")
+                return
+            for kind, body in self._reader.feed(data):
+                sink = self.sink
+                if sink is not None:
+                    sink.frame(kind, body)
+                elif kind not in LATE_KINDS:
+                    raise _wire.WireError(f"a frame of kind {kind} while no program runs")
+        except Exception as exc:  # a frame no worker of ours sends, or what it made the host do
+            log.warning("engine worker %d broke the protocol: %r", self.pid, exc)
+            kill_worker(self.pid)
+            self._gone(f"broke the protocol ({exc})")
+
+    def _gone(self, why: str) -> None:
+        """Its control socket ended (or it broke the protocol): read no more; its program,
+        if one runs, ends (`FrameSink.broke`); an idle one is retired by its pool now."""
+        self.dead = True
+        self._unwatch()
+        sink, self.sink = self.sink, None
+        if sink is not None:
+            sink.broke(why)
+        elif self.on_idle_end is not None:
+            self.on_idle_end(self)
+
     def closed(self) -> bool:
         """Whether the worker has closed its control socket (it died while idle); without
         blocking, and leaving what it sent (a late progress report) for its next program."""
         try:
-            return self.ctl.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            return self.ctl.recv(1, _PEEK_FLAGS) == b""
         except BlockingIOError:
             return False
         except OSError:
@@ -485,9 +333,7 @@ class WorkerProcess:
         if self.dead:
             return
         with contextlib.suppress(OSError):
-            self.ctl.send(
-                _wire.frame(_wire.STOP, _wire.RUN_ID.pack(run_id)), socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL
-            )
+            self.ctl.send(_wire.frame(_wire.STOP, _wire.RUN_ID.pack(run_id)), _SEND_FLAGS)
 
     @property
     def sending_run(self) -> bool:
@@ -505,6 +351,8 @@ class WorkerProcess:
 
     def close(self) -> None:
         """End the worker: its sockets closed, it exits (and is killed, should it not)."""
+        self._unwatch()
+        self.sink = None
         self._results_out.close()
         self._run_out.close()
         self.dead = True
@@ -605,14 +453,21 @@ class ProcessPool:
     def _park(self, worker: WorkerProcess) -> None:
         self._idle[worker.pid] = worker
         self._idle_by_session.setdefault(worker.session_id, {})[worker.pid] = worker
+        worker.on_idle_end = self._idle_ended
 
     def _unpark(self, pid: int) -> WorkerProcess:
         worker = self._idle.pop(pid)
+        worker.on_idle_end = None
         mine = self._idle_by_session[worker.session_id]
         del mine[pid]
         if not mine:
             del self._idle_by_session[worker.session_id]
         return worker
+
+    def _idle_ended(self, worker: WorkerProcess) -> None:
+        """An idle worker died or broke the protocol (the loop saw it on its control socket)."""
+        if self._idle.get(worker.pid) is worker:
+            self._unpark(worker.pid).close()
 
     async def _start(self, session_id: str) -> WorkerProcess:
         mine_ctl, theirs_ctl = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -627,7 +482,7 @@ class ProcessPool:
                 theirs_ctl.close()
                 theirs_sync.close()
                 theirs_results.close()
-            mine_ctl.settimeout(_START_SECONDS)
+            mine_ctl.settimeout(START_SECONDS)
             try:
                 kind, _ = _wire.read_frame(mine_ctl)
             except (_wire.WireError, OSError) as exc:
@@ -641,7 +496,7 @@ class ProcessPool:
             if kind != _wire.READY:
                 zygote().kill(pid)
                 raise EngineUnavailable("an engine worker sent something else than ready")
-            _give_cgroup(pid)
+            give_cgroup(pid)
             return pid
 
         try:
@@ -680,7 +535,7 @@ class ProcessPool:
     def kill(self, worker: WorkerProcess) -> None:
         """Kill a worker now (it stopped answering, or broke the protocol)."""
         worker.dead = True
-        _kill_worker(worker.pid)
+        kill_worker(worker.pid)
 
     def _wake_one(self) -> None:
         """Room was made: the oldest waiting program tries again."""

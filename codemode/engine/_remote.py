@@ -27,26 +27,16 @@ from codemode.engine._calls import LoopCalls
 from codemode.engine._guest import GuestEnd, GuestError, limits_json
 from codemode.engine._loop import LoopSpawner
 from codemode.engine._outcome import CallGate, EngineLimits, ProgramCalls, ProgramOutcome, outcome_of
-from codemode.engine._processes import (
-    EngineUnavailable,
-    ProcessPool,
-    WorkerProcess,
-    crashed,
-    describe_status,
-    log,
-    zygote,
-)
+from codemode.engine._processes import LATE_KINDS, ProcessPool, WorkerProcess
 from codemode.engine._program import HostCalls, strip_typescript
 from codemode.engine._text import _js_text
 from codemode.engine._worker_frames import check_posted, read_calls, read_end, read_host_call
+from codemode.engine._zygote_client import EngineUnavailable, crashed, describe_status, log, zygote
 
 if TYPE_CHECKING:
     from codemode.engine._runtime import RunView
 from codemode.tools import ToolContext, ToolRegistry
 
-# What the loop reads of a worker's control socket when it wakes (once: it is woken again while
-# more is there), so that a worker flooding its socket with tiny frames holds it ~20 ms at most.
-_READ_SIZE = 256 * 1024
 # How long past its own wall limit a worker may take to report its end before it is killed
 # (it keeps the limit itself; this is the backstop for one that stopped answering).
 _GRACE_SECONDS = 10.0
@@ -139,7 +129,6 @@ class _Run:
         self.calls = calls
         self.channel = channel
         self.limits = limits
-        self.reader = _wire.FrameReader()
         self.ended = anyio.Event()
         self.end: GuestEnd | None = None
         self.broken: str | None = None  # why the worker is dead or unusable
@@ -156,31 +145,12 @@ class _Run:
         """Tool calls started so far."""
         return self.calls.shared.tool_calls
 
-    def on_readable(self) -> None:
-        """The control socket has bytes: read some (`_READ_SIZE`), handle the whole frames
-        (on the loop). Whatever handling a frame raises breaks the protocol: the worker is
-        killed, this program ends, the loop goes on."""
-        if self.broken is not None:
-            return
-        try:
-            try:
-                data = self.worker.ctl.recv(_READ_SIZE)
-            except BlockingIOError:
-                return
-            except ConnectionResetError:  # it died with our frames unread
-                data = b""
-            if not data:
-                self._broke("ended")
-                return
-            for kind, body in self.reader.feed(data):
-                self._frame(kind, body)
-        except Exception as exc:  # a frame no worker of ours sends, or what it made the host do
-            log.warning("engine worker %d broke the protocol: %r", self.worker.pid, exc)
-            self._broke(f"broke the protocol ({exc})")
-
-    def _frame(self, kind: int, body: bytes) -> None:
+    def frame(self, kind: int, body: bytes) -> None:
+        """One frame of its worker's control socket (`FrameSink`): what the program sends."""
         if self.ended.is_set():
-            return  # what follows its end (or its break) is not read
+            if self.end is None or kind in LATE_KINDS:
+                return  # what follows its break, or a late report, is not read
+            raise _wire.WireError(f"a frame of kind {kind} after its program's end")
         if kind == _wire.CALLS:
             calls = self.calls
             run_id, settled, posted = read_calls(body, self.limits.calls_in_flight)
@@ -216,11 +186,44 @@ class _Run:
         else:
             raise _wire.WireError(f"unexpected frame {kind}")
 
-    def _broke(self, why: str) -> None:
+    def broke(self, why: str) -> None:
+        """Its worker died, closed its socket or broke the protocol (`FrameSink`)."""
         if self.broken is None:
             self.broken = why
         self.worker.dead = True
         self.ended.set()
+
+
+_tables: tuple[tuple[object, ...], bytes] | None = None  # (the key, its encoding): `_run_body`
+
+
+def _run_body(
+    run_id: int,
+    batches: bool,
+    stream: bool,
+    source: str,
+    timeout_seconds: float,
+    limits: EngineLimits,
+    registry: ToolRegistry,
+) -> bytes:
+    """A program's `_wire.RUN` body (a `_wire.RunMessage`). What all programs of a host share
+    (the limits and the prelude's tables of tools) is encoded once, not per program: the tables
+    are JSON text inside JSON, escaped again each time (~10 us of the loop's CPU a program)."""
+    global _tables
+    # With batched decisions every call goes to the loop, where they are asked about.
+    inline = "[]" if batches else registry.inline_names_json()
+    key = (limits, registry.effectful_names_json(), registry.namespaces_json(), inline)
+    if _tables is None or _tables[0] != key:
+        shared = {
+            "limits": limits_json(limits),
+            "effectful_json": key[1],
+            "namespaces_json": key[2],
+            "inline_json": inline,
+        }
+        _tables = key, json.dumps(shared, ensure_ascii=False).encode("utf-8")[1:-1]
+    head = f'{{"run":{run_id},"immediate":{"false" if batches else "true"},"stream":{"true" if stream else "false"},'
+    spec = f'"spec":{{"timeout_seconds":{json.dumps(float(timeout_seconds))},"source":{json.dumps(source, ensure_ascii=False)},'
+    return (head + spec).encode("utf-8", "surrogatepass") + _tables[1] + b"}}"
 
 
 async def run_in_worker(
@@ -266,25 +269,13 @@ async def run_in_worker(
         view.waiting = False
     worker.handler = _sync_handler(HostCalls(registry, context, limits, shared, gate), source)
     batches = gate is not None and gate.batches
-    message: _wire.RunMessage = {
-        "run": run_id,
-        "immediate": not batches,
-        "stream": stream is not None,
-        "spec": {
-            "source": source,
-            "limits": limits_json(limits),
-            "timeout_seconds": timeout_seconds,
-            "effectful_json": registry.effectful_names_json(),
-            "namespaces_json": registry.namespaces_json(),
-            # With batched decisions every call goes to the loop, where they are asked about.
-            "inline_json": "[]" if batches else registry.inline_names_json(),
-        },
-    }
-    fd = worker.ctl.fileno()
-    spawner.watch_readable(fd, run.on_readable)
+    worker.watch()
+    worker.sink = run
     finished = False
     try:
-        worker.send_run(json.dumps(message, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        worker.send_run(
+            _run_body(run_id, batches, stream is not None, source, timeout_seconds, limits, registry)
+        )
         with anyio.move_on_after(timeout_seconds + _GRACE_SECONDS):
             await run.ended.wait()
         finished = True
@@ -294,15 +285,17 @@ async def run_in_worker(
             worker.stop(run_id)
             with anyio.CancelScope(shield=True), anyio.move_on_after(_STOP_SECONDS):
                 await run.ended.wait()
-        spawner.unwatch_readable(fd)
+        worker.sink = None
         if run.end is None:
             if run.broken is None:
                 run.broken = worker.broken or "stopped answering"
             pool.kill(worker)
-        with anyio.CancelScope(shield=True):
-            if not await worker.end_calls():  # no call of the program is answered once it has ended
-                worker.broken = worker.broken or "ended its program with a call unanswered"
-                pool.kill(worker)
+        # No call of the program is answered once it has ended (one being answered is waited for).
+        if not worker.calls_ended():
+            with anyio.CancelScope(shield=True):
+                if not await worker.end_calls():
+                    worker.broken = worker.broken or "ended its program with a call unanswered"
+                    pool.kill(worker)
         pool.release(worker)
     if run.end is not None and worker.broken is None:
         return outcome_of(run.end, shared), calls

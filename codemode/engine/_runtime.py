@@ -20,11 +20,12 @@ from codemode.engine._calls import LoopCalls
 from codemode.engine._guest import START_OVER, WAITING
 from codemode.engine._loop import LoopSpawner
 from codemode.engine._outcome import CallGate, EngineLimits, ProgramCalls, ProgramOutcome, as_result
-from codemode.engine._processes import ProcessPool, start_zygote_soon
+from codemode.engine._processes import ProcessPool
 from codemode.engine._program import ProgramThread
 from codemode.engine._remote import run_in_worker
 from codemode.engine._text import prepare_context
 from codemode.engine._workers import WorkerPool
+from codemode.engine._zygote_client import start_zygote_soon
 from codemode.tools import ToolContext, ToolRegistry
 
 

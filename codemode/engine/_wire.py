@@ -276,6 +276,8 @@ class FrameReader:
         Raises:
             WireError: A frame breaks the protocol.
         """
+        if not self._buffer:
+            return self._feed_whole(data)
         buffer = self._buffer
         buffer += data
         frames: list[tuple[int, bytes]] = []
@@ -291,4 +293,22 @@ class FrameReader:
             at = end
         if at:
             del buffer[:at]
+        return frames
+
+    def _feed_whole(self, data: bytes) -> list[tuple[int, bytes]]:
+        """`feed` with nothing held before ``data`` (most reads bring whole frames): frames cut
+        from ``data`` itself, the rest of a frame kept. Each body is copied once, as in `feed`."""
+        frames: list[tuple[int, bytes]] = []
+        at = 0
+        size_of = len(data)
+        while size_of - at >= _HEAD.size:
+            size, kind = _HEAD.unpack_from(data, at)
+            _check(size, kind)
+            end = at + 4 + size
+            if size_of < end:
+                break
+            frames.append((kind, data[at + _HEAD.size : end]))
+            at = end
+        if at < size_of:
+            self._buffer += memoryview(data)[at:]
         return frames

@@ -104,6 +104,9 @@ class _Bounded(json.JSONDecoder):
             self.depth -= 1
 
 
+_PLAIN = json.JSONDecoder()  # (json.loads of bytes looks for UTF-16 and -32 first, and makes one)
+
+
 def read_json(body: bytes, max_values: int) -> Any:
     """``body`` decoded as JSON, making at most ``max_values`` values (in a body over 256 KiB).
 
@@ -112,7 +115,7 @@ def read_json(body: bytes, max_values: int) -> Any:
     """
     try:
         if len(body) <= _FAST_BYTES:
-            return json.loads(body)
+            return _PLAIN.decode(body.decode("utf-8"))
         return _Bounded(max_values).decode(body.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
         raise WireError(f"a message that is not JSON ({type(exc).__name__})") from None

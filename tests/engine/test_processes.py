@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from codemode import Host, Progress, RunResult
-from codemode.engine import _processes, _remote
+from codemode.engine import _processes, _remote, _zygote_client
 from codemode.sandbox import cgroup_remove, cgroup_root, pids_limit_path
 from tests.host_support import MakeHost, alive
 
@@ -100,17 +100,17 @@ async def test_a_worker_runs_in_a_cgroup_of_its_own_removed_when_it_ends(make_ho
     async with make_host(engine="process") as (host, _probe):
         assert (await host.run_code("print(1)", session_id="a")).ok
         (pid,) = _workers(host)
-        path = _processes.worker_cgroup(pid)
+        path = _zygote_client.worker_cgroup(pid)
         assert path is not None and path.endswith(f"/engine-{os.getpid()}/w{pid}")
         assert _cgroup_of(pid).endswith(f"/engine-{os.getpid()}/w{pid}")
         limit = pids_limit_path(path)
         if limit is not None:  # the pids controller (v2, or its v1 twin on a hybrid host)
-            assert Path(limit).read_text().strip() == str(_processes._WORKER_PIDS)
+            assert Path(limit).read_text().strip() == str(_zygote_client._WORKER_PIDS)
         await host.close_session("a")  # its worker ends
         with anyio.fail_after(30):
             while os.path.isdir(path):
                 await anyio.sleep(0.01)
-        assert _processes.worker_cgroup(pid) is None
+        assert _zygote_client.worker_cgroup(pid) is None
 
 
 def test_cgroups_of_workers_of_a_host_that_was_killed_are_swept() -> None:
@@ -124,7 +124,7 @@ def test_cgroups_of_workers_of_a_host_that_was_killed_are_swept() -> None:
     left = root.make(f"engine-{dead}", "w1", pids_max=4)
     live = root.make(f"engine-{os.getpid()}", "w-test", pids_max=4)
     try:
-        _processes._sweep_cgroups()
+        _zygote_client.sweep_cgroups()
         assert not os.path.isdir(left) and not os.path.isdir(os.path.dirname(left))
         assert os.path.isdir(live)  # this host's own stay
     finally:
@@ -221,6 +221,19 @@ async def test_a_worker_that_stops_answering_is_killed(
         assert (await host.run_code("print('next')")).text == "next\n"
 
 
+async def test_an_idle_worker_that_dies_is_retired_at_once(make_host: MakeHost) -> None:
+    # The loop watches a worker's control socket for its whole life: an idle one's death is
+    # seen when it happens, not when its session's next program asks for it.
+    async with make_host(engine="process") as (host, _probe):
+        assert (await host.run_code("print(1)", session_id="a")).ok
+        (idle,) = _workers(host)
+        os.kill(idle, signal.SIGKILL)
+        with anyio.fail_after(30):
+            while idle in _workers(host):
+                await anyio.sleep(0.01)
+        assert (await host.run_code("print('next')", session_id="a")).text == "next\n"
+
+
 async def test_thread_mode_runs_in_this_process(tmp_path: Path) -> None:
     (tmp_path / "ws").mkdir()
     async with Host(workspace=tmp_path / "ws", state_dir=tmp_path / "state", engine="thread") as host:
@@ -229,9 +242,9 @@ async def test_thread_mode_runs_in_this_process(tmp_path: Path) -> None:
 
 
 def test_describe_status_names_the_signal() -> None:
-    assert _processes.describe_status(signal.SIGSEGV) == "was killed by SIGSEGV"
-    assert _processes.describe_status(70 << 8) == "exited with status 70"
-    assert _processes.describe_status(None) == "ended"
+    assert _zygote_client.describe_status(signal.SIGSEGV) == "was killed by SIGSEGV"
+    assert _zygote_client.describe_status(70 << 8) == "exited with status 70"
+    assert _zygote_client.describe_status(None) == "ended"
 
 
 @pytest.mark.parametrize("stop_first", [True, False])

@@ -129,3 +129,85 @@ def test_a_spin_that_sees_nothing_again_and_again_sleeps_longer_up_to_a_bound(
         spin.wait()  # spins, and pays: the next wait spins at once
         spin.wait()
         assert len(said) == 9
+
+
+def test_a_run_body_carries_the_program_and_the_current_tables() -> None:
+    """The RUN body's shared part is encoded once; each body still says all of its own run, and
+    a change of the limits or of the tools is in the next one."""
+    from codemode.engine._remote import _run_body
+    from codemode.tools import ToolRegistry
+
+    registry = ToolRegistry()
+    limits = EngineLimits(memory_bytes=64 << 20)
+    source = 'print("é \\" \\\\ \u2028 ü")\n// </script>'
+
+    def body(**changed: typing.Any) -> typing.Any:
+        args: dict[str, typing.Any] = {
+            "run_id": 7,
+            "batches": False,
+            "stream": True,
+            "source": source,
+            "timeout_seconds": 12.5,
+            "limits": limits,
+            "registry": registry,
+        }
+        args.update(changed)
+        return json.loads(_run_body(**args))
+
+    first = body()
+    assert first == {
+        "run": 7,
+        "immediate": True,
+        "stream": True,
+        "spec": {
+            "source": source,
+            "limits": limits_json(limits),
+            "timeout_seconds": 12.5,
+            "effectful_json": "[]",
+            "namespaces_json": "[]",
+            "inline_json": "[]",
+        },
+    }
+    batched = body(run_id=8, batches=True, stream=False, timeout_seconds=3)
+    assert (batched["run"], batched["immediate"], batched["stream"]) == (8, False, False)
+    assert batched["spec"]["timeout_seconds"] == 3.0
+
+    def quick() -> int:
+        "Answer at once."
+        return 1
+
+    async def send() -> None:
+        "Send."
+
+    registry.add(quick, inline=True)
+    registry.add(send, destructive=True)
+
+    other = EngineLimits(calls_in_flight=5)
+    changed = body(limits=other)
+    assert changed["spec"]["limits"] == limits_json(other)
+    assert json.loads(changed["spec"]["inline_json"]) == ["quick"]
+    assert json.loads(changed["spec"]["effectful_json"]) == ["send"]
+    assert json.loads(body(batches=True)["spec"]["inline_json"]) == []  # every call asked about
+    assert body() == {**first, "spec": {**changed["spec"], "limits": limits_json(limits)}}
+
+
+def test_frames_come_out_whole_however_the_reads_cut_them() -> None:
+    frames = [
+        (_wire.CALLS, b"[1,0,[]]"),
+        (_wire.OUTPUT, b""),
+        (_wire.END, b"x" * 70_000),
+        (_wire.PRINTED, b"ab"),
+    ]
+    data = b"".join(_wire.frame(kind, body) for kind, body in frames)
+    for cut in (1, 3, 5, 6, 4096, len(data) - 1, len(data)):
+        reader = _wire.FrameReader()
+        got: list[tuple[int, bytes]] = []
+        for at in range(0, len(data), cut):
+            got += reader.feed(data[at : at + cut])
+        assert got == frames, cut
+    with pytest.raises(_wire.WireError):
+        _wire.FrameReader().feed(_wire.frame(_wire.CALLS, b"[]") + b"\0\0\0\0\x63")  # a kind no one sends
+    with pytest.raises(_wire.WireError):
+        reader = _wire.FrameReader()
+        reader.feed(b"\0\0")
+        reader.feed(b"\0\0\x04")  # a frame of no size, across two reads

@@ -13,13 +13,14 @@ import json
 import struct
 from collections.abc import Callable
 
+import anyio
 import pytest
 
 from codemode import Host
 from codemode.engine import _wire
-from codemode.engine._processes import zygote
+from codemode.engine._zygote_client import zygote
 from tests.host_support import MakeHost, assert_healthy
-from tests.security.hostile_worker import Attack, HostileWorker
+from tests.security.hostile_worker import Attack, HostileWorker, worker_of
 
 pytestmark = pytest.mark.anyio
 
@@ -192,3 +193,44 @@ async def test_the_zygote_kills_only_its_own_workers(make_host: MakeHost) -> Non
             # the kill (and refused it).
             assert (await host.run_code("print(1)", session_id="next")).ok
             worker.check()
+
+
+async def test_an_idle_worker_may_send_a_late_report_and_nothing_else(
+    make_host: MakeHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between programs the loop still reads a worker's control socket: a progress report its
+    relay had on the way as its program ended is dropped, and the worker serves its session's
+    next program; any other frame then is a break of the protocol, and the worker is killed and
+    retired at once (its program's result stands)."""
+
+    def late_report(worker: HostileWorker) -> None:
+        first = worker.take_run()["run"]
+        worker.end(first, output="one\n")
+        worker.send(_wire.PRINTED, _wire.PRINTED_BODY.pack(first, 4))
+        second = worker.take_run()["run"]
+        worker.end(second, output="two\n")
+        worker.wait_closed()
+
+    def end_twice(worker: HostileWorker) -> None:
+        run_id = worker.take_run()["run"]
+        worker.end(run_id, output="once\n")
+        worker.end(run_id, output="twice\n")
+        worker.wait_closed()
+
+    async with make_host(engine="process") as (host, _probe):
+        pool = host.engine.processes
+        assert pool is not None
+        with HostileWorker() as worker:
+            worker.install(host, monkeypatch, late_report)
+            assert (await host.run_code("print(1)", session_id="late")).text == "one\n"
+            assert (await host.run_code("print(2)", session_id="late")).text == "two\n"
+            worker.check()
+        with HostileWorker() as worker:
+            worker.install(host, monkeypatch, end_twice)
+            assert (await host.run_code("print(1)", session_id="twice")).text == "once\n"
+            with anyio.fail_after(30):
+                while worker_of(pool, worker.bystander.pid):
+                    await anyio.sleep(0.01)
+            worker.check()
+        assert (await host.run_code("print('next')", session_id="twice")).text == "next\n"
+        await assert_healthy(host)

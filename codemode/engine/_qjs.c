@@ -37,6 +37,7 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <math.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -895,9 +896,20 @@ engine_new(const uint8_t *prelude, size_t prelude_len, char **error, size_t *err
  * loop just when the loop took the outcome: the loop woke ~0.2 ms late. One pthread that never
  * touches Python (no GIL) keeps `spare` engines ready and frees used ones. Nobody waits for it:
  * the event loop takes a ready engine or none (take_ready: the program then starts on a
- * worker), a worker takes one or makes its own. It runs at normal priority: measured back to
- * back (bench/bench_engine.py), at SCHED_IDLE it had an engine ready for 62-77% of programs,
- * at normal priority for 76-92%, and print(1) took 0.16-0.19 ms instead of 0.18-0.24. */
+ * worker), a worker takes one or makes its own. The host's keeper runs at normal priority:
+ * measured back to back (bench/bench_engine.py), at SCHED_IDLE it had an engine ready for
+ * 62-77% of programs, at normal priority for 76-92%, and print(1) took 0.16-0.19 ms instead of
+ * 0.18-0.24.
+ *
+ * An engine worker's keeper (set_prelude's `idle`) runs at SCHED_IDLE: there the keeper's work
+ * competes with other workers' programs, not with the loop. 200 programs at once (64 workers
+ * on 2 CPUs, bench/bench_engine_modes.py): the programs' first stretches were queued behind
+ * the making and freeing of engines (~0.35 ms of CPU a program), and ran at 0.74-0.77x thread
+ * mode's rate; with the keeper at SCHED_IDLE, made and freed in the gaps, at 0.90-1.01x. A
+ * worker whose keeper found no idle CPU makes its own (print(1) 0.66 ms instead of 0.48; 0.89 ms
+ * with both CPUs held by other work). Such a keeper holds one used engine at most (others are
+ * freed by their caller), and trims the heap once it has nothing left to do: a worker's RSS
+ * stays that of one engine, not of the most it held during a burst. */
 
 #define MAX_USED 8 /* engines waiting to be freed; beyond that the caller frees its own */
 
@@ -912,6 +924,7 @@ static struct {
     Engine *used;
     int n_used;
     int running;
+    int idle; /* the keeper runs at SCHED_IDLE: only when a CPU has nothing else to do */
     int failing; /* the last attempt to make one failed: wait for the next take */
     /* how engines were had and freed: ahead (by the keeper) or by the caller */
     long long taken_ready, made_by_caller, freed_ahead, freed_by_caller;
@@ -920,8 +933,18 @@ static struct {
 static void *
 keeper_main(void *unused)
 {
+    int untrimmed = 0; /* engines freed since the heap was last trimmed (an idle keeper's) */
     pthread_mutex_lock(&keeper.mu);
     for (;;) {
+        if (untrimmed && keeper.used == NULL && (keeper.failing || keeper.n_ready >= keeper.spare)) {
+            /* An idle keeper with nothing left to do gives the freed pages back (a worker's RSS
+             * stays that of one engine, not of the most it held at once). */
+            untrimmed = 0;
+            pthread_mutex_unlock(&keeper.mu);
+            malloc_trim(0);
+            pthread_mutex_lock(&keeper.mu);
+            continue;
+        }
         while (keeper.used == NULL && (keeper.failing || keeper.n_ready >= keeper.spare))
             pthread_cond_wait(&keeper.cv, &keeper.mu);
         if (keeper.used != NULL) {
@@ -930,6 +953,7 @@ keeper_main(void *unused)
             keeper.n_used--;
             pthread_mutex_unlock(&keeper.mu);
             engine_free(e);
+            untrimmed = keeper.idle;
             pthread_mutex_lock(&keeper.mu);
             continue;
         }
@@ -949,21 +973,23 @@ keeper_main(void *unused)
     return NULL;
 }
 
-/* keeper.mu held. With no spare engines to keep (an engine worker makes its next one itself,
- * between programs) no keeper thread starts, and none is woken. */
+/* keeper.mu held. */
 static void
 keeper_wake(void)
 {
-    if (keeper.spare == 0)
-        return;
     if (!keeper.running && keeper.prelude != NULL) {
         pthread_attr_t attr;
         pthread_t thread;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         pthread_attr_setstacksize(&attr, 8 * 1024 * 1024);
-        if (pthread_create(&thread, &attr, keeper_main, NULL) == 0)
+        if (pthread_create(&thread, &attr, keeper_main, NULL) == 0) {
             keeper.running = 1;
+            if (keeper.idle) { /* (set by this thread: a worker's seal may come before the keeper runs) */
+                struct sched_param none = {0};
+                pthread_setschedparam(thread, SCHED_IDLE, &none);
+            }
+        }
         pthread_attr_destroy(&attr);
     }
     pthread_cond_signal(&keeper.cv);
@@ -1013,7 +1039,10 @@ static void
 keeper_give_back(Engine *e)
 {
     pthread_mutex_lock(&keeper.mu);
-    if (keeper.running && keeper.n_used < MAX_USED) {
+    /* An idle-priority keeper may not run for a while (every CPU busy): one engine waits for
+     * it at most, the others are freed by their caller (a worker's heap does not grow with
+     * the engines of a burst). */
+    if (keeper.running && keeper.n_used < (keeper.idle ? 1 : MAX_USED)) {
         e->next = keeper.used;
         keeper.used = e;
         keeper.n_used++;
@@ -1246,6 +1275,22 @@ Context_dealloc(Context *self)
     }
     Context_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Detach the engine and hand it to the keeper to free (freed here when no keeper runs). */
+static PyObject *
+Context_hand_back(Context *self, PyObject *unused)
+{
+    if (!enter_ex(self, 1))
+        return NULL;
+    Engine *e = detach(self);
+    if (e != NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        keeper_give_back(e);
+        Py_END_ALLOW_THREADS
+    }
+    leave(self);
+    Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -1746,6 +1791,8 @@ Context_get_outstanding(Context *self, void *closure)
 }
 
 static PyMethodDef Context_methods[] = {
+    {"hand_back", (PyCFunction)Context_hand_back, METH_NOARGS,
+     "Hand the engine to the keeper thread to free (here, when none runs); the object is then unusable."},
     {"free", (PyCFunction)Context_free, METH_NOARGS,
      "Free the engine now, on this thread (a context that held much memory); the object is then unusable."},
     {"eval", (PyCFunction)Context_eval, METH_VARARGS,
@@ -1843,7 +1890,8 @@ qjs_set_prelude(PyObject *module, PyObject *args)
 {
     Py_buffer code;
     int spare;
-    if (!PyArg_ParseTuple(args, "y*i", &code, &spare))
+    int idle = 0;
+    if (!PyArg_ParseTuple(args, "y*i|p", &code, &spare, &idle))
         return NULL;
     pthread_mutex_lock(&keeper.mu);
     int same = keeper.prelude != NULL && keeper.prelude_len == (size_t)code.len &&
@@ -1857,6 +1905,7 @@ qjs_set_prelude(PyObject *module, PyObject *args)
         }
     }
     keeper.spare = spare > 0 ? spare : 0;
+    keeper.idle = idle;
     int stored = keeper.prelude != NULL;
     pthread_mutex_unlock(&keeper.mu);
     PyBuffer_Release(&code);

@@ -85,6 +85,8 @@ class Context:
         """Ignore interrupts from now on (collecting a stopped program's output)."""
     def free(self) -> None:
         """Free the engine now, on this thread; the object is unusable after."""
+    def hand_back(self) -> None:
+        """Hand the engine to the keeper thread to free (here, when none runs); unusable after."""
     @property
     def outstanding(self) -> int:
         """Calls posted to the loop and not yet settled."""
@@ -92,8 +94,9 @@ class Context:
 def compile(source: str, filename: str, /) -> bytes:
     """A script's bytecode (without its source)."""
 
-def set_prelude(bytecode: bytes, spare: int, /) -> None:
-    """The prelude every Context() gets (once per process), and how many contexts to keep ready."""
+def set_prelude(bytecode: bytes, spare: int, idle: bool = False, /) -> None:
+    """The prelude every Context() gets (once per process), how many contexts to keep ready, and
+    whether the keeper thread runs at SCHED_IDLE (an engine worker's)."""
 
 def take_ready() -> Context | None:
     """A fresh context the keeper made ahead, or None (never made nor waited for here)."""

@@ -157,14 +157,16 @@ _PRELUDE_SET = False
 _SPARE_CONTEXTS = 2
 
 
-def _set_prelude(spare: int = _SPARE_CONTEXTS) -> None:
+def _set_prelude(spare: int = _SPARE_CONTEXTS, *, idle: bool = False) -> None:
     """Give the bridge prelude.js, compiled once per process: a fresh context loads it in ~0.1 ms
-    instead of parsing 30 KB of source (~1 ms, most of a short program's run)."""
+    instead of parsing 30 KB of source (~1 ms, most of a short program's run). ``spare``
+    contexts are kept ready by the bridge's keeper thread; ``idle``: it runs at SCHED_IDLE (an
+    engine worker's, see `_qjs.c`)."""
     global _PRELUDE_SET
     with _PRELUDE_LOCK:
         if not _PRELUDE_SET:
             source = (Path(__file__).parent / "prelude.js").read_text("utf-8")
-            _qjs.set_prelude(_qjs.compile(source, "<prelude>"), spare)
+            _qjs.set_prelude(_qjs.compile(source, "<prelude>"), spare, idle)
             _PRELUDE_SET = True
 
 

@@ -26,8 +26,9 @@ from codemode.sandbox import cgroup_join, cgroup_remove, cgroup_root
 log = logging.getLogger("codemode.engine")
 
 START_SECONDS = 30.0  # a zygote or a worker that has not said it is ready by then is broken
-# Tasks a worker's cgroup may hold: its three threads (the program's, the relay, the watchdog)
-# and room to spare; its seccomp allowlist has no clone of a process, so this is the second wall.
+# Tasks a worker's cgroup may hold: its four threads (the program's, the relay, the watchdog,
+# the keeper that makes and frees contexts at idle priority) and room to spare; its seccomp
+# allowlist has no clone of a process, so this is the second wall.
 _WORKER_PIDS = 16
 
 

@@ -324,7 +324,8 @@ WORKER_ALLOWED: dict[str, int] = {
     "getrusage": 98, "rt_sigaction": 13, "rt_sigprocmask": 14, "rt_sigreturn": 15,
     "sigaltstack": 131, "restart_syscall": 219, "tgkill": 234, "shutdown": 48,
     "exit": 60, "exit_group": 231,
-    # A thread started just before the seal (the relay, the watchdog) registers these as it starts.
+    # A thread started just before the seal (the relay, the watchdog, the keeper) registers
+    # these as it starts.
     "rseq": 334, "set_robust_list": 273,
 }  # fmt: skip
 

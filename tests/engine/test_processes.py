@@ -83,6 +83,15 @@ async def test_a_worker_is_confined(make_host: MakeHost) -> None:
         assert len(sockets) == 3, fds  # its three sockets to the host
         # Beside them: its programs' and its relay's eventfds, and the relay's epoll instance.
         assert fds - set(sockets) <= {"/dev/null", "anon_inode:[eventfd]", "anon_inode:[eventpoll]"}, fds
+        # Its keeper thread (it makes and frees contexts) runs at SCHED_IDLE (5), the others not.
+        policies = sorted(_policy(pid, tid) for tid in os.listdir(f"/proc/{pid}/task"))
+        assert policies.count(5) == 1 and policies.count(0) == len(policies) - 1, policies
+
+
+def _policy(pid: int, tid: str) -> int:
+    """The scheduling policy of thread ``tid`` of process ``pid`` (0 normal, 5 SCHED_IDLE)."""
+    lines = Path(f"/proc/{pid}/task/{tid}/sched").read_text().splitlines()
+    return next(int(line.split(":")[1]) for line in lines if line.startswith("policy"))
 
 
 def _cgroup_of(pid: int) -> str:

@@ -95,6 +95,17 @@ def test_the_keeper_makes_contexts_ahead() -> None:
     assert after["taken_ready"] == before["taken_ready"] + 1
 
 
+def test_a_context_handed_back_is_freed_by_the_keeper_and_unusable() -> None:
+    ctx = prepare_context()
+    assert ctx.eval("1 + 1") == 2
+    before = _qjs.keeper_stats()["freed_ahead"]
+    ctx.hand_back()
+    ctx.hand_back()  # twice: nothing to do
+    with pytest.raises(RuntimeError, match="freed"):
+        ctx.eval("1")
+    assert _qjs.keeper_stats()["freed_ahead"] == before + 1
+
+
 def test_a_context_without_prelude_refuses_program_calls() -> None:
     ctx = bare()
     with pytest.raises(RuntimeError, match="no prelude"):

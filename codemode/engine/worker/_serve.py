@@ -115,7 +115,6 @@ class Worker:
         self.wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.poller.register(self.wake, select.EPOLLIN)
         self.timed = False
-        self.next_context: _qjs.Context | None = None  # made after each program, for the next
 
     # -- the relay thread ---------------------------------------------------------------------
 
@@ -322,7 +321,7 @@ class Worker:
             stopped = current.stopped
         if stopped:  # stopped before it started
             guest.cancel()
-        ctx, self.next_context = self.next_context or _qjs.Context(), None
+        ctx = _qjs.take_ready() or _qjs.Context()
         end = guest.run(ctx)
         current.ended = True
         # (It holds `current.made_calls`: no cycle is left to keep the channel's eventfd open.)
@@ -330,10 +329,7 @@ class Worker:
         self.printed_told = self.printed  # the end tells the host all it printed
         data: _wire.EndMessage = {**end.to_json(), "run": run_id}
         self.ctl_out.send(_wire.END, json.dumps(data, ensure_ascii=False).encode("utf-8", "surrogatepass"))
-        # After the end is sent (the host has its outcome meanwhile), and on this thread: the
-        # next program's context is made now, while the worker waits for it, and this one freed.
-        self.next_context = _qjs.Context()
-        ctx.free()
+        ctx.hand_back()  # freed by the keeper thread, at idle priority (`_qjs.c`: the keeper)
 
     def _ask(self, kind: int, body: bytes) -> bytes:
         self.sync_out.send(kind, body)
@@ -375,7 +371,10 @@ def run_worker(ctl_fd: int, sync_fd: int, results_fd: int, limits: _wire.WorkerL
         results = socket.socket(fileno=results_fd)
         worker = Worker(ctl, sync, results)
         _confine.set_limits(limits["address_space_bytes"], limits["cpu_seconds"])
-        worker.next_context = _qjs.Context()  # (no keeper thread: the zygote keeps no spare)
+        # Starts the keeper thread (before the seal: no thread starts after), at idle priority:
+        # it makes the next program's context ahead and frees the last one's when a CPU is idle.
+        first = _qjs.Context()
+        first.free()
         WATCHDOG.prestart()
         threading.Thread(target=worker.relay, name="codemode-relay", daemon=True).start()
         _confine.seal()

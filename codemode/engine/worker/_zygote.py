@@ -54,7 +54,7 @@ def _receive(sock: socket.socket) -> tuple[_wire.ZygoteOrder | None, list[int]]:
 def main() -> None:
     """The zygote's life: prepare, hold itself, fork workers until the host goes away."""
     sock = socket.socket(fileno=int(sys.argv[1]))
-    _text._set_prelude(0)
+    _text._set_prelude(1, idle=True)
     # The main thread's stack bounds, while /proc is still readable: glibc reads
     # /proc/self/maps for them, which a confined worker cannot (each of its programs tried).
     _qjs.prime_stack()

@@ -213,17 +213,18 @@ def _run_body(
     # With batched decisions every call goes to the loop, where they are asked about.
     inline = "[]" if batches else registry.inline_names_json()
     key = (limits, registry.effectful_names_json(), registry.namespaces_json(), inline)
-    if _tables is None or _tables[0] != key:
+    tables = _tables  # (one read: hosts on other threads may replace it meanwhile)
+    if tables is None or tables[0] != key:
         shared = {
             "limits": limits_json(limits),
             "effectful_json": key[1],
             "namespaces_json": key[2],
             "inline_json": inline,
         }
-        _tables = key, json.dumps(shared, ensure_ascii=False).encode("utf-8")[1:-1]
+        tables = _tables = key, json.dumps(shared, ensure_ascii=False).encode("utf-8")[1:-1]
     head = f'{{"run":{run_id},"immediate":{"false" if batches else "true"},"stream":{"true" if stream else "false"},'
     spec = f'"spec":{{"timeout_seconds":{json.dumps(float(timeout_seconds))},"source":{json.dumps(source, ensure_ascii=False)},'
-    return (head + spec).encode("utf-8", "surrogatepass") + _tables[1] + b"}}"
+    return (head + spec).encode("utf-8", "surrogatepass") + tables[1] + b"}}"
 
 
 async def run_in_worker(

@@ -1277,16 +1277,19 @@ Context_dealloc(Context *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Detach the engine and hand it to the keeper to free (freed here when no keeper runs). */
+/* Detach the engine and free it: here, or handed to the keeper (freed here when none runs). */
 static PyObject *
-Context_hand_back(Context *self, PyObject *unused)
+release_engine(Context *self, int to_keeper)
 {
-    if (!enter_ex(self, 1))
+    if (!enter_ex(self, 1)) /* (releasing a released context does nothing) */
         return NULL;
     Engine *e = detach(self);
     if (e != NULL) {
         Py_BEGIN_ALLOW_THREADS
-        keeper_give_back(e);
+        if (to_keeper)
+            keeper_give_back(e);
+        else
+            engine_free(e);
         Py_END_ALLOW_THREADS
     }
     leave(self);
@@ -1294,18 +1297,15 @@ Context_hand_back(Context *self, PyObject *unused)
 }
 
 static PyObject *
+Context_hand_back(Context *self, PyObject *unused)
+{
+    return release_engine(self, 1);
+}
+
+static PyObject *
 Context_free(Context *self, PyObject *unused)
 {
-    if (!enter_ex(self, 1)) /* (freeing a freed context does nothing) */
-        return NULL;
-    Engine *e = detach(self);
-    if (e != NULL) {
-        Py_BEGIN_ALLOW_THREADS
-        engine_free(e);
-        Py_END_ALLOW_THREADS
-    }
-    leave(self);
-    Py_RETURN_NONE;
+    return release_engine(self, 0);
 }
 
 /* A JS value as Python (GIL held; takes the value): str, int, float, bool, None, else JSON text. */

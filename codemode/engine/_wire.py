@@ -271,44 +271,41 @@ class FrameReader:
         self._buffer = bytearray()
 
     def feed(self, data: bytes) -> list[tuple[int, bytes]]:
-        """The frames ``data`` completes, in order.
+        """The frames ``data`` completes, in order. With nothing held before it (most reads
+        bring whole frames) they are cut from ``data`` itself, without copying it to the buffer.
 
         Raises:
             WireError: A frame breaks the protocol.
         """
-        if not self._buffer:
-            return self._feed_whole(data)
         buffer = self._buffer
+        if not buffer:
+            frames, at = _cut(data)
+            if at < len(data):
+                buffer += memoryview(data)[at:]
+            return frames
         buffer += data
-        frames: list[tuple[int, bytes]] = []
-        at = 0
-        while len(buffer) - at >= _HEAD.size:
-            size, kind = _HEAD.unpack_from(buffer, at)
-            _check(size, kind)
-            end = at + 4 + size
-            if len(buffer) < end:
-                break
-            with memoryview(buffer) as view:  # one copy of the body, not two
-                frames.append((kind, bytes(view[at + _HEAD.size : end])))
-            at = end
+        frames, at = _cut(buffer)
         if at:
             del buffer[:at]
         return frames
 
-    def _feed_whole(self, data: bytes) -> list[tuple[int, bytes]]:
-        """`feed` with nothing held before ``data`` (most reads bring whole frames): frames cut
-        from ``data`` itself, the rest of a frame kept. Each body is copied once, as in `feed`."""
-        frames: list[tuple[int, bytes]] = []
-        at = 0
-        size_of = len(data)
-        while size_of - at >= _HEAD.size:
-            size, kind = _HEAD.unpack_from(data, at)
+
+def _cut(buffer: bytes | bytearray) -> tuple[list[tuple[int, bytes]], int]:
+    """The whole frames at the start of ``buffer``, and where the first partial one starts.
+
+    Raises:
+        WireError: A frame breaks the protocol.
+    """
+    frames: list[tuple[int, bytes]] = []
+    at = 0
+    length = len(buffer)
+    with memoryview(buffer) as view:  # one copy of each body, not two
+        while length - at >= _HEAD.size:
+            size, kind = _HEAD.unpack_from(buffer, at)
             _check(size, kind)
             end = at + 4 + size
-            if size_of < end:
+            if length < end:
                 break
-            frames.append((kind, data[at + _HEAD.size : end]))
+            frames.append((kind, bytes(view[at + _HEAD.size : end])))
             at = end
-        if at < size_of:
-            self._buffer += memoryview(data)[at:]
-        return frames
+    return frames, at
